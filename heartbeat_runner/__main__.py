@@ -1,0 +1,3 @@
+from heartbeat_runner.cli import main
+
+raise SystemExit(main())

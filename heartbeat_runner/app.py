@@ -1,0 +1,79 @@
+"""Wiring: open the engine and build the pieces a command needs, from settings."""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+from heartbeat_runner.dbt_invoke import DbtProject
+from heartbeat_runner.engine import Engine, open_engine
+from heartbeat_runner.errors import HeartbeatError
+from heartbeat_runner.jobs.base import JobsBackend
+from heartbeat_runner.settings import Settings
+from heartbeat_runner.sources.base import SenseContext
+from heartbeat_runner.store import TableStore
+from heartbeat_runner.tick import Heartbeat
+
+
+@dataclass
+class App:
+    """An open engine plus the table store and dbt project bound to it."""
+
+    settings: Settings
+    engine: Engine
+    store: TableStore
+    dbt: DbtProject
+
+    def require_config(self) -> None:
+        if not self.store.exists("heartbeat_control"):
+            raise HeartbeatError(
+                f"no sensor config is loaded in {self.settings.lakehouse_dir}; run `python -m heartbeat_runner seed` first"
+            )
+
+    def ensure_views(self) -> None:
+        """The local catalog forgets views at every start: re-create them."""
+        if not self.engine.is_local:
+            return
+        if not self.dbt.restore_views():
+            self.dbt.build_all()
+
+    def jobs_backend(self) -> JobsBackend:
+        name = self.settings.effective_jobs_backend
+        if name == "databricks":
+            from heartbeat_runner.jobs.databricks import DatabricksJobsBackend
+
+            return DatabricksJobsBackend.from_environment()
+        from heartbeat_runner.jobs.local import LocalJobsBackend
+
+        return LocalJobsBackend(self.settings.effective_jobs_file, self.settings.lakehouse_dir / "jobs",
+                                self.settings.lakehouse_dir)
+
+    def sense_context(self) -> SenseContext:
+        from heartbeat_runner.connections import load_connections
+
+        return SenseContext(
+            engine=self.engine,
+            trigger_dir=self.settings.effective_trigger_dir,
+            replay_new_sensors=self.settings.replay_new_sensors,
+            connections=load_connections(self.settings.effective_sources_file),
+        )
+
+    def heartbeat(self, progress: Callable[[str], None] | None = None,
+                  backend: JobsBackend | None = None) -> Heartbeat:
+        self.require_config()
+        self.ensure_views()
+        return Heartbeat(self.store, self.dbt, backend or self.jobs_backend(), self.sense_context(),
+                         progress=progress)
+
+
+@contextlib.contextmanager
+def open_app(settings: Settings) -> Iterator[App]:
+    """Open the engine, make sure the runner's tables exist, and close everything after."""
+    engine = open_engine(settings)
+    try:
+        store = TableStore(engine)
+        store.ensure_tables()
+        yield App(settings=settings, engine=engine, store=store, dbt=DbtProject(engine))
+    finally:
+        engine.close()

@@ -1,0 +1,281 @@
+"""Command line: ``python -m heartbeat_runner [COMMAND] [OPTIONS]`` (alias ``heartbeat``).
+
+Without a command it runs one tick. Exit codes: 0 ok; 1 error (bad config, engine or
+dbt failure: nothing was changed); 2 the tick ran but some source or job API call
+failed (the others were processed; see ``runs`` and the run report).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+import time
+from typing import Callable
+
+from heartbeat_runner import __version__
+from heartbeat_runner.app import App, open_app
+from heartbeat_runner.config import load_config
+from heartbeat_runner.errors import ConfigError, HeartbeatError
+from heartbeat_runner.output import emit, emit_json
+from heartbeat_runner.records import Event, EventType, utcnow
+from heartbeat_runner.settings import Settings, load_settings
+from heartbeat_runner.tick import TickResult
+
+STATUS_COLUMNS = ["trigger_job_id", "trigger_job_name", "sensor_source", "sensor_id", "dependency_flag", "job_state",
+                  "status", "status_change_timestamp", "job_run_id", "last_error"]
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--lakehouse-dir", help="where the embedded lakehouse lives (default $HEARTBEAT_HOME or ./.heartbeat)")
+    parser.add_argument("--target", choices=["local", "spark", "databricks"], help="engine (default $HEARTBEAT_TARGET or local)")
+    parser.add_argument("--config", help="sensor config CSV (default seeds/heartbeat_sensor_config.csv)")
+    parser.add_argument("--jobs-file", help="local jobs file (default ./heartbeat_jobs.yml)")
+    parser.add_argument("--jobs-backend", choices=["local", "databricks"], help="where jobs run")
+    parser.add_argument("--trigger-dir", help="base folder of trigger_file sources (default <lakehouse>/triggers)")
+    parser.add_argument("--sources-file", help="connection settings for kafka/sap/jdbc (heartbeat_sources.yml)")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log details")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    _common(common)
+    parser = argparse.ArgumentParser(prog="heartbeat", description=__doc__.split("\n")[0], parents=[common],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"heartbeat {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    run = sub.add_parser("run", parents=[common], help="run one tick (default), or keep ticking with --loop")
+    run.add_argument("--loop", action="store_true", help="tick continuously until Ctrl-C / SIGTERM")
+    run.add_argument("--interval", type=float, default=60.0, help="seconds between tick starts in --loop (default 60)")
+    run.add_argument("--replay-new-sensors", action="store_true",
+                     help="a brand-new sensor replays its source from the beginning (default: starts at its current end)")
+    sub.add_parser("seed", parents=[common], help="validate the config CSV and load it (dbt seed + build)")
+    sub.add_parser("validate", parents=[common], help="check the config CSV; write nothing")
+    sub.add_parser("status", parents=[common], help="the control table")
+    for name, text in (("pause", "stop sensing and triggering a job"), ("resume", "undo pause")):
+        p = sub.add_parser(name, parents=[common], help=text)
+        p.add_argument("--job-id", required=True)
+    complete = sub.add_parser("complete", parents=[common],
+                              help="record that a job finished (the job's final 'update status' task)")
+    complete.add_argument("--job-id", required=True)
+    complete.add_argument("--failed", action="store_true", help="record a failure instead of a success")
+    complete.add_argument("--run-id", help="the job run id (default $HEARTBEAT_JOB_RUN_ID)")
+    complete.add_argument("--message", help="a note stored with the event")
+    dbt = sub.add_parser("dbt", parents=[common], help="run a dbt command inside the engine, e.g. `dbt test`")
+    dbt.add_argument("dbt_args", nargs=argparse.REMAINDER)
+    demo = sub.add_parser("demo", parents=[common], help="a self-contained demo on the embedded lakehouse")
+    demo.add_argument("--keep", action="store_true", help="keep an existing demo lakehouse instead of starting afresh")
+    return parser
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    return load_settings(
+        lakehouse_dir=args.lakehouse_dir, target=args.target, config_csv=args.config, jobs_file=args.jobs_file,
+        trigger_dir=args.trigger_dir, sources_file=args.sources_file, jobs_backend=args.jobs_backend,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    command = args.command or "run"
+    handler: Callable[[argparse.Namespace, Settings], int] = COMMANDS[command]
+    try:
+        settings = _settings(args)
+        if command == "run" and getattr(args, "replay_new_sensors", False):
+            settings = settings.with_(replay_new_sensors=True)
+        return handler(args, settings)
+    except ConfigError as exc:
+        print("Invalid configuration; nothing was written:", file=sys.stderr)
+        for problem in exc.problems:
+            print(f"  {problem}", file=sys.stderr)
+        return 1
+    except (HeartbeatError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+def _progress(args: argparse.Namespace) -> Callable[[str], None]:
+    def report(message: str) -> None:
+        if not args.json:
+            print(f"  … {message}", file=sys.stderr, flush=True)
+    return report
+
+
+# -- commands ------------------------------------------------------------------------------
+
+def cmd_validate(args: argparse.Namespace, settings: Settings) -> int:
+    config = load_config(settings.effective_config_csv)
+    jobs = sorted({r.trigger_job_id for r in config.rows})
+    if args.json:
+        emit_json({"file": str(config.path), "rows": len(config.rows), "jobs": jobs, "valid": True,
+                   "defaulted_columns": list(config.defaulted_columns)})
+    else:
+        print(f"{config.path}: {len(config.rows)} row(s), {len(jobs)} job(s): valid")
+        if config.defaulted_columns:
+            print(f"  columns not in the file, defaults used: {', '.join(config.defaulted_columns)}")
+    return 0
+
+
+def cmd_seed(args: argparse.Namespace, settings: Settings) -> int:
+    config = load_config(settings.effective_config_csv)  # validate before touching anything
+    with open_app(settings) as app:
+        normalized = config.to_csv()
+        unchanged = app.dbt.has_seed and app.dbt.seed_csv.read_text(encoding="utf-8") == normalized \
+            and app.store.exists("heartbeat_control")
+        if unchanged:
+            app.ensure_views()
+            message = f"{config.path}: unchanged ({len(config.rows)} rows); nothing to load"
+        else:
+            _progress(args)(f"loading {len(config.rows)} config row(s)")
+            app.dbt.load_seed(normalized)
+            app.store.append_events([Event(event_type=EventType.CONFIG_LOADED.value, run_id="seed",
+                                           snapshot_ts=utcnow(), message=str(config.path),
+                                           rows=len(config.rows))])
+            _progress(args)("building the control table and views")
+            app.dbt.build_all()
+            app.dbt.refresh_control(app.store.events_version(), force=True)
+            message = f"{config.path}: loaded {len(config.rows)} row(s)"
+        if args.json:
+            emit_json({"file": str(config.path), "rows": len(config.rows), "changed": not unchanged})
+        else:
+            print(message)
+            if config.defaulted_columns:
+                print(f"  columns not in the file, defaults used: {', '.join(config.defaulted_columns)}")
+    return 0
+
+
+def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
+    with open_app(settings) as app:
+        heartbeat = app.heartbeat(progress=_progress(args))
+        if not getattr(args, "loop", False):
+            result = heartbeat.tick()
+            _print_tick(result, args)
+            return result.exit_code
+        return _loop(heartbeat.tick, args)
+
+
+def _loop(tick: Callable[[], TickResult], args: argparse.Namespace) -> int:
+    """Tick every ``args.interval`` seconds until SIGINT/SIGTERM; a failed tick is logged, not fatal."""
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    ticks = 0
+    while not stop.is_set():
+        started = time.monotonic()
+        try:
+            _print_tick(tick(), args)
+        except HeartbeatError as exc:
+            print(f"tick failed: {exc}", file=sys.stderr, flush=True)
+        ticks += 1
+        stop.wait(max(0.0, args.interval - (time.monotonic() - started)))
+    if not args.json:
+        print(f"stopped after {ticks} tick(s)")
+    return 0
+
+
+def _print_tick(result: TickResult, args: argparse.Namespace) -> None:
+    if args.json:
+        emit_json({
+            "run_id": result.run_id, "snapshot_ts": result.snapshot_ts, "duration_s": round(result.duration_s, 3),
+            "sensed": [{"source_key": s.target.source_key, "outcome": s.outcome.value, "error": s.error,
+                        "window_from": s.result.window_from if s.result else None,
+                        "window_to": s.result.window_to if s.result else None} for s in result.sensed],
+            "triggered": [{"job_id": j, "run_id": r} for j, r in result.triggered],
+            "completed": result.completed, "failed": result.failed,
+            "trigger_errors": [{"job_id": j, "error": e} for j, e in result.trigger_errors],
+            "stage_timings": result.stage_timings, "exit_code": result.exit_code,
+        })
+        return
+    new = sum(1 for s in result.sensed if s.outcome.value == "NEW_DATA")
+    print(f"run {result.run_id}: sensed {len(result.sensed)} source(s), {new} with new data, "
+          f"{len(result.sensor_errors)} error(s); triggered {len(result.triggered)}, "
+          f"completed {len(result.completed)}, failed {len(result.failed)} ({result.duration_s:.2f}s)", flush=True)
+    for s in result.sensor_errors:
+        print(f"  source {s.target.source_key}: {s.error}", flush=True)
+    for job_id, run_id in result.triggered:
+        print(f"  triggered job {job_id} (run {run_id})", flush=True)
+    for job_id, error in result.trigger_errors:
+        print(f"  job {job_id}: {error}", flush=True)
+
+
+def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
+    with open_app(settings) as app:
+        app.require_config()
+        app.dbt.refresh_control(app.store.events_version())
+        rows = app.store.control_rows()
+        emit(rows, STATUS_COLUMNS if not args.json else list(rows[0].keys()) if rows else STATUS_COLUMNS,
+             as_json=args.json)
+    return 0
+
+
+def _record_job_event(settings: Settings, job_id: str, kind: EventType, **fields) -> App | None:
+    with open_app(settings) as app:
+        app.require_config()
+        known = app.store.query(
+            f"SELECT count(*) AS n FROM {app.store.name('heartbeat_control')} "
+            f"WHERE is_active AND trigger_job_id = '{job_id.replace(chr(39), '')}'")[0]["n"]
+        if not known:
+            raise HeartbeatError(f"job {job_id!r} is not in the control table")
+        app.store.append_events([Event(event_type=kind.value, run_id=kind.value.lower(), snapshot_ts=utcnow(),
+                                       trigger_job_id=job_id, **fields)])
+    return None
+
+
+def cmd_pause(args: argparse.Namespace, settings: Settings) -> int:
+    _record_job_event(settings, args.job_id, EventType.JOB_PAUSED)
+    print(f"job {args.job_id} paused (until `resume` or the next seed)")
+    return 0
+
+
+def cmd_resume(args: argparse.Namespace, settings: Settings) -> int:
+    _record_job_event(settings, args.job_id, EventType.JOB_RESUMED)
+    print(f"job {args.job_id} resumed")
+    return 0
+
+
+def cmd_complete(args: argparse.Namespace, settings: Settings) -> int:
+    import os
+
+    kind = EventType.FAILED if args.failed else EventType.COMPLETED
+    run_id = args.run_id or os.environ.get("HEARTBEAT_JOB_RUN_ID")
+    _record_job_event(settings, args.job_id, kind, job_run_id=run_id, message=args.message)
+    print(f"job {args.job_id}: recorded {kind.value}")
+    return 0
+
+
+def cmd_dbt(args: argparse.Namespace, settings: Settings) -> int:
+    if not args.dbt_args:
+        raise HeartbeatError("usage: python -m heartbeat_runner dbt <dbt command and options>, e.g. `dbt test`")
+    with open_app(settings) as app:
+        if app.store.exists("heartbeat_control"):
+            app.ensure_views()
+        app.dbt.invoke(list(args.dbt_args), quiet=False)
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
+    from heartbeat_runner.demo import run_demo
+
+    return run_demo(settings, keep=args.keep, as_json=args.json)
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace, Settings], int]] = {
+    "run": cmd_run,
+    "seed": cmd_seed,
+    "validate": cmd_validate,
+    "status": cmd_status,
+    "pause": cmd_pause,
+    "resume": cmd_resume,
+    "complete": cmd_complete,
+    "dbt": cmd_dbt,
+    "demo": cmd_demo,
+}

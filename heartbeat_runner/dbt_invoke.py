@@ -1,0 +1,180 @@
+"""Running dbt in-process against the runner's engine.
+
+On the local target dbt-spark's ``session`` method attaches to the embedded Sail
+server (``SPARK_REMOTE``), so dbt and the runner share one catalog. Everything dbt
+writes (compiled SQL, logs, the loaded seed) goes under ``<lakehouse>/dbt/``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+from heartbeat_runner.engine import Engine
+from heartbeat_runner.errors import HeartbeatError
+from heartbeat_runner.faults import crash_point
+
+log = logging.getLogger(__name__)
+
+CONTROL_MODEL = "heartbeat_control"
+SENSOR_STATE_MODEL = "heartbeat_sensor_state"
+VIEW_MODELS = ("jobs_ready_to_trigger", "heartbeat_sensors_due")
+SEED_NAME = "heartbeat_sensor_config"
+
+
+class DbtError(HeartbeatError):
+    """A dbt command failed; the message lists the failing nodes."""
+
+
+@dataclass
+class DbtProject:
+    """The dbt project at ``settings.project_dir``, run inside ``engine``."""
+
+    engine: Engine
+
+    @property
+    def settings(self):
+        return self.engine.settings
+
+    @property
+    def work_dir(self) -> Path:
+        return self.settings.lakehouse_dir / "dbt"
+
+    @property
+    def seed_dir(self) -> Path:
+        return self.work_dir / "seed"
+
+    @property
+    def seed_csv(self) -> Path:
+        return self.seed_dir / f"{SEED_NAME}.csv"
+
+    @property
+    def has_seed(self) -> bool:
+        return self.seed_csv.exists()
+
+    def _profiles_dir(self) -> Path:
+        explicit = os.environ.get("DBT_PROFILES_DIR")
+        if explicit:
+            return Path(explicit)
+        profiles = self.work_dir / "profiles"
+        profiles.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(self.settings.project_dir / "profiles.example.yml", profiles / "profiles.yml")
+        return profiles
+
+    @contextlib.contextmanager
+    def _environment(self) -> Iterator[None]:
+        """dbt reads env_var() from os.environ; set ours for the call, then restore."""
+        values = {
+            "HEARTBEAT_SEED_DIR": str(self.seed_dir),
+            "HEARTBEAT_DBT_TARGET_PATH": str(self.work_dir / "target"),
+            "HEARTBEAT_SCHEMA": self.settings.schema,
+            "HEARTBEAT_TARGET": self.settings.target,
+            "DBT_SEND_ANONYMOUS_USAGE_STATS": "false",
+        }
+        saved = {k: os.environ.get(k) for k in values}
+        os.environ.update(values)
+        try:
+            yield
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+
+    def invoke(self, args: list[str], *, quiet: bool = True) -> object:
+        """Run one dbt command; raise DbtError naming what failed."""
+        from dbt.cli.main import dbtRunner
+
+        location_root = str(self.settings.warehouse_dir / self.settings.schema) if self.engine.is_local else ""
+        full = [
+            *args,
+            "--project-dir", str(self.settings.project_dir),
+            "--profiles-dir", str(self._profiles_dir()),
+            "--target", self.settings.target,
+            "--vars", json.dumps({"heartbeat_location_root": location_root}),
+            "--log-path", str(self.work_dir / "logs"),
+        ]
+        if quiet:
+            full += ["--quiet", "--no-use-colors"]
+        started = time.monotonic()
+        with self._environment():
+            result = dbtRunner().invoke(full)
+        log.debug("dbt %s took %.2fs", " ".join(args), time.monotonic() - started)
+        if not result.success:
+            raise DbtError(_failure_summary(args, result))
+        return result
+
+    def load_seed(self, normalized_csv: str) -> None:
+        """Load the (already validated) config as the seed table."""
+        self.seed_dir.mkdir(parents=True, exist_ok=True)
+        staged = self.seed_csv.with_suffix(".csv.new")
+        staged.write_text(normalized_csv, encoding="utf-8")
+        shutil.copyfile(self.settings.project_dir / "seeds" / "schema.yml", self.seed_dir / "schema.yml")
+        previous = self.seed_csv.read_text(encoding="utf-8") if self.seed_csv.exists() else None
+        os.replace(staged, self.seed_csv)
+        try:
+            self.invoke(["seed", "--select", SEED_NAME])
+        except DbtError:
+            if previous is None:
+                self.seed_csv.unlink(missing_ok=True)
+            else:
+                self.seed_csv.write_text(previous, encoding="utf-8")
+            raise
+        self.engine.ensure_registered(f"{self.settings.schema}.{SEED_NAME}")
+
+    def build_control(self) -> None:
+        """Rebuild the control table (incremental MERGE) from the seed and the events."""
+        self.invoke(["run", "--select", CONTROL_MODEL, SENSOR_STATE_MODEL])
+
+    def refresh_control(self, events_version: int | None, *, force: bool = False) -> bool:
+        """Rebuild the control table unless it already includes ``events_version``. True if built."""
+        marker = self.work_dir / "built_events_version"
+        built = marker.read_text().strip() if marker.exists() else None
+        if not force and events_version is not None and built == str(events_version):
+            return False
+        crash_point("during_dbt_build")
+        self.build_control()
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.write_text(str(events_version))
+        return True
+
+    def build_all(self) -> None:
+        """Build the control table and (re)create the views."""
+        self.invoke(["run", "--select", CONTROL_MODEL, SENSOR_STATE_MODEL, *VIEW_MODELS])
+
+    def test_seed(self) -> None:
+        self.invoke(["test", "--select", SEED_NAME], quiet=False)
+
+    def restore_views(self) -> bool:
+        """Re-create the views from dbt's last compiled SQL (the local catalog forgets them).
+
+        Returns False when there is nothing compiled yet (build_all() is then needed).
+        """
+        compiled = self.work_dir / "target" / "run" / "heartbeat" / "models"
+        statements = [compiled / f"{name}.sql" for name in VIEW_MODELS]
+        if not all(p.exists() for p in statements):
+            return False
+        for path in statements:
+            self.engine.spark.sql(path.read_text(encoding="utf-8"))
+        return True
+
+
+def _failure_summary(args: list[str], result: object) -> str:
+    lines = [f"dbt {' '.join(args)} failed"]
+    exception = getattr(result, "exception", None)
+    if exception is not None:
+        lines.append(str(exception))
+    for node in getattr(getattr(result, "result", None), "results", None) or []:
+        status = str(getattr(node, "status", ""))
+        if status.lower() in ("error", "fail", "runtime error"):
+            name = getattr(getattr(node, "node", None), "name", "?")
+            lines.append(f"  {name}: {getattr(node, 'message', '')}")
+    return "\n".join(lines)

@@ -1,0 +1,60 @@
+"""Fast questions answered from a Delta table's ``_delta_log`` without a Spark job.
+
+"Has anything changed since version N?" is a directory listing; the commit files
+say whether those versions added data. Used for tables on local disk (the embedded
+engine); other engines fall back to Spark.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+#: operations that only reorganise files or change metadata: no new data for downstream
+_NO_DATA_OPERATIONS = {"OPTIMIZE", "VACUUM START", "VACUUM END", "SET TBLPROPERTIES", "UNSET TBLPROPERTIES",
+                       "ADD CONSTRAINT", "DROP CONSTRAINT", "CHANGE COLUMN", "FSCK", "UPGRADE PROTOCOL"}
+
+
+def latest_version(table_dir: Path) -> int | None:
+    """Newest committed version, or None when ``table_dir`` is not a Delta table."""
+    log_dir = Path(table_dir) / "_delta_log"
+    try:
+        names = os.listdir(log_dir)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    best = -1
+    for name in names:
+        if name.endswith(".json") and len(name) == 25 and name[:20].isdigit():
+            best = max(best, int(name[:20]))
+    if best < 0:
+        checkpoint = log_dir / "_last_checkpoint"
+        if checkpoint.exists():
+            return int(json.loads(checkpoint.read_text())["version"])
+        return None
+    return best
+
+
+def added_data_between(table_dir: Path, after_version: int, up_to_version: int) -> bool:
+    """Whether any commit in (after_version, up_to_version] added data files with dataChange.
+
+    A commit file that was already cleaned up counts as adding data (the safe answer).
+    """
+    log_dir = Path(table_dir) / "_delta_log"
+    for version in range(after_version + 1, up_to_version + 1):
+        path = log_dir / f"{version:020d}.json"
+        try:
+            text = path.read_text()
+        except FileNotFoundError:
+            return True
+        operation = None
+        for line in text.splitlines():
+            if not line.strip():
+                continue
+            action = json.loads(line)
+            if "commitInfo" in action:
+                operation = action["commitInfo"].get("operation")
+            if action.get("add", {}).get("dataChange", False):
+                if operation not in _NO_DATA_OPERATIONS:
+                    return True
+    return False

@@ -1,0 +1,165 @@
+"""The Spark engine: embedded Sail (local), any Spark Connect endpoint, or Databricks.
+
+The local target runs Sail in-process. Sail's catalog lives in memory and is empty
+at every start, so every table gets a fixed location under
+``<lakehouse>/warehouse/<schema>/<table>`` and is re-registered when the engine
+opens. dbt-spark's ``session`` method finds the same server through
+``SPARK_REMOTE``, which is why opening a local engine sets that variable.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from heartbeat_runner.settings import Settings, validate_identifier
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
+
+_TABLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*){1,2}$")
+
+
+def is_table_name(value: str) -> bool:
+    """``schema.table`` or ``catalog.schema.table`` with plain identifiers."""
+    return bool(_TABLE_NAME.match(value))
+
+
+def is_path(value: str) -> bool:
+    return value.startswith("/") or "://" in value
+
+
+@dataclass
+class Engine:
+    """An open Spark session plus where its tables live."""
+
+    spark: "SparkSession"
+    settings: Settings
+    _server: Any = None
+    _registered: set[str] = field(default_factory=set)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def target(self) -> str:
+        return self.settings.target
+
+    @property
+    def is_local(self) -> bool:
+        return self._server is not None
+
+    def table(self, name: str) -> str:
+        """Fully-qualified name of one of Heartbeat's own tables."""
+        prefix = f"{self.settings.catalog}." if self.settings.catalog else ""
+        return f"{prefix}{self.settings.schema}.{validate_identifier(name, 'table name')}"
+
+    def local_location(self, table_name: str) -> Path | None:
+        """Where a ``schema.table`` lives on local disk, when the engine manages the files."""
+        if not self.is_local or not is_table_name(table_name):
+            return None
+        parts = table_name.split(".")
+        return self.settings.warehouse_dir.joinpath(*parts[-2:])
+
+    def own_location(self, name: str) -> Path | None:
+        return self.local_location(f"{self.settings.schema}.{name}")
+
+    def ensure_registered(self, table_name: str) -> None:
+        """Make a local ``schema.table`` whose Delta files exist visible to SQL (no-op elsewhere)."""
+        location = self.local_location(table_name)
+        if location is None or table_name in self._registered:
+            return
+        with self._lock:
+            if table_name in self._registered or not (location / "_delta_log").is_dir():
+                return
+            schema, table = table_name.split(".")[-2:]
+            self.spark.sql(f"CREATE SCHEMA IF NOT EXISTS {schema}")
+            self.spark.sql(f"CREATE TABLE IF NOT EXISTS {schema}.{table} USING delta LOCATION '{location}'")
+            self._registered.add(table_name)
+
+    def register_schema(self, schema: str) -> list[str]:
+        """Register every Delta table found under ``warehouse/<schema>``; return their names."""
+        names = []
+        base = self.settings.warehouse_dir / schema
+        if base.is_dir():
+            for child in sorted(base.iterdir()):
+                if (child / "_delta_log").is_dir():
+                    name = f"{schema}.{child.name}"
+                    self.ensure_registered(name)
+                    names.append(name)
+        return names
+
+    def table_exists(self, name: str) -> bool:
+        return bool(self.spark.catalog.tableExists(name))
+
+    def close(self) -> None:
+        if self._server is not None:
+            try:
+                self.spark.stop()
+            except Exception:  # noqa: BLE001 - shutting down anyway
+                pass
+            self._server.stop()
+            self._server = None
+
+
+def open_engine(settings: Settings) -> Engine:
+    """Open the engine for ``settings.target`` and re-register Heartbeat's tables."""
+    if settings.target == "local":
+        engine = _open_local(settings)
+    elif settings.target == "spark":
+        engine = _open_spark_connect(settings)
+    else:
+        engine = _open_databricks(settings)
+    if engine.is_local:
+        engine.register_schema(settings.schema)
+    return engine
+
+
+def _open_local(settings: Settings) -> Engine:
+    logging.getLogger("sail").setLevel(logging.WARNING)
+    os.environ.setdefault("RUST_LOG", "error")
+    from pysail.spark import SparkConnectServer
+    from pyspark.sql import SparkSession
+
+    settings.warehouse_dir.mkdir(parents=True, exist_ok=True)
+    server = SparkConnectServer("127.0.0.1", 0)
+    server.start(background=True)
+    host, port = server.listening_address
+    url = f"sc://{host}:{port}"
+    # dbt-spark's session method calls SparkSession.builder.getOrCreate(); this points it here.
+    os.environ["SPARK_REMOTE"] = url
+    spark = SparkSession.builder.remote(url).getOrCreate()
+    spark.conf.set("spark.sql.session.timeZone", "UTC")
+    spark.sql(f"CREATE SCHEMA IF NOT EXISTS {settings.schema}")
+    return Engine(spark=spark, settings=settings, _server=server)
+
+
+def _open_spark_connect(settings: Settings) -> Engine:
+    from pyspark.sql import SparkSession
+
+    url = os.environ.get("SPARK_REMOTE")
+    if not url:
+        raise ValueError("target 'spark' needs SPARK_REMOTE (a Spark Connect URL, sc://host:port)")
+    spark = SparkSession.builder.remote(url).getOrCreate()
+    return Engine(spark=spark, settings=settings)
+
+
+def _open_databricks(settings: Settings) -> Engine:
+    """On a cluster use the active session; elsewhere Databricks Connect (auth via the SDK chain)."""
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.getActiveSession()
+    if spark is None:
+        try:
+            from databricks.connect import DatabricksSession  # type: ignore[import-not-found]
+        except ImportError as exc:  # pragma: no cover - depends on the environment
+            raise ValueError(
+                "target 'databricks' runs on a Databricks cluster, or needs databricks-connect installed"
+            ) from exc
+        spark = DatabricksSession.builder.getOrCreate()
+    return Engine(spark=spark, settings=settings)

@@ -1,0 +1,1 @@
+"""Jobs backends: where triggered jobs run (local commands, Databricks Jobs)."""

@@ -1,0 +1,61 @@
+"""The small interface every jobs backend implements.
+
+Exactly-once rests on one property: ``trigger`` is idempotent on
+``TriggerRequest.idempotency_token``. Calling it again with the same token (after a
+crash, a retry, or from a second runner) must return the run the first call created
+and never start a second one.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Protocol
+
+
+class RunOutcome(str, enum.Enum):
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    SUCCESS = "SUCCESS"
+    FAILED = "FAILED"
+
+    @property
+    def finished(self) -> bool:
+        return self in (RunOutcome.SUCCESS, RunOutcome.FAILED)
+
+
+@dataclass(frozen=True)
+class TriggerRequest:
+    job_id: str
+    job_name: str | None
+    idempotency_token: str
+    #: heartbeat run id and, per consumed source, the window it covers (JSON strings)
+    parameters: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RunStatus:
+    run_id: str
+    outcome: RunOutcome
+    message: str | None = None
+    start_time: datetime | None = None
+    end_time: datetime | None = None
+
+
+class JobsBackend(Protocol):
+    """Starts jobs and reports on their runs."""
+
+    name: str
+
+    def trigger(self, request: TriggerRequest) -> str:
+        """Start the job (idempotent on the token); return the run id. Raise JobsBackendError."""
+        ...
+
+    def run_status(self, job_id: str, run_id: str) -> RunStatus:
+        """Current state of one run."""
+        ...
+
+    def successful_run_after(self, job_id: str, after: datetime) -> RunStatus | None:
+        """A successful run of the job that ended after ``after`` (e.g. a manual rerun), if any."""
+        ...

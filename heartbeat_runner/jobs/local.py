@@ -1,0 +1,229 @@
+"""The ``local`` jobs backend: jobs are commands on this machine.
+
+A jobs file maps ``trigger_job_id`` to a command::
+
+    jobs:
+      "111":
+        command: ["python", "etl.py"]   # a list, or a string run by the shell
+        cwd: /path/to/project          # optional
+        env: {STAGE: dev}              # optional, added to the environment
+
+Each run gets ``<lakehouse>/jobs/runs/<run_id>/`` holding ``output.log`` and, when the
+command ends, ``result.json`` with its exit code. Runs are started detached, so the
+runner can exit (or crash) while they go on; a later tick reads the result.
+
+Idempotency: the token is claimed by creating ``tokens/<token>`` exclusively; the
+run it names is launched at most once (``launched`` marker under a file lock), so a
+retry after a crash, or a second runner, gets the same run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import shlex
+import subprocess
+import sys
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Iterator
+
+import yaml
+
+from heartbeat_runner.errors import ConfigError, JobNotFoundError, JobsBackendError
+from heartbeat_runner.jobs.base import RunOutcome, RunStatus, TriggerRequest
+
+
+@dataclass(frozen=True)
+class LocalJob:
+    job_id: str
+    command: list[str]
+    cwd: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def load_jobs_file(path: Path) -> dict[str, LocalJob]:
+    """Parse the jobs file; a missing file means no local jobs."""
+    if not path.exists():
+        return {}
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError([f"{path}: not valid YAML: {exc}"]) from exc
+    jobs = data.get("jobs") if isinstance(data, dict) else None
+    if not isinstance(jobs, dict):
+        raise ConfigError([f"{path}: expected a top-level 'jobs:' mapping of job id to command"])
+    parsed: dict[str, LocalJob] = {}
+    problems = []
+    for job_id, spec in jobs.items():
+        if isinstance(spec, (str, list)):
+            spec = {"command": spec}
+        if not isinstance(spec, dict) or not spec.get("command"):
+            problems.append(f"{path}: job {job_id!r}: needs a 'command' (string or list)")
+            continue
+        command = spec["command"]
+        argv = ["/bin/sh", "-c", command] if isinstance(command, str) else [str(a) for a in command]
+        env = {str(k): str(v) for k, v in (spec.get("env") or {}).items()}
+        parsed[str(job_id)] = LocalJob(str(job_id), argv, spec.get("cwd"), env)
+    if problems:
+        raise ConfigError(problems)
+    return parsed
+
+
+class LocalJobsBackend:
+    """Runs jobs as detached local processes."""
+
+    name = "local"
+
+    def __init__(self, jobs_file: Path, state_dir: Path, lakehouse_dir: Path | None = None):
+        self.jobs_file = jobs_file
+        self.jobs = load_jobs_file(jobs_file)
+        self.state_dir = state_dir
+        self.lakehouse_dir = lakehouse_dir
+        (state_dir / "runs").mkdir(parents=True, exist_ok=True)
+        (state_dir / "tokens").mkdir(parents=True, exist_ok=True)
+
+    # -- JobsBackend ------------------------------------------------------------------------
+
+    def trigger(self, request: TriggerRequest) -> str:
+        job = self.jobs.get(request.job_id)
+        if job is None:
+            raise JobNotFoundError(f"job {request.job_id!r} is not defined in {self.jobs_file}")
+        run_id = self._claim_token(request)
+        run_dir = self._run_dir(run_id)
+        with self._locked(run_dir):
+            if not (run_dir / "launched").exists():
+                self._launch(job, request, run_id, run_dir)
+        return run_id
+
+    def run_status(self, job_id: str, run_id: str) -> RunStatus:
+        run_dir = self._run_dir(run_id)
+        if not run_dir.is_dir():
+            raise JobsBackendError(f"run {run_id} of job {job_id} is unknown to the local backend")
+        meta = _read_json(run_dir / "meta.json") or {}
+        started = _parse_ts(meta.get("started_at"))
+        result = _read_json(run_dir / "result.json")
+        if result is not None:
+            code = int(result["exit_code"])
+            return RunStatus(
+                run_id=run_id,
+                outcome=RunOutcome.SUCCESS if code == 0 else RunOutcome.FAILED,
+                message=None if code == 0 else f"exit code {code}; output in {run_dir / 'output.log'}",
+                start_time=started,
+                end_time=_parse_ts(result.get("ended_at")),
+            )
+        if not (run_dir / "launched").exists():
+            return RunStatus(run_id, RunOutcome.PENDING, start_time=started)
+        pid = meta.get("pid")
+        if pid and _alive(int(pid)):
+            return RunStatus(run_id, RunOutcome.RUNNING, start_time=started)
+        # The launcher writes result.json before it exits; re-check to avoid a race.
+        if (run_dir / "result.json").exists():
+            return self.run_status(job_id, run_id)
+        return RunStatus(run_id, RunOutcome.FAILED, message="the job process ended without reporting an exit code",
+                         start_time=started)
+
+    def successful_run_after(self, job_id: str, after: datetime) -> RunStatus | None:
+        best: RunStatus | None = None
+        for run_dir in (self.state_dir / "runs").iterdir():
+            meta = _read_json(run_dir / "meta.json") or {}
+            if meta.get("job_id") != job_id or not (run_dir / "result.json").exists():
+                continue
+            status = self.run_status(job_id, run_dir.name)
+            if status.outcome is RunOutcome.SUCCESS and status.end_time and status.end_time > after:
+                if best is None or status.end_time > (best.end_time or after):
+                    best = status
+        return best
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _run_dir(self, run_id: str) -> Path:
+        return self.state_dir / "runs" / run_id
+
+    def _claim_token(self, request: TriggerRequest) -> str:
+        token_file = self.state_dir / "tokens" / request.idempotency_token
+        run_id = f"{datetime.now(timezone.utc):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
+        try:
+            fd = os.open(token_file, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            existing = token_file.read_text().strip()
+            if existing:
+                return existing
+            raise JobsBackendError(f"token {request.idempotency_token} is being claimed", retryable=True)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(run_id)
+        run_dir = self._run_dir(run_id)
+        run_dir.mkdir(parents=True)
+        _write_json(run_dir / "meta.json", {"job_id": request.job_id, "token": request.idempotency_token,
+                                             "parameters": request.parameters})
+        return run_id
+
+    @contextlib.contextmanager
+    def _locked(self, run_dir: Path) -> Iterator[None]:
+        with open(run_dir / "lock", "w") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+    def _launch(self, job: LocalJob, request: TriggerRequest, run_id: str, run_dir: Path) -> None:
+        env = dict(os.environ)
+        env.update(job.env)
+        env.update({
+            "HEARTBEAT_JOB_ID": job.job_id,
+            "HEARTBEAT_JOB_RUN_ID": run_id,
+            "HEARTBEAT_PARAMETERS": json.dumps(request.parameters, sort_keys=True),
+        })
+        if self.lakehouse_dir is not None:
+            env["HEARTBEAT_HOME"] = str(self.lakehouse_dir)
+        for key, value in request.parameters.items():
+            env[f"HEARTBEAT_PARAM_{key.upper()}"] = value
+        argv = [sys.executable, "-m", "heartbeat_runner.jobs.local_launcher", str(run_dir), "--", *job.command]
+        try:
+            with open(run_dir / "output.log", "ab") as log:
+                process = subprocess.Popen(argv, cwd=job.cwd, env=env, stdin=subprocess.DEVNULL, stdout=log,
+                                           stderr=subprocess.STDOUT, start_new_session=True)
+        except OSError as exc:
+            raise JobsBackendError(f"could not start job {job.job_id} ({shlex.join(job.command)}): {exc}") from exc
+        meta = _read_json(run_dir / "meta.json") or {}
+        meta.update({"pid": process.pid, "started_at": datetime.now(timezone.utc).isoformat(),
+                     "command": job.command})
+        _write_json(run_dir / "meta.json", meta)
+        (run_dir / "launched").touch()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A finished child of ours may linger as a zombie until reaped.
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().split()[2] != "Z"
+    except OSError:
+        return True
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+
+
+def _write_json(path: Path, value: dict) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(value, indent=2, sort_keys=True))
+    os.replace(tmp, path)
+
+
+def _parse_ts(value: str | None) -> datetime | None:
+    return datetime.fromisoformat(value) if value else None

@@ -1,0 +1,160 @@
+"""Plain data records written to and read from Heartbeat's tables."""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+
+import threading
+import uuid
+from dataclasses import dataclass, field, fields
+from datetime import datetime, timedelta, timezone
+
+
+class EventType(str, enum.Enum):
+    CONFIG_LOADED = "CONFIG_LOADED"
+    NEW_DATA = "NEW_DATA"            # a source has new data (cursor_to = cursor reached)
+    CURSOR = "CURSOR"                # the cursor moved without new data (baseline, filtered rows)
+    TRIGGER_REQUESTED = "TRIGGER_REQUESTED"  # written before the jobs API call, with the token
+    TRIGGERED = "TRIGGERED"          # the jobs API answered with a run id
+    TRIGGER_ERROR = "TRIGGER_ERROR"  # the jobs API refused; the request is void
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    RESET = "RESET"                  # operator re-processing (job) or moved-back cursor (source)
+    JOB_PAUSED = "JOB_PAUSED"
+    JOB_RESUMED = "JOB_RESUMED"
+
+
+class Outcome(str, enum.Enum):
+    NEW_DATA = "NEW_DATA"
+    NO_NEW_DATA = "NO_NEW_DATA"
+    ERROR = "ERROR"
+    SKIPPED = "SKIPPED"
+
+
+class _Clock:
+    """UTC timestamps that strictly increase within this process (events are ordered by them)."""
+
+    def __init__(self) -> None:
+        self._last = datetime.min.replace(tzinfo=timezone.utc)
+        self._lock = threading.Lock()
+
+    def now(self) -> datetime:
+        with self._lock:
+            now = datetime.now(timezone.utc)
+            if now <= self._last:
+                now = self._last + timedelta(microseconds=1)
+            self._last = now
+            return now
+
+
+CLOCK = _Clock()
+
+
+def utcnow() -> datetime:
+    return CLOCK.now()
+
+
+@dataclass(frozen=True)
+class Event:
+    """One row of ``heartbeat_events``."""
+
+    event_type: str
+    run_id: str
+    snapshot_ts: datetime
+    event_ts: datetime = field(default_factory=utcnow)
+    event_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    source_key: str | None = None
+    sensor_source: str | None = None
+    sensor_id: str | None = None
+    trigger_job_id: str | None = None
+    job_run_id: str | None = None
+    idempotency_token: str | None = None
+    cursor_from: str | None = None
+    cursor_to: str | None = None
+    window_from: str | None = None
+    window_to: str | None = None
+    rows: int | None = None
+    message: str | None = None
+    consumed_event_ids: str | None = None
+    #: JSON: trigger parameters (TRIGGER_REQUESTED), sensing details
+    payload: str | None = None
+
+    @staticmethod
+    def columns() -> list[str]:
+        return [f.name for f in fields(Event)]
+
+    def as_tuple(self) -> tuple:
+        return tuple(getattr(self, name) for name in self.columns())
+
+
+def new_data_event_id(source_key: str, cursor_from: str | None, cursor_to: str | None) -> str:
+    """Deterministic id: re-sensing the same window after a crash yields the same event."""
+    return _digest("NEW_DATA", source_key, cursor_from or "", cursor_to or "")
+
+
+def idempotency_token(job_id: str, consumed_event_ids: list[str]) -> str:
+    """Token for one trigger: job id + the exact NEW_DATA events it consumes."""
+    return _digest(job_id, *sorted(consumed_event_ids))[:36]
+
+
+def _digest(*parts: str) -> str:
+    return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class SensorEvaluation:
+    """One row of ``heartbeat_run_report``: one source evaluated in one run."""
+
+    run_id: str
+    snapshot_ts: datetime
+    source_key: str
+    sensor_source: str
+    sensor_id: str
+    trigger_job_ids: str
+    window_from: str | None
+    window_until: str | None
+    outcome: str
+    rows: int | None
+    error: str | None
+    duration_s: float
+
+    @staticmethod
+    def columns() -> list[str]:
+        return [f.name for f in fields(SensorEvaluation)]
+
+    def as_tuple(self) -> tuple:
+        return tuple(getattr(self, name) for name in self.columns())
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """One row of ``heartbeat_runs``: one tick."""
+
+    run_id: str
+    snapshot_ts: datetime
+    ended_ts: datetime
+    duration_s: float
+    sources_sensed: int
+    sources_with_new_data: int
+    sensor_errors: int
+    jobs_triggered: int
+    jobs_completed: int
+    jobs_failed: int
+    trigger_errors: int
+    status: str
+    message: str | None
+    stage_timings: str
+
+    @staticmethod
+    def columns() -> list[str]:
+        return [f.name for f in fields(RunSummary)]
+
+    def as_tuple(self) -> tuple:
+        return tuple(getattr(self, name) for name in self.columns())
+
+
+
+
+def new_run_id(snapshot: datetime) -> str:
+    return f"{snapshot:%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"

@@ -1,0 +1,123 @@
+"""Runner settings, resolved once from CLI flags and the environment (flags win)."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+TARGETS = ("local", "spark", "databricks")
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def package_project_dir() -> Path:
+    """The dbt project that ships with the runner (the repository root)."""
+    return Path(__file__).resolve().parent.parent
+
+
+def validate_identifier(value: str, what: str) -> str:
+    """Names that end up in SQL must be plain identifiers."""
+    if not _IDENTIFIER.match(value or ""):
+        raise ValueError(f"{what} {value!r} is not a valid identifier (letters, digits, underscore)")
+    return value
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything a command needs to know about where things live and how to run."""
+
+    lakehouse_dir: Path
+    project_dir: Path
+    target: str = "local"
+    schema: str = "heartbeat"
+    catalog: str | None = None
+    config_csv: Path | None = None
+    jobs_file: Path | None = None
+    trigger_dir: Path | None = None
+    sources_file: Path | None = None
+    jobs_backend: str | None = None
+    max_workers: int = 8
+    sensor_timeout_s: float = 60.0
+    replay_new_sensors: bool = False
+
+    @property
+    def warehouse_dir(self) -> Path:
+        return self.lakehouse_dir / "warehouse"
+
+    @property
+    def effective_config_csv(self) -> Path:
+        return self.config_csv or self.project_dir / "seeds" / "heartbeat_sensor_config.csv"
+
+    @property
+    def effective_trigger_dir(self) -> Path:
+        return self.trigger_dir or self.lakehouse_dir / "triggers"
+
+    @property
+    def effective_jobs_file(self) -> Path:
+        if self.jobs_file:
+            return self.jobs_file
+        for candidate in (Path.cwd() / "heartbeat_jobs.yml", self.lakehouse_dir / "heartbeat_jobs.yml"):
+            if candidate.exists():
+                return candidate
+        return self.lakehouse_dir / "heartbeat_jobs.yml"
+
+    @property
+    def effective_sources_file(self) -> Path | None:
+        if self.sources_file:
+            return self.sources_file
+        for candidate in (Path.cwd() / "heartbeat_sources.yml", self.lakehouse_dir / "heartbeat_sources.yml"):
+            if candidate.exists():
+                return candidate
+        return None
+
+    @property
+    def effective_jobs_backend(self) -> str:
+        return self.jobs_backend or ("databricks" if self.target == "databricks" else "local")
+
+    def with_(self, **changes) -> "Settings":
+        return replace(self, **changes)
+
+
+def _path(value: str | None) -> Path | None:
+    return Path(value).expanduser().resolve() if value else None
+
+
+def load_settings(
+    *,
+    lakehouse_dir: str | None = None,
+    target: str | None = None,
+    config_csv: str | None = None,
+    jobs_file: str | None = None,
+    trigger_dir: str | None = None,
+    sources_file: str | None = None,
+    jobs_backend: str | None = None,
+    env: dict[str, str] | None = None,
+) -> Settings:
+    """Resolve settings: explicit arguments, then HEARTBEAT_* variables, then defaults."""
+    env = dict(os.environ if env is None else env)
+    target = target or env.get("HEARTBEAT_TARGET", "local")
+    if target not in TARGETS:
+        raise ValueError(f"target {target!r} is not one of {', '.join(TARGETS)}")
+    schema = validate_identifier(env.get("HEARTBEAT_SCHEMA", "heartbeat"), "HEARTBEAT_SCHEMA")
+    catalog = env.get("HEARTBEAT_CATALOG") or None
+    if catalog:
+        validate_identifier(catalog, "HEARTBEAT_CATALOG")
+    backend = jobs_backend or env.get("HEARTBEAT_JOBS_BACKEND") or None
+    if backend not in (None, "local", "databricks"):
+        raise ValueError(f"jobs backend {backend!r} is not one of local, databricks")
+    return Settings(
+        lakehouse_dir=_path(lakehouse_dir or env.get("HEARTBEAT_HOME")) or Path(".heartbeat").resolve(),
+        project_dir=_path(env.get("HEARTBEAT_PROJECT_DIR")) or package_project_dir(),
+        target=target,
+        schema=schema,
+        catalog=catalog,
+        config_csv=_path(config_csv or env.get("HEARTBEAT_CONFIG")),
+        jobs_file=_path(jobs_file or env.get("HEARTBEAT_JOBS_FILE")),
+        trigger_dir=_path(trigger_dir or env.get("HEARTBEAT_TRIGGER_DIR")),
+        sources_file=_path(sources_file or env.get("HEARTBEAT_SOURCES_FILE")),
+        jobs_backend=backend,
+        max_workers=int(env.get("HEARTBEAT_MAX_WORKERS", "8")),
+        sensor_timeout_s=float(env.get("HEARTBEAT_SENSOR_TIMEOUT", "60")),
+        replay_new_sensors=env.get("HEARTBEAT_REPLAY_NEW_SENSORS", "").lower() in ("1", "true", "yes"),
+    )

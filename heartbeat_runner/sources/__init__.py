@@ -1,0 +1,1 @@
+"""Source types: one module each, behind the small interface in ``base``."""

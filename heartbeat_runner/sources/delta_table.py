@@ -1,0 +1,132 @@
+"""``delta_table`` and ``lmu_delta_table`` (Lakehouse Manual Upload): Delta tables.
+
+Without ``upstream_key`` new data means new Delta commits that added data after
+the stored version; with ``upstream_key`` it means rows whose key is greater than
+the stored value. Either way ``preprocess_query`` can filter the new rows (seen as
+``sensor_new_data``), and an event is recorded only when it returns rows.
+
+Cursor: ``{"version": int}`` plus ``"value"`` (the key reached) when keyed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import ClassVar
+
+from heartbeat_runner import delta_log
+from heartbeat_runner.engine import Engine, is_path
+from heartbeat_runner.errors import SourceError
+from heartbeat_runner.sources.base import SenseContext, SenseResult, SensingTarget, dump_cursor, load_cursor
+
+
+class DeltaTableSource:
+    source_types: ClassVar[tuple[str, ...]] = ("delta_table", "lmu_delta_table")
+
+    def check_config(self, sensor_id: str, upstream_key: str | None) -> str | None:
+        from heartbeat_runner.config import check_table_reference
+
+        return check_table_reference(sensor_id)
+
+    def sense(self, target: SensingTarget, ctx: SenseContext) -> SenseResult:
+        table = DeltaRef.resolve(target.sensor_id, ctx.engine)
+        current = table.latest_version()
+        if current is None:
+            raise SourceError(f"Delta table {target.sensor_id!r} not found")
+        cursor = load_cursor(target.cursor)
+        if cursor is None:
+            if not ctx.replay_new_sensors:
+                return self._baseline(table, target, current)
+            cursor = {"version": -1, "value": None}
+        seen = int(cursor["version"])
+        if current == seen:
+            return SenseResult(new_data=False, detail=f"no commit after version {seen}")
+        if current < seen:
+            raise SourceError(f"Delta table {target.sensor_id!r} is at version {current}, behind the cursor {seen} "
+                              "(table re-created?); use `reset` to re-process it")
+        if target.upstream_key:
+            return self._sense_keyed(table, target, ctx, cursor, current)
+        return self._sense_versions(table, target, ctx, seen, current)
+
+    def _baseline(self, table: "DeltaRef", target: SensingTarget, current: int) -> SenseResult:
+        cursor = {"version": current}
+        if target.upstream_key:
+            top = table.read(current).agg({target.upstream_key: "max"}).collect()[0][0]
+            cursor["value"] = None if top is None else str(top)
+        return SenseResult(new_data=False, cursor_to=dump_cursor(cursor), window_to=f"version {current}",
+                           detail="new sensor: baseline at the current end of the table")
+
+    def _sense_versions(self, table: "DeltaRef", target: SensingTarget, ctx: SenseContext,
+                        seen: int, current: int) -> SenseResult:
+        cursor_to = dump_cursor({"version": current})
+        window = dict(window_from=f"version {seen + 1}", window_to=f"version {current}")
+        if not table.added_data_between(seen, current):
+            return SenseResult(new_data=False, cursor_to=cursor_to, detail="commits without new data", **window)
+        if not target.preprocess_query:
+            return SenseResult(new_data=True, cursor_to=cursor_to, **window)
+        new_rows = table.read(current)
+        if seen >= 0:
+            new_rows = new_rows.exceptAll(table.read(seen))
+        rows = ctx.count_preprocessed(new_rows, target)
+        return SenseResult(new_data=rows > 0, cursor_to=cursor_to, rows=rows, **window)
+
+    def _sense_keyed(self, table: "DeltaRef", target: SensingTarget, ctx: SenseContext,
+                     cursor: dict, current: int) -> SenseResult:
+        from pyspark.sql import functions as F
+
+        key = target.upstream_key
+        frame = table.read(current)
+        if key not in frame.columns:
+            raise SourceError(f"upstream_key {key!r} is not a column of {target.sensor_id!r}")
+        previous = cursor.get("value")
+        new_rows = frame
+        if previous is not None:
+            key_type = frame.schema[key].dataType
+            new_rows = frame.where(F.col(key) > F.lit(previous).cast(key_type))
+        top = new_rows.agg(F.max(key)).collect()[0][0]
+        if top is None:
+            return SenseResult(new_data=False, cursor_to=dump_cursor({"version": current, "value": previous}),
+                               detail=f"no {key} after {previous}")
+        rows = ctx.count_preprocessed(new_rows, target)
+        return SenseResult(
+            new_data=rows > 0,
+            cursor_to=dump_cursor({"version": current, "value": str(top)}),
+            window_from=f"{key} > {previous}" if previous is not None else "beginning",
+            window_to=f"{key} <= {top}",
+            rows=rows,
+        )
+
+
+class DeltaRef:
+    """A Delta table named by ``schema.table`` or by path, on the engine at hand."""
+
+    def __init__(self, engine: Engine, sql_name: str, local_dir: Path | None):
+        self.engine = engine
+        self.sql_name = sql_name
+        self.local_dir = local_dir
+
+    @classmethod
+    def resolve(cls, sensor_id: str, engine: Engine) -> "DeltaRef":
+        if is_path(sensor_id):
+            local = Path(sensor_id) if sensor_id.startswith("/") else None
+            return cls(engine, f"delta.`{sensor_id}`", local)
+        local = engine.local_location(sensor_id)
+        if local is not None:
+            return cls(engine, f"delta.`{local}`", local)
+        return cls(engine, sensor_id, None)
+
+    def latest_version(self) -> int | None:
+        if self.local_dir is not None:
+            return delta_log.latest_version(self.local_dir)
+        try:
+            row = self.engine.spark.sql(f"DESCRIBE HISTORY {self.sql_name} LIMIT 1").collect()
+        except Exception as exc:  # noqa: BLE001 - any engine error means we cannot see the table
+            raise SourceError(f"cannot read the history of {self.sql_name}: {exc}") from exc
+        return int(row[0]["version"]) if row else None
+
+    def added_data_between(self, after: int, up_to: int) -> bool:
+        if self.local_dir is None:
+            return True
+        return delta_log.added_data_between(self.local_dir, after, up_to)
+
+    def read(self, version: int):
+        return self.engine.spark.sql(f"SELECT * FROM {self.sql_name} VERSION AS OF {int(version)}")

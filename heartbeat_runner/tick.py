@@ -1,0 +1,296 @@
+"""One tick of the heartbeat: sense, record, decide (dbt), trigger, reconcile.
+
+The order is what makes a tick safe to crash anywhere:
+
+1. sense every due source (cursors come from the events table);
+2. append the NEW_DATA/CURSOR events in one commit; the cursor *is* the latest
+   event, so it can never advance without the event (event ids are deterministic,
+   so re-sensing the same window after a crash yields the same event);
+3. rebuild the control table (dbt) when any event arrived since the last build;
+4. for each job in ``jobs_ready_to_trigger``: append TRIGGER_REQUESTED with a
+   deterministic idempotency token, *then* call the jobs API with that token, then
+   append TRIGGERED with the run id;
+5. reconcile IN_PROGRESS jobs: resume requests that never got a run id (same
+   token, so no second run), and turn finished runs into COMPLETED / FAILED;
+   look for a successful run of FAILED jobs (unblocks them);
+6. write the run report, and rebuild the control table if anything changed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Callable
+
+from heartbeat_runner.dbt_invoke import DbtProject
+from heartbeat_runner.errors import JobsBackendError
+from heartbeat_runner.faults import crash_point
+from heartbeat_runner.jobs.base import JobsBackend, RunOutcome, TriggerRequest
+from heartbeat_runner.records import (Event, EventType, Outcome, RunSummary, SensorEvaluation, idempotency_token,
+                                      new_data_event_id, new_run_id, utcnow)
+from heartbeat_runner.sensing import SensingOutcome, sense_all
+from heartbeat_runner.sources.base import SenseContext
+from heartbeat_runner.store import EVENTS, ControlRow, ReadyRow, TableStore, quote_literal
+
+log = logging.getLogger(__name__)
+
+@dataclass
+class TickResult:
+    run_id: str
+    snapshot_ts: datetime
+    sensed: list[SensingOutcome] = field(default_factory=list)
+    triggered: list[tuple[str, str]] = field(default_factory=list)  # (job id, run id)
+    completed: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    trigger_errors: list[tuple[str, str]] = field(default_factory=list)  # (job id, message)
+    stage_timings: dict[str, float] = field(default_factory=dict)
+    duration_s: float = 0.0
+
+    @property
+    def sensor_errors(self) -> list[SensingOutcome]:
+        return [s for s in self.sensed if s.outcome is Outcome.ERROR]
+
+    @property
+    def exit_code(self) -> int:
+        """0: all good; 2: some source or job API call failed (the rest was processed)."""
+        return 2 if self.sensor_errors or self.trigger_errors else 0
+
+
+class Heartbeat:
+    """Runs ticks against one engine, store, dbt project and jobs backend."""
+
+    def __init__(self, store: TableStore, dbt: DbtProject, backend: JobsBackend, ctx: SenseContext,
+                 *, progress: Callable[[str], None] | None = None):
+        self.store = store
+        self.dbt = dbt
+        self.backend = backend
+        self.ctx = ctx
+        self.settings = store.engine.settings
+        self.progress = progress or (lambda message: None)
+
+    # -- the tick ---------------------------------------------------------------------------
+
+    def tick(self) -> TickResult:
+        began = time.monotonic()
+        snapshot = utcnow()
+        result = TickResult(run_id=new_run_id(snapshot), snapshot_ts=snapshot)
+        timings = result.stage_timings
+
+        with _stage(timings, "models"):
+            self.refresh_models()
+        with _stage(timings, "sensing"):
+            due = self.store.sensors_due()
+            self.progress(f"sensing {len(due)} source(s)")
+            result.sensed = sense_all(due, self.ctx, max_workers=self.settings.max_workers,
+                                      timeout_s=self.settings.sensor_timeout_s)
+        crash_point("after_sensing")
+        with _stage(timings, "events_write"):
+            self.store.append_events(self._data_events(result))
+        crash_point("after_new_data_events")
+        with _stage(timings, "dbt"):
+            self.refresh_models()
+        with _stage(timings, "triggering"):
+            self._trigger_ready(result)
+        with _stage(timings, "reconciliation"):
+            self._reconcile(result)
+        with _stage(timings, "report"):
+            result.duration_s = time.monotonic() - began
+            self._write_report(result)
+            self.refresh_models()
+        result.duration_s = time.monotonic() - began
+        return result
+
+    def refresh_models(self, force: bool = False) -> bool:
+        """Rebuild the control table if events arrived since the last build."""
+        return self.dbt.refresh_control(self.store.events_version(), force=force)
+
+    # -- step 2: events from sensing --------------------------------------------------------
+
+    def _data_events(self, result: TickResult) -> list[Event]:
+        events = []
+        for sensed in result.sensed:
+            outcome, target = sensed.result, sensed.target
+            if outcome is None or (not outcome.new_data and outcome.cursor_to in (None, target.cursor)):
+                continue
+            cursor_to = outcome.cursor_to if outcome.cursor_to is not None else target.cursor
+            kind = EventType.NEW_DATA if outcome.new_data else EventType.CURSOR
+            event_id = new_data_event_id(target.source_key, target.cursor, cursor_to) \
+                if kind is EventType.NEW_DATA else None
+            events.append(Event(
+                event_type=kind.value, run_id=result.run_id, snapshot_ts=result.snapshot_ts,
+                **({"event_id": event_id} if event_id else {}),
+                source_key=target.source_key, sensor_source=target.sensor_source, sensor_id=target.sensor_id,
+                cursor_from=target.cursor, cursor_to=cursor_to,
+                window_from=outcome.window_from, window_to=outcome.window_to, rows=outcome.rows,
+                message=outcome.detail,
+            ))
+        return events
+
+    # -- step 4: trigger --------------------------------------------------------------------
+
+    def _trigger_ready(self, result: TickResult) -> None:
+        by_job: dict[str, list[ReadyRow]] = defaultdict(list)
+        for row in self.store.ready_rows():
+            by_job[row.trigger_job_id].append(row)
+        if not by_job:
+            return
+        requests = [self._request_for(job_id, rows, result.run_id) for job_id, rows in by_job.items()]
+        self.store.append_events(
+            Event(event_type=EventType.TRIGGER_REQUESTED.value, run_id=result.run_id,
+                  snapshot_ts=result.snapshot_ts, trigger_job_id=req.job_id,
+                  idempotency_token=req.idempotency_token,
+                  consumed_event_ids=by_job[req.job_id][0].consumed_event_ids,
+                  payload=json.dumps(req.parameters, sort_keys=True))
+            for req in requests
+        )
+        crash_point("after_trigger_requested")
+        self.progress(f"triggering {len(requests)} job(s)")
+        self._call_backend(requests, result)
+
+    def _request_for(self, job_id: str, rows: list[ReadyRow], run_id: str) -> TriggerRequest:
+        consumed = [i for i in rows[0].consumed_event_ids.split(",") if i]
+        windows = [
+            {"sensor_source": r.sensor_source, "sensor_id": r.sensor_id,
+             "from": r.pending_window_from, "to": r.pending_window_to}
+            for r in rows
+        ]
+        return TriggerRequest(
+            job_id=job_id,
+            job_name=rows[0].trigger_job_name,
+            idempotency_token=idempotency_token(job_id, consumed),
+            parameters={"heartbeat_run_id": run_id, "heartbeat_windows": json.dumps(windows, sort_keys=True)},
+        )
+
+    def _call_backend(self, requests: list[TriggerRequest], result: TickResult) -> None:
+        """Call the jobs API for each request and record what it answered (one commit)."""
+        answers: list[Event] = []
+        for request in requests:
+            try:
+                run_id = self.backend.trigger(request)
+            except JobsBackendError as exc:
+                result.trigger_errors.append((request.job_id, str(exc)))
+                if exc.retryable:
+                    # Unknown whether a run started: keep the request; the next tick
+                    # retries it with the same token, which cannot start a second run.
+                    log.warning("trigger of %s will be retried: %s", request.job_id, exc)
+                    continue
+                answers.append(self._event(result, EventType.TRIGGER_ERROR, request.job_id,
+                                           idempotency_token=request.idempotency_token, message=str(exc)))
+                continue
+            crash_point("after_trigger_call")
+            result.triggered.append((request.job_id, run_id))
+            answers.append(self._event(result, EventType.TRIGGERED, request.job_id, job_run_id=run_id,
+                                       idempotency_token=request.idempotency_token))
+        self.store.append_events(answers)
+        crash_point("after_triggered")
+
+    # -- step 5: reconcile ------------------------------------------------------------------
+
+    def _reconcile(self, result: TickResult) -> None:
+        just_triggered = {job_id for job_id, _ in result.triggered}
+        events: list[Event] = []
+        dangling: list[TriggerRequest] = []
+        for row in self.store.jobs_with_status("IN_PROGRESS"):
+            if row.trigger_job_id in just_triggered:
+                continue
+            if row.job_run_id is None:
+                request = self._requested(row)
+                if request is not None:
+                    dangling.append(request)
+                continue
+            events.extend(self._finished_run_events(row, result))
+        for row in self.store.jobs_with_status("FAILED"):
+            events.extend(self._recovery_events(row, result))
+        self.store.append_events(events)
+        if dangling:
+            self.progress(f"resuming {len(dangling)} trigger request(s) left by an earlier tick")
+            self._call_backend(dangling, result)
+
+    def _requested(self, row: ControlRow) -> TriggerRequest | None:
+        """Rebuild the TriggerRequest of a request that never got a run id."""
+        token = row.last_idempotency_token
+        if token is None:
+            return None
+        found = self.store.query(
+            f"SELECT payload FROM {self.store.name(EVENTS)} WHERE event_type = 'TRIGGER_REQUESTED' "
+            f"AND idempotency_token = {quote_literal(token)} ORDER BY event_ts LIMIT 1")
+        parameters = json.loads(found[0]["payload"]) if found and found[0]["payload"] else {}
+        return TriggerRequest(row.trigger_job_id, row.trigger_job_name, token, parameters)
+
+    def _finished_run_events(self, row: ControlRow, result: TickResult) -> list[Event]:
+        try:
+            status = self.backend.run_status(row.trigger_job_id, row.job_run_id)
+        except JobsBackendError as exc:
+            result.trigger_errors.append((row.trigger_job_id, f"run status: {exc}"))
+            return []
+        if not status.outcome.finished:
+            return []
+        success = status.outcome is RunOutcome.SUCCESS
+        (result.completed if success else result.failed).append(row.trigger_job_id)
+        return [self._event(result, EventType.COMPLETED if success else EventType.FAILED, row.trigger_job_id,
+                            job_run_id=row.job_run_id, message=status.message)]
+
+    def _recovery_events(self, row: ControlRow, result: TickResult) -> list[Event]:
+        since = row.job_end_timestamp or row.status_change_timestamp
+        if since is None:
+            return []
+        try:
+            run = self.backend.successful_run_after(row.trigger_job_id, since)
+        except JobsBackendError as exc:
+            result.trigger_errors.append((row.trigger_job_id, f"looking for a successful run: {exc}"))
+            return []
+        if run is None:
+            return []
+        result.completed.append(row.trigger_job_id)
+        return [self._event(result, EventType.COMPLETED, row.trigger_job_id, job_run_id=run.run_id,
+                            message=f"successful run {run.run_id} found; job unblocked")]
+
+    # -- step 6: report ---------------------------------------------------------------------
+
+    def _write_report(self, result: TickResult) -> None:
+        evaluations = [
+            SensorEvaluation(
+                run_id=result.run_id, snapshot_ts=result.snapshot_ts, source_key=s.target.source_key,
+                sensor_source=s.target.sensor_source, sensor_id=s.target.sensor_id,
+                trigger_job_ids=s.trigger_job_ids,
+                window_from=s.result.window_from if s.result else None,
+                window_until=s.result.window_to if s.result else None,
+                outcome=s.outcome.value, rows=s.result.rows if s.result else None,
+                error=s.error, duration_s=round(s.duration_s, 4),
+            )
+            for s in result.sensed
+        ]
+        summary = RunSummary(
+            run_id=result.run_id, snapshot_ts=result.snapshot_ts, ended_ts=utcnow(),
+            duration_s=round(result.duration_s, 4), sources_sensed=len(result.sensed),
+            sources_with_new_data=sum(1 for s in result.sensed if s.outcome is Outcome.NEW_DATA),
+            sensor_errors=len(result.sensor_errors), jobs_triggered=len(result.triggered),
+            jobs_completed=len(result.completed), jobs_failed=len(result.failed),
+            trigger_errors=len(result.trigger_errors),
+            status="ERROR" if result.exit_code else "OK",
+            message="; ".join(f"{job}: {msg}" for job, msg in result.trigger_errors) or None,
+            stage_timings=json.dumps({k: round(v, 4) for k, v in result.stage_timings.items()}),
+        )
+        self.store.append_run(summary, evaluations)
+
+    @staticmethod
+    def _event(result: TickResult, kind: EventType, job_id: str, **fields) -> Event:
+        return Event(event_type=kind.value, run_id=result.run_id, snapshot_ts=result.snapshot_ts,
+                     trigger_job_id=job_id, **fields)
+
+
+class _stage:
+    """Adds the wall time of a block to ``timings[name]``."""
+
+    def __init__(self, timings: dict[str, float], name: str):
+        self.timings, self.name = timings, name
+
+    def __enter__(self) -> None:
+        self.began = time.monotonic()
+
+    def __exit__(self, *exc) -> None:
+        self.timings[self.name] = self.timings.get(self.name, 0.0) + time.monotonic() - self.began

@@ -1,0 +1,84 @@
+{#
+  Engine specifics, dispatched by adapter (dbt looks for spark__ / databricks__ first).
+
+  On the embedded engine every table needs a fixed location: the catalog is in
+  memory and empty at every start, so the runner re-registers the Delta folders.
+  On Databricks `heartbeat_location_root` stays empty and tables are managed.
+#}
+{% macro spark__location_clause() %}
+  {%- set root = var('heartbeat_location_root', '') -%}
+  {%- if root %}
+    location '{{ root }}/{{ model['alias'] }}'
+  {%- else -%}
+    {%- set location_root = config.get('location_root', validator=validation.any[basestring]) -%}
+    {%- if location_root is not none %}
+    location '{{ location_root }}/{{ model['alias'] }}'
+    {%- endif %}
+  {%- endif %}
+{%- endmacro -%}
+
+{#
+  dbt-spark re-seeds with DROP then CREATE; on the embedded engine DROP keeps the
+  Delta files, so rows would duplicate. CREATE OR REPLACE starts a new version instead.
+#}
+{% macro spark__create_csv_table(model, agate_table) %}
+  {%- set column_override = model['config'].get('column_types', {}) -%}
+  {%- set quote_seed_column = model['config'].get('quote_columns', None) -%}
+  {% set sql %}
+    create or replace table {{ this.render() }} (
+        {%- for col_name in agate_table.column_names -%}
+            {%- set inferred_type = adapter.convert_type(agate_table, loop.index0) -%}
+            {%- set type = column_override.get(col_name, inferred_type) -%}
+            {{ adapter.quote_seed_column(col_name | string, quote_seed_column) }} {{ type }} {%- if not loop.last -%}, {%- endif -%}
+        {%- endfor -%}
+    )
+    {{ file_format_clause() }}
+    {{ location_clause() }}
+  {% endset %}
+  {% call statement('_') -%}
+    {{ sql }}
+  {%- endcall %}
+  {{ return(sql) }}
+{% endmacro %}
+
+{% macro spark__reset_csv_table(model, full_refresh, old_relation, agate_table) %}
+  {{ return(create_csv_table(model, agate_table)) }}
+{% endmacro %}
+
+{#
+  dbt-spark's session method renders seed bindings as '{value}': NULL becomes the
+  string 'None' and a quote inside a value (a preprocess_query with a string
+  literal) breaks the statement. Render escaped literals ourselves instead.
+#}
+{% macro spark__load_csv_rows(model, agate_table) %}
+  {% set batch_size = get_batch_size() %}
+  {% set column_override = model['config'].get('column_types', {}) %}
+  {% set statements = [] %}
+  {% for chunk in agate_table.rows | batch(batch_size) %}
+    {% set sql %}
+      insert into {{ this.render() }} values
+      {% for row in chunk -%}
+        ({%- for col_name in agate_table.column_names -%}
+          {%- set inferred_type = adapter.convert_type(agate_table, loop.index0) -%}
+          {%- set type = column_override.get(col_name, inferred_type) -%}
+          cast({{ heartbeat_sql_literal(row[loop.index0]) }} as {{ type }})
+          {%- if not loop.last %},{% endif -%}
+        {%- endfor -%})
+        {%- if not loop.last %},{% endif %}
+      {% endfor %}
+    {% endset %}
+    {% do adapter.add_query(sql, abridge_sql_log=True) %}
+    {% if loop.index0 == 0 %}
+      {% do statements.append(sql) %}
+    {% endif %}
+  {% endfor %}
+  {{ return(statements[0] if statements else '') }}
+{% endmacro %}
+
+{% macro heartbeat_sql_literal(value) -%}
+  {%- if value is none -%}
+    null
+  {%- else -%}
+    '{{ value | string | replace("\\", "\\\\") | replace("'", "\\'") }}'
+  {%- endif -%}
+{%- endmacro %}

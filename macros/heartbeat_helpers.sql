@@ -1,0 +1,52 @@
+{# Small expressions shared by the models. #}
+
+{# Trimmed text, with blanks as NULL. #}
+{% macro heartbeat_clean(column) -%}
+  nullif(trim({{ column }}), '')
+{%- endmacro %}
+
+{# A config flag as boolean: TRUE/T/1/YES/Y (any case, spaces ignored); blank means TRUE. #}
+{% macro heartbeat_is_true(column) -%}
+  (coalesce(upper({{ heartbeat_clean(column) }}), 'TRUE') in ('TRUE', 'T', '1', 'YES', 'Y'))
+{%- endmacro %}
+
+{#
+  One distinct upstream read. Rows that share it are sensed once per tick. A row with
+  its own upstream_key or preprocess_query reads the same upstream differently, so it
+  gets its own key (a short hash of both).
+#}
+{% macro heartbeat_source_key(sensor_source, sensor_id, upstream_key, preprocess_query) -%}
+  concat(
+    {{ sensor_source }}, ':', {{ sensor_id }},
+    case
+      when {{ upstream_key }} is null and {{ preprocess_query }} is null then ''
+      else concat('#', substr(sha2(concat(coalesce({{ upstream_key }}, ''), '|', coalesce({{ preprocess_query }}, '')), 256), 1, 10))
+    end
+  )
+{%- endmacro %}
+
+{# Events recorded by the runner, one row per event id (a replayed append is harmless). #}
+{% macro heartbeat_events() -%}
+  (
+    select * from (
+      select e.*, row_number() over (partition by event_id order by event_ts) as heartbeat_copy
+      from {{ source('heartbeat', 'heartbeat_events') }} e
+    ) numbered
+    where heartbeat_copy = 1
+  )
+{%- endmacro %}
+
+{# The cursor each source has reached: its latest NEW_DATA, CURSOR or RESET event. #}
+{% macro heartbeat_latest_cursors() -%}
+  (
+    select source_key, cursor_to
+    from (
+      select
+        source_key, cursor_to,
+        row_number() over (partition by source_key order by event_ts desc, event_id desc) as recency
+      from {{ heartbeat_events() }} e
+      where event_type in ('NEW_DATA', 'CURSOR', 'RESET') and source_key is not null
+    ) ranked
+    where recency = 1
+  )
+{%- endmacro %}

@@ -1,0 +1,305 @@
+{#
+  The control table: one row per (sensor_source, sensor_id, trigger_job_id).
+
+  Config columns come from the seed; status and timestamps are derived from the
+  append-only events table, so this model can always be rebuilt from the two and
+  a crash between steps of a tick can never leave it inconsistent.
+
+  Status of a row (its job's lifecycle first, then its own source's data):
+    IN_PROGRESS          the job's latest lifecycle event is an effective trigger request
+    FAILED               the job's latest lifecycle event is a failure (blocks the job
+                         until a successful run is recorded)
+    NEW_EVENT_AVAILABLE  new data was sensed for this row's source after the job last
+                         consumed it (its latest trigger, reset, or the row's creation)
+    COMPLETED            the job's latest lifecycle event is a success
+    NULL                 nothing happened yet (new row) or the job was reset
+
+  Rows removed from the config are retired (is_active = false), never deleted.
+#}
+{{
+  config(
+    materialized='incremental',
+    incremental_strategy='merge',
+    unique_key=['sensor_source', 'sensor_id', 'trigger_job_id'],
+  )
+}}
+
+with config as (
+  select
+    lower({{ heartbeat_clean('sensor_source') }}) as sensor_source,
+    {{ heartbeat_clean('sensor_id') }} as sensor_id,
+    coalesce(lower({{ heartbeat_clean('sensor_read_type') }}), 'batch') as sensor_read_type,
+    {{ heartbeat_clean('asset_description') }} as asset_description,
+    {{ heartbeat_clean('upstream_key') }} as upstream_key,
+    {{ heartbeat_clean('preprocess_query') }} as preprocess_query,
+    {{ heartbeat_clean('trigger_job_id') }} as trigger_job_id,
+    {{ heartbeat_clean('trigger_job_name') }} as trigger_job_name,
+    coalesce(upper({{ heartbeat_clean('job_state') }}), 'UNPAUSED') as config_job_state,
+    {{ heartbeat_is_true('dependency_flag') }} as is_hard
+  from {{ ref('heartbeat_sensor_config') }}
+),
+
+keyed as (
+  select
+    config.*,
+    {{ heartbeat_source_key('sensor_source', 'sensor_id', 'upstream_key', 'preprocess_query') }} as source_key
+  from config
+),
+
+{% if is_incremental() %}
+previous as (
+  select * from {{ this }}
+),
+{% endif %}
+
+events as {{ heartbeat_events() }},
+
+{# A trigger request cancelled by a TRIGGER_ERROR with the same token never happened. #}
+cancelled_tokens as (
+  select distinct idempotency_token from events where event_type = 'TRIGGER_ERROR'
+),
+
+lifecycle as (
+  select e.*
+  from events e
+  left join cancelled_tokens c on e.idempotency_token = c.idempotency_token
+  where e.event_type in ('TRIGGER_REQUESTED', 'COMPLETED', 'FAILED', 'RESET')
+    and (e.event_type <> 'TRIGGER_REQUESTED' or c.idempotency_token is null)
+),
+
+latest_lifecycle as (
+  select * from (
+    select
+      trigger_job_id, event_type, event_ts, message, idempotency_token, job_run_id,
+      row_number() over (partition by trigger_job_id order by event_ts desc, event_id desc) as recency
+    from lifecycle
+  ) ranked
+  where recency = 1
+),
+
+{# Where each job last consumed its sources' data: its latest trigger request or reset. #}
+consumed_until as (
+  select trigger_job_id, max(event_ts) as consumed_ts
+  from lifecycle
+  where event_type in ('TRIGGER_REQUESTED', 'RESET')
+  group by trigger_job_id
+),
+
+latest_trigger as (
+  select * from (
+    select
+      trigger_job_id, event_ts, idempotency_token,
+      row_number() over (partition by trigger_job_id order by event_ts desc, event_id desc) as recency
+    from lifecycle
+    where event_type = 'TRIGGER_REQUESTED'
+  ) ranked
+  where recency = 1
+),
+
+triggered_runs as (
+  select idempotency_token, max(job_run_id) as job_run_id, max(event_ts) as triggered_ts
+  from events
+  where event_type = 'TRIGGERED'
+  group by idempotency_token
+),
+
+last_trigger_error as (
+  select * from (
+    select
+      trigger_job_id, message, event_ts,
+      row_number() over (partition by trigger_job_id order by event_ts desc, event_id desc) as recency
+    from events
+    where event_type = 'TRIGGER_ERROR'
+  ) ranked
+  where recency = 1
+),
+
+{# pause/resume from the CLI override the config until the next config load. #}
+last_config_load as (
+  select max(event_ts) as loaded_ts from events where event_type = 'CONFIG_LOADED'
+),
+
+state_override as (
+  select * from (
+    select
+      e.trigger_job_id, e.event_type,
+      row_number() over (partition by e.trigger_job_id order by e.event_ts desc, e.event_id desc) as recency
+    from events e
+    cross join last_config_load l
+    where e.event_type in ('JOB_PAUSED', 'JOB_RESUMED')
+      and (l.loaded_ts is null or e.event_ts > l.loaded_ts)
+  ) ranked
+  where recency = 1
+),
+
+new_data as (
+  select source_key, event_id, event_ts, snapshot_ts, window_from, window_to
+  from events
+  where event_type = 'NEW_DATA'
+),
+
+latest_fetch as (
+  select source_key, max(snapshot_ts) as latest_event_fetched_timestamp
+  from new_data
+  group by source_key
+),
+
+rows_now as (
+  select
+    k.*,
+    {% if is_incremental() %}
+    coalesce(p.row_created_timestamp, current_timestamp()) as row_created_timestamp
+    {% else %}
+    current_timestamp() as row_created_timestamp
+    {% endif %}
+  from keyed k
+  {% if is_incremental() %}
+  left join previous p
+    on p.sensor_source = k.sensor_source and p.sensor_id = k.sensor_id and p.trigger_job_id = k.trigger_job_id
+  {% endif %}
+),
+
+{# NEW_DATA events of a row's source that its job has not consumed yet. #}
+pending as (
+  select
+    r.sensor_source, r.sensor_id, r.trigger_job_id,
+    count(*) as pending_events,
+    min(n.event_ts) as first_pending_ts,
+    concat_ws(',', sort_array(collect_list(n.event_id))) as pending_event_ids,
+    min_by(n.window_from, n.event_ts) as pending_window_from,
+    max_by(n.window_to, n.event_ts) as pending_window_to
+  from rows_now r
+  join new_data n on n.source_key = r.source_key
+  left join consumed_until c on c.trigger_job_id = r.trigger_job_id
+  where n.event_ts > greatest(r.row_created_timestamp, coalesce(c.consumed_ts, r.row_created_timestamp))
+  group by r.sensor_source, r.sensor_id, r.trigger_job_id
+),
+
+derived as (
+  select
+    r.sensor_source,
+    r.sensor_id,
+    r.sensor_read_type,
+    r.asset_description,
+    r.upstream_key,
+    r.preprocess_query,
+    f.latest_event_fetched_timestamp,
+    r.trigger_job_id,
+    r.trigger_job_name,
+    case
+      when l.event_type = 'TRIGGER_REQUESTED' then 'IN_PROGRESS'
+      when l.event_type = 'FAILED' then 'FAILED'
+      when p.pending_events > 0 then 'NEW_EVENT_AVAILABLE'
+      when l.event_type = 'COMPLETED' then 'COMPLETED'
+      else cast(null as string)
+    end as status,
+    l.event_type as last_lifecycle_event,
+    l.event_ts as lifecycle_ts,
+    p.first_pending_ts,
+    t.event_ts as last_trigger_ts,
+    case
+      when s.event_type = 'JOB_PAUSED' then 'PAUSED'
+      when s.event_type = 'JOB_RESUMED' then 'UNPAUSED'
+      else r.config_job_state
+    end as job_state,
+    case when r.is_hard then 'TRUE' else 'FALSE' end as dependency_flag,
+    r.is_hard,
+    r.source_key,
+    coalesce(p.pending_events, 0) as pending_events,
+    p.pending_event_ids,
+    p.pending_window_from,
+    p.pending_window_to,
+    tr.job_run_id,
+    t.idempotency_token as last_idempotency_token,
+    case
+      when l.event_type = 'FAILED' then l.message
+      when e.event_ts > coalesce(l.event_ts, timestamp '1900-01-01') then e.message
+    end as last_error,
+    r.row_created_timestamp
+  from rows_now r
+  left join latest_lifecycle l on l.trigger_job_id = r.trigger_job_id
+  left join latest_trigger t on t.trigger_job_id = r.trigger_job_id
+  left join triggered_runs tr on tr.idempotency_token = t.idempotency_token
+  left join pending p
+    on p.sensor_source = r.sensor_source and p.sensor_id = r.sensor_id and p.trigger_job_id = r.trigger_job_id
+  left join latest_fetch f on f.source_key = r.source_key
+  left join state_override s on s.trigger_job_id = r.trigger_job_id
+  left join last_trigger_error e on e.trigger_job_id = r.trigger_job_id
+),
+
+active as (
+  select
+    sensor_source,
+    sensor_id,
+    sensor_read_type,
+    asset_description,
+    upstream_key,
+    preprocess_query,
+    latest_event_fetched_timestamp,
+    trigger_job_id,
+    trigger_job_name,
+    status,
+    case
+      when status = 'NEW_EVENT_AVAILABLE' then first_pending_ts
+      when status is not null then lifecycle_ts
+    end as status_change_timestamp,
+    case when status in ('IN_PROGRESS', 'COMPLETED', 'FAILED') then last_trigger_ts end as job_start_timestamp,
+    case when status in ('COMPLETED', 'FAILED') and last_lifecycle_event in ('COMPLETED', 'FAILED') then lifecycle_ts end
+      as job_end_timestamp,
+    job_state,
+    dependency_flag,
+    is_hard,
+    source_key,
+    pending_events,
+    pending_event_ids,
+    pending_window_from,
+    pending_window_to,
+    job_run_id,
+    last_idempotency_token,
+    last_error,
+    true as is_active,
+    cast(null as timestamp) as retired_timestamp,
+    row_created_timestamp,
+    current_timestamp() as updated_at
+  from derived
+)
+
+select * from active
+
+{% if is_incremental() %}
+union all
+
+{# Rows no longer in the config keep their history and are marked retired. #}
+select
+  p.sensor_source,
+  p.sensor_id,
+  p.sensor_read_type,
+  p.asset_description,
+  p.upstream_key,
+  p.preprocess_query,
+  p.latest_event_fetched_timestamp,
+  p.trigger_job_id,
+  p.trigger_job_name,
+  p.status,
+  p.status_change_timestamp,
+  p.job_start_timestamp,
+  p.job_end_timestamp,
+  p.job_state,
+  p.dependency_flag,
+  p.is_hard,
+  p.source_key,
+  p.pending_events,
+  p.pending_event_ids,
+  p.pending_window_from,
+  p.pending_window_to,
+  p.job_run_id,
+  p.last_idempotency_token,
+  p.last_error,
+  false as is_active,
+  coalesce(p.retired_timestamp, current_timestamp()) as retired_timestamp,
+  p.row_created_timestamp,
+  case when p.is_active then current_timestamp() else p.updated_at end as updated_at
+from previous p
+left anti join keyed k
+  on p.sensor_source = k.sensor_source and p.sensor_id = k.sensor_id and p.trigger_job_id = k.trigger_job_id
+{% endif %}

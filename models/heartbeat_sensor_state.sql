@@ -1,0 +1,44 @@
+{#
+  The data product's sensor state table (the shape other products sense with the
+  `delta_upstream_sensor_table` source): one row per distinct source this heartbeat
+  senses, with the cursor it reached.
+
+    ACQUIRED_NEW_DATA   new data was sensed and some job fed by it has not finished
+                        processing it (NEW_EVENT_AVAILABLE, IN_PROGRESS or FAILED)
+    PROCESSED_NEW_DATA  every job fed by it completed after the data arrived
+#}
+{{ config(materialized='table') }}
+
+with rows_by_source as (
+  select
+    source_key,
+    max(sensor_source) as sensor_source,
+    max(upstream_key) as upstream_key,
+    sort_array(collect_set(coalesce(asset_description, sensor_id))) as assets,
+    sum(case when status in ('NEW_EVENT_AVAILABLE', 'IN_PROGRESS', 'FAILED') then 1 else 0 end) as unprocessed_rows,
+    sum(case when status = 'COMPLETED' then 1 else 0 end) as completed_rows,
+    max(status_change_timestamp) as status_change_timestamp,
+    max(latest_event_fetched_timestamp) as latest_event_fetched_timestamp
+  from {{ ref('heartbeat_control') }}
+  where is_active
+  group by source_key
+),
+
+cursors as {{ heartbeat_latest_cursors() }}
+
+select
+  r.source_key as sensor_id,
+  r.assets,
+  case
+    when r.unprocessed_rows > 0 then 'ACQUIRED_NEW_DATA'
+    when r.completed_rows > 0 then 'PROCESSED_NEW_DATA'
+  end as status,
+  cast(r.status_change_timestamp as string) as status_change_timestamp,
+  cast(null as string) as checkpoint_location,
+  r.upstream_key,
+  c.cursor_to as upstream_value,
+  r.sensor_source,
+  r.latest_event_fetched_timestamp
+from rows_by_source r
+left join cursors c on c.source_key = r.source_key
+where r.latest_event_fetched_timestamp is not null
