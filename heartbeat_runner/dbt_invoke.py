@@ -117,7 +117,6 @@ class DbtProject:
         self.seed_dir.mkdir(parents=True, exist_ok=True)
         staged = self.seed_csv.with_suffix(".csv.new")
         staged.write_text(normalized_csv, encoding="utf-8")
-        shutil.copyfile(self.settings.project_dir / "seeds" / "schema.yml", self.seed_dir / "schema.yml")
         previous = self.seed_csv.read_text(encoding="utf-8") if self.seed_csv.exists() else None
         os.replace(staged, self.seed_csv)
         try:

@@ -1,0 +1,65 @@
+"""The CLI in separate processes: state survives between invocations; clear errors; --json."""
+
+import json
+import os
+import subprocess
+import sys
+
+from harness import HEADER
+from harness import config_row as row
+
+
+def cli(tmp_path, *args, check=True):
+    env = {**os.environ, "HEARTBEAT_HOME": str(tmp_path / "lh"), "HEARTBEAT_TRIGGER_DIR": str(tmp_path / "triggers"),
+           "HEARTBEAT_JOBS_FILE": str(tmp_path / "jobs.yml"), "HEARTBEAT_CONFIG": str(tmp_path / "cfg.csv")}
+    proc = subprocess.run([sys.executable, "-m", "heartbeat_runner", *args], env=env, capture_output=True,
+                          text=True, timeout=120, cwd=tmp_path)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"exit {proc.returncode}\nstdout:{proc.stdout}\nstderr:{proc.stderr}")
+    return proc
+
+
+def test_state_survives_across_processes(tmp_path):
+    (tmp_path / "cfg.csv").write_text("\n".join([HEADER, row("trigger_file", "drop", "J1")]) + "\n")
+    (tmp_path / "jobs.yml").write_text(f"jobs:\n  J1: [{sys.executable!r}, '-c', 'print(1)']\n")
+    cli(tmp_path, "seed")
+    cli(tmp_path, "run")  # baseline
+    (tmp_path / "triggers" / "drop").mkdir(parents=True)
+    (tmp_path / "triggers" / "drop" / "a.done").write_text("x")
+    out = cli(tmp_path, "run", "--json")
+    tick = json.loads(out.stdout)
+    assert [t["job_id"] for t in tick["triggered"]] == ["J1"]
+    status = json.loads(cli(tmp_path, "status", "--json").stdout)
+    assert [r["status"] for r in status] == ["IN_PROGRESS"]
+    cli(tmp_path, "complete", "--job-id", "J1")
+    status = json.loads(cli(tmp_path, "status", "--json").stdout)
+    assert [r["status"] for r in status] == ["COMPLETED"] and status[0]["job_end_timestamp"]
+    table = cli(tmp_path, "status").stdout
+    assert "TRIGGER_JOB_ID" in table and "COMPLETED" in table
+
+
+def test_bad_config_is_refused_and_nothing_is_written(tmp_path):
+    (tmp_path / "cfg.csv").write_text("\n".join([HEADER, row("delta_table", "db.t", "J1")]) + "\n")
+    cli(tmp_path, "seed")
+    before = json.loads(cli(tmp_path, "status", "--json").stdout)
+    (tmp_path / "cfg.csv").write_text("\n".join([HEADER, row("delta_table", "db.t", "J1", state="MAYBE")]) + "\n")
+    for command in ("validate", "seed"):
+        proc = cli(tmp_path, command, check=False)
+        assert proc.returncode == 1
+        assert f"{tmp_path / 'cfg.csv'}: line 2, column job_state" in proc.stderr
+    assert json.loads(cli(tmp_path, "status", "--json").stdout) == before
+
+
+def test_commands_before_seed_explain_what_to_do(tmp_path):
+    proc = cli(tmp_path, "run", check=False)
+    assert proc.returncode == 1 and "run `python -m heartbeat_runner seed` first" in proc.stderr
+
+
+def test_pause_unknown_job_is_a_clear_error(tmp_path):
+    (tmp_path / "cfg.csv").write_text("\n".join([HEADER, row("delta_table", "db.t", "J1")]) + "\n")
+    cli(tmp_path, "seed")
+    proc = cli(tmp_path, "pause", "--job-id", "NOPE", check=False)
+    assert proc.returncode == 1 and "job 'NOPE' is not in the control table" in proc.stderr
+    cli(tmp_path, "pause", "--job-id", "J1")
+    status = json.loads(cli(tmp_path, "status", "--json").stdout)
+    assert status[0]["job_state"] == "PAUSED"

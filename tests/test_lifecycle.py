@@ -1,0 +1,159 @@
+"""The status lifecycle and the dependency rule, end to end on the embedded lakehouse."""
+
+from harness import config_row as row
+
+
+def test_full_lifecycle_null_new_event_in_progress_completed(hb):
+    hb.create_table("sales.orders", "id int, amount double")
+    hb.insert("sales.orders", "(1, 10.0)")
+    hb.jobs(J1=0)
+    hb.seed(row("delta_table", "sales.orders", "J1"))
+    assert hb.job_status("J1") == {None}
+
+    first = hb.tick()  # baseline: existing rows are not replayed
+    assert [s.outcome.value for s in first.sensed] == ["NO_NEW_DATA"]
+    assert hb.job_status("J1") == {None}
+
+    hb.insert("sales.orders", "(2, 20.0)")
+    # Stop before triggering to observe NEW_EVENT_AVAILABLE: sense and build only.
+    hb.heartbeat.store.append_events(hb.heartbeat._data_events(_sense(hb)))
+    hb.heartbeat.refresh_models()
+    assert hb.job_status("J1") == {"NEW_EVENT_AVAILABLE"}
+
+    result = hb.tick()
+    assert [job for job, _ in result.triggered] == ["J1"]
+    (control,) = hb.rows("J1")
+    assert control["status"] == "IN_PROGRESS"
+    assert control["job_start_timestamp"] is not None and control["job_end_timestamp"] is None
+    assert control["job_run_id"] == result.triggered[0][1]
+
+    hb.wait_for_jobs()
+    (control,) = hb.rows("J1")
+    assert control["status"] == "COMPLETED"
+    assert control["job_end_timestamp"] >= control["job_start_timestamp"]
+    assert control["latest_event_fetched_timestamp"] is not None
+    assert hb.runs_of("J1") == 1
+
+
+def _sense(hb):
+    from heartbeat_runner.sensing import sense_all
+    from heartbeat_runner.tick import TickResult
+    from heartbeat_runner.records import utcnow
+
+    result = TickResult(run_id="manual", snapshot_ts=utcnow())
+    result.sensed = sense_all(hb.app.store.sensors_due(), hb.heartbeat.ctx, max_workers=2, timeout_s=30)
+    return result
+
+
+def test_scenario_a_two_hard_dependencies_both_needed(hb):
+    for name in ("up.j1", "up.j2"):
+        hb.create_table(name, "id int")
+    hb.jobs(J3=0)
+    hb.seed(row("delta_table", "up.j1", "J3"), row("delta_table", "up.j2", "J3"))
+    hb.tick()
+    hb.insert("up.j1", "(1)")
+    assert hb.tick().triggered == []
+    assert hb.status()[("delta_table", "up.j1", "J3")] == "NEW_EVENT_AVAILABLE"
+    assert hb.status()[("delta_table", "up.j2", "J3")] is None
+    hb.insert("up.j2", "(1)")
+    assert [job for job, _ in hb.tick().triggered] == ["J3"]
+    hb.wait_for_jobs()
+    assert hb.runs_of("J3") == 1
+
+
+def test_scenario_b_hard_plus_soft_hard_alone_suffices_soft_never_alone(hb):
+    for name in ("up.j1", "up.j2"):
+        hb.create_table(name, "id int")
+    hb.jobs(J3=0)
+    hb.seed(row("delta_table", "up.j1", "J3", hard="TRUE"), row("delta_table", "up.j2", "J3", hard="false "))
+    hb.tick()
+    hb.insert("up.j2", "(1)")  # soft only: never triggers alone
+    assert hb.tick().triggered == []
+    assert hb.status()[("delta_table", "up.j2", "J3")] == "NEW_EVENT_AVAILABLE"
+    hb.insert("up.j1", "(1)")  # the hard one arrives: triggers, consuming the soft data too
+    result = hb.tick()
+    assert [job for job, _ in result.triggered] == ["J3"]
+    hb.wait_for_jobs()
+    assert set(hb.status().values()) == {"COMPLETED"}
+    # The soft row's data was consumed by that run: no second trigger.
+    assert hb.tick().triggered == []
+    assert hb.runs_of("J3") == 1
+
+
+def test_paused_job_is_neither_sensed_nor_triggered(hb):
+    hb.create_table("up.t", "id int")
+    hb.jobs(J1=0)
+    hb.seed(row("delta_table", "up.t", "J1", state="PAUSED"))
+    result = hb.tick()
+    assert result.sensed == []
+    hb.insert("up.t", "(1)")
+    assert hb.tick().sensed == [] and hb.events("NEW_DATA") == []
+    assert hb.runs_of("J1") == 0
+
+
+def test_pause_and_resume_from_the_cli_events(hb):
+    from heartbeat_runner.records import Event, EventType, utcnow
+
+    hb.create_table("up.t", "id int")
+    hb.jobs(J1=0)
+    hb.seed(row("delta_table", "up.t", "J1"))
+    hb.tick()
+    hb.app.store.append_events([Event(EventType.JOB_PAUSED.value, "test", utcnow(), trigger_job_id="J1")])
+    hb.insert("up.t", "(1)")
+    assert hb.tick().triggered == []
+    assert {r["job_state"] for r in hb.rows("J1")} == {"PAUSED"}
+    hb.app.store.append_events([Event(EventType.JOB_RESUMED.value, "test", utcnow(), trigger_job_id="J1")])
+    result = hb.tick()  # resumed: the data that arrived while paused is sensed and triggers
+    assert [j for j, _ in result.triggered] == ["J1"]
+
+
+def test_new_event_available_rows_are_not_sensed_again(hb):
+    for name in ("up.a", "up.b"):
+        hb.create_table(name, "id int")
+    hb.jobs(J1=0)
+    hb.seed(row("delta_table", "up.a", "J1"), row("delta_table", "up.b", "J1"))
+    hb.tick()
+    hb.insert("up.a", "(1)")
+    hb.tick()
+    sensed = {s.target.sensor_id for s in hb.tick().sensed}
+    assert sensed == {"up.b"}  # up.a waits as NEW_EVENT_AVAILABLE and is not read again
+    assert len(hb.events("NEW_DATA")) == 1
+
+
+def test_no_new_data_no_event(hb):
+    hb.create_table("up.t", "id int")
+    hb.insert("up.t", "(1)")
+    hb.jobs(J1=0)
+    hb.seed(row("delta_table", "up.t", "J1"))
+    for _ in range(3):
+        result = hb.tick()
+        assert [s.outcome.value for s in result.sensed] == ["NO_NEW_DATA"]
+    assert hb.events("NEW_DATA") == []
+    assert hb.runs_of("J1") == 0
+
+
+def test_failed_job_is_not_retriggered_until_a_successful_run(hb):
+    hb.create_table("up.t", "id int")
+    hb.jobs(J1=1)  # this job fails
+    hb.seed(row("delta_table", "up.t", "J1"))
+    hb.tick()
+    hb.insert("up.t", "(1)")
+    hb.tick()
+    hb.wait_for_jobs()
+    (failed,) = hb.rows("J1")
+    assert failed["status"] == "FAILED" and "exit code 1" in failed["last_error"]
+    hb.insert("up.t", "(2)")
+    for _ in range(2):
+        result = hb.tick()
+        assert result.triggered == [] and result.sensed == []
+    assert hb.runs_of("J1") == 1
+    # A successful run is recorded (the job's final task, or `complete` after a manual run).
+    from heartbeat_runner.records import Event, EventType, utcnow
+
+    hb.app.store.append_events([Event(EventType.COMPLETED.value, "manual", utcnow(), trigger_job_id="J1")])
+    hb.jobs(J1=0)
+    hb.tick()  # sensed again: finds the data that arrived after the failed run
+    hb.tick()
+    hb.wait_for_jobs()
+    assert hb.runs_of("J1") == 2
+    assert hb.job_status("J1") == {"COMPLETED"}

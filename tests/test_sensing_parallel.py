@@ -1,0 +1,100 @@
+"""``sense_all``: the sensing pool (fake sources; the pool is what is tested here)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from heartbeat_runner.records import Outcome
+from heartbeat_runner.sensing import sense_all
+from heartbeat_runner.sources.base import SenseContext, SenseResult, SensingTarget
+from services import sensing_target
+
+CTX = SenseContext(engine=None, trigger_dir=Path("/nonexistent"))  # type: ignore[arg-type]
+
+
+@dataclass
+class FakeSource:
+    """Behaviour by sensor_id: ``hang`` blocks until released, ``fail`` raises, others sleep briefly."""
+
+    release: threading.Event = field(default_factory=threading.Event)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    running: int = 0
+    most_running: int = 0
+    finished_at: dict[str, float] = field(default_factory=dict)
+
+    source_types = ("fake",)
+
+    def check_config(self, sensor_id: str, upstream_key: str | None) -> str | None:
+        return None
+
+    def sense(self, target: SensingTarget, ctx: SenseContext) -> SenseResult:
+        with self.lock:
+            self.running += 1
+            self.most_running = max(self.most_running, self.running)
+        try:
+            if target.sensor_id.startswith("hang"):
+                self.release.wait(30)
+            elif target.sensor_id.startswith("fail"):
+                raise ConnectionError("upstream refused\nsecond line")
+            else:
+                time.sleep(0.05)
+            return SenseResult(new_data=True, cursor_to='{"n":1}')
+        finally:
+            with self.lock:
+                self.running -= 1
+                self.finished_at[target.sensor_id] = time.monotonic()
+
+
+def targets(*sensor_ids: str) -> list[tuple[SensingTarget, str]]:
+    return [(sensing_target("fake", sid), f"job_{sid}") for sid in sensor_ids]
+
+
+def test_a_hung_source_times_out_without_delaying_the_others():
+    fake = FakeSource()
+    began = time.monotonic()
+    try:
+        outcomes = sense_all(targets("hang", "a", "b", "c", "d"), CTX, max_workers=2, timeout_s=1.5,
+                             source_for=lambda _: fake)
+    finally:
+        fake.release.set()
+    elapsed = time.monotonic() - began
+    by_id = {o.target.sensor_id: o for o in outcomes}
+    assert [o.target.sensor_id for o in outcomes] == ["hang", "a", "b", "c", "d"]  # input order kept
+    assert by_id["hang"].outcome is Outcome.ERROR and by_id["hang"].error == "timed out after 1.5s"
+    assert by_id["hang"].result is None and by_id["hang"].trigger_job_ids == "job_hang"
+    assert all(by_id[s].outcome is Outcome.NEW_DATA for s in "abcd")
+    # the others shared the one remaining slot and were done long before the hung one's timeout
+    assert all(fake.finished_at[s] - began < 1.0 for s in "abcd")
+    assert 1.4 < elapsed < 3.0
+
+
+def test_a_failing_source_is_an_error_for_that_source_only():
+    fake = FakeSource()
+    done = []
+    outcomes = sense_all(targets("a", "fail", "b"), CTX, max_workers=3, timeout_s=10,
+                         source_for=lambda _: fake, on_done=done.append)
+    by_id = {o.target.sensor_id: o for o in outcomes}
+    assert by_id["fail"].outcome is Outcome.ERROR
+    assert by_id["fail"].error == "ConnectionError: upstream refused"
+    assert by_id["a"].outcome is Outcome.NEW_DATA and by_id["b"].outcome is Outcome.NEW_DATA
+    assert by_id["a"].result.cursor_to == '{"n":1}'
+    assert sorted(o.target.sensor_id for o in done) == ["a", "b", "fail"]  # each reported once
+
+
+def test_at_most_max_workers_sense_at_once():
+    fake = FakeSource()
+    outcomes = sense_all(targets(*(f"s{i}" for i in range(9))), CTX, max_workers=3, timeout_s=10,
+                         source_for=lambda _: fake)
+    assert all(o.outcome is Outcome.NEW_DATA for o in outcomes)
+    assert 2 <= fake.most_running <= 3  # parallel, never past the limit
+
+
+def test_an_unknown_source_type_is_an_error_not_a_crash():
+    def source_for(name: str):
+        raise KeyError(f"unknown sensor_source {name!r}")
+
+    [outcome] = sense_all(targets("a"), CTX, max_workers=1, timeout_s=5, source_for=source_for)
+    assert outcome.outcome is Outcome.ERROR and "unknown sensor_source" in outcome.error

@@ -1,0 +1,145 @@
+"""The ``jdbc`` source against a real PostgreSQL."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+
+import pytest
+
+from heartbeat_runner.errors import SourceError
+from heartbeat_runner.sources.jdbc import JdbcSource
+from services import assert_config_check, free_port, sense_context, sensing_target
+from services import engine, postgres  # noqa: F401 (fixtures)
+
+SOURCE = JdbcSource()
+
+
+@pytest.fixture
+def table(postgres) -> str:
+    name = f"orders_{uuid.uuid4().hex[:8]}"
+    postgres.execute(f"CREATE TABLE public.{name} (id serial, region text, loaded_at timestamp, amount numeric(10,2))",
+                     f"GRANT SELECT ON public.{name} TO reader")
+    return name
+
+
+@pytest.fixture
+def ctx(engine, postgres):
+    return sense_context(engine, {"jdbc": {"warehouse": {"url": postgres.url()}}})
+
+
+def insert(postgres, table: str, *rows: tuple[str, str]) -> None:
+    for region, loaded_at in rows:
+        postgres.execute(f"INSERT INTO {table} (region, loaded_at, amount) VALUES (:r, :t, 1.5)",
+                         params={"r": region, "t": loaded_at})
+
+
+def sense(ctx, table: str, cursor: str | None = None, upstream_key: str = "loaded_at", **fields):
+    return SOURCE.sense(sensing_target("jdbc", f"warehouse:public.{table}", cursor, upstream_key, **fields), ctx)
+
+
+@pytest.mark.parametrize("sensor_id, upstream_key, problem", [
+    ("warehouse:public.orders", "loaded_at", None),
+    ("warehouse: orders", "id", None),
+    ("public.orders", "id", "must be <connection>:<table>"),
+    ("warehouse:public.orders", None, "need upstream_key"),
+    ("warehouse:public.orders;drop table x", "id", "not a valid SQL name"),
+    ("warehouse:a.b.c", "id", "must be table or schema.table"),
+    ("ware house:orders", "id", "connection name"),
+])
+def test_check_config(sensor_id, upstream_key, problem):
+    assert_config_check(SOURCE, sensor_id, upstream_key, problem)
+
+
+def test_baseline_then_new_rows_by_key(ctx, postgres, table):
+    insert(postgres, table, ("eu", "2026-01-01 10:00:00"), ("us", "2026-01-02 10:00:00"))
+    baseline = sense(ctx, table)
+    assert not baseline.new_data
+    assert json.loads(baseline.cursor_to) == {"value": {"type": "datetime", "value": "2026-01-02T10:00:00"}}
+
+    assert not sense(ctx, table, baseline.cursor_to).new_data
+    insert(postgres, table, ("eu", "2026-01-03 08:00:00"), ("eu", "2026-01-03 09:00:00"))
+    first = sense(ctx, table, baseline.cursor_to)
+    assert first.new_data and first.rows == 2
+    assert first.window_from == "loaded_at > 2026-01-02 10:00:00"
+    assert first.window_to == "loaded_at <= 2026-01-03 09:00:00"
+
+    assert not sense(ctx, table, first.cursor_to).new_data
+    insert(postgres, table, ("us", "2026-01-04 00:00:00"))
+    second = sense(ctx, table, first.cursor_to)
+    assert second.new_data and second.rows == 1
+    assert json.loads(second.cursor_to)["value"]["value"] == "2026-01-04T00:00:00"
+
+
+def test_integer_key_and_empty_table_baseline(ctx, postgres, table):
+    baseline = sense(ctx, table, upstream_key="id")
+    assert json.loads(baseline.cursor_to) == {"value": None}
+    insert(postgres, table, ("eu", "2026-01-01"))
+    result = sense(ctx, table, baseline.cursor_to, upstream_key="id")
+    assert result.new_data and json.loads(result.cursor_to) == {"value": {"type": "int", "value": "1"}}
+
+
+def test_replay_counts_every_row_of_a_new_sensor(engine, postgres, table):
+    insert(postgres, table, ("eu", "2026-01-01"), ("us", "2026-01-02"))
+    ctx = sense_context(engine, {"jdbc": {"warehouse": {"url": postgres.url()}}}, replay=True)
+    result = sense(ctx, table)
+    assert result.new_data and result.rows == 2 and result.window_from == "beginning"
+
+
+def test_preprocess_query_filters_rows_and_the_cursor_still_advances(ctx, postgres, table):
+    query = ("SELECT * FROM sensor_new_data "
+             "WHERE region = 'eu' AND ?upstream_key >= timestamp'2026-01-01' AND amount > 1")
+    baseline = sense(ctx, table).cursor_to
+    insert(postgres, table, ("us", "2026-02-01 00:00:00"))
+    filtered = sense(ctx, table, baseline, preprocess_query=query)
+    assert not filtered.new_data and filtered.rows == 0
+    assert json.loads(filtered.cursor_to)["value"]["value"] == "2026-02-01T00:00:00"
+
+    insert(postgres, table, ("us", "2026-02-02 00:00:00"), ("eu", "2026-02-03 00:00:00"))
+    kept = sense(ctx, table, filtered.cursor_to, preprocess_query=query)
+    assert kept.new_data and kept.rows == 1
+
+
+def test_secret_from_the_environment(engine, postgres, table, monkeypatch):
+    monkeypatch.setenv("TEST_WAREHOUSE_URL", postgres.url())
+    ctx = sense_context(engine, {"jdbc": {"warehouse": {"url": {"env": "TEST_WAREHOUSE_URL"}}}})
+    assert sense(ctx, table).cursor_to is not None
+    monkeypatch.delenv("TEST_WAREHOUSE_URL")
+    with pytest.raises(SourceError, match="needs environment variable TEST_WAREHOUSE_URL"):
+        sense(ctx, table)
+
+
+def test_url_from_the_environment_fallback(engine, postgres, table, monkeypatch):
+    monkeypatch.setenv("HEARTBEAT_JDBC_WAREHOUSE_URL", postgres.url())
+    assert sense(sense_context(engine), table).cursor_to is not None
+
+
+def test_missing_table_and_column_are_clear_errors(ctx, table):
+    with pytest.raises(SourceError, match=r'jdbc .*relation "public.no_such_table" does not exist'):
+        sense(ctx, "no_such_table")
+    with pytest.raises(SourceError, match='column .*no_such_column does not exist'):
+        sense(ctx, table, upstream_key="no_such_column")
+
+
+def test_wrong_password_is_a_clear_error_without_the_password(engine, postgres, table):
+    ctx = sense_context(engine, {"jdbc": {"warehouse": {"url": postgres.url(password="wrong-pw")}}})
+    with pytest.raises(SourceError, match='password authentication failed for user "reader"') as caught:
+        sense(ctx, table)
+    assert "wrong-pw" not in str(caught.value) and "***" in str(caught.value)
+
+
+def test_unreachable_database_fails_fast(engine):
+    url = f"postgresql+psycopg2://reader:x@127.0.0.1:{free_port()}/postgres"
+    ctx = sense_context(engine, {"jdbc": {"warehouse": {"url": url}}})
+    began = time.monotonic()
+    with pytest.raises(SourceError, match="cannot connect to .*Connection refused"):
+        sense(ctx, "orders")
+    assert time.monotonic() - began < 5
+
+
+def test_unknown_connection_and_bad_url(engine):
+    with pytest.raises(SourceError, match=r"add jdbc\.warehouse to .* or set HEARTBEAT_JDBC_WAREHOUSE_URL"):
+        sense(sense_context(engine), "orders")
+    with pytest.raises(SourceError, match="not a SQLAlchemy URL"):
+        sense(sense_context(engine, {"jdbc": {"warehouse": {"url": "not a url"}}}), "orders")
