@@ -179,7 +179,7 @@ def _validate_row(path: Path, line: int, values: dict[str, str | None], problems
     if source in source_types() and sensor_id:
         problem = source_for(source).check_config(sensor_id, upstream_key)
         if problem:
-            bad("sensor_id", problem)
+            bad("upstream_key" if problem.startswith("upstream_key") else "sensor_id", problem)
     if len(problems) > before:
         return None
     return SensorConfigRow(

@@ -25,7 +25,8 @@ log = logging.getLogger(__name__)
 
 CONTROL_MODEL = "heartbeat_control"
 SENSOR_STATE_MODEL = "heartbeat_sensor_state"
-VIEW_MODELS = ("jobs_ready_to_trigger", "heartbeat_sensors_due")
+VIEW_MODELS = ("jobs_ready_to_trigger", "heartbeat_sensors_due", "heartbeat_sensors_skipped",
+               "jobs_trigger_explanation", "heartbeat_cursor_history", "heartbeat_run_overview")
 SEED_NAME = "heartbeat_sensor_config"
 
 

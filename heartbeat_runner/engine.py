@@ -133,10 +133,22 @@ def _open_local(settings: Settings) -> Engine:
     url = f"sc://{host}:{port}"
     # dbt-spark's session method calls SparkSession.builder.getOrCreate(); this points it here.
     os.environ["SPARK_REMOTE"] = url
-    spark = SparkSession.builder.remote(url).getOrCreate()
+    # create(), not getOrCreate(): the latter returns the process's active session, so two
+    # engines would share one. dbt-spark's getOrCreate() must then find *this* session, but
+    # create() only becomes the default when none is set yet, so set it explicitly.
+    spark = SparkSession.builder.remote(url).create()
+    _make_default_session(spark)
     spark.conf.set("spark.sql.session.timeZone", "UTC")
     spark.sql(f"CREATE SCHEMA IF NOT EXISTS {settings.schema}")
     return Engine(spark=spark, settings=settings, _server=server)
+
+
+def _make_default_session(spark: "SparkSession") -> None:
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    with ConnectSession._lock:
+        ConnectSession._default_session = spark
+    ConnectSession._active_session.session = spark
 
 
 def _open_spark_connect(settings: Settings) -> Engine:

@@ -55,8 +55,19 @@ def utcnow() -> datetime:
     return CLOCK.now()
 
 
+class TableRow:
+    """A dataclass that is one row of a table: its field order is the column order."""
+
+    @classmethod
+    def columns(cls) -> list[str]:
+        return [f.name for f in fields(cls)]
+
+    def as_tuple(self) -> tuple:
+        return tuple(getattr(self, name) for name in self.columns())
+
+
 @dataclass(frozen=True)
-class Event:
+class Event(TableRow):
     """One row of ``heartbeat_events``."""
 
     event_type: str
@@ -80,17 +91,16 @@ class Event:
     #: JSON: trigger parameters (TRIGGER_REQUESTED), sensing details
     payload: str | None = None
 
-    @staticmethod
-    def columns() -> list[str]:
-        return [f.name for f in fields(Event)]
 
-    def as_tuple(self) -> tuple:
-        return tuple(getattr(self, name) for name in self.columns())
+def new_data_event_id(source_key: str, parent_event_id: str | None, cursor_from: str | None,
+                      cursor_to: str | None) -> str:
+    """Deterministic id: re-sensing the same window after a crash (or by a second runner) yields the same event.
 
-
-def new_data_event_id(source_key: str, cursor_from: str | None, cursor_to: str | None) -> str:
-    """Deterministic id: re-sensing the same window after a crash yields the same event."""
-    return _digest("NEW_DATA", source_key, cursor_from or "", cursor_to or "")
+    ``parent_event_id`` is the cursor event the sensing started from, so ids form a chain:
+    after a RESET (a fresh parent) the same window gets a new id instead of colliding
+    with the event that first recorded it.
+    """
+    return _digest("NEW_DATA", source_key, parent_event_id or "", cursor_from or "", cursor_to or "")
 
 
 def idempotency_token(job_id: str, consumed_event_ids: list[str]) -> str:
@@ -103,7 +113,7 @@ def _digest(*parts: str) -> str:
 
 
 @dataclass(frozen=True)
-class SensorEvaluation:
+class SensorEvaluation(TableRow):
     """One row of ``heartbeat_run_report``: one source evaluated in one run."""
 
     run_id: str
@@ -119,16 +129,9 @@ class SensorEvaluation:
     error: str | None
     duration_s: float
 
-    @staticmethod
-    def columns() -> list[str]:
-        return [f.name for f in fields(SensorEvaluation)]
-
-    def as_tuple(self) -> tuple:
-        return tuple(getattr(self, name) for name in self.columns())
-
 
 @dataclass(frozen=True)
-class RunSummary:
+class RunSummary(TableRow):
     """One row of ``heartbeat_runs``: one tick."""
 
     run_id: str
@@ -145,13 +148,6 @@ class RunSummary:
     status: str
     message: str | None
     stage_timings: str
-
-    @staticmethod
-    def columns() -> list[str]:
-        return [f.name for f in fields(RunSummary)]
-
-    def as_tuple(self) -> tuple:
-        return tuple(getattr(self, name) for name in self.columns())
 
 
 

@@ -36,17 +36,37 @@
   )
 {%- endmacro %}
 
-{# The cursor each source has reached: its latest NEW_DATA, CURSOR or RESET event. #}
-{% macro heartbeat_latest_cursors() -%}
+{# The latest event of each partition (ties broken by event id), from a CTE or subquery of events. #}
+{% macro heartbeat_latest(events_relation, partition_by) -%}
   (
-    select source_key, cursor_to
-    from (
-      select
-        source_key, cursor_to,
-        row_number() over (partition by source_key order by event_ts desc, event_id desc) as recency
-      from {{ heartbeat_events() }} e
-      where event_type in ('NEW_DATA', 'CURSOR', 'RESET') and source_key is not null
+    select * from (
+      select r.*, row_number() over (partition by {{ partition_by }} order by event_ts desc, event_id desc) as recency
+      from {{ events_relation }} r
     ) ranked
     where recency = 1
   )
+{%- endmacro %}
+
+{# The events that set a source's cursor: NEW_DATA, CURSOR and RESET (of a source). #}
+{% macro heartbeat_cursor_events() -%}
+  (select * from {{ heartbeat_events() }} e
+   where event_type in ('NEW_DATA', 'CURSOR', 'RESET') and source_key is not null)
+{%- endmacro %}
+
+{# The cursor each source has reached: its latest cursor event. #}
+{% macro heartbeat_latest_cursors() -%}
+  {{ heartbeat_latest(heartbeat_cursor_events(), 'source_key') }}
+{%- endmacro %}
+
+{#
+  Why a control row does not ask for its source to be sensed, or NULL when it does
+  (the row is eligible: job UNPAUSED, status NULL or COMPLETED).
+#}
+{% macro heartbeat_not_sensed_reason() -%}
+  case
+    when job_state <> 'UNPAUSED' then 'paused'
+    when status = 'IN_PROGRESS' then 'in progress'
+    when status = 'FAILED' then 'failed, waits for a successful run'
+    when status = 'NEW_EVENT_AVAILABLE' then 'new data waiting to trigger'
+  end
 {%- endmacro %}

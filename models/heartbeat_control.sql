@@ -54,28 +54,32 @@ previous as (
 
 events as {{ heartbeat_events() }},
 
-{# A trigger request cancelled by a TRIGGER_ERROR with the same token never happened. #}
-cancelled_tokens as (
-  select distinct idempotency_token from events where event_type = 'TRIGGER_ERROR'
+trigger_errors as (
+  select * from events where event_type = 'TRIGGER_ERROR'
+),
+
+{#
+  A trigger request the jobs API refused (a TRIGGER_ERROR with its token after it)
+  never happened, unless an attempt with the same token did start a run (the job
+  was fixed and the retry of the same request went through).
+#}
+void_requests as (
+  select distinct r.event_id
+  from events r
+  join trigger_errors x on x.idempotency_token = r.idempotency_token and x.event_ts > r.event_ts
+  left anti join (select idempotency_token from events where event_type = 'TRIGGERED') t
+    on t.idempotency_token = r.idempotency_token
+  where r.event_type = 'TRIGGER_REQUESTED'
 ),
 
 lifecycle as (
   select e.*
   from events e
-  left join cancelled_tokens c on e.idempotency_token = c.idempotency_token
+  left anti join void_requests v on v.event_id = e.event_id
   where e.event_type in ('TRIGGER_REQUESTED', 'COMPLETED', 'FAILED', 'RESET')
-    and (e.event_type <> 'TRIGGER_REQUESTED' or c.idempotency_token is null)
 ),
 
-latest_lifecycle as (
-  select * from (
-    select
-      trigger_job_id, event_type, event_ts, message, idempotency_token, job_run_id,
-      row_number() over (partition by trigger_job_id order by event_ts desc, event_id desc) as recency
-    from lifecycle
-  ) ranked
-  where recency = 1
-),
+latest_lifecycle as {{ heartbeat_latest('lifecycle', 'trigger_job_id') }},
 
 {# Where each job last consumed its sources' data: its latest trigger request or reset. #}
 consumed_until as (
@@ -85,16 +89,11 @@ consumed_until as (
   group by trigger_job_id
 ),
 
-latest_trigger as (
-  select * from (
-    select
-      trigger_job_id, event_ts, idempotency_token,
-      row_number() over (partition by trigger_job_id order by event_ts desc, event_id desc) as recency
-    from lifecycle
-    where event_type = 'TRIGGER_REQUESTED'
-  ) ranked
-  where recency = 1
+trigger_requests as (
+  select * from lifecycle where event_type = 'TRIGGER_REQUESTED'
 ),
+
+latest_trigger as {{ heartbeat_latest('trigger_requests', 'trigger_job_id') }},
 
 triggered_runs as (
   select idempotency_token, max(job_run_id) as job_run_id, max(event_ts) as triggered_ts
@@ -103,34 +102,22 @@ triggered_runs as (
   group by idempotency_token
 ),
 
-last_trigger_error as (
-  select * from (
-    select
-      trigger_job_id, message, event_ts,
-      row_number() over (partition by trigger_job_id order by event_ts desc, event_id desc) as recency
-    from events
-    where event_type = 'TRIGGER_ERROR'
-  ) ranked
-  where recency = 1
-),
+last_trigger_error as {{ heartbeat_latest('trigger_errors', 'trigger_job_id') }},
 
 {# pause/resume from the CLI override the config until the next config load. #}
 last_config_load as (
   select max(event_ts) as loaded_ts from events where event_type = 'CONFIG_LOADED'
 ),
 
-state_override as (
-  select * from (
-    select
-      e.trigger_job_id, e.event_type,
-      row_number() over (partition by e.trigger_job_id order by e.event_ts desc, e.event_id desc) as recency
-    from events e
-    cross join last_config_load l
-    where e.event_type in ('JOB_PAUSED', 'JOB_RESUMED')
-      and (l.loaded_ts is null or e.event_ts > l.loaded_ts)
-  ) ranked
-  where recency = 1
+pause_events as (
+  select e.*
+  from events e
+  cross join last_config_load l
+  where e.event_type in ('JOB_PAUSED', 'JOB_RESUMED')
+    and (l.loaded_ts is null or e.event_ts > l.loaded_ts)
 ),
+
+state_override as {{ heartbeat_latest('pause_events', 'trigger_job_id') }},
 
 new_data as (
   select source_key, event_id, event_ts, snapshot_ts, window_from, window_to

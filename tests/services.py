@@ -1,8 +1,9 @@
 """Real components for tests, started by the tests: PostgreSQL, a Kafka-protocol broker, the engine.
 
-Each is started once per test process (session fixtures below, shared through a
-module-level cache so that test modules importing them share one instance) and
-stopped at exit. PostgreSQL runs as user ``postgres`` when the tests run as root.
+Each is started once per test process and stopped at exit. The fixtures below hand out
+that one instance through a module-level cache, so every test module that imports them
+(``from services import postgres``) shares it. When the tests run as root, PostgreSQL
+runs as user ``postgres``.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable
 
 import pytest
 
@@ -266,10 +267,18 @@ def _start_engine() -> _EngineService:
     return _EngineService(open_engine(load_settings(lakehouse_dir=str(root / "lakehouse"))), root)
 
 
-shared_engine = _shared(_start_engine)
+_engines: list[_EngineService] = []
 
 
-@pytest.fixture(scope="session")
-def engine() -> Iterator[Any]:
-    """An embedded engine (Sail) on a temp lakehouse, shared by the whole test process."""
-    yield shared_engine().engine
+def shared_engine() -> Any:
+    """The process's shared engine, started on first use and closed at exit."""
+    if not _engines:
+        _engines.append(_start_engine())
+        atexit.register(_engines[-1].stop)
+    return _engines[-1].engine
+
+
+@pytest.fixture
+def engine() -> Any:
+    """An embedded engine (Sail) on a temp lakehouse, shared by the tests (opened once, ~1 s)."""
+    return shared_engine()

@@ -43,7 +43,7 @@ def sense(ctx, table: str, cursor: str | None = None, upstream_key: str = "loade
     ("warehouse:public.orders", "loaded_at", None),
     ("warehouse: orders", "id", None),
     ("public.orders", "id", "must be <connection>:<table>"),
-    ("warehouse:public.orders", None, "need upstream_key"),
+    ("warehouse:public.orders", None, "upstream_key is required"),
     ("warehouse:public.orders;drop table x", "id", "not a valid SQL name"),
     ("warehouse:a.b.c", "id", "must be table or schema.table"),
     ("ware house:orders", "id", "connection name"),
@@ -143,3 +143,5 @@ def test_unknown_connection_and_bad_url(engine):
         sense(sense_context(engine), "orders")
     with pytest.raises(SourceError, match="not a SQLAlchemy URL"):
         sense(sense_context(engine, {"jdbc": {"warehouse": {"url": "not a url"}}}), "orders")
+    with pytest.raises(SourceError, match=r"jdbc\.warehouse: unknown setting\(s\) connect_timeout; expected url"):
+        sense(sense_context(engine, {"jdbc": {"warehouse": {"url": "sqlite://", "connect_timeout": 3}}}), "orders")

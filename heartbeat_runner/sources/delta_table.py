@@ -17,6 +17,7 @@ from heartbeat_runner import delta_log
 from heartbeat_runner.engine import Engine, is_path
 from heartbeat_runner.errors import SourceError
 from heartbeat_runner.sources.base import SenseContext, SenseResult, SensingTarget, dump_cursor, load_cursor
+from heartbeat_runner.sources.common import keyed_result
 
 
 class DeltaTableSource:
@@ -87,13 +88,7 @@ class DeltaTableSource:
             return SenseResult(new_data=False, cursor_to=dump_cursor({"version": current, "value": previous}),
                                detail=f"no {key} after {previous}")
         rows = ctx.count_preprocessed(new_rows, target)
-        return SenseResult(
-            new_data=rows > 0,
-            cursor_to=dump_cursor({"version": current, "value": str(top)}),
-            window_from=f"{key} > {previous}" if previous is not None else "beginning",
-            window_to=f"{key} <= {top}",
-            rows=rows,
-        )
+        return keyed_result(key, previous, top, rows, dump_cursor({"version": current, "value": str(top)}))
 
 
 class DeltaRef:

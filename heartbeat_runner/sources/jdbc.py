@@ -37,7 +37,7 @@ class JdbcSource:
         if connection is None:
             return f"{sensor_id!r} must be <connection>:<table> or <connection>:<schema>.<table>"
         if not upstream_key:
-            return "jdbc sources need upstream_key: the column whose growing values mark new rows"
+            return "upstream_key is required for jdbc: the column whose growing values mark new rows"
         return (check_connection_name(connection, "connection name") or check_table_name(table)
                 or check_sql_name(upstream_key, "upstream_key"))
 

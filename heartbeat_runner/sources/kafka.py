@@ -203,7 +203,9 @@ class _Broker:
                 if records:
                     break  # keep what was read; the next tick resumes from there
                 self._remaining()
-            batch = self.consumer.consume(min(1000, self.max_messages - len(records)), timeout=_POLL_S)
+            # asking for no more than can be left lets consume() return as soon as they are in
+            left = max(1, sum(end[p] - reached[p] for p in todo))
+            batch = self.consumer.consume(min(1000, self.max_messages - len(records), left), timeout=_POLL_S)
             for message in batch:
                 if message.error() is not None:
                     raise SourceError(f"{self.where}: {message.error().str()}")

@@ -9,31 +9,18 @@ from heartbeat_runner.sources.base import Source
 
 @lru_cache(maxsize=1)
 def _registry() -> dict[str, Source]:
-    from heartbeat_runner.sources import delta_table, trigger_file
+    # Imported here so that loading the config validator does not import every client library.
+    from heartbeat_runner.sources import delta_table, jdbc, kafka, sap_chain, trigger_file, upstream_sensor_table
 
-    modules: list[Source] = [delta_table.DeltaTableSource(), trigger_file.TriggerFileSource()]
-    for optional in _optional_sources():
-        modules.append(optional)
+    modules: list[Source] = [
+        delta_table.DeltaTableSource(),
+        trigger_file.TriggerFileSource(),
+        kafka.KafkaSource(),
+        sap_chain.SapChainSource(),
+        jdbc.JdbcSource(),
+        upstream_sensor_table.UpstreamSensorTableSource(),
+    ]
     return {name: module for module in modules for name in module.source_types}
-
-
-def _optional_sources() -> list[Source]:
-    """Sources added by later modules; each import is cheap (clients load lazily)."""
-    found: list[Source] = []
-    for module_name, class_name in (
-        ("kafka", "KafkaSource"),
-        ("sap_chain", "SapChainSource"),
-        ("jdbc", "JdbcSource"),
-        ("upstream_sensor_table", "UpstreamSensorTableSource"),
-    ):
-        try:
-            module = __import__(f"heartbeat_runner.sources.{module_name}", fromlist=[class_name])
-        except ModuleNotFoundError as exc:
-            if exc.name == f"heartbeat_runner.sources.{module_name}":
-                continue
-            raise
-        found.append(getattr(module, class_name)())
-    return found
 
 
 def source_types() -> tuple[str, ...]:

@@ -50,6 +50,8 @@ class ChainLog:
     status: str = "ANALYZED_STATUS"
     green: str = "G"
 
+    SETTINGS: ClassVar[tuple[str, ...]] = ("schema", "table", "columns", "green_status")
+
     @classmethod
     def from_settings(cls, settings: dict[str, Any]) -> "ChainLog":
         columns = settings.get("columns") or {}
@@ -83,7 +85,7 @@ class SapChainSource:
             raise SourceError(problem)
         system, chain_id = split_reference(target.sensor_id)
         system = system or DEFAULT_SYSTEM
-        settings = sql_settings(ctx, "sap", system)
+        settings = sql_settings(ctx, "sap", system, ChainLog.SETTINGS)
         log = ChainLog.from_settings(settings)
         cursor = load_cursor(target.cursor)
         with connect(settings, f"{target.sensor_source} chain {chain_id!r} on SAP system {system!r}") as conn:

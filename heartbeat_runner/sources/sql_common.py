@@ -62,9 +62,16 @@ def split_table(qualified: str) -> tuple[str | None, str]:
     return schema or None, table
 
 
-def sql_settings(ctx: SenseContext, section: str, name: str) -> dict[str, Any]:
+_CONNECTION_KEYS = ("url", "connect_timeout_s", "connect_args")
+
+
+def sql_settings(ctx: SenseContext, section: str, name: str, extra_keys: tuple[str, ...] = ()) -> dict[str, Any]:
     """Connection settings with a ``url`` (file entry or ``HEARTBEAT_<SECTION>_<NAME>_URL``)."""
     settings = connection_settings(ctx.connections, section, name, {"URL": "url"})
+    unknown = sorted(set(settings) - set(_CONNECTION_KEYS) - set(extra_keys))
+    if unknown:
+        raise SourceError(f"{section}.{name}: unknown setting(s) {', '.join(unknown)}; "
+                          f"expected {', '.join(_CONNECTION_KEYS + extra_keys)}")
     if not settings.get("url"):
         raise SourceError(f"{section}.{name}: the connection has no url (a SQLAlchemy URL)")
     return settings

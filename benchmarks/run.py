@@ -1,0 +1,431 @@
+#!/usr/bin/env python
+"""Tick benchmark on the embedded engine: 10, 100 and 1000 sensors.
+
+    python benchmarks/run.py [--sizes 10,100,1000] [--quick] [--out benchmarks/results/latest.json]
+
+Per size (each in its own process, so peak RSS is that of one runner incl. its
+in-process Sail server): a steady tick (nothing new), a busy tick (10% of the
+sources changed), their stages (``TickResult.stage_timings``), and a naive
+baseline that runs one engine query per sensor, one after the other. At the
+smallest size also: cold start of ``python -m heartbeat_runner`` (one tick, new
+process) and the latency from an upstream Delta commit to the job's process
+starting under ``run --loop --interval 1``. Prints a table; writes JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import queue
+import re
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_OUT = REPO / "benchmarks" / "results" / "latest.json"
+UPSTREAM_SCHEMA = "bench_up"
+ROWS_PER_TABLE = 1000
+
+#: metric -> (target, "max" if the measured value must stay at or below it, else "min")
+TARGETS: dict[str, tuple[float, str]] = {
+    "steady_tick_1000_s": (5.0, "max"),
+    "busy_tick_1000_s": (15.0, "max"),
+    "cold_start_10_s": (8.0, "max"),
+    "loop_latency_s": (4.0, "max"),
+    "peak_rss_1000_mib": (1536.0, "max"),
+    "baseline_speedup_1000": (20.0, "min"),
+}
+
+
+# -- the generated workload ------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Sensor:
+    index: int
+    kind: str  # delta_table | trigger_file
+    sensor_id: str
+    job: str
+    hard: bool
+    upstream_key: str = ""
+    preprocess_query: str = ""
+
+
+class Workload:
+    """N sensors (~2/3 Delta tables, ~1/3 trigger folders) feeding ~N/3 jobs, under ``root``."""
+
+    def __init__(self, root: Path, n: int):
+        self.root, self.n = root, n
+        self.lakehouse = root / "lakehouse"
+        self.config = root / "config.csv"
+        self.jobs_file = root / "heartbeat_jobs.yml"
+        self.stamps = root / "stamps"
+        self.sensors = _sensors(n)
+
+    def table_dir(self, sensor: Sensor) -> Path:
+        return self.lakehouse / "warehouse" / UPSTREAM_SCHEMA / sensor.sensor_id.split(".")[1]
+
+    def trigger_dir(self, sensor: Sensor) -> Path:
+        return self.lakehouse / "triggers" / sensor.sensor_id
+
+    def stamp(self, job: str) -> Path:
+        return self.stamps / job
+
+    def generate(self) -> None:
+        """Create the upstreams, the config CSV and the jobs file (each job appends a timestamp)."""
+        import pandas as pd
+        from deltalake import write_deltalake
+
+        from heartbeat_runner.config import COLUMNS
+
+        self.stamps.mkdir(parents=True, exist_ok=True)
+        frame = pd.DataFrame({"id": range(ROWS_PER_TABLE), "amount": [1.0] * ROWS_PER_TABLE})
+        for sensor in self.sensors:
+            if sensor.kind == "delta_table":
+                write_deltalake(str(self.table_dir(sensor)), frame)
+            else:
+                self.trigger_dir(sensor).mkdir(parents=True, exist_ok=True)
+                (self.trigger_dir(sensor) / "batch_0000.done").write_text("ready\n")
+        lines = [",".join(COLUMNS)]
+        for s in self.sensors:
+            query = f'"{s.preprocess_query}"' if s.preprocess_query else ""
+            lines.append(",".join([s.kind, s.sensor_id, "batch", f"sensor {s.index}", s.upstream_key, query,
+                                   s.job, f"job_{s.job}", "UNPAUSED", "TRUE" if s.hard else "FALSE"]))
+        self.config.write_text("\n".join(lines) + "\n")
+        jobs = ["jobs:"] + [
+            f"  {job!r}: {{command: ['/bin/sh', '-c', 'date +%s.%N >> {self.stamp(job)}']}}"
+            for job in sorted({s.job for s in self.sensors})
+        ]
+        self.jobs_file.write_text("\n".join(jobs) + "\n")
+
+    def change(self, sensors: list[Sensor], tag: int) -> None:
+        """New data: one Delta commit per table (higher ids), one new file per trigger folder."""
+        import pandas as pd
+        from deltalake import write_deltalake
+
+        for sensor in sensors:
+            if sensor.kind == "delta_table":
+                ids = range(ROWS_PER_TABLE * (tag + 1), ROWS_PER_TABLE * (tag + 1) + 10)
+                write_deltalake(str(self.table_dir(sensor)), pd.DataFrame({"id": ids, "amount": [2.0] * 10}),
+                                mode="append")
+            else:
+                (self.trigger_dir(sensor) / f"batch_{tag:04d}.done").write_text("ready\n")
+
+    def busy_set(self, rep: int) -> list[Sensor]:
+        """10% of the sources, a different tenth for each repetition."""
+        return [s for s in self.sensors if s.index % 10 == rep % 10]
+
+    def cli(self, *args: str) -> list[str]:
+        return [sys.executable, "-m", "heartbeat_runner", *args, "--lakehouse-dir", str(self.lakehouse),
+                "--config", str(self.config), "--jobs-file", str(self.jobs_file), "--jobs-backend", "local"]
+
+
+def _sensors(n: int) -> list[Sensor]:
+    """Row i feeds job i % jobs; hard rows: the first of every job, plus the third of odd jobs.
+
+    So even jobs have one hard row (plus soft ones) and odd jobs two; job 0's only hard
+    row is the Delta table of sensor 0 (the loop-latency probe). A tenth of the Delta
+    sensors are keyed (``upstream_key``) and a tenth filter with ``preprocess_query``.
+    """
+    jobs = max(1, n // 3)
+    sensors = []
+    for i in range(n):
+        job, round_ = i % jobs, i // jobs
+        kind = "trigger_file" if (i + round_) % 3 == 2 else "delta_table"
+        delta = kind == "delta_table"
+        sensors.append(Sensor(
+            index=i, kind=kind, sensor_id=f"{UPSTREAM_SCHEMA}.t{i:04d}" if delta else f"f{i:04d}",
+            job=f"j{job:03d}", hard=round_ == 0 or (round_ == 2 and job % 2 == 1),
+            upstream_key="id" if delta and i % 10 == 3 else "",
+            preprocess_query="select * from sensor_new_data where amount > 0" if delta and i % 10 == 7 else "",
+        ))
+    return sensors
+
+
+# -- in one runner process: ticks, peak RSS, baseline ---------------------------------------
+
+def measure_size(workload: Workload, repeats: int) -> dict[str, Any]:
+    """Run in a fresh process: ticks on the real app, then the naive baseline on the same engine."""
+    from heartbeat_runner.app import open_app
+    from heartbeat_runner.settings import load_settings
+
+    settings = load_settings(lakehouse_dir=str(workload.lakehouse), config_csv=str(workload.config),
+                             jobs_file=str(workload.jobs_file), jobs_backend="local", env={})
+    with open_app(settings) as app:
+        heartbeat = app.heartbeat()
+        first = _tick_figures(heartbeat.tick())
+        steady = [_tick_figures(heartbeat.tick()) for _ in range(repeats)]
+        busy = []
+        for rep in range(repeats):
+            workload.change(workload.busy_set(rep), tag=rep)
+            busy.append(_tick_figures(heartbeat.tick()))
+            _settle(heartbeat)
+        peak_rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        baseline = [_baseline(app.engine.spark, workload) for _ in range(repeats)]
+    return {
+        "sensors": workload.n,
+        "jobs": len({s.job for s in workload.sensors}),
+        "delta_sources": sum(s.kind == "delta_table" for s in workload.sensors),
+        "trigger_sources": sum(s.kind == "trigger_file" for s in workload.sensors),
+        "first_tick": first,
+        "steady": _summarise(steady),
+        "busy": _summarise(busy),
+        "peak_rss_mib": round(peak_rss_mib, 1),
+        "baseline": {"wall_s": _median([b for b in baseline]), "runs": baseline,
+                     "queries": workload.n},
+    }
+
+
+def _tick_figures(result) -> dict[str, Any]:
+    return {
+        "wall_s": round(result.duration_s, 3),
+        "stages": {k: round(v, 3) for k, v in result.stage_timings.items()},
+        "sensed": len(result.sensed),
+        "new_data": sum(1 for s in result.sensed if s.outcome.value == "NEW_DATA"),
+        "errors": len(result.sensor_errors),
+        "triggered": len(result.triggered),
+    }
+
+
+def _summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    stages = sorted({k for r in runs for k in r["stages"]})
+    return {
+        "wall_s": _median([r["wall_s"] for r in runs]),
+        "stages": {k: _median([r["stages"].get(k, 0.0) for r in runs]) for k in stages},
+        "runs": runs,
+    }
+
+
+def _settle(heartbeat, timeout_s: float = 120.0) -> None:
+    """Tick until no job is running (the jobs of a busy tick are real processes)."""
+    deadline = time.monotonic() + timeout_s
+    while heartbeat.store.jobs_with_status("IN_PROGRESS"):
+        if time.monotonic() > deadline:
+            raise RuntimeError("jobs still running after the busy tick")
+        time.sleep(0.2)
+        heartbeat.tick()
+
+
+def _baseline(spark, workload: Workload) -> float:
+    """How a naive reference senses: one engine query per sensor, one after the other."""
+    began = time.monotonic()
+    for sensor in workload.sensors:
+        if sensor.kind == "delta_table":
+            spark.sql(f"SELECT count(*) FROM delta.`{workload.table_dir(sensor)}`").collect()
+        else:
+            spark.sql(f"SELECT max(modificationTime) FROM binaryFile.`{workload.trigger_dir(sensor)}`").collect()
+    return round(time.monotonic() - began, 3)
+
+
+# -- new processes: cold start and loop latency ----------------------------------------------
+
+def cold_start(workload: Workload, repeats: int) -> dict[str, Any]:
+    """Wall time of ``python -m heartbeat_runner`` (one tick), without and with new data."""
+    probe = workload.sensors[0]
+    steady, busy = [], []
+    for rep in range(repeats):
+        steady.append(_timed(workload.cli("run")))
+        before = len(_stamps(workload.stamp(probe.job)))
+        workload.change([probe], tag=100 + rep)
+        busy.append(_timed(workload.cli("run")))
+        _wait_stamp(workload.stamp(probe.job), after=0.0, count=before + 1)
+        _timed(workload.cli("run"))  # reconciles the job, so the next steady run is steady
+    return {"sensors": workload.n, "no_new_data_s": _median(steady), "new_data_s": _median(busy),
+            "runs": {"no_new_data": steady, "new_data": busy}}
+
+
+def loop_latency(workload: Workload, samples: int, interval_s: float = 1.0) -> dict[str, Any]:
+    """Seconds from an upstream Delta commit (this process) to the job's process starting."""
+    probe = workload.sensors[0]
+    stamp = workload.stamp(probe.job)
+    lines: queue.Queue[str] = queue.Queue()
+    process = subprocess.Popen(workload.cli("run", "--loop", "--interval", str(interval_s)), env=_env(),
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    threading.Thread(target=lambda: [lines.put(line) for line in process.stdout], daemon=True).start()
+    latencies = []
+    try:
+        _wait_line(lines, lambda line: line.startswith("run "))
+        for sample in range(samples):
+            time.sleep(interval_s * ((sample * 0.37) % 1))  # spread commits over the tick's phase
+            before = len(_stamps(stamp))
+            workload.change([probe], tag=200 + sample)
+            committed = time.time()
+            started = _wait_stamp(stamp, after=committed, count=before + 1)
+            latencies.append(round(started - committed, 3))
+            _wait_line(lines, lambda line: re.search(r"completed [1-9]", line) is not None)
+    finally:
+        process.terminate()
+        process.wait(timeout=60)
+    return {"sensors": workload.n, "interval_s": interval_s, "median_s": _median(latencies),
+            "max_s": max(latencies), "samples": latencies}
+
+
+def _timed(argv: list[str]) -> float:
+    began = time.monotonic()
+    done = subprocess.run(argv, env=_env(), capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} failed:\n{done.stdout}\n{done.stderr}")
+    return round(time.monotonic() - began, 3)
+
+
+def _stamps(path: Path) -> list[float]:
+    return [float(x) for x in path.read_text().split()] if path.exists() else []
+
+
+def _wait_stamp(path: Path, *, after: float, count: int, timeout_s: float = 60.0) -> float:
+    """The newest timestamp a job wrote once there are ``count`` of them."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        stamps = _stamps(path)
+        if len(stamps) >= count and stamps[-1] >= after:
+            return stamps[-1]
+        time.sleep(0.01)
+    raise RuntimeError(f"the job did not start within {timeout_s}s ({path})")
+
+
+def _wait_line(lines: "queue.Queue[str]", match: Callable[[str], bool], timeout_s: float = 120.0) -> str:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        line = lines.get(timeout=max(0.01, deadline - time.monotonic()))
+        if match(line):
+            return line
+
+
+def _env() -> dict[str, str]:
+    """Our environment without anything that would point the runner elsewhere."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HEARTBEAT_") and k != "SPARK_REMOTE"}
+    env["DBT_SEND_ANONYMOUS_USAGE_STATS"] = "false"
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    return env
+
+
+def _median(values: list[float]) -> float:
+    return round(statistics.median(values), 3)
+
+
+# -- the report --------------------------------------------------------------------------------
+
+def summary(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each target beside what was measured (None when that size was not run)."""
+    big = results["sizes"].get("1000")
+    measured = {
+        "steady_tick_1000_s": big and big["steady"]["wall_s"],
+        "busy_tick_1000_s": big and big["busy"]["wall_s"],
+        "cold_start_10_s": results["cold_start"]["no_new_data_s"] if results["cold_start"]["sensors"] == 10 else None,
+        "loop_latency_s": results["loop_latency"]["median_s"],
+        "peak_rss_1000_mib": big and big["peak_rss_mib"],
+        "baseline_speedup_1000": big and big["speedup"],
+    }
+    rows = []
+    for metric, (target, kind) in TARGETS.items():
+        value = measured[metric]
+        met = None if value is None else (value <= target if kind == "max" else value >= target)
+        rows.append({"metric": metric, "target": target, "kind": kind, "measured": value, "met": met})
+    return rows
+
+
+def print_report(results: dict[str, Any]) -> None:
+    stages = ["sensing", "events_write", "dbt", "triggering", "reconciliation", "report", "models"]
+    print(f"\n{'size':>5} {'tick':<7} {'wall s':>7} " + " ".join(f"{s[:8]:>8}" for s in stages)
+          + f" {'sensed':>6} {'new':>4} {'trig':>4} {'RSS MiB':>8} {'baseline s':>10} {'speedup':>7}")
+    for size, r in results["sizes"].items():
+        for kind in ("steady", "busy"):
+            t = r[kind]
+            run = t["runs"][-1]
+            extra = (f" {r['peak_rss_mib']:>8.0f} {r['baseline']['wall_s']:>10.2f} {r['speedup']:>6.1f}x"
+                     if kind == "steady" else "")
+            print(f"{size:>5} {kind:<7} {t['wall_s']:>7.2f} "
+                  + " ".join(f"{t['stages'].get(s, 0.0):>8.2f}" for s in stages)
+                  + f" {run['sensed']:>6} {run['new_data']:>4} {run['triggered']:>4}" + extra)
+    cold, loop = results["cold_start"], results["loop_latency"]
+    print(f"\ncold start ({cold['sensors']} sensors): {cold['no_new_data_s']:.2f}s without new data, "
+          f"{cold['new_data_s']:.2f}s with new data")
+    print(f"loop latency (--interval {loop['interval_s']:g}): median {loop['median_s']:.2f}s, "
+          f"max {loop['max_s']:.2f}s over {len(loop['samples'])} commits")
+    print("\ntargets:")
+    for row in results["summary"]:
+        mark = {True: "met", False: "NOT MET", None: "not run"}[row["met"]]
+        sign = "<=" if row["kind"] == "max" else ">="
+        print(f"  {row['metric']:<24} {sign} {row['target']:<7g} measured {row['measured']!s:<9} {mark}")
+
+
+# -- entry points ------------------------------------------------------------------------------
+
+def run(sizes: list[int], quick: bool, out: Path, work_dir: Path | None) -> dict[str, Any]:
+    repeats = 1 if quick else 3
+    root = Path(tempfile.mkdtemp(prefix="hb-bench-", dir=work_dir))
+    results: dict[str, Any] = {"meta": _meta(quick, repeats), "sizes": {}}
+    try:
+        for n in sorted(sizes):
+            workload = Workload(root / f"n{n}", n)
+            print(f"[{n} sensors] generating upstreams and config", file=sys.stderr, flush=True)
+            workload.generate()
+            seed_s = _timed(workload.cli("seed"))
+            print(f"[{n} sensors] seeded in {seed_s:.1f}s; measuring ticks", file=sys.stderr, flush=True)
+            figures = _in_subprocess(workload, repeats)
+            figures["seed_s"] = seed_s
+            figures["speedup"] = round(figures["baseline"]["wall_s"] / figures["steady"]["wall_s"], 1)
+            results["sizes"][str(n)] = figures
+        small = Workload(root / f"n{min(sizes)}", min(sizes))
+        print(f"[{small.n} sensors] cold start and loop latency", file=sys.stderr, flush=True)
+        results["cold_start"] = cold_start(small, repeats)
+        results["loop_latency"] = loop_latency(small, samples=2 if quick else 5)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    results["summary"] = summary(results)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2) + "\n")
+    return results
+
+
+def _in_subprocess(workload: Workload, repeats: int) -> dict[str, Any]:
+    argv = [sys.executable, __file__, "--measure", str(workload.root), str(workload.n), str(repeats)]
+    done = subprocess.run(argv, env=_env(), capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"measuring {workload.n} sensors failed:\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _meta(quick: bool, repeats: int) -> dict[str, Any]:
+    from importlib.metadata import version
+
+    return {
+        "when": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "cpus": os.cpu_count(), "python": platform.python_version(), "machine": platform.machine(),
+        "versions": {p: version(p) for p in ("pysail", "pyspark", "dbt-core", "dbt-spark", "deltalake")},
+        "quick": quick, "repeats": repeats, "figures": "medians over the repeats",
+        "targets": {k: v[0] for k, v in TARGETS.items()},
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sizes", default="10,100,1000", help="sensor counts, comma-separated")
+    parser.add_argument("--quick", action="store_true", help="one repetition of everything")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="where to write the JSON")
+    parser.add_argument("--work-dir", type=Path, help="parent of the temporary lakehouses")
+    parser.add_argument("--measure", nargs=3, metavar=("ROOT", "N", "REPEATS"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.measure:
+        root, n, repeats = args.measure
+        print(json.dumps(measure_size(Workload(Path(root), int(n)), int(repeats))))
+        return 0
+    results = run([int(s) for s in args.sizes.split(",")], args.quick, args.out, args.work_dir)
+    print_report(results)
+    print(f"\nwritten to {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

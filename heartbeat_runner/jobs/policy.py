@@ -1,0 +1,95 @@
+"""Run policies the tick applies on top of any jobs backend: automatic retry, maximum duration.
+
+Pure functions of counts and times, so the tick stays the only place with side effects
+and every decision is reproducible from the events table.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Mapping
+
+from heartbeat_runner.jobs.base import RunOutcome, RunStatus
+
+
+@dataclass(frozen=True)
+class RetryDecision:
+    retry_now: bool
+    attempt: int                       # the attempt a retry would be (1 = first retry)
+    not_before: datetime | None = None  # when the next retry becomes due (None: never)
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Re-trigger a failed job automatically, with exponential back-off. Off by default.
+
+    ``failures`` counts consecutive failed runs of the job for the same consumed data
+    (the first run included), so ``max_retries=2`` allows three runs in all.
+    """
+
+    max_retries: int = 0
+    backoff_s: float = 300.0
+    multiplier: float = 2.0
+    max_backoff_s: float = 3600.0
+
+    def __post_init__(self) -> None:
+        if self.max_retries < 0 or self.backoff_s < 0 or self.multiplier < 1 or self.max_backoff_s < 0:
+            raise ValueError(f"invalid retry policy {self!r}: counts and delays must be >= 0, multiplier >= 1")
+
+    @property
+    def enabled(self) -> bool:
+        return self.max_retries > 0
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, object] | None) -> "RetryPolicy":
+        """From config such as ``{max_retries: 2, backoff_s: 60}``; unknown keys are an error."""
+        values = dict(values or {})
+        unknown = set(values) - {"max_retries", "backoff_s", "multiplier", "max_backoff_s"}
+        if unknown:
+            raise ValueError(f"unknown retry policy setting(s): {', '.join(sorted(unknown))}")
+        return cls(**{k: (int(v) if k == "max_retries" else float(v)) for k, v in values.items()})  # type: ignore[arg-type]
+
+    def delay(self, failures: int) -> timedelta:
+        """Wait after the ``failures``-th consecutive failure before the next attempt."""
+        seconds = self.backoff_s * self.multiplier ** max(0, failures - 1)
+        return timedelta(seconds=min(seconds, self.max_backoff_s))
+
+    def decide(self, failures: int, last_failure_at: datetime, now: datetime) -> RetryDecision:
+        """Should a job that failed ``failures`` times in a row, last at ``last_failure_at``, run again now?"""
+        attempt = failures
+        if failures < 1:
+            return RetryDecision(False, 0, None, "the job has not failed")
+        if failures > self.max_retries:
+            return RetryDecision(False, attempt, None,
+                                 f"gave up after {failures} failed run(s) (max_retries={self.max_retries})")
+        due = last_failure_at + self.delay(failures)
+        if now < due:
+            return RetryDecision(False, attempt, due, f"retry {attempt} of {self.max_retries} due at {due.isoformat()}")
+        return RetryDecision(True, attempt, due, f"retry {attempt} of {self.max_retries}")
+
+
+def retry_token(base_token: str, attempt: int) -> str:
+    """Idempotency token of retry ``attempt`` of a request: deterministic, distinct, at most 64 chars.
+
+    Deterministic so that a crash between recording the retry and calling the API
+    replays the same token (no second run); distinct per attempt so the jobs API does
+    not just hand back the failed run.
+    """
+    if attempt < 1:
+        return base_token
+    return hashlib.sha256(f"{base_token}\x1fretry\x1f{attempt}".encode()).hexdigest()[:36]
+
+
+def overrun(status: RunStatus, max_duration: timedelta | None, now: datetime | None = None) -> timedelta | None:
+    """How far past ``max_duration`` an unfinished run is (None: within bounds, finished, or no limit)."""
+    if max_duration is None or status.outcome.finished or status.start_time is None:
+        return None
+    if status.outcome is RunOutcome.PENDING:
+        return None  # queued runs have not started working yet
+    now = now or datetime.now(timezone.utc)
+    start = status.start_time if status.start_time.tzinfo else status.start_time.replace(tzinfo=timezone.utc)
+    over = now - start - max_duration
+    return over if over > timedelta(0) else None

@@ -1,0 +1,43 @@
+{#
+  Runs for `python -m heartbeat_runner runs`: every finished tick (heartbeat_runs)
+  with its number of skipped sources, plus ticks that wrote events but never
+  finished (the runner stopped mid-tick, e.g. a crash) as status INCOMPLETE; the
+  next tick carries on from what they wrote.
+#}
+{{ config(materialized='view') }}
+
+with runs as (
+  select * from {{ source('heartbeat', 'heartbeat_runs') }}
+),
+
+skipped as (
+  select run_id, count(*) as sources_skipped
+  from {{ source('heartbeat', 'heartbeat_run_report') }}
+  where outcome = 'SKIPPED'
+  group by run_id
+),
+
+{# Only ticks write these event types (CLI commands write others), so their run ids are ticks. #}
+unfinished as (
+  select e.run_id, min(e.snapshot_ts) as snapshot_ts, count(*) as events_written
+  from {{ heartbeat_events() }} e
+  left anti join runs r on r.run_id = e.run_id
+  where e.event_type in ('NEW_DATA', 'CURSOR', 'TRIGGER_REQUESTED', 'TRIGGERED', 'TRIGGER_ERROR')
+  group by e.run_id
+)
+
+select
+  r.run_id, r.snapshot_ts, r.ended_ts, r.duration_s, r.status,
+  r.sources_sensed, r.sources_with_new_data, coalesce(s.sources_skipped, 0) as sources_skipped,
+  r.sensor_errors, r.jobs_triggered, r.jobs_completed, r.jobs_failed, r.trigger_errors, r.message
+from runs r
+left join skipped s on s.run_id = r.run_id
+
+union all
+
+select
+  u.run_id, u.snapshot_ts, cast(null as timestamp), cast(null as double), 'INCOMPLETE',
+  cast(null as int), cast(null as int), cast(null as bigint),
+  cast(null as int), cast(null as int), cast(null as int), cast(null as int), cast(null as int),
+  concat(cast(u.events_written as string), ' event(s) written, then the runner stopped before the end of the tick')
+from unfinished u

@@ -1,0 +1,364 @@
+"""A stateful stand-in for the Databricks Jobs API, for tests with the real databricks-sdk.
+
+A plain ``ThreadingHTTPServer`` on 127.0.0.1 keeps jobs, runs and idempotency tokens
+and answers the calls the SDK makes (API 2.1 and 2.2): ``jobs/run-now``, ``jobs/get``,
+``jobs/runs/get``, ``jobs/runs/list`` and ``jobs/runs/cancel``, in the JSON shapes of
+the real API (checked against ``databricks.sdk.service.jobs``). Runs move QUEUED →
+RUNNING → TERMINATED only when a test says so. Faults are injected per endpoint for the
+next N calls: an HTTP error (429 with Retry-After, 500, 503, 401, ...) returned before
+or *after* the call took effect, or an answer delayed beyond the client's timeout.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+from databricks.sdk import WorkspaceClient
+from databricks.sdk.clock import Clock, RealClock
+from databricks.sdk.config import Config
+
+TOKEN = "dapi-test-token-0123456789"
+
+
+@dataclass
+class Fault:
+    """What the next call(s) to an endpoint get instead of a normal answer."""
+
+    status: int | None = None            # HTTP status to answer with (None: answer normally, but late)
+    error_code: str = ""
+    message: str = ""
+    retry_after: int | None = None       # Retry-After header, seconds
+    delay_s: float = 0.0                 # sleep before answering (longer than the client's timeout: a read timeout)
+    after_effect: bool = False           # apply the call first, then fail: "did it run?" is unknown to the client
+
+
+@dataclass
+class FakeRun:
+    run_id: int
+    job_id: int
+    parameters: dict[str, str]
+    token: str | None
+    start_ms: int
+    run_name: str
+    trigger: str = "ONE_TIME"
+    lifecycle: str = "QUEUED"
+    result: str | None = None
+    message: str = ""
+    end_ms: int = 0
+
+
+@dataclass
+class FakeJob:
+    job_id: int
+    name: str
+    parameters: dict[str, str] = field(default_factory=dict)  # declared job parameters and defaults
+
+
+class JobsApiServer:
+    """The server plus the test-facing controls (add jobs, move runs, inject faults, inspect state)."""
+
+    def __init__(self, token: str = TOKEN):
+        self.token = token
+        self.host = ""
+        self.jobs: dict[int, FakeJob] = {}
+        self.runs: dict[int, FakeRun] = {}
+        self.tokens: dict[str, int] = {}
+        self.requests: list[tuple[str, str, dict[str, Any]]] = []  # (method, path, query or body)
+        self._faults: dict[str, list[Fault]] = {}
+        self._lock = threading.RLock()
+        self._ids = itertools.count(1001)
+        self._httpd: ThreadingHTTPServer | None = None
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def __enter__(self) -> "JobsApiServer":
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
+        self._httpd.daemon_threads = True
+        self.host = f"http://127.0.0.1:{self._httpd.server_port}"
+        threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.02}, name="fake-jobs-api",
+                         daemon=True).start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self._httpd is not None
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+    def client(self, *, token: str | None = None, http_timeout_s: float = 5.0, retry_timeout_s: int = 20,
+               fast_retries: bool = True) -> WorkspaceClient:
+        """A real SDK client for this server. ``fast_retries`` shortens the SDK's sleeps between retries."""
+        cfg = Config(host=self.host, token=token or self.token, http_timeout_seconds=http_timeout_s,
+                     retry_timeout_seconds=retry_timeout_s, clock=_FastClock() if fast_retries else RealClock())
+        return WorkspaceClient(config=cfg)
+
+    # -- test controls ------------------------------------------------------------------------
+
+    def add_job(self, name: str = "downstream", parameters: dict[str, str] | None = None) -> int:
+        with self._lock:
+            job_id = next(self._ids) * 1_000_000
+            declared = {"heartbeat_run_id": "", "heartbeat_windows": "[]"} if parameters is None else parameters
+            self.jobs[job_id] = FakeJob(job_id, name, declared)
+            return job_id
+
+    def start_run(self, run_id: int | str) -> None:
+        with self._lock:
+            self.runs[int(run_id)].lifecycle = "RUNNING"
+
+    def finish_run(self, run_id: int | str, result: str = "SUCCESS", message: str = "", *,
+                   end_ms: int | None = None) -> None:
+        with self._lock:
+            run = self.runs[int(run_id)]
+            run.lifecycle, run.result, run.end_ms = "TERMINATED", result, end_ms or _now_ms()
+            run.message = message
+
+    def create_manual_run(self, job_id: int, result: str, *, start_ms: int | None = None,
+                          end_ms: int | None = None) -> int:
+        """A finished run started by a person (Run now in the UI), not by Heartbeat."""
+        with self._lock:
+            run = self._new_run(job_id, {}, None, trigger="ONE_TIME", start_ms=start_ms)
+            self.finish_run(run.run_id, result, "" if result == "SUCCESS" else "Task etl failed", end_ms=end_ms)
+            return run.run_id
+
+    def inject(self, endpoint: str, fault: Fault, times: int = 1) -> None:
+        """The next ``times`` calls to ``endpoint`` (e.g. ``run-now``, ``runs/get``) get ``fault``."""
+        with self._lock:
+            self._faults.setdefault(endpoint, []).extend([fault] * times)
+
+    def clear_faults(self) -> None:
+        with self._lock:
+            self._faults.clear()
+
+    def runs_of(self, job_id: int) -> list[FakeRun]:
+        with self._lock:
+            return [run for run in self.runs.values() if run.job_id == job_id]
+
+    def calls(self, endpoint: str) -> int:
+        return sum(1 for _, path, _ in self.requests if _endpoint(path) == endpoint)
+
+    # -- the API ------------------------------------------------------------------------------
+
+    def handle(self, method: str, path: str, params: dict[str, Any]) -> tuple[int, dict[str, Any], dict[str, str]]:
+        """Answer one call: (status, JSON body, extra headers)."""
+        endpoint = _endpoint(path)
+        with self._lock:
+            self.requests.append((method, path, params))
+            fault = self._faults[endpoint].pop(0) if self._faults.get(endpoint) else None
+        if fault is not None and not fault.after_effect:
+            time.sleep(fault.delay_s)
+            if fault.status is not None:
+                return _fault_answer(fault)
+        status, body = self._apply(method, path, endpoint, params)
+        if fault is not None and fault.after_effect:
+            time.sleep(fault.delay_s)
+            if fault.status is not None:
+                return _fault_answer(fault)
+        return status, body, {}
+
+    def _apply(self, method: str, path: str, endpoint: str, params: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        if path == "/.well-known/databricks-config":
+            return 200, {}
+        routes = {
+            ("POST", "run-now"): self._run_now,
+            ("GET", "get"): self._get_job,
+            ("GET", "runs/get"): self._get_run,
+            ("GET", "runs/list"): self._list_runs,
+            ("POST", "runs/cancel"): self._cancel_run,
+        }
+        route = routes.get((method, endpoint)) if path.startswith(("/api/2.1/jobs/", "/api/2.2/jobs/")) else None
+        if route is None:
+            return 404, {"error_code": "ENDPOINT_NOT_FOUND", "message": f"No API found for '{method} {path}'"}
+        with self._lock:
+            return route(params)
+
+    def _run_now(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        job_id = int(body.get("job_id") or 0)
+        if job_id not in self.jobs:
+            return 400, {"error_code": "INVALID_PARAMETER_VALUE", "message": f"Job {job_id} does not exist."}
+        token = body.get("idempotency_token")
+        if token is not None and len(token) > 64:
+            return 400, {"error_code": "INVALID_PARAMETER_VALUE", "message": "idempotency_token is too long"}
+        if token in self.tokens:
+            run_id = self.tokens[token]
+        else:
+            run_id = self._new_run(job_id, dict(body.get("job_parameters") or {}), token).run_id
+        return 200, {"run_id": run_id, "number_in_job": run_id}
+
+    def _new_run(self, job_id: int, parameters: dict[str, str], token: str | None, *, trigger: str = "ONE_TIME",
+                 start_ms: int | None = None) -> FakeRun:
+        run_id = next(self._ids)
+        run = FakeRun(run_id, job_id, parameters, token, start_ms or _now_ms(), self.jobs[job_id].name, trigger)
+        self.runs[run_id] = run
+        if token is not None:
+            self.tokens[token] = run_id
+        return run
+
+    def _get_job(self, query: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        job = self.jobs.get(int(query.get("job_id", 0)))
+        if job is None:
+            return 400, {"error_code": "RESOURCE_DOES_NOT_EXIST", "message": f"Job {query.get('job_id')} does not exist."}
+        return 200, {"job_id": job.job_id, "creator_user_name": "owner@example.com", "created_time": 0,
+                     "settings": {"name": job.name, "max_concurrent_runs": 1,
+                                  "parameters": [{"name": k, "default": v} for k, v in job.parameters.items()]}}
+
+    def _get_run(self, query: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        run = self.runs.get(int(query.get("run_id", 0)))
+        if run is None:
+            return 400, {"error_code": "INVALID_PARAMETER_VALUE", "message": f"Run {query.get('run_id')} does not exist."}
+        return 200, self._run_json(run)
+
+    def _list_runs(self, query: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        runs = sorted(self.runs.values(), key=lambda r: (r.start_ms, r.run_id), reverse=True)
+        if "job_id" in query:
+            job_id = int(query["job_id"])
+            if job_id not in self.jobs:
+                return 400, {"error_code": "INVALID_PARAMETER_VALUE", "message": f"Job {job_id} does not exist."}
+            runs = [r for r in runs if r.job_id == job_id]
+        if query.get("completed_only") == "true":
+            runs = [r for r in runs if r.lifecycle in ("TERMINATED", "SKIPPED", "INTERNAL_ERROR")]
+        if query.get("active_only") == "true":
+            runs = [r for r in runs if r.lifecycle not in ("TERMINATED", "SKIPPED", "INTERNAL_ERROR")]
+        if "start_time_from" in query:
+            runs = [r for r in runs if r.start_ms >= int(query["start_time_from"])]
+        if "start_time_to" in query:
+            runs = [r for r in runs if r.start_ms <= int(query["start_time_to"])]
+        limit = min(int(query.get("limit") or 20) or 25, 25)
+        offset = int(query.get("page_token") or 0)
+        page = runs[offset:offset + limit]
+        more = offset + limit < len(runs)
+        answer: dict[str, Any] = {"runs": [self._run_json(r) for r in page], "has_more": more}
+        if more:
+            answer["next_page_token"] = str(offset + limit)
+        return 200, answer
+
+    def _cancel_run(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        run = self.runs.get(int(body.get("run_id") or 0))
+        if run is None:
+            return 400, {"error_code": "INVALID_PARAMETER_VALUE", "message": f"Run {body.get('run_id')} does not exist."}
+        if run.lifecycle != "TERMINATED":
+            run.lifecycle, run.result, run.message, run.end_ms = "TERMINATED", "CANCELED", "Run cancelled.", _now_ms()
+        return 200, {}
+
+    def _run_json(self, run: FakeRun) -> dict[str, Any]:
+        """A run as API 2.2 returns it: the deprecated ``state`` and the newer ``status``."""
+        finished = run.lifecycle == "TERMINATED"
+        state: dict[str, Any] = {"life_cycle_state": run.lifecycle, "state_message": run.message,
+                                 "user_cancelled_or_timedout": run.result == "CANCELED"}
+        status: dict[str, Any] = {"state": run.lifecycle}
+        if finished:
+            state["result_state"] = run.result
+            status["termination_details"] = {
+                "code": "SUCCESS" if run.result == "SUCCESS" else
+                        "USER_CANCELED" if run.result == "CANCELED" else "RUN_EXECUTION_ERROR",
+                "type": "SUCCESS" if run.result == "SUCCESS" else "CLIENT_ERROR",
+                "message": run.message,
+            }
+        elif run.lifecycle == "QUEUED":
+            status["queue_details"] = {"code": "ACTIVE_RUNS_LIMIT_REACHED", "message": "Queued"}
+        declared = self.jobs[run.job_id].parameters
+        values = {**declared, **run.parameters}
+        return {
+            "job_id": run.job_id, "run_id": run.run_id, "number_in_job": run.run_id,
+            "original_attempt_run_id": run.run_id, "creator_user_name": "heartbeat@example.com",
+            "run_name": run.run_name, "run_type": "JOB_RUN", "trigger": run.trigger,
+            "run_page_url": f"{self.host}/jobs/{run.job_id}/runs/{run.run_id}",
+            "start_time": run.start_ms, "end_time": run.end_ms if finished else 0,
+            "setup_duration": 0, "cleanup_duration": 0,
+            "execution_duration": (run.end_ms - run.start_ms) if finished else 0,
+            "run_duration": (run.end_ms - run.start_ms) if finished else 0,
+            "state": state, "status": status,
+            "job_parameters": [{"name": k, "default": declared.get(k, ""), "value": v} for k, v in values.items()],
+            "tasks": [],
+        }
+
+
+class _FastClock(Clock):
+    """Real time, but the SDK's back-off sleeps between retries are capped at 50 ms."""
+
+    def __init__(self) -> None:
+        self._skipped = 0.0
+
+    def time(self) -> float:
+        return time.time() + self._skipped
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(min(seconds, 0.05))
+        self._skipped += max(0.0, seconds - 0.05)
+
+
+def _handler_for(server: JobsApiServer) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self) -> None:
+            self._serve({k: v[-1] for k, v in parse_qs(urlparse(self.path).query).items()})
+
+        def do_POST(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            raw = self.rfile.read(length) if length else b""
+            self._serve(json.loads(raw) if raw else {})
+
+        def _serve(self, params: dict[str, Any]) -> None:
+            path = urlparse(self.path).path
+            if path.startswith("/api/") and self.headers.get("Authorization") != f"Bearer {server.token}":
+                status, body, headers = 403, {"error_code": "403", "message": "Invalid access token."}, {}
+            else:
+                status, body, headers = server.handle(self.command, path, params)
+            payload = json.dumps(body).encode()
+            try:
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                for name, value in headers.items():
+                    self.send_header(name, value)
+                self.end_headers()
+                self.wfile.write(payload)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the client gave up waiting (an injected read timeout)
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    return Handler
+
+
+def _fault_answer(fault: Fault) -> tuple[int, dict[str, Any], dict[str, str]]:
+    headers = {"Retry-After": str(fault.retry_after)} if fault.retry_after is not None else {}
+    return fault.status or 500, {"error_code": fault.error_code, "message": fault.message}, headers
+
+
+def _endpoint(path: str) -> str:
+    """``/api/2.2/jobs/runs/get`` → ``runs/get``."""
+    for prefix in ("/api/2.1/jobs/", "/api/2.2/jobs/"):
+        if path.startswith(prefix):
+            return path[len(prefix):]
+    return path
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+#: Ready-made faults.
+THROTTLED = Fault(429, "REQUEST_LIMIT_EXCEEDED", "Too many requests, slow down.", retry_after=0)
+UNAVAILABLE = Fault(503, "TEMPORARILY_UNAVAILABLE", "The service is temporarily unavailable.", retry_after=0)
+UNAVAILABLE_AFTER_RUN = Fault(503, "TEMPORARILY_UNAVAILABLE", "The service is temporarily unavailable.",
+                              retry_after=0, after_effect=True)
+SERVER_ERROR = Fault(500, "INTERNAL_ERROR", "Internal server error (request id 7f3a).", after_effect=True)
+UNAUTHENTICATED = Fault(401, "UNAUTHENTICATED",
+                        "Credential was not sent or was of an unsupported type for this API.")
+
+
+def slow(delay_s: float) -> Fault:
+    """Apply the call, then answer only after ``delay_s`` (beyond the client's timeout: a read timeout)."""
+    return Fault(None, delay_s=delay_s, after_effect=True)
+
+
+__all__ = ["JobsApiServer", "Fault", "FakeRun", "THROTTLED", "UNAVAILABLE", "UNAVAILABLE_AFTER_RUN",
+           "SERVER_ERROR", "UNAUTHENTICATED", "slow", "TOKEN"]
