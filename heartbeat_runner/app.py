@@ -68,9 +68,9 @@ class App:
 
 
 @contextlib.contextmanager
-def open_app(settings: Settings) -> Iterator[App]:
+def open_app(settings: Settings, *, port: int = 0, session_id: str | None = None) -> Iterator[App]:
     """Open the engine, make sure the runner's tables exist, and close everything after."""
-    engine = open_engine(settings)
+    engine = open_engine(settings, port=port, session_id=session_id)
     try:
         store = TableStore(engine)
         store.ensure_tables()

@@ -67,6 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
     complete.add_argument("--message", help="a note stored with the event")
     dbt = sub.add_parser("dbt", parents=[common], help="run a dbt command inside the engine, e.g. `dbt test`")
     dbt.add_argument("dbt_args", nargs=argparse.REMAINDER)
+    serve = sub.add_parser("serve", parents=[common],
+                           help="keep the embedded engine running so plain `dbt` commands work locally")
+    serve.add_argument("--port", type=int, default=15002, help="Spark Connect port (default 15002)")
     demo = sub.add_parser("demo", parents=[common], help="a self-contained demo on the embedded lakehouse")
     demo.add_argument("--keep", action="store_true", help="keep an existing demo lakehouse instead of starting afresh")
     return parser
@@ -262,6 +265,15 @@ def cmd_dbt(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
+    from heartbeat_runner.serve import prepare_environment, serve, session_id_for
+
+    prepare_environment()
+    with open_app(settings, port=args.port, session_id=session_id_for(settings)) as app:
+        serve(app, args.port)
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     from heartbeat_runner.demo import run_demo
 
@@ -278,4 +290,5 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Settings], int]] = {
     "complete": cmd_complete,
     "dbt": cmd_dbt,
     "demo": cmd_demo,
+    "serve": cmd_serve,
 }

@@ -60,14 +60,16 @@ class DbtProject:
     def has_seed(self) -> bool:
         return self.seed_csv.exists()
 
-    def _profiles_dir(self) -> Path:
-        explicit = os.environ.get("DBT_PROFILES_DIR")
-        if explicit:
-            return Path(explicit)
+    def write_profiles(self) -> Path:
+        """Copy profiles.example.yml to ``<lakehouse>/dbt/profiles/profiles.yml``; return the folder."""
         profiles = self.work_dir / "profiles"
         profiles.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(self.settings.project_dir / "profiles.example.yml", profiles / "profiles.yml")
         return profiles
+
+    def _profiles_dir(self) -> Path:
+        explicit = os.environ.get("DBT_PROFILES_DIR")
+        return Path(explicit) if explicit else self.write_profiles()
 
     @contextlib.contextmanager
     def _environment(self) -> Iterator[None]:

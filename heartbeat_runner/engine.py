@@ -107,10 +107,15 @@ class Engine:
             self._server = None
 
 
-def open_engine(settings: Settings) -> Engine:
-    """Open the engine for ``settings.target`` and re-register Heartbeat's tables."""
+def open_engine(settings: Settings, *, port: int = 0, session_id: str | None = None) -> Engine:
+    """Open the engine for ``settings.target`` and re-register Heartbeat's tables.
+
+    ``port`` and ``session_id`` (local target) serve other clients: Sail keeps one catalog
+    per Spark Connect session, so clients that connect with the same session id see the
+    tables registered here (see ``serve``).
+    """
     if settings.target == "local":
-        engine = _open_local(settings)
+        engine = _open_local(settings, port, session_id)
     elif settings.target == "spark":
         engine = _open_spark_connect(settings)
     else:
@@ -120,17 +125,17 @@ def open_engine(settings: Settings) -> Engine:
     return engine
 
 
-def _open_local(settings: Settings) -> Engine:
+def _open_local(settings: Settings, port: int = 0, session_id: str | None = None) -> Engine:
     logging.getLogger("sail").setLevel(logging.WARNING)
     os.environ.setdefault("RUST_LOG", "error")
     from pysail.spark import SparkConnectServer
     from pyspark.sql import SparkSession
 
     settings.warehouse_dir.mkdir(parents=True, exist_ok=True)
-    server = SparkConnectServer("127.0.0.1", 0)
+    server = SparkConnectServer("127.0.0.1", port)
     server.start(background=True)
     host, port = server.listening_address
-    url = f"sc://{host}:{port}"
+    url = f"sc://{host}:{port}" + (f"/;session_id={session_id}" if session_id else "")
     # dbt-spark's session method calls SparkSession.builder.getOrCreate(); this points it here.
     os.environ["SPARK_REMOTE"] = url
     # create(), not getOrCreate(): the latter returns the process's active session, so two

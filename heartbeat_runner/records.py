@@ -126,6 +126,7 @@ class SensorEvaluation(TableRow):
     window_until: str | None
     outcome: str
     rows: int | None
+    #: the error (outcome ERROR) or why the source was not sensed (SKIPPED)
     error: str | None
     duration_s: float
 

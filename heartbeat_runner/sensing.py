@@ -42,49 +42,64 @@ def sense_all(
     source_for: Callable[[str], Source] = default_source_for,
     on_done: Callable[[SensingOutcome], None] | None = None,
 ) -> list[SensingOutcome]:
-    """Sense every target with at most ``max_workers`` at a time; never wait past a timeout."""
+    """Sense every target with at most ``max_workers`` at a time; never wait past a timeout.
+
+    A few long-lived workers take targets from a queue: a thread per target costs more
+    than sensing a local source does (about a second per thousand targets).
+    """
     results: dict[str, SensingOutcome] = {}
-    started: dict[str, float] = {}
-    queue = deque(t for t, _ in targets)
+    started: dict[str, float] = {}  # source key -> when a worker began sensing it
     jobs_of = {t.source_key: jobs for t, jobs in targets}
     by_key = {t.source_key: t for t, _ in targets}
+    queue = deque(by_key.values())
     changed = threading.Condition()
 
-    def finish(outcome: SensingOutcome) -> None:
-        # under `changed`
+    def finish(outcome: SensingOutcome) -> bool:
+        """Record an outcome (under ``changed``); False when the target had already timed out."""
         key = outcome.target.source_key
         if key in results:
-            return  # already timed out
+            return False
         results[key] = outcome
         started.pop(key, None)
         if on_done is not None:
             on_done(outcome)
-        changed.notify_all()
+        if len(results) == len(by_key):
+            changed.notify_all()
+        return True
 
-    def work(target: SensingTarget) -> None:
-        begin = time.monotonic()
-        try:
-            result, error = source_for(target.sensor_source).sense(target, ctx), None
-        except Exception as exc:  # noqa: BLE001 - any failure is this source's error only
-            result, error = None, _describe(exc)
-        with changed:
-            finish(SensingOutcome(target, jobs_of[target.source_key], result, error, time.monotonic() - begin))
+    def worker() -> None:
+        while True:
+            with changed:
+                if not queue:
+                    return
+                target = queue.popleft()
+                started[target.source_key] = begin = time.monotonic()
+            try:
+                result, error = source_for(target.sensor_source).sense(target, ctx), None
+            except Exception as exc:  # noqa: BLE001 - any failure is this source's error only
+                result, error = None, _describe(exc)
+            with changed:
+                if not finish(SensingOutcome(target, jobs_of[target.source_key], result, error,
+                                             time.monotonic() - begin)):
+                    return  # it timed out and a new worker took this one's place
+
+    def start_worker() -> None:
+        threading.Thread(target=worker, daemon=True, name="sense-worker").start()
 
     with changed:
-        while queue or started:
-            while queue and len(started) < max(1, max_workers):
-                target = queue.popleft()
-                started[target.source_key] = time.monotonic()
-                threading.Thread(target=work, args=(target,), daemon=True,
-                                 name=f"sense-{target.source_key[:40]}").start()
+        for _ in range(min(max(1, max_workers), len(queue))):
+            start_worker()
+        while len(results) < len(by_key):
+            # Targets started later have later deadlines, so the earliest one now is the next to check.
+            deadline = min(started.values(), default=time.monotonic()) + timeout_s
+            changed.wait(timeout=max(0.0, deadline - time.monotonic()) + 0.001)
             now = time.monotonic()
             for key, begin in list(started.items()):
                 if now - begin >= timeout_s:
                     finish(SensingOutcome(by_key[key], jobs_of[key], None,
                                           f"timed out after {timeout_s:g}s", now - begin))
-            if started:
-                next_deadline = min(started.values()) + timeout_s
-                changed.wait(timeout=max(0.0, next_deadline - time.monotonic()) + 0.001)
+                    if queue:
+                        start_worker()  # the hung worker is abandoned; its slot goes to a new one
     return [results[t.source_key] for t, _ in targets]
 
 

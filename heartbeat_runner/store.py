@@ -25,6 +25,7 @@ RUNS = "heartbeat_runs"
 CONTROL = "heartbeat_control"
 READY_VIEW = "jobs_ready_to_trigger"
 DUE_VIEW = "heartbeat_sensors_due"
+SKIPPED_VIEW = "heartbeat_sensors_skipped"
 SENSOR_STATE = "heartbeat_sensor_state"
 
 _TYPES = {
@@ -40,6 +41,13 @@ TABLE_COLUMNS: dict[str, list[str]] = {
 }
 #: Delta commit conflicts and transient engine errors are retried this many times.
 WRITE_ATTEMPTS = 5
+#: How a Delta commit that lost a race with another writer reads (Sail 0.7, measured with two
+#: processes writing one table): "Failed to commit transaction: 0" and, on a new table,
+#: "Missing commit file: expected version 0, found 7". Sail retries plain appends itself
+#: (it logs "The transaction N already exists, will retry!"); the rest are delta-rs' names.
+COMMIT_CONFLICTS = ("failed to commit transaction", "transaction failed", "missing commit file",
+                    "already exists, will retry", "version already exists", "max commit attempts",
+                    "concurrent", "conflict", "metadata changed since last commit")
 
 
 def column_type(name: str) -> str:
@@ -81,6 +89,17 @@ class ControlRow:
     job_start_timestamp: datetime | None
     job_end_timestamp: datetime | None
     status_change_timestamp: datetime | None
+
+
+@dataclass(frozen=True)
+class SkippedSource:
+    """A source the tick does not sense, and why (from heartbeat_sensors_skipped)."""
+
+    source_key: str
+    sensor_source: str
+    sensor_id: str
+    trigger_job_ids: str
+    reason: str
 
 
 class TableStore:
@@ -162,6 +181,16 @@ class TableStore:
             for r in rows
         ]
 
+    def sensors_skipped(self) -> list[SkippedSource]:
+        """Sources no eligible row reads now, with the reason (paused, in progress, ...)."""
+        rows = self.spark.sql(f"SELECT * FROM {self.name(SKIPPED_VIEW)} ORDER BY source_key").collect()
+        return [SkippedSource(**r.asDict()) for r in rows]
+
+    def cursor_event_ids(self) -> dict[str, str | None]:
+        """The event that set each due source's cursor: the parent of its next NEW_DATA event."""
+        rows = self.spark.sql(f"SELECT source_key, cursor_event_id FROM {self.name(DUE_VIEW)}").collect()
+        return {r["source_key"]: r["cursor_event_id"] for r in rows}
+
     def ready_rows(self) -> list[ReadyRow]:
         """Rows consumed by the jobs that are ready now (dependency rule: the view)."""
         sql = f"""
@@ -218,4 +247,4 @@ def _utc(row: dict) -> dict:
 
 def _is_retryable(exc: Exception) -> bool:
     text = str(exc).lower()
-    return any(word in text for word in ("conflict", "concurrent", "already exists", "version", "transaction"))
+    return any(words in text for words in COMMIT_CONFLICTS)

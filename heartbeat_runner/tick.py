@@ -2,14 +2,17 @@
 
 The order is what makes a tick safe to crash anywhere:
 
-1. sense every due source (cursors come from the events table);
+1. sense every due source (cursors come from the events table); note the
+   sources skipped because no row reading them is eligible;
 2. append the NEW_DATA/CURSOR events in one commit; the cursor *is* the latest
-   event, so it can never advance without the event (event ids are deterministic,
-   so re-sensing the same window after a crash yields the same event);
+   event, so it can never advance without the event (event ids are deterministic:
+   hash of the source, the cursor event sensed from and the window, so re-sensing
+   the same window after a crash yields the same event);
 3. rebuild the control table (dbt) when any event arrived since the last build;
 4. for each job in ``jobs_ready_to_trigger``: append TRIGGER_REQUESTED with a
    deterministic idempotency token, *then* call the jobs API with that token, then
-   append TRIGGERED with the run id;
+   append TRIGGERED with the run id (``before_trigger`` runs first: the CLI checks
+   there that it still holds the lease);
 5. reconcile IN_PROGRESS jobs: resume requests that never got a run id (same
    token, so no second run), and turn finished runs into COMPLETED / FAILED;
    look for a successful run of FAILED jobs (unblocks them);
@@ -34,7 +37,7 @@ from heartbeat_runner.records import (Event, EventType, Outcome, RunSummary, Sen
                                       new_data_event_id, new_run_id, utcnow)
 from heartbeat_runner.sensing import SensingOutcome, sense_all
 from heartbeat_runner.sources.base import SenseContext
-from heartbeat_runner.store import EVENTS, ControlRow, ReadyRow, TableStore, quote_literal
+from heartbeat_runner.store import EVENTS, ControlRow, ReadyRow, SkippedSource, TableStore, quote_literal
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +46,7 @@ class TickResult:
     run_id: str
     snapshot_ts: datetime
     sensed: list[SensingOutcome] = field(default_factory=list)
+    skipped: list[SkippedSource] = field(default_factory=list)
     triggered: list[tuple[str, str]] = field(default_factory=list)  # (job id, run id)
     completed: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
@@ -71,6 +75,8 @@ class Heartbeat:
         self.ctx = ctx
         self.settings = store.engine.settings
         self.progress = progress or (lambda message: None)
+        #: called before any jobs API call; raising stops the tick there (e.g. a lost lease)
+        self.before_trigger: Callable[[], None] = lambda: None
 
     # -- the tick ---------------------------------------------------------------------------
 
@@ -84,6 +90,7 @@ class Heartbeat:
             self.refresh_models()
         with _stage(timings, "sensing"):
             due = self.store.sensors_due()
+            result.skipped = self.store.sensors_skipped()
             self.progress(f"sensing {len(due)} source(s)")
             result.sensed = sense_all(due, self.ctx, max_workers=self.settings.max_workers,
                                       timeout_s=self.settings.sensor_timeout_s)
@@ -112,14 +119,16 @@ class Heartbeat:
 
     def _data_events(self, result: TickResult) -> list[Event]:
         events = []
+        new_data = any(s.result is not None and s.result.new_data for s in result.sensed)
+        parents = self.store.cursor_event_ids() if new_data else {}
         for sensed in result.sensed:
             outcome, target = sensed.result, sensed.target
             if outcome is None or (not outcome.new_data and outcome.cursor_to in (None, target.cursor)):
                 continue
             cursor_to = outcome.cursor_to if outcome.cursor_to is not None else target.cursor
             kind = EventType.NEW_DATA if outcome.new_data else EventType.CURSOR
-            event_id = new_data_event_id(target.source_key, target.cursor, cursor_to) \
-                if kind is EventType.NEW_DATA else None
+            event_id = new_data_event_id(target.source_key, parents.get(target.source_key), target.cursor,
+                                         cursor_to) if kind is EventType.NEW_DATA else None
             events.append(Event(
                 event_type=kind.value, run_id=result.run_id, snapshot_ts=result.snapshot_ts,
                 **({"event_id": event_id} if event_id else {}),
@@ -138,6 +147,7 @@ class Heartbeat:
             by_job[row.trigger_job_id].append(row)
         if not by_job:
             return
+        self.before_trigger()
         requests = [self._request_for(job_id, rows, result.run_id) for job_id, rows in by_job.items()]
         self.store.append_events(
             Event(event_type=EventType.TRIGGER_REQUESTED.value, run_id=result.run_id,
@@ -207,6 +217,7 @@ class Heartbeat:
             events.extend(self._recovery_events(row, result))
         self.store.append_events(events)
         if dangling:
+            self.before_trigger()
             self.progress(f"resuming {len(dangling)} trigger request(s) left by an earlier tick")
             self._call_backend(dangling, result)
 
@@ -263,6 +274,14 @@ class Heartbeat:
                 error=s.error, duration_s=round(s.duration_s, 4),
             )
             for s in result.sensed
+        ] + [
+            SensorEvaluation(
+                run_id=result.run_id, snapshot_ts=result.snapshot_ts, source_key=s.source_key,
+                sensor_source=s.sensor_source, sensor_id=s.sensor_id, trigger_job_ids=s.trigger_job_ids,
+                window_from=None, window_until=None, outcome=Outcome.SKIPPED.value, rows=None,
+                error=s.reason, duration_s=0.0,
+            )
+            for s in result.skipped
         ]
         summary = RunSummary(
             run_id=result.run_id, snapshot_ts=result.snapshot_ts, ended_ts=utcnow(),

@@ -88,3 +88,16 @@ def test_the_shipped_example_config_is_valid():
 
     config = load_config(package_project_dir() / "seeds" / "heartbeat_sensor_config.csv")
     assert len(config.rows) == 6
+
+
+def test_the_readme_worked_example_is_valid(tmp_path):
+    from heartbeat_runner.settings import package_project_dir
+
+    readme = (package_project_dir() / "README.md").read_text()
+    block = readme.split("Worked example, one row per source")[1].split("```csv\n")[1].split("```")[0]
+    path = tmp_path / "example.csv"
+    path.write_text(block)
+    config = load_config(path)
+    assert {r.sensor_source for r in config.rows} >= {"kafka", "sap_bw", "sap_b4", "jdbc", "delta_table",
+                                                       "lmu_delta_table", "trigger_file",
+                                                       "delta_upstream_sensor_table"}
