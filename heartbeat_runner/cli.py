@@ -1,14 +1,16 @@
 """Command line: ``python -m heartbeat_runner [COMMAND] [OPTIONS]`` (alias ``heartbeat``).
 
-Without a command it runs one tick. Exit codes: 0 ok; 1 error (bad config, engine or
-dbt failure: nothing was changed); 2 the tick ran but some source or job API call
-failed (the others were processed; see ``runs`` and the run report).
+Without a command it runs one tick. Exit codes: 0 ok (also when the tick was skipped
+because another runner holds the tick lease); 1 error (bad config, engine or dbt
+failure: nothing was changed); 2 the tick ran but some source or job API call failed
+(the others were processed; see ``runs`` and the run report).
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import threading
@@ -19,6 +21,9 @@ from heartbeat_runner import __version__
 from heartbeat_runner.app import App, open_app
 from heartbeat_runner.config import load_config
 from heartbeat_runner.errors import ConfigError, HeartbeatError
+from heartbeat_runner.lease import Lease, LeaseHeld, tick_lease
+from heartbeat_runner.operations import (DEFAULT_MAX_REMOVAL_SHARE, ResetPlan, check_removals, explain, parse_since,
+                                         plan_reset, recent_runs, refresh_if_idle, run_details)
 from heartbeat_runner.output import emit, emit_json
 from heartbeat_runner.records import Event, EventType, utcnow
 from heartbeat_runner.settings import Settings, load_settings
@@ -26,6 +31,14 @@ from heartbeat_runner.tick import TickResult
 
 STATUS_COLUMNS = ["trigger_job_id", "trigger_job_name", "sensor_source", "sensor_id", "dependency_flag", "job_state",
                   "status", "status_change_timestamp", "job_run_id", "last_error"]
+EXPLAIN_COLUMNS = ["sensor_source", "sensor_id", "dependency", "status", "row_state", "last_evaluated_at",
+                   "last_outcome"]
+RUNS_COLUMNS = ["run_id", "snapshot_ts", "duration_s", "status", "sources_sensed", "sources_with_new_data",
+                "sources_skipped", "sensor_errors", "jobs_triggered", "jobs_completed", "jobs_failed", "message"]
+REPORT_COLUMNS = ["source_key", "outcome", "window_from", "window_until", "rows", "duration_s", "trigger_job_ids",
+                  "error"]
+#: Seconds a command waits for the tick lease before giving up (HEARTBEAT_LEASE_WAIT).
+DEFAULT_LEASE_WAIT_S = 30.0
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -41,9 +54,13 @@ def _common(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
+    top_level = argparse.ArgumentParser(add_help=False)
+    _common(top_level)
+    # Subcommands take the same options; SUPPRESS keeps their defaults from overwriting
+    # options given before the subcommand (`heartbeat --target databricks run`).
+    common = argparse.ArgumentParser(add_help=False, argument_default=argparse.SUPPRESS)
     _common(common)
-    parser = argparse.ArgumentParser(prog="heartbeat", description=__doc__.split("\n")[0], parents=[common],
+    parser = argparse.ArgumentParser(prog="heartbeat", description=__doc__.split("\n")[0], parents=[top_level],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"heartbeat {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -53,7 +70,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--interval", type=float, default=60.0, help="seconds between tick starts in --loop (default 60)")
     run.add_argument("--replay-new-sensors", action="store_true",
                      help="a brand-new sensor replays its source from the beginning (default: starts at its current end)")
-    sub.add_parser("seed", parents=[common], help="validate the config CSV and load it (dbt seed + build)")
+    run.add_argument("--wait-lease", type=float, metavar="SECONDS",
+                     help="wait this long for another runner's tick to end, then skip (default $HEARTBEAT_LEASE_WAIT or 30)")
+    seed = sub.add_parser("seed", parents=[common], help="validate the config CSV and load it (dbt seed + build)")
+    seed.add_argument("--allow-removals", action="store_true",
+                      help="load even if it retires more than $HEARTBEAT_MAX_REMOVAL_SHARE (default 0.5) of the active rows")
     sub.add_parser("validate", parents=[common], help="check the config CSV; write nothing")
     sub.add_parser("status", parents=[common], help="the control table")
     for name, text in (("pause", "stop sensing and triggering a job"), ("resume", "undo pause")):
@@ -65,6 +86,16 @@ def build_parser() -> argparse.ArgumentParser:
     complete.add_argument("--failed", action="store_true", help="record a failure instead of a success")
     complete.add_argument("--run-id", help="the job run id (default $HEARTBEAT_JOB_RUN_ID)")
     complete.add_argument("--message", help="a note stored with the event")
+    runs = sub.add_parser("runs", parents=[common], help="recent runs, or one run's per-source report")
+    runs.add_argument("--limit", type=int, default=20, help="how many runs (default 20)")
+    runs.add_argument("--run-id", help="show this run's per-source rows (window, outcome, error or skip reason)")
+    explain_cmd = sub.add_parser("explain", parents=[common], help="why a job did or did not trigger")
+    explain_cmd.add_argument("--job-id", required=True)
+    reset = sub.add_parser("reset", parents=[common],
+                           help="re-process a job from a point in time (moves its sources' cursors back)")
+    reset.add_argument("--job-id", required=True)
+    reset.add_argument("--since", help="ISO date or timestamp (UTC unless it has a zone); default: from the beginning")
+    reset.add_argument("--reason", required=True, help="why (kept in the audit event with who ran it)")
     dbt = sub.add_parser("dbt", parents=[common], help="run a dbt command inside the engine, e.g. `dbt test`")
     dbt.add_argument("dbt_args", nargs=argparse.REMAINDER)
     serve = sub.add_parser("serve", parents=[common],
@@ -130,7 +161,8 @@ def cmd_validate(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_seed(args: argparse.Namespace, settings: Settings) -> int:
     config = load_config(settings.effective_config_csv)  # validate before touching anything
-    with open_app(settings) as app:
+    retiring: list[tuple[str, str, str]] = []
+    with tick_lease(settings.lakehouse_dir).held(_lease_wait(args)), open_app(settings) as app:
         normalized = config.to_csv()
         unchanged = app.dbt.has_seed and app.dbt.seed_csv.read_text(encoding="utf-8") == normalized \
             and app.store.exists("heartbeat_control")
@@ -138,6 +170,11 @@ def cmd_seed(args: argparse.Namespace, settings: Settings) -> int:
             app.ensure_views()
             message = f"{config.path}: unchanged ({len(config.rows)} rows); nothing to load"
         else:
+            if app.store.exists("heartbeat_control"):
+                active = [(r["sensor_source"], r["sensor_id"], r["trigger_job_id"]) for r in app.store.control_rows()]
+                share = 1.0 if args.allow_removals else float(
+                    os.environ.get("HEARTBEAT_MAX_REMOVAL_SHARE", DEFAULT_MAX_REMOVAL_SHARE))
+                retiring = check_removals(active, [r.key for r in config.rows], share)
             _progress(args)(f"loading {len(config.rows)} config row(s)")
             app.dbt.load_seed(normalized)
             app.store.append_events([Event(event_type=EventType.CONFIG_LOADED.value, run_id="seed",
@@ -148,25 +185,62 @@ def cmd_seed(args: argparse.Namespace, settings: Settings) -> int:
             app.dbt.refresh_control(app.store.events_version(), force=True)
             message = f"{config.path}: loaded {len(config.rows)} row(s)"
         if args.json:
-            emit_json({"file": str(config.path), "rows": len(config.rows), "changed": not unchanged})
+            emit_json({"file": str(config.path), "rows": len(config.rows), "changed": not unchanged,
+                       "retired": [list(key) for key in retiring]})
         else:
             print(message)
+            for source, sensor_id, job in retiring:
+                print(f"  retired: {source}:{sensor_id} -> job {job} (its history is kept)")
             if config.defaulted_columns:
                 print(f"  columns not in the file, defaults used: {', '.join(config.defaulted_columns)}")
     return 0
 
 
+def _lease_wait(args: argparse.Namespace) -> float:
+    flag = getattr(args, "wait_lease", None)
+    return flag if flag is not None else float(os.environ.get("HEARTBEAT_LEASE_WAIT", DEFAULT_LEASE_WAIT_S))
+
+
 def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
-    with open_app(settings) as app:
-        heartbeat = app.heartbeat(progress=_progress(args))
-        if not getattr(args, "loop", False):
-            result = heartbeat.tick()
-            _print_tick(result, args)
-            return result.exit_code
-        return _loop(heartbeat.tick, args)
+    lease = tick_lease(settings.lakehouse_dir)
+    try:
+        lease.acquire(_lease_wait(args))  # held from start-up: building the views writes too
+    except LeaseHeld as exc:
+        _print_skipped(exc, args)
+        return 0
+    try:
+        with open_app(settings) as app:
+            heartbeat = app.heartbeat(progress=_progress(args))
+            heartbeat.before_trigger = lease.renew
+            if not getattr(args, "loop", False):
+                result = heartbeat.tick()
+                _print_tick(result, args)
+                return result.exit_code
+            lease.release()
+            app.dbt.manifest()  # parse the dbt project now, not when the first new data arrives
+            return _loop(lambda: _leased_tick(lease, heartbeat.tick, args), args)
+    finally:
+        lease.release()
 
 
-def _loop(tick: Callable[[], TickResult], args: argparse.Namespace) -> int:
+def _leased_tick(lease: Lease, tick: Callable[[], TickResult], args: argparse.Namespace) -> TickResult | None:
+    """One tick under the lease, or None (skipped) when another runner holds it."""
+    try:
+        with lease.held(_lease_wait(args)):
+            return tick()
+    except LeaseHeld as exc:
+        _print_skipped(exc, args)
+        return None
+
+
+def _print_skipped(exc: LeaseHeld, args: argparse.Namespace) -> None:
+    if args.json:
+        emit_json({"skipped": True, "lease_owner": exc.holder.owner, "lease_expires_at": exc.holder.expires_at})
+    else:
+        print(f"skipped: {exc}", file=sys.stderr, flush=True)
+
+
+def _loop(tick: Callable[[], TickResult | None], args: argparse.Namespace) -> int:
     """Tick every ``args.interval`` seconds until SIGINT/SIGTERM; a failed tick is logged, not fatal."""
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -175,7 +249,9 @@ def _loop(tick: Callable[[], TickResult], args: argparse.Namespace) -> int:
     while not stop.is_set():
         started = time.monotonic()
         try:
-            _print_tick(tick(), args)
+            result = tick()
+            if result is not None:
+                _print_tick(result, args)
         except HeartbeatError as exc:
             print(f"tick failed: {exc}", file=sys.stderr, flush=True)
         ticks += 1
@@ -210,10 +286,17 @@ def _print_tick(result: TickResult, args: argparse.Namespace) -> None:
         print(f"  job {job_id}: {error}", flush=True)
 
 
+def _open_fresh(app: App, settings: Settings) -> None:
+    """Ready to read the views: rebuilt unless a runner is ticking (then as of its last build)."""
+    app.require_config()
+    app.ensure_views()
+    if not refresh_if_idle(app, tick_lease(settings.lakehouse_dir)):
+        print("note: a runner is ticking; showing the control table as of its last build", file=sys.stderr)
+
+
 def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
     with open_app(settings) as app:
-        app.require_config()
-        app.dbt.refresh_control(app.store.events_version())
+        _open_fresh(app, settings)
         rows = app.store.control_rows()
         emit(rows, STATUS_COLUMNS if not args.json else list(rows[0].keys()) if rows else STATUS_COLUMNS,
              as_json=args.json)
@@ -255,6 +338,68 @@ def cmd_complete(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def cmd_runs(args: argparse.Namespace, settings: Settings) -> int:
+    with open_app(settings) as app:
+        app.require_config()
+        app.ensure_views()
+        if not args.run_id:
+            emit(recent_runs(app.store, args.limit), RUNS_COLUMNS, as_json=args.json)
+            return 0
+        run, report = run_details(app.store, args.run_id)
+        if args.json:
+            emit_json({"run": run, "sources": report})
+            return 0
+        print(f"run {run['run_id']} at {run['snapshot_ts']:%Y-%m-%d %H:%M:%S}: {run['status']}"
+              + (f" ({run['message']})" if run["message"] else ""))
+        emit(report, REPORT_COLUMNS, as_json=False)
+    return 0
+
+
+def cmd_explain(args: argparse.Namespace, settings: Settings) -> int:
+    with open_app(settings) as app:
+        _open_fresh(app, settings)
+        found = explain(app.store, args.job_id)
+    if args.json:
+        emit_json({"job_id": found.job_id, "verdict": found.verdict, "ready": found.is_ready, "rows": found.rows})
+        return 0
+    print(f"job {found.job_id}: {found.verdict}")
+    emit(found.rows, EXPLAIN_COLUMNS, as_json=False)
+    return 0
+
+
+def cmd_reset(args: argparse.Namespace, settings: Settings) -> int:
+    since = parse_since(args.since) if args.since else None
+    with tick_lease(settings.lakehouse_dir).held(_lease_wait(args)), open_app(settings) as app:
+        app.require_config()
+        app.ensure_views()
+        app.dbt.refresh_control(app.store.events_version())
+        running = [r["job_run_id"] for r in app.store.control_rows(args.job_id) if r["status"] == "IN_PROGRESS"]
+        plan = plan_reset(app.store, args.job_id, since, args.reason)
+        app.store.append_events(plan.events())
+    _print_reset(plan, running[0] if running else None, args)
+    return 0
+
+
+def _print_reset(plan: ResetPlan, running_run: str | None, args: argparse.Namespace) -> None:
+    if args.json:
+        emit_json({"job_id": plan.job_id, "since": plan.since, "as_of": plan.as_of, "by": plan.by,
+                   "reason": plan.reason, "also_retriggers": plan.shared_with, "running_run": running_run,
+                   "cursors": [{"source_key": m.source_key, "from": m.cursor_from, "to": m.cursor_to}
+                               for m in plan.moves]})
+        return
+    point = f"since {plan.as_of:%Y-%m-%d %H:%M:%S.%f} UTC" if plan.as_of else "from the beginning"
+    print(f"job {plan.job_id} reset {point} by {plan.by}: {plan.reason}")
+    print("  it is sensed again from the next tick and triggers once its hard dependencies have data to re-process")
+    for move in plan.moves:
+        print(f"  {move.source_key}: cursor {move.cursor_from or '-'} -> {move.cursor_to}")
+    if plan.since and plan.as_of != plan.since:
+        print("  (earlier than --since: the job had not consumed data sensed before it yet)")
+    if plan.shared_with:
+        print(f"  also re-triggered, as they read the same sources: {', '.join(plan.shared_with)}")
+    if running_run:
+        print(f"  note: run {running_run} of this job is still going; reset does not stop it")
+
+
 def cmd_dbt(args: argparse.Namespace, settings: Settings) -> int:
     if not args.dbt_args:
         raise HeartbeatError("usage: python -m heartbeat_runner dbt <dbt command and options>, e.g. `dbt test`")
@@ -285,6 +430,9 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Settings], int]] = {
     "seed": cmd_seed,
     "validate": cmd_validate,
     "status": cmd_status,
+    "runs": cmd_runs,
+    "explain": cmd_explain,
+    "reset": cmd_reset,
     "pause": cmd_pause,
     "resume": cmd_resume,
     "complete": cmd_complete,

@@ -13,9 +13,9 @@ import logging
 import os
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 from heartbeat_runner.engine import Engine
 from heartbeat_runner.errors import HeartbeatError
@@ -28,6 +28,8 @@ SENSOR_STATE_MODEL = "heartbeat_sensor_state"
 VIEW_MODELS = ("jobs_ready_to_trigger", "heartbeat_sensors_due", "heartbeat_sensors_skipped",
                "jobs_trigger_explanation", "heartbeat_cursor_history", "heartbeat_run_overview")
 SEED_NAME = "heartbeat_sensor_config"
+#: what dbt parses, besides the seed: a change to any file under these re-parses the project
+PROJECT_INPUTS = ("dbt_project.yml", "models", "macros", "tests/dbt")
 
 
 class DbtError(HeartbeatError):
@@ -39,6 +41,8 @@ class DbtProject:
     """The dbt project at ``settings.project_dir``, run inside ``engine``."""
 
     engine: Engine
+    #: (fingerprint of the project's files, the manifest parsed from them), see manifest()
+    _parsed: tuple[tuple, Any] | None = field(default=None, repr=False)
 
     @property
     def settings(self):
@@ -92,9 +96,17 @@ class DbtProject:
                 else:
                     os.environ[key] = value
 
-    def invoke(self, args: list[str], *, quiet: bool = True) -> object:
-        """Run one dbt command; raise DbtError naming what failed."""
+    def invoke(self, args: list[str], *, quiet: bool = True, reuse_manifest: bool = False) -> object:
+        """Run one dbt command; raise DbtError naming what failed.
+
+        ``reuse_manifest`` skips dbt's parse by running on :meth:`manifest` (the runner's
+        own builds), and skips writing manifest.json/run_results.json, which nothing reads.
+        """
         from dbt.cli.main import dbtRunner
+
+        self._check_credentials()
+
+        manifest = self.manifest() if reuse_manifest else None
 
         location_root = str(self.settings.warehouse_dir / self.settings.schema) if self.engine.is_local else ""
         full = [
@@ -107,13 +119,41 @@ class DbtProject:
         ]
         if quiet:
             full += ["--quiet", "--no-use-colors"]
+        if reuse_manifest:
+            full.append("--no-write-json")
         started = time.monotonic()
         with self._environment():
-            result = dbtRunner().invoke(full)
+            result = dbtRunner(manifest=manifest).invoke(full)
         log.debug("dbt %s took %.2fs", " ".join(args), time.monotonic() - started)
         if not result.success:
             raise DbtError(_failure_summary(args, result))
         return result
+
+    def manifest(self) -> Any:
+        """The parsed project, kept between dbt calls of this process (parsing costs ~0.5-5 s).
+
+        Parsed again when a project file or the seed changes. ``--vars`` and the
+        environment dbt reads are fixed per project, so they cannot go stale.
+        """
+        fingerprint = self._fingerprint()
+        if self._parsed is None or self._parsed[0] != fingerprint:
+            self._parsed = (fingerprint, self.invoke(["parse"]).result)
+        return self._parsed[1]
+
+    def _fingerprint(self) -> tuple:
+        root = self.settings.project_dir
+        files = [self.seed_csv, *(p for name in PROJECT_INPUTS for p in _files(root / name))]
+        return tuple((str(p), s.st_mtime_ns, s.st_size) for p in files if (s := _stat(p)) is not None)
+
+    def _check_credentials(self) -> None:
+        """dbt-databricks without credentials falls back to a browser login and waits minutes: fail fast."""
+        if self.settings.target != "databricks":
+            return
+        if not (os.environ.get("DATABRICKS_TOKEN") or os.environ.get("DATABRICKS_CLIENT_SECRET")
+                or os.environ.get("DBT_PROFILES_DIR")):
+            raise DbtError("dbt on the databricks target needs DATABRICKS_TOKEN (or a service principal's "
+                           "DATABRICKS_CLIENT_ID/DATABRICKS_CLIENT_SECRET with your own profiles.yml in "
+                           "DBT_PROFILES_DIR); see docs/databricks.md")
 
     def load_seed(self, normalized_csv: str) -> None:
         """Load the (already validated) config as the seed table."""
@@ -134,7 +174,7 @@ class DbtProject:
 
     def build_control(self) -> None:
         """Rebuild the control table (incremental MERGE) from the seed and the events."""
-        self.invoke(["run", "--select", CONTROL_MODEL, SENSOR_STATE_MODEL])
+        self.invoke(["run", "--select", CONTROL_MODEL, SENSOR_STATE_MODEL], reuse_manifest=True)
 
     def refresh_control(self, events_version: int | None, *, force: bool = False) -> bool:
         """Rebuild the control table unless it already includes ``events_version``. True if built."""
@@ -150,7 +190,7 @@ class DbtProject:
 
     def build_all(self) -> None:
         """Build the control table and (re)create the views."""
-        self.invoke(["run", "--select", CONTROL_MODEL, SENSOR_STATE_MODEL, *VIEW_MODELS])
+        self.invoke(["run", "--select", CONTROL_MODEL, SENSOR_STATE_MODEL, *VIEW_MODELS], reuse_manifest=True)
 
     def test_seed(self) -> None:
         self.invoke(["test", "--select", SEED_NAME], quiet=False)
@@ -167,6 +207,17 @@ class DbtProject:
         for path in statements:
             self.engine.spark.sql(path.read_text(encoding="utf-8"))
         return True
+
+
+def _files(path: Path) -> list[Path]:
+    return sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+
+
+def _stat(path: Path) -> os.stat_result | None:
+    try:
+        return path.stat()
+    except FileNotFoundError:
+        return None
 
 
 def _failure_summary(args: list[str], result: object) -> str:

@@ -128,8 +128,11 @@ def open_engine(settings: Settings, *, port: int = 0, session_id: str | None = N
 def _open_local(settings: Settings, port: int = 0, session_id: str | None = None) -> Engine:
     logging.getLogger("sail").setLevel(logging.WARNING)
     os.environ.setdefault("RUST_LOG", "error")
-    from pysail.spark import SparkConnectServer
-    from pyspark.sql import SparkSession
+    try:
+        from pysail.spark import SparkConnectServer
+        from pyspark.sql import SparkSession
+    except ImportError as exc:
+        raise ValueError("the local target needs the embedded engine: pip install 'heartbeat-runner[local]'") from exc
 
     settings.warehouse_dir.mkdir(parents=True, exist_ok=True)
     server = SparkConnectServer("127.0.0.1", port)

@@ -82,3 +82,19 @@
     '{{ value | string | replace("\\", "\\\\") | replace("'", "\\'") }}'
   {%- endif -%}
 {%- endmacro %}
+
+{#
+  dbt resolves `dbt` dispatch in the root project first, so the spark__ overrides above
+  would also win over dbt-databricks' own seed macros. On Databricks use the adapter's.
+#}
+{% macro databricks__create_csv_table(model, agate_table) %}
+  {{ return(dbt.databricks__create_csv_table(model, agate_table)) }}
+{% endmacro %}
+
+{% macro databricks__reset_csv_table(model, full_refresh, old_relation, agate_table) %}
+  {{ return(dbt.databricks__reset_csv_table(model, full_refresh, old_relation, agate_table)) }}
+{% endmacro %}
+
+{% macro databricks__load_csv_rows(model, agate_table) %}
+  {{ return(dbt.databricks__load_csv_rows(model, agate_table)) }}
+{% endmacro %}

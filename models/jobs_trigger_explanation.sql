@@ -91,8 +91,8 @@ verdicts as (
         then concat('blocked by failure: ', coalesce(r.failure, 'the last run failed'), '; waits for a successful run')
       when j.hard_rows = 0 then 'config error: no hard dependency (soft rows never trigger alone)'
       when j.is_ready then 'ready: triggers at the next tick'
-      when w.waiting_count = 1 then concat('waiting for hard dependency ', w.waiting_for)
-      when w.waiting_count > 1 then concat('waiting for hard dependencies ', w.waiting_for)
+      when w.waiting_count = 1 then concat('waiting for new data on hard dependency ', w.waiting_for)
+      when w.waiting_count > 1 then concat('waiting for new data on hard dependencies ', w.waiting_for)
       else 'waiting for new data'
     end as verdict
   from {{ ref('heartbeat_job_rollup') }} j

@@ -100,9 +100,10 @@ class JobsApiServer:
 
     # -- test controls ------------------------------------------------------------------------
 
-    def add_job(self, name: str = "downstream", parameters: dict[str, str] | None = None) -> int:
+    def add_job(self, name: str = "downstream", parameters: dict[str, str] | None = None, *,
+                job_id: int | None = None) -> int:
         with self._lock:
-            job_id = next(self._ids) * 1_000_000
+            job_id = job_id or next(self._ids) * 1_000_000
             declared = {"heartbeat_run_id": "", "heartbeat_windows": "[]"} if parameters is None else parameters
             self.jobs[job_id] = FakeJob(job_id, name, declared)
             return job_id

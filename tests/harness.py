@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 import textwrap
 import time
@@ -140,3 +142,90 @@ class Harness:
 
 def dedent(text: str) -> str:
     return textwrap.dedent(text).lstrip()
+
+
+# -- driving the runner as separate processes (crash, concurrency and operations tests) --------------
+
+#: A local job that leaves one marker file per execution under <lakehouse>/ran/ (counts runs at the backend).
+MARKER_JOB = ("import os, pathlib; d = pathlib.Path(os.environ['HEARTBEAT_HOME']) / 'ran'; d.mkdir(exist_ok=True); "
+              "(d / (os.environ['HEARTBEAT_JOB_ID'] + '~' + os.environ['HEARTBEAT_JOB_RUN_ID'])).touch()")
+
+
+def marker_jobs_file(path: Path, *job_ids: str) -> Path:
+    """A local jobs file whose jobs each just leave a marker (see MARKER_JOB)."""
+    lines = ["jobs:"] + [f"  {job!r}: [{sys.executable!r}, '-c', {MARKER_JOB!r}]" for job in job_ids]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+class CliLakehouse:
+    """A lakehouse driven through ``python -m heartbeat_runner`` processes; state read from the Delta files."""
+
+    def __init__(self, home: Path, *, config: Path, jobs_file: Path, env: dict[str, str] | None = None):
+        self.home = home
+        self.env = {**os.environ, "HEARTBEAT_HOME": str(home), "HEARTBEAT_CONFIG": str(config),
+                    "HEARTBEAT_JOBS_FILE": str(jobs_file), **(env or {})}
+
+    def command(self, *args: str) -> list[str]:
+        return [sys.executable, "-m", "heartbeat_runner", *args]
+
+    def cli(self, *args: str, check: bool = True, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+        proc = subprocess.run(self.command(*args), env={**self.env, **(env or {})}, capture_output=True, text=True,
+                              timeout=300, cwd=self.home.parent)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"{' '.join(args)}: exit {proc.returncode}\nstdout:{proc.stdout}\nstderr:{proc.stderr}")
+        return proc
+
+    def start(self, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+        return subprocess.Popen(self.command(*args), env={**self.env, **(env or {})}, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, cwd=self.home.parent)
+
+    # -- upstream data ----------------------------------------------------------------------
+
+    def append_ids(self, table: str, *ids: int) -> None:
+        """Append rows to the upstream Delta table ``schema.table`` (one commit)."""
+        import pyarrow as pa
+        from deltalake import write_deltalake
+
+        write_deltalake(str(self.home / "warehouse" / Path(*table.split("."))), pa.table({"id": list(ids)}),
+                        mode="append")
+
+    def drop_trigger_file(self, folder: str, name: str) -> None:
+        path = self.home / "triggers" / folder
+        path.mkdir(parents=True, exist_ok=True)
+        (path / name).write_text("ready\n")
+
+    # -- state ------------------------------------------------------------------------------
+
+    def table(self, name: str) -> list[dict]:
+        from deltalake import DeltaTable
+
+        return DeltaTable(str(self.home / "warehouse" / "heartbeat" / name)).to_pyarrow_table().to_pylist()
+
+    def events(self, kind: str | None = None) -> list[dict]:
+        """Distinct events (by event id), oldest first."""
+        unique = {e["event_id"]: e for e in sorted(self.table("heartbeat_events"), key=lambda e: e["event_ts"],
+                                                   reverse=True)}
+        return sorted((e for e in unique.values() if kind in (None, e["event_type"])), key=lambda e: e["event_ts"])
+
+    def control(self) -> set[tuple]:
+        """The active control rows, without timestamps and run ids (comparable across lakehouses)."""
+        return {(r["sensor_source"], r["sensor_id"], r["trigger_job_id"], r["status"], r["job_state"],
+                 r["pending_events"], r["last_error"]) for r in self.table("heartbeat_control") if r["is_active"]}
+
+    def executions(self) -> dict[str, int]:
+        """How many times each local job actually ran (MARKER_JOB markers)."""
+        counts: dict[str, int] = {}
+        for marker in (self.home / "ran").glob("*~*"):
+            job = marker.name.split("~")[0]
+            counts[job] = counts.get(job, 0) + 1
+        return counts
+
+    def wait_local_runs(self, timeout: float = 60.0) -> None:
+        """Wait until every local job run started so far has finished."""
+        deadline = time.monotonic() + timeout
+        runs = self.home / "jobs" / "runs"
+        while any(not (d / "result.json").exists() for d in runs.glob("*") if (d / "launched").exists()):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"local job runs still going after {timeout}s")
+            time.sleep(0.1)

@@ -26,6 +26,9 @@ from typing import Any
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+if __name__ != "__main__":
+    pytest.importorskip("dbt.adapters.databricks", reason="pip install -e '.[databricks]'")
+    pytest.importorskip("sqlglot", reason="pip install sqlglot")
 ROUNDS = (("seed",), ("run",), ("test",), ("seed",), ("run",))  # the last two see existing tables
 KNOWN_SEED_BUG = "parameter 'relation' was not provided"
 #: dbt-databricks' own metadata statements (``DESCRIBE TABLE EXTENDED ... AS JSON`` is newer than sqlglot).

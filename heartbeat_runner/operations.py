@@ -1,0 +1,184 @@
+"""Operator commands: explain a job, reset it, list runs, guard config removals.
+
+The answers come from the views (``jobs_trigger_explanation``,
+``heartbeat_cursor_history``, ``heartbeat_run_overview``); this module only picks
+rows and writes the audit events.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import socket
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Iterable
+
+from heartbeat_runner.app import App
+from heartbeat_runner.errors import ConfigError, HeartbeatError
+from heartbeat_runner.lease import Lease
+from heartbeat_runner.records import Event, EventType, utcnow
+from heartbeat_runner.sources.base import dump_cursor
+from heartbeat_runner.store import CONTROL, RUN_REPORT, TableStore, quote_literal
+
+EXPLANATION_VIEW = "jobs_trigger_explanation"
+CURSOR_HISTORY_VIEW = "heartbeat_cursor_history"
+RUN_OVERVIEW_VIEW = "heartbeat_run_overview"
+
+#: A cursor before the first item of any source: Delta version -1 (so version 0 is new);
+#: the other sources find none of their keys in it (no offset, file, key value or load
+#: date) and read from their start. NULL would mean "new sensor": a baseline at the end.
+BEGINNING_CURSOR = dump_cursor({"version": -1})
+#: ``seed`` refuses a config that would retire more than this share of the active rows.
+DEFAULT_MAX_REMOVAL_SHARE = 0.5
+
+ConfigKey = tuple[str, str, str]
+
+
+def refresh_if_idle(app: App, lease: Lease) -> bool:
+    """Rebuild the control table unless a runner is ticking (then read it as it is). True if fresh."""
+    if lease.try_acquire() is not None:
+        return False
+    try:
+        app.dbt.refresh_control(app.store.events_version())
+    finally:
+        lease.release()
+    return True
+
+
+# -- explain ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Explanation:
+    job_id: str
+    verdict: str
+    is_ready: bool
+    rows: list[dict]
+
+
+def explain(store: TableStore, job_id: str) -> Explanation:
+    """Why ``job_id`` did or did not trigger, from jobs_trigger_explanation."""
+    rows = store.query(f"SELECT * FROM {store.name(EXPLANATION_VIEW)} WHERE trigger_job_id = {quote_literal(job_id)} "
+                       "ORDER BY is_active DESC, dependency, sensor_source, sensor_id")
+    if not rows:
+        raise HeartbeatError(f"job {job_id!r} is not in the control table")
+    return Explanation(job_id, rows[0]["verdict"], bool(rows[0]["is_ready"]), rows)
+
+
+# -- reset -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class CursorMove:
+    source_key: str
+    sensor_source: str
+    sensor_id: str
+    cursor_from: str | None
+    cursor_to: str
+
+
+@dataclass(frozen=True)
+class ResetPlan:
+    """What ``reset`` records: a RESET of the job and one RESET per source moving its cursor back."""
+
+    job_id: str
+    since: datetime | None
+    #: the point the cursors go back to: ``since``, or earlier when the job had not consumed older data
+    as_of: datetime | None
+    moves: list[CursorMove]
+    #: other active jobs reading the moved sources: they see the replayed data as new too
+    shared_with: list[str]
+    reason: str
+    by: str = field(default_factory=lambda: f"{getpass.getuser()}@{socket.gethostname()}")
+
+    def events(self) -> list[Event]:
+        now = utcnow()
+        audit = {"by": self.by, "job": self.job_id, "since": _iso(self.since), "as_of": _iso(self.as_of)}
+        sources = [
+            Event(event_type=EventType.RESET.value, run_id="reset", snapshot_ts=now, source_key=m.source_key,
+                  sensor_source=m.sensor_source, sensor_id=m.sensor_id, cursor_from=m.cursor_from,
+                  cursor_to=m.cursor_to, message=self.reason, payload=json.dumps(audit, sort_keys=True))
+            for m in self.moves
+        ]
+        job = Event(event_type=EventType.RESET.value, run_id="reset", snapshot_ts=now, trigger_job_id=self.job_id,
+                    message=self.reason, payload=json.dumps({**audit, "sources": [m.source_key for m in self.moves],
+                                                             "also_retriggers": self.shared_with}, sort_keys=True))
+        return [*sources, job]
+
+
+def plan_reset(store: TableStore, job_id: str, since: datetime | None, reason: str) -> ResetPlan:
+    """Where each source of the job goes back to: the cursor in force at ``since`` (or the beginning)."""
+    rows = store.control_rows(job_id)
+    if not rows:
+        raise HeartbeatError(f"job {job_id!r} is not in the control table")
+    as_of = since
+    waiting = [r["status_change_timestamp"] for r in rows if r["status"] == "NEW_EVENT_AVAILABLE"]
+    if since is not None and waiting and min(waiting) <= since:
+        as_of = min(waiting) - timedelta(microseconds=1)  # never skip data the job has not consumed
+    sources = {r["source_key"]: r for r in rows}
+    moves = [CursorMove(key, row["sensor_source"], row["sensor_id"], _cursor_at(store, key, None),
+                        _cursor_at(store, key, as_of) if as_of is not None else BEGINNING_CURSOR)
+             for key, row in sorted(sources.items())]
+    keys = ", ".join(quote_literal(k) for k in sources)
+    shared = store.query(f"SELECT DISTINCT trigger_job_id FROM {store.name(CONTROL)} WHERE is_active "
+                         f"AND source_key IN ({keys}) AND trigger_job_id <> {quote_literal(job_id)} ORDER BY 1")
+    return ResetPlan(job_id, since, as_of, moves, [r["trigger_job_id"] for r in shared], reason)
+
+
+def _cursor_at(store: TableStore, source_key: str, as_of: datetime | None) -> str | None:
+    """The cursor in force at ``as_of`` (None: the current one); the beginning if there was none yet."""
+    when = "" if as_of is None else f"AND valid_from <= TIMESTAMP '{as_of.astimezone(timezone.utc):%Y-%m-%d %H:%M:%S.%f}'"
+    found = store.query(f"SELECT cursor_to FROM {store.name(CURSOR_HISTORY_VIEW)} "
+                        f"WHERE source_key = {quote_literal(source_key)} {when} "
+                        "ORDER BY valid_from DESC, event_id DESC LIMIT 1")
+    if found:
+        return found[0]["cursor_to"]
+    return None if as_of is None else BEGINNING_CURSOR
+
+
+def parse_since(text: str) -> datetime:
+    """An ISO 8601 date or timestamp; without a zone it is UTC."""
+    try:
+        value = datetime.fromisoformat(text.strip())
+    except ValueError as exc:
+        raise HeartbeatError(f"--since {text!r} is not an ISO 8601 date or timestamp "
+                             "(e.g. 2026-05-01 or 2026-05-01T08:30:00Z)") from exc
+    return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+# -- runs ------------------------------------------------------------------------------------
+
+def recent_runs(store: TableStore, limit: int) -> list[dict]:
+    """The latest runs, newest first (finished ticks and INCOMPLETE ones)."""
+    return store.query(f"SELECT * FROM {store.name(RUN_OVERVIEW_VIEW)} ORDER BY snapshot_ts DESC LIMIT {int(limit)}")
+
+
+def run_details(store: TableStore, run_id: str) -> tuple[dict, list[dict]]:
+    """One run and its per-source rows of the run report."""
+    run = store.query(f"SELECT * FROM {store.name(RUN_OVERVIEW_VIEW)} WHERE run_id = {quote_literal(run_id)}")
+    if not run:
+        raise HeartbeatError(f"run {run_id!r} not found (see `runs` for recent run ids)")
+    report = store.query(f"SELECT * FROM {store.name(RUN_REPORT)} WHERE run_id = {quote_literal(run_id)} "
+                         "ORDER BY outcome, source_key")
+    return run[0], report
+
+
+# -- safe config changes ---------------------------------------------------------------------
+
+def check_removals(active: Iterable[ConfigKey], new: Iterable[ConfigKey], max_share: float) -> list[ConfigKey]:
+    """The active rows a new config would retire; ConfigError when more than ``max_share`` of them."""
+    active, new = set(active), set(new)
+    retiring = sorted(active - new)
+    if active and len(retiring) / len(active) > max_share:
+        names = ", ".join(f"{s}:{i} -> job {j}" for s, i, j in retiring[:5])
+        more = f" and {len(retiring) - 5} more" if len(retiring) > 5 else ""
+        raise ConfigError([
+            f"this config would retire {len(retiring)} of {len(active)} active rows "
+            f"({len(retiring) / len(active):.0%}, more than the {max_share:.0%} allowed): {names}{more}. "
+            "An empty or truncated file? If the removals are intended, run `seed --allow-removals` "
+            "(or raise HEARTBEAT_MAX_REMOVAL_SHARE)."
+        ])
+    return retiring

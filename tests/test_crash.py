@@ -1,0 +1,143 @@
+"""Crash safety: a runner killed at any step boundary of a tick loses no event, triggers no job
+twice and ends in the same control-table state as a runner that never crashed; for the local
+jobs backend and for Databricks Jobs (the stateful stand-in server and the real SDK).
+
+Each scenario copies one seeded lakehouse, adds upstream data, runs
+``python -m heartbeat_runner run`` with ``HEARTBEAT_CRASH_AT=<point>`` (the process dies
+there with exit code faults.CRASH_EXIT_CODE), then normal ticks. The scenarios of a backend
+run two at a time and are compared with a crash-free run of the same steps.
+"""
+
+from __future__ import annotations
+
+import shutil
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from databricks_jobs_server import TOKEN, JobsApiServer
+from harness import HEADER, CliLakehouse, marker_jobs_file
+from harness import config_row as row
+from heartbeat_runner.faults import CRASH_EXIT_CODE, CRASH_POINTS
+
+JOBS = ("101", "102")
+NO_CRASH = "none"
+
+
+@dataclass
+class Outcome:
+    """What a scenario left behind."""
+
+    crash_exit: int
+    runs_at_backend: dict[str, int]
+    control: set[tuple]
+    new_data_events: dict[str, int]
+    trigger_tokens: dict[str, int]
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory) -> tuple[Path, Path, Path]:
+    """A seeded lakehouse after its baseline tick: 101 reads up.orders; 102 reads it too, plus a soft trigger file."""
+    root = tmp_path_factory.mktemp("crash")
+    config = root / "config.csv"
+    config.write_text("\n".join([HEADER, row("delta_table", "up.orders", "101"), row("delta_table", "up.orders", "102"),
+                                 row("trigger_file", "drop", "102", hard="FALSE")]) + "\n")
+    jobs = marker_jobs_file(root / "jobs.yml", *JOBS)
+    lake = CliLakehouse(root / "template" / "lakehouse", config=config, jobs_file=jobs)
+    lake.home.mkdir(parents=True)
+    lake.append_ids("up.orders", 1)
+    lake.cli("seed")
+    lake.cli("run")  # baseline: new sensors start at the current end
+    return lake.home, config, jobs
+
+
+def scenario(template: tuple[Path, Path, Path], backend: str, point: str, server: JobsApiServer | None) -> Outcome:
+    """Crash at ``point`` (or not), then tick until every job finished; report what happened."""
+    home, config, jobs = template
+    target = home.parent.parent / f"{backend}-{point}" / "lakehouse"
+    shutil.copytree(home, target)
+    env, args = {}, []
+    if server is not None:
+        env = {"DATABRICKS_HOST": server.host, "DATABRICKS_TOKEN": TOKEN, "HEARTBEAT_DATABRICKS_RETRY_TIMEOUT": "10"}
+        args = ["--jobs-backend", "databricks"]
+        for job in JOBS:
+            server.add_job(f"job_{job}", job_id=int(job))
+    lake = CliLakehouse(target, config=config, jobs_file=jobs, env=env)
+    lake.append_ids("up.orders", 2)
+    lake.drop_trigger_file("drop", "batch-1.done")
+
+    crashed = lake.cli("run", *args, check=False, env={"HEARTBEAT_CRASH_AT": point})
+    lake.cli("run", *args, check=False)  # recovers: rebuilds, resumes trigger requests
+    settle(lake, server)
+    lake.cli("run", *args)  # reconciles: COMPLETED
+
+    if server is not None:
+        runs = {job: len(server.runs_of(int(job))) for job in JOBS}
+    else:
+        runs = lake.executions()
+    new_data = lake.events("NEW_DATA")
+    requests = lake.events("TRIGGER_REQUESTED")
+    return Outcome(
+        crash_exit=crashed.returncode,
+        runs_at_backend=runs,
+        control=lake.control(),
+        new_data_events={key: sum(1 for e in new_data if e["source_key"] == key) for key in {e["source_key"] for e in new_data}},
+        trigger_tokens={job: len({e["idempotency_token"] for e in requests if e["trigger_job_id"] == job}) for job in JOBS},
+    )
+
+
+def settle(lake: CliLakehouse, server: JobsApiServer | None) -> None:
+    """Let every triggered run finish successfully."""
+    if server is None:
+        lake.wait_local_runs()
+        return
+    for run in list(server.runs.values()):
+        if run.lifecycle != "TERMINATED":
+            server.finish_run(run.run_id, "SUCCESS")
+
+
+class Scenarios:
+    """Runs every crash point of a backend (two at a time) on first use, plus the crash-free reference."""
+
+    def __init__(self, template: tuple[Path, Path, Path]):
+        self.template = template
+        self.done: dict[str, dict[str, Outcome]] = {}
+
+    def of(self, backend: str) -> dict[str, Outcome]:
+        if backend not in self.done:
+            points = (NO_CRASH, *CRASH_POINTS)
+            servers = {p: JobsApiServer() if backend == "databricks" else None for p in points}
+            for server in filter(None, servers.values()):
+                server.__enter__()
+            try:
+                with ThreadPoolExecutor(max_workers=2) as pool:
+                    futures = {p: pool.submit(scenario, self.template, backend, p, servers[p]) for p in points}
+                    self.done[backend] = {p: f.result() for p, f in futures.items()}
+            finally:
+                for server in filter(None, servers.values()):
+                    server.__exit__(None, None, None)
+        return self.done[backend]
+
+
+@pytest.fixture(scope="module")
+def scenarios(template) -> Scenarios:
+    return Scenarios(template)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["local", "databricks"])
+@pytest.mark.parametrize("point", CRASH_POINTS)
+def test_a_crash_at_any_step_loses_nothing_and_triggers_nothing_twice(scenarios, backend, point):
+    outcomes = scenarios.of(backend)
+    reference, crashed = outcomes[NO_CRASH], outcomes[point]
+    assert reference.crash_exit == 0
+    assert reference.runs_at_backend == {"101": 1, "102": 1}
+    assert {status for (*_, status, _, _, _) in reference.control} == {"COMPLETED"}
+
+    assert crashed.crash_exit == CRASH_EXIT_CODE  # it really died at that point
+    assert crashed.runs_at_backend == reference.runs_at_backend  # each job ran exactly once
+    assert crashed.control == reference.control  # the same end state
+    assert crashed.new_data_events == reference.new_data_events == {"delta_table:up.orders": 1, "trigger_file:drop": 1}
+    assert crashed.trigger_tokens == {"101": 1, "102": 1}  # one trigger request per job, however often retried

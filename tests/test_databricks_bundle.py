@@ -1,0 +1,187 @@
+"""The Databricks Asset Bundle (databricks.yml + resources/) and the example downstream job.
+
+No workspace and no Databricks CLI here, so the bundle is checked the way the CLI would
+read it: includes resolved, target overrides merged (tasks by task_key, clusters by
+job_cluster_key), variables substituted; then every job is loaded with the typed models
+of ``databricks-bundles`` (Databricks' Python support for bundles), which reject unknown
+or misspelt fields, and every task command line is parsed by the real CLI parser.
+"""
+
+from __future__ import annotations
+
+import copy
+import glob
+import json
+import re
+import sys
+from importlib.metadata import distribution
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from heartbeat_runner.cli import build_parser
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "examples" / "databricks"))
+
+import orders_etl  # noqa: E402
+
+VARIABLE = re.compile(r"\$\{var\.([A-Za-z0-9_]+)\}")
+TEST_VALUES = {"warehouse_id": "0123456789abcdef"}  # variables without a default, given at deploy time
+
+
+def load_bundle() -> tuple[dict[str, Any], dict[str, Path]]:
+    """databricks.yml with its includes merged in; also which file defined each job."""
+    root = yaml.safe_load((REPO / "databricks.yml").read_text())
+    origin: dict[str, Path] = {}
+    for pattern in root.get("include", []):
+        for path in sorted(glob.glob(str(REPO / pattern))):
+            part = yaml.safe_load(Path(path).read_text())
+            assert set(part) <= {"resources", "variables", "targets"}, f"{path}: unexpected top-level keys"
+            for name, job in part["resources"]["jobs"].items():
+                assert name not in origin, f"job {name} defined twice"
+                origin[name] = Path(path)
+                root.setdefault("resources", {}).setdefault("jobs", {})[name] = job
+    return root, origin
+
+
+def merge(base: Any, override: Any, key: str | None = None) -> Any:
+    """The CLI's target merge: maps recursively, task and cluster lists by their key."""
+    if isinstance(base, dict) and isinstance(override, dict):
+        out = dict(base)
+        for k, v in override.items():
+            out[k] = merge(base[k], v, k) if k in base else v
+        return out
+    item_key = {"tasks": "task_key", "job_clusters": "job_cluster_key"}.get(key or "")
+    if item_key and isinstance(base, list) and isinstance(override, list):
+        merged = {item[item_key]: item for item in base}
+        for item in override:
+            merged[item[item_key]] = merge(merged.get(item[item_key], {}), item)
+        return list(merged.values())
+    return override
+
+
+def resolved_jobs(target: str) -> dict[str, dict[str, Any]]:
+    bundle, _ = load_bundle()
+    jobs = merge(bundle["resources"]["jobs"], bundle["targets"][target].get("resources", {}).get("jobs", {}))
+    values = {name: spec.get("default", TEST_VALUES.get(name)) for name, spec in bundle["variables"].items()}
+    text = VARIABLE.sub(lambda m: str(values[m.group(1)]), json.dumps(jobs))
+    return json.loads(text)
+
+
+BUNDLE, ORIGIN = load_bundle()
+TARGETS = sorted(BUNDLE["targets"])
+
+
+def all_tasks(jobs: dict[str, dict[str, Any]]):
+    for job_name, job in jobs.items():
+        for task in job["tasks"]:
+            yield job_name, task
+
+
+def test_bundle_has_the_fields_the_cli_requires():
+    assert BUNDLE["bundle"]["name"] == "heartbeat"
+    assert TARGETS and sum(1 for t in BUNDLE["targets"].values() if t.get("default")) == 1
+    assert {t.get("mode") for t in BUNDLE["targets"].values()} <= {"development", "production"}
+    assert BUNDLE["artifacts"]["heartbeat_runner_wheel"]["type"] == "whl"
+    for name, job in BUNDLE["resources"]["jobs"].items():
+        assert job["name"] and job["tasks"], name
+        keys = [task["task_key"] for task in job["tasks"]]
+        assert len(keys) == len(set(keys)), f"{name}: duplicate task_key"
+
+
+def test_every_variable_used_is_declared_and_has_a_value():
+    text = (REPO / "databricks.yml").read_text() + "".join(p.read_text() for p in set(ORIGIN.values()))
+    used = set(VARIABLE.findall(text))
+    declared = BUNDLE["variables"]
+    assert used <= set(declared), used - set(declared)
+    assert all("description" in spec for spec in declared.values())
+    assert {n for n, spec in declared.items() if "default" not in spec} <= set(TEST_VALUES)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_jobs_load_as_typed_databricks_job_definitions(target):
+    jobs_model = pytest.importorskip("databricks.bundles.jobs", reason="pip install databricks-bundles")
+    for name, job in resolved_jobs(target).items():
+        jobs_model.Job.from_dict(copy.deepcopy(job))  # raises on an unknown or misplaced field
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_tasks_reference_what_exists(target):
+    jobs = resolved_jobs(target)
+    for job_name, job in jobs.items():
+        clusters = {c["job_cluster_key"] for c in job.get("job_clusters", [])}
+        keys = {t["task_key"] for t in job["tasks"]}
+        for task in job["tasks"]:
+            kinds = [k for k in task if k.endswith("_task")]
+            assert len(kinds) == 1, f"{job_name}.{task['task_key']}: exactly one task type, got {kinds}"
+            assert task.get("job_cluster_key") in clusters, f"{job_name}.{task['task_key']}: unknown cluster"
+            assert {d["task_key"] for d in task.get("depends_on", [])} <= keys
+            if "spark_python_task" in task:
+                assert (ORIGIN[job_name].parent / task["spark_python_task"]["python_file"]).resolve().is_file()
+            for library in task.get("libraries", []):  # the wheel the artifact build writes to dist/
+                assert (ORIGIN[job_name].parent / library["whl"]).resolve().parent == REPO / "dist"
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_wheel_tasks_are_valid_heartbeat_command_lines(target):
+    scripts = {e.name for e in distribution("heartbeat-runner").entry_points if e.group == "console_scripts"}
+    for job_name, task in all_tasks(resolved_jobs(target)):
+        wheel = task.get("python_wheel_task")
+        if wheel is None:
+            continue
+        assert wheel["package_name"] == "heartbeat_runner" and wheel["entry_point"] in scripts
+        args = [re.sub(r"\{\{job\.(id|run_id)\}\}", "123", a) for a in wheel["parameters"]]
+        parsed = build_parser().parse_args(args)
+        assert parsed.target == "databricks"
+
+
+def test_runner_is_scheduled_or_continuous_by_target():
+    modes = {}
+    for target in TARGETS:
+        job = resolved_jobs(target)["heartbeat_runner"]
+        assert ("schedule" in job) != ("continuous" in job), target
+        args = job["tasks"][0]["python_wheel_task"]["parameters"]
+        assert args[0] == "run" and ("--loop" in args) == ("continuous" in job)
+        modes[target] = "schedule" if "schedule" in job else "continuous"
+        assert job["max_concurrent_runs"] == 1
+        cluster = job["job_clusters"][0]["new_cluster"]
+        assert cluster["num_workers"] == 0 and cluster["spark_conf"]["spark.databricks.cluster.profile"] == "singleNode"
+    assert set(modes.values()) == {"schedule", "continuous"}
+    assert resolved_jobs("prod")["heartbeat_runner"]["schedule"]["quartz_cron_expression"] == \
+        BUNDLE["variables"]["heartbeat_cron"]["default"]
+
+
+def test_nothing_secret_in_the_bundle():
+    text = (REPO / "databricks.yml").read_text() + "".join(p.read_text() for p in set(ORIGIN.values()))
+    assert not re.search(r"dapi[0-9a-f]{8,}", text)
+    env = resolved_jobs("prod")["heartbeat_runner"]["job_clusters"][0]["new_cluster"]["spark_env_vars"]
+    assert env["DATABRICKS_TOKEN"].startswith("{{secrets/")
+
+
+# -- the example downstream job ------------------------------------------------------------------
+
+
+def test_example_job_receives_heartbeat_parameters_and_ends_with_complete():
+    job = resolved_jobs("prod")["example_orders_etl"]
+    assert {p["name"] for p in job["parameters"]} == {"heartbeat_run_id", "heartbeat_windows"}
+    etl = job["tasks"][0]["spark_python_task"]["parameters"]
+    assert "{{job.parameters.heartbeat_windows}}" in etl and "{{job.parameters.heartbeat_run_id}}" in etl
+    last = job["tasks"][-1]
+    assert last["depends_on"] == [{"task_key": "etl"}] and last.get("run_if") == "ALL_SUCCESS"
+    args = last["python_wheel_task"]["parameters"]
+    assert args[0] == "complete" and args[args.index("--job-id") + 1] == "{{job.id}}"
+
+
+def test_example_plans_reads_from_the_windows_heartbeat_sends():
+    windows = json.dumps([
+        {"sensor_source": "delta_table", "sensor_id": "sales.orders", "from": "version 4", "to": "version 9"},
+        {"sensor_source": "trigger_file", "sensor_id": "orders_ready", "from": "a.done", "to": "b.done"},
+    ], sort_keys=True)
+    assert orders_etl.plan_reads(orders_etl.parse_windows(windows), ["sales.orders"]) == \
+        [orders_etl.Read("sales.orders", 4, 9)]
+    assert orders_etl.plan_reads(orders_etl.parse_windows("[]"), ["sales.orders"]) == [orders_etl.Read("sales.orders")]
+    with pytest.raises(ValueError):
+        orders_etl.parse_windows('{"not": "a list"}')
