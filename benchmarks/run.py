@@ -155,7 +155,7 @@ def _sensors(n: int) -> list[Sensor]:
 
 # -- in one runner process: ticks, peak RSS, baseline ---------------------------------------
 
-def measure_size(workload: Workload, repeats: int) -> dict[str, Any]:
+def measure_size(workload: Workload, repeats: int, history: int = 0) -> dict[str, Any]:
     """Run in a fresh process: ticks on the real app, then the naive baseline on the same engine."""
     from heartbeat_runner.app import open_app
     from heartbeat_runner.settings import load_settings
@@ -165,6 +165,10 @@ def measure_size(workload: Workload, repeats: int) -> dict[str, Any]:
     with open_app(settings) as app:
         heartbeat = app.heartbeat()
         first = _tick_figures(heartbeat.tick())
+        if history:
+            _add_history(app, history)
+            heartbeat.refresh_models()
+        events = app.store.query(f"SELECT count(*) AS n FROM {app.store.name('heartbeat_events')}")[0]["n"]
         steady = [_tick_figures(heartbeat.tick()) for _ in range(repeats)]
         busy = []
         for rep in range(repeats):
@@ -179,12 +183,37 @@ def measure_size(workload: Workload, repeats: int) -> dict[str, Any]:
         "delta_sources": sum(s.kind == "delta_table" for s in workload.sensors),
         "trigger_sources": sum(s.kind == "trigger_file" for s in workload.sensors),
         "first_tick": first,
+        "events_before_ticks": events,
         "steady": _summarise(steady),
         "busy": _summarise(busy),
         "peak_rss_mib": round(peak_rss_mib, 1),
-        "baseline": {"wall_s": _median([b for b in baseline]), "runs": baseline,
-                     "queries": workload.n},
+        "baseline": {"wall_s": _median(baseline), "runs": baseline, "queries": workload.n},
     }
+
+
+def _add_history(app, per_source: int) -> None:
+    """Age the lakehouse: per source ``per_source`` old NEW_DATA events, and per job as many
+    trigger-request/triggered/completed triples, all dated 2020 (before anything a tick writes)."""
+    from heartbeat_runner.records import Event
+    from heartbeat_runner.store import CONTROL, EVENTS, column_type
+
+    store = app.store
+
+    def insert(kind: str, keys: str, offset_s: int, values: dict[str, str]) -> None:
+        ts = f"timestamp '2020-01-01' + make_interval(0, 0, 0, 0, 0, 0, h.id * 60 + {offset_s})"
+        values = {"event_type": f"'{kind}'", "run_id": "'history'", "snapshot_ts": ts, "event_ts": ts,
+                  "event_id": "uuid()", **values}
+        select = ", ".join(f"cast({values.get(c, 'null')} as {column_type(c)}) AS {c}" for c in Event.columns())
+        store.spark.sql(f"INSERT INTO {store.name(EVENTS)} SELECT {select} "
+                        f"FROM ({keys}) k CROSS JOIN range({per_source}) h")
+
+    insert("NEW_DATA", f"SELECT DISTINCT source_key, sensor_source, sensor_id FROM {store.name(CONTROL)}", 0,
+           {"source_key": "k.source_key", "sensor_source": "k.sensor_source", "sensor_id": "k.sensor_id",
+            "cursor_to": "'{}'"})
+    run = {"trigger_job_id": "k.trigger_job_id", "idempotency_token": "concat(k.trigger_job_id, '-', h.id)",
+           "job_run_id": "concat('history-', k.trigger_job_id, '-', h.id)"}
+    for offset_s, kind in enumerate(("TRIGGER_REQUESTED", "TRIGGERED", "COMPLETED"), start=1):
+        insert(kind, f"SELECT DISTINCT trigger_job_id FROM {store.name(CONTROL)}", offset_s, run)
 
 
 def _tick_figures(result) -> dict[str, Any]:
@@ -322,7 +351,8 @@ def summary(results: dict[str, Any]) -> list[dict[str, Any]]:
     measured = {
         "steady_tick_1000_s": big and big["steady"]["wall_s"],
         "busy_tick_1000_s": big and big["busy"]["wall_s"],
-        "cold_start_10_s": results["cold_start"]["no_new_data_s"] if results["cold_start"]["sensors"] == 10 else None,
+        # the slower case: with new data the new process also starts dbt and builds twice
+        "cold_start_10_s": results["cold_start"]["new_data_s"] if results["cold_start"]["sensors"] == 10 else None,
         "loop_latency_s": results["loop_latency"]["median_s"],
         "peak_rss_1000_mib": big and big["peak_rss_mib"],
         "baseline_speedup_1000": big and big["speedup"],
@@ -348,8 +378,12 @@ def print_report(results: dict[str, Any]) -> None:
             print(f"{size:>5} {kind:<7} {t['wall_s']:>7.2f} "
                   + " ".join(f"{t['stages'].get(s, 0.0):>8.2f}" for s in stages)
                   + f" {run['sensed']:>6} {run['new_data']:>4} {run['triggered']:>4}" + extra)
+    print()
+    for size, r in results["sizes"].items():
+        print(f"{size} sensors: {r['jobs']} jobs, seed (CLI) {r['seed_s']:.1f}s, "
+              f"first tick {r['first_tick']['wall_s']:.2f}s, {r['events_before_ticks']} events before the measured ticks")
     cold, loop = results["cold_start"], results["loop_latency"]
-    print(f"\ncold start ({cold['sensors']} sensors): {cold['no_new_data_s']:.2f}s without new data, "
+    print(f"cold start ({cold['sensors']} sensors): {cold['no_new_data_s']:.2f}s without new data, "
           f"{cold['new_data_s']:.2f}s with new data")
     print(f"loop latency (--interval {loop['interval_s']:g}): median {loop['median_s']:.2f}s, "
           f"max {loop['max_s']:.2f}s over {len(loop['samples'])} commits")
@@ -362,10 +396,10 @@ def print_report(results: dict[str, Any]) -> None:
 
 # -- entry points ------------------------------------------------------------------------------
 
-def run(sizes: list[int], quick: bool, out: Path, work_dir: Path | None) -> dict[str, Any]:
+def run(sizes: list[int], quick: bool, out: Path, work_dir: Path | None, history: int = 0) -> dict[str, Any]:
     repeats = 1 if quick else 3
     root = Path(tempfile.mkdtemp(prefix="hb-bench-", dir=work_dir))
-    results: dict[str, Any] = {"meta": _meta(quick, repeats), "sizes": {}}
+    results: dict[str, Any] = {"meta": _meta(quick, repeats, history), "sizes": {}}
     try:
         for n in sorted(sizes):
             workload = Workload(root / f"n{n}", n)
@@ -373,7 +407,7 @@ def run(sizes: list[int], quick: bool, out: Path, work_dir: Path | None) -> dict
             workload.generate()
             seed_s = _timed(workload.cli("seed"))
             print(f"[{n} sensors] seeded in {seed_s:.1f}s; measuring ticks", file=sys.stderr, flush=True)
-            figures = _in_subprocess(workload, repeats)
+            figures = _in_subprocess(workload, repeats, history)
             figures["seed_s"] = seed_s
             figures["speedup"] = round(figures["baseline"]["wall_s"] / figures["steady"]["wall_s"], 1)
             results["sizes"][str(n)] = figures
@@ -389,22 +423,22 @@ def run(sizes: list[int], quick: bool, out: Path, work_dir: Path | None) -> dict
     return results
 
 
-def _in_subprocess(workload: Workload, repeats: int) -> dict[str, Any]:
-    argv = [sys.executable, __file__, "--measure", str(workload.root), str(workload.n), str(repeats)]
+def _in_subprocess(workload: Workload, repeats: int, history: int) -> dict[str, Any]:
+    argv = [sys.executable, __file__, "--measure", str(workload.root), str(workload.n), str(repeats), str(history)]
     done = subprocess.run(argv, env=_env(), capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"measuring {workload.n} sensors failed:\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def _meta(quick: bool, repeats: int) -> dict[str, Any]:
+def _meta(quick: bool, repeats: int, history: int) -> dict[str, Any]:
     from importlib.metadata import version
 
     return {
         "when": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "cpus": os.cpu_count(), "python": platform.python_version(), "machine": platform.machine(),
         "versions": {p: version(p) for p in ("pysail", "pyspark", "dbt-core", "dbt-spark", "deltalake")},
-        "quick": quick, "repeats": repeats, "figures": "medians over the repeats",
+        "quick": quick, "repeats": repeats, "history_per_source": history, "figures": "medians over the repeats",
         "targets": {k: v[0] for k, v in TARGETS.items()},
     }
 
@@ -415,13 +449,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="one repetition of everything")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="where to write the JSON")
     parser.add_argument("--work-dir", type=Path, help="parent of the temporary lakehouses")
-    parser.add_argument("--measure", nargs=3, metavar=("ROOT", "N", "REPEATS"), help=argparse.SUPPRESS)
+    parser.add_argument("--history", type=int, default=0, metavar="N",
+                        help="age the lakehouse first: N old NEW_DATA events per source and N runs per job")
+    parser.add_argument("--measure", nargs=4, metavar=("ROOT", "N", "REPEATS", "HISTORY"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.measure:
-        root, n, repeats = args.measure
-        print(json.dumps(measure_size(Workload(Path(root), int(n)), int(repeats))))
+        root, n, repeats, history = args.measure
+        print(json.dumps(measure_size(Workload(Path(root), int(n)), int(repeats), int(history))))
         return 0
-    results = run([int(s) for s in args.sizes.split(",")], args.quick, args.out, args.work_dir)
+    results = run([int(s) for s in args.sizes.split(",")], args.quick, args.out, args.work_dir, args.history)
     print_report(results)
     print(f"\nwritten to {args.out}")
     return 0

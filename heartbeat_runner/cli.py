@@ -268,6 +268,7 @@ def _print_tick(result: TickResult, args: argparse.Namespace) -> None:
             "sensed": [{"source_key": s.target.source_key, "outcome": s.outcome.value, "error": s.error,
                         "window_from": s.result.window_from if s.result else None,
                         "window_to": s.result.window_to if s.result else None} for s in result.sensed],
+            "skipped": [{"source_key": s.source_key, "reason": s.reason} for s in result.skipped],
             "triggered": [{"job_id": j, "run_id": r} for j, r in result.triggered],
             "completed": result.completed, "failed": result.failed,
             "trigger_errors": [{"job_id": j, "error": e} for j, e in result.trigger_errors],
@@ -276,7 +277,7 @@ def _print_tick(result: TickResult, args: argparse.Namespace) -> None:
         return
     new = sum(1 for s in result.sensed if s.outcome.value == "NEW_DATA")
     print(f"run {result.run_id}: sensed {len(result.sensed)} source(s), {new} with new data, "
-          f"{len(result.sensor_errors)} error(s); triggered {len(result.triggered)}, "
+          f"{len(result.sensor_errors)} error(s), {len(result.skipped)} skipped; triggered {len(result.triggered)}, "
           f"completed {len(result.completed)}, failed {len(result.failed)} ({result.duration_s:.2f}s)", flush=True)
     for s in result.sensor_errors:
         print(f"  source {s.target.source_key}: {s.error}", flush=True)
@@ -391,7 +392,8 @@ def _print_reset(plan: ResetPlan, running_run: str | None, args: argparse.Namesp
     print(f"job {plan.job_id} reset {point} by {plan.by}: {plan.reason}")
     print("  it is sensed again from the next tick and triggers once its hard dependencies have data to re-process")
     for move in plan.moves:
-        print(f"  {move.source_key}: cursor {move.cursor_from or '-'} -> {move.cursor_to}")
+        change = f"-> {move.cursor_to}" if move.moved else "(unchanged: nothing was sensed after that point)"
+        print(f"  {move.source_key}: cursor {move.cursor_from or '-'} {change}")
     if plan.since and plan.as_of != plan.since:
         print("  (earlier than --since: the job had not consumed data sensed before it yet)")
     if plan.shared_with:

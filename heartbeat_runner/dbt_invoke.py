@@ -20,6 +20,7 @@ from typing import Any, Iterator
 from heartbeat_runner.engine import Engine
 from heartbeat_runner.errors import HeartbeatError
 from heartbeat_runner.faults import crash_point
+from heartbeat_runner.store import retry_lost_commits
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +31,10 @@ VIEW_MODELS = ("jobs_ready_to_trigger", "heartbeat_sensors_due", "heartbeat_sens
 SEED_NAME = "heartbeat_sensor_config"
 #: what dbt parses, besides the seed: a change to any file under these re-parses the project
 PROJECT_INPUTS = ("dbt_project.yml", "models", "macros", "tests/dbt")
+#: where the embedded engine's incremental builds stage their MERGE source (macros/engine_overrides.sql)
+MERGE_SOURCES = "_merge_sources"
+#: a staged MERGE source older than this was left by a dbt process that did not clean up after itself
+MERGE_SOURCE_MAX_AGE_S = 3600
 
 
 class DbtError(HeartbeatError):
@@ -124,6 +129,8 @@ class DbtProject:
         started = time.monotonic()
         with self._environment():
             result = dbtRunner(manifest=manifest).invoke(full)
+        if location_root:
+            _remove_merge_sources(Path(location_root) / MERGE_SOURCES)
         log.debug("dbt %s took %.2fs", " ".join(args), time.monotonic() - started)
         if not result.success:
             raise DbtError(_failure_summary(args, result))
@@ -173,8 +180,12 @@ class DbtProject:
         self.engine.ensure_registered(f"{self.settings.schema}.{SEED_NAME}")
 
     def build_control(self) -> None:
-        """Rebuild the control table (incremental MERGE) from the seed and the events."""
-        self.invoke(["run", "--select", CONTROL_MODEL, SENSOR_STATE_MODEL], reuse_manifest=True)
+        """Rebuild the control table (incremental MERGE) from the seed and the events.
+
+        It is derived, so a build that lost a Delta commit race to another writer is simply run again.
+        """
+        retry_lost_commits(lambda: self.invoke(["run", "--select", CONTROL_MODEL, SENSOR_STATE_MODEL],
+                                               reuse_manifest=True), "dbt build of the control table")
 
     def refresh_control(self, events_version: int | None, *, force: bool = False) -> bool:
         """Rebuild the control table unless it already includes ``events_version``. True if built."""
@@ -207,6 +218,19 @@ class DbtProject:
         for path in statements:
             self.engine.spark.sql(path.read_text(encoding="utf-8"))
         return True
+
+
+def _remove_merge_sources(base: Path) -> None:
+    """Delete the MERGE sources the last dbt command staged, and stale ones other processes left."""
+    from dbt_common.invocation import get_invocation_id
+
+    if not base.is_dir():
+        return
+    stale_before = time.time() - MERGE_SOURCE_MAX_AGE_S
+    for entry in base.iterdir():
+        with contextlib.suppress(FileNotFoundError):
+            if entry.name == get_invocation_id() or entry.stat().st_mtime < stale_before:
+                shutil.rmtree(entry, ignore_errors=True)
 
 
 def _files(path: Path) -> list[Path]:

@@ -75,6 +75,10 @@ class CursorMove:
     cursor_from: str | None
     cursor_to: str
 
+    @property
+    def moved(self) -> bool:
+        return self.cursor_from != self.cursor_to
+
 
 @dataclass(frozen=True)
 class ResetPlan:
@@ -85,7 +89,7 @@ class ResetPlan:
     #: the point the cursors go back to: ``since``, or earlier when the job had not consumed older data
     as_of: datetime | None
     moves: list[CursorMove]
-    #: other active jobs reading the moved sources: they see the replayed data as new too
+    #: other active jobs reading the sources moved back: they see the replayed data as new too
     shared_with: list[str]
     reason: str
     by: str = field(default_factory=lambda: f"{getpass.getuser()}@{socket.gethostname()}")
@@ -118,9 +122,9 @@ def plan_reset(store: TableStore, job_id: str, since: datetime | None, reason: s
     moves = [CursorMove(key, row["sensor_source"], row["sensor_id"], _cursor_at(store, key, None),
                         _cursor_at(store, key, as_of) if as_of is not None else BEGINNING_CURSOR)
              for key, row in sorted(sources.items())]
-    keys = ", ".join(quote_literal(k) for k in sources)
+    moved = ", ".join(quote_literal(m.source_key) for m in moves if m.moved) or "NULL"
     shared = store.query(f"SELECT DISTINCT trigger_job_id FROM {store.name(CONTROL)} WHERE is_active "
-                         f"AND source_key IN ({keys}) AND trigger_job_id <> {quote_literal(job_id)} ORDER BY 1")
+                         f"AND source_key IN ({moved}) AND trigger_job_id <> {quote_literal(job_id)} ORDER BY 1")
     return ResetPlan(job_id, since, as_of, moves, [r["trigger_job_id"] for r in shared], reason)
 
 

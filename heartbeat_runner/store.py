@@ -10,7 +10,7 @@ import logging
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 from heartbeat_runner import delta_log
 from heartbeat_runner.engine import Engine
@@ -39,15 +39,15 @@ TABLE_COLUMNS: dict[str, list[str]] = {
     RUN_REPORT: SensorEvaluation.columns(),
     RUNS: RunSummary.columns(),
 }
-#: Delta commit conflicts and transient engine errors are retried this many times.
+#: A write that lost a Delta commit race is retried this many times.
 WRITE_ATTEMPTS = 5
 #: How a Delta commit that lost a race with another writer reads (Sail 0.7, measured with two
-#: processes writing one table): "Failed to commit transaction: 0" and, on a new table,
-#: "Missing commit file: expected version 0, found 7". Sail retries plain appends itself
-#: (it logs "The transaction N already exists, will retry!"); the rest are delta-rs' names.
+#: processes writing one table, e.g. two MERGEs): "Failed to commit transaction: 0" and, on a
+#: new table, "Missing commit file: expected version 0, found 7". Sail retries plain appends
+#: itself (it logs "The transaction N already exists, will retry!"); the rest are delta-rs' names.
 COMMIT_CONFLICTS = ("failed to commit transaction", "transaction failed", "missing commit file",
                     "already exists, will retry", "version already exists", "max commit attempts",
-                    "concurrent", "conflict", "metadata changed since last commit")
+                    "concurrent transaction", "commit conflict", "metadata changed since last commit")
 
 
 def column_type(name: str) -> str:
@@ -134,15 +134,7 @@ class TableStore:
         if not rows:
             return
         frame = self.spark.createDataFrame(rows, _struct(columns))
-        for attempt in range(1, WRITE_ATTEMPTS + 1):
-            try:
-                frame.write.mode("append").insertInto(self.name(table))
-                return
-            except Exception as exc:  # noqa: BLE001 - engine errors carry no stable type
-                if attempt == WRITE_ATTEMPTS or not _is_retryable(exc):
-                    raise
-                log.warning("append to %s failed (%s); retrying", table, str(exc).splitlines()[0])
-                time.sleep(0.05 * 2**attempt)
+        retry_lost_commits(lambda: frame.write.mode("append").insertInto(self.name(table)), f"append to {table}")
 
     def append_events(self, events: Iterable[Event]) -> None:
         """One atomic append of events (a single Delta commit)."""
@@ -186,10 +178,10 @@ class TableStore:
         rows = self.spark.sql(f"SELECT * FROM {self.name(SKIPPED_VIEW)} ORDER BY source_key").collect()
         return [SkippedSource(**r.asDict()) for r in rows]
 
-    def cursor_event_ids(self) -> dict[str, str | None]:
-        """The event that set each due source's cursor: the parent of its next NEW_DATA event."""
-        rows = self.spark.sql(f"SELECT source_key, cursor_event_id FROM {self.name(DUE_VIEW)}").collect()
-        return {r["source_key"]: r["cursor_event_id"] for r in rows}
+    def current_cursors(self) -> dict[str, tuple[str | None, str | None]]:
+        """Each due source's cursor now, and the event that set it (the parent of its next NEW_DATA event)."""
+        rows = self.spark.sql(f"SELECT source_key, cursor, cursor_event_id FROM {self.name(DUE_VIEW)}").collect()
+        return {r["source_key"]: (r["cursor"], r["cursor_event_id"]) for r in rows}
 
     def ready_rows(self) -> list[ReadyRow]:
         """Rows consumed by the jobs that are ready now (dependency rule: the view)."""
@@ -245,6 +237,15 @@ def _utc(row: dict) -> dict:
             for k, v in row.items()}
 
 
-def _is_retryable(exc: Exception) -> bool:
-    text = str(exc).lower()
-    return any(words in text for words in COMMIT_CONFLICTS)
+def retry_lost_commits(write: Callable[[], object], what: str) -> None:
+    """Run ``write``; while it fails because another writer committed first, run it again."""
+    for attempt in range(1, WRITE_ATTEMPTS + 1):
+        try:
+            write()
+            return
+        except Exception as exc:  # noqa: BLE001 - engine and dbt errors carry no stable type
+            text = str(exc)
+            if attempt == WRITE_ATTEMPTS or not any(words in text.lower() for words in COMMIT_CONFLICTS):
+                raise
+            log.warning("%s lost a Delta commit race (%s); retrying", what, text.strip().splitlines()[-1])
+            time.sleep(0.05 * 2**attempt)

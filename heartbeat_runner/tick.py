@@ -120,15 +120,19 @@ class Heartbeat:
     def _data_events(self, result: TickResult) -> list[Event]:
         events = []
         new_data = any(s.result is not None and s.result.new_data for s in result.sensed)
-        parents = self.store.cursor_event_ids() if new_data else {}
+        current = self.store.current_cursors() if new_data else {}
         for sensed in result.sensed:
             outcome, target = sensed.result, sensed.target
             if outcome is None or (not outcome.new_data and outcome.cursor_to in (None, target.cursor)):
                 continue
+            cursor_now, parent = current.get(target.source_key, (target.cursor, None))
+            if cursor_now != target.cursor:
+                log.warning("%s moved on while it was sensed (another runner?); not recorded", target.source_key)
+                continue
             cursor_to = outcome.cursor_to if outcome.cursor_to is not None else target.cursor
             kind = EventType.NEW_DATA if outcome.new_data else EventType.CURSOR
-            event_id = new_data_event_id(target.source_key, parents.get(target.source_key), target.cursor,
-                                         cursor_to) if kind is EventType.NEW_DATA else None
+            event_id = new_data_event_id(target.source_key, parent, target.cursor, cursor_to) \
+                if kind is EventType.NEW_DATA else None
             events.append(Event(
                 event_type=kind.value, run_id=result.run_id, snapshot_ts=result.snapshot_ts,
                 **({"event_id": event_id} if event_id else {}),

@@ -18,6 +18,35 @@
 {%- endmacro -%}
 
 {#
+  Sail plans a MERGE so that its source query runs several times (three times for the
+  control model, whose source reads the whole event history). On the embedded engine
+  an incremental model's source is therefore computed once, into parquet files under
+  <location root>/_merge_sources/<invocation id>/, and the temporary view the MERGE
+  reads selects from them; the runner deletes them after its own dbt commands, and
+  those of plain dbt runs (`serve`) once they are an hour old. The anchor row
+  keeps an empty result readable (an empty directory has no schema).
+#}
+{% macro spark__create_temporary_view(relation, compiled_code) -%}
+  {%- set root = var('heartbeat_location_root', '') -%}
+  {%- if root and config.get('materialized') == 'incremental' -%}
+    {%- set location = root ~ '/_merge_sources/' ~ invocation_id ~ '/' ~ relation.identifier -%}
+    {%- set columns = get_columns_in_query(compiled_code) -%}
+    {% call statement('stage_merge_source') -%}
+      insert overwrite directory '{{ location }}' using parquet
+      select staged.* from (select 1 as anchor) a
+      left join (select q.*, true as heartbeat_staged_row from ({{ compiled_code }}) q) staged on true
+    {%- endcall %}
+    create or replace temporary view {{ relation }} as
+      select {% for c in columns %}`{{ c }}`{{ ', ' if not loop.last }}{% endfor %}
+      from parquet.`{{ location }}`
+      where heartbeat_staged_row
+  {%- else -%}
+    create or replace temporary view {{ relation }} as
+      {{ compiled_code }}
+  {%- endif -%}
+{%- endmacro %}
+
+{#
   dbt-spark re-seeds with DROP then CREATE; on the embedded engine DROP keeps the
   Delta files, so rows would duplicate. CREATE OR REPLACE starts a new version instead.
 #}

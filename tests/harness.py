@@ -229,3 +229,15 @@ class CliLakehouse:
             if time.monotonic() > deadline:
                 raise AssertionError(f"local job runs still going after {timeout}s")
             time.sleep(0.1)
+
+
+def sense_and_record(hb: Harness) -> TickResult:
+    """The first half of a tick: sense, append the events and rebuild; no triggering."""
+    from heartbeat_runner.records import new_run_id
+    from heartbeat_runner.sensing import sense_all
+
+    result = TickResult(run_id=new_run_id(utcnow()), snapshot_ts=utcnow())
+    result.sensed = sense_all(hb.app.store.sensors_due(), hb.heartbeat.ctx, max_workers=2, timeout_s=30)
+    hb.app.store.append_events(hb.heartbeat._data_events(result))
+    hb.heartbeat.refresh_models()
+    return result

@@ -6,6 +6,8 @@ Each scenario copies one seeded lakehouse, adds upstream data, runs
 ``python -m heartbeat_runner run`` with ``HEARTBEAT_CRASH_AT=<point>`` (the process dies
 there with exit code faults.CRASH_EXIT_CODE), then normal ticks. The scenarios of a backend
 run two at a time and are compared with a crash-free run of the same steps.
+
+Also: a trigger the jobs API refused, retried with the same token once fixed, runs once.
 """
 
 from __future__ import annotations
@@ -112,7 +114,7 @@ class Scenarios:
             for server in filter(None, servers.values()):
                 server.__enter__()
             try:
-                with ThreadPoolExecutor(max_workers=2) as pool:
+                with ThreadPoolExecutor(max_workers=3) as pool:
                     futures = {p: pool.submit(scenario, self.template, backend, p, servers[p]) for p in points}
                     self.done[backend] = {p: f.result() for p, f in futures.items()}
             finally:
@@ -141,3 +143,18 @@ def test_a_crash_at_any_step_loses_nothing_and_triggers_nothing_twice(scenarios,
     assert crashed.control == reference.control  # the same end state
     assert crashed.new_data_events == reference.new_data_events == {"delta_table:up.orders": 1, "trigger_file:drop": 1}
     assert crashed.trigger_tokens == {"101": 1, "102": 1}  # one trigger request per job, however often retried
+
+
+def test_a_refused_trigger_retried_after_the_fix_runs_once_and_completes(hb):
+    hb.create_table("up.t", "id int")
+    hb.seed(row("delta_table", "up.t", "J1"))  # J1 is not in the jobs file yet
+    hb.tick()
+    hb.insert("up.t", "(1)")
+    refused = hb.tick()
+    assert "not defined" in refused.trigger_errors[0][1]
+    assert hb.job_status("J1") == {"NEW_EVENT_AVAILABLE"}  # the request is void; the data still waits
+    hb.jobs(J1=0)
+    assert [job for job, _ in hb.tick().triggered] == ["J1"]  # same token as the refused request
+    hb.wait_for_jobs()
+    assert hb.job_status("J1") == {"COMPLETED"} and hb.runs_of("J1") == 1
+    assert hb.tick().triggered == []

@@ -30,7 +30,6 @@ if __name__ != "__main__":
     pytest.importorskip("dbt.adapters.databricks", reason="pip install -e '.[databricks]'")
     pytest.importorskip("sqlglot", reason="pip install sqlglot")
 ROUNDS = (("seed",), ("run",), ("test",), ("seed",), ("run",))  # the last two see existing tables
-KNOWN_SEED_BUG = "parameter 'relation' was not provided"
 #: dbt-databricks' own metadata statements (``DESCRIBE TABLE EXTENDED ... AS JSON`` is newer than sqlglot).
 METADATA = re.compile(r"^\s*(/\*.*?\*/)?\s*(show|describe)\b", re.I | re.S)
 
@@ -211,11 +210,6 @@ def test_every_data_test_renders_and_runs(rendered):
 def test_seed_loads_with_dbt_databricks(rendered):
     for number in (0, 3):
         outcome = rendered["rounds"][number]
-        if not outcome["success"] and any(KNOWN_SEED_BUG in (n["message"] or "") for n in outcome["nodes"]):
-            pytest.xfail("macros/engine_overrides.sql: the root project's spark__create_csv_table/"
-                         "spark__reset_csv_table win dispatch over dbt-databricks' databricks__ versions and call "
-                         "its location_clause(relation) without a relation; add databricks__ siblings that "
-                         "delegate to dbt.databricks__create_csv_table / dbt.databricks__reset_csv_table")
         assert outcome["success"], outcome
     table = "`main`.`heartbeat`.`heartbeat_sensor_config`"
     seed_sql = [s["sql"] for s in rendered["statements"] if s["round"] in (0, 3) and table in s["sql"]]

@@ -1,0 +1,151 @@
+"""Two runners on one lakehouse: every upstream change triggers exactly one run; the tick lease
+expires and is taken over; lost Delta commit races are retried."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from harness import HEADER, CliLakehouse, marker_jobs_file
+from harness import config_row as row
+from heartbeat_runner.lease import Lease, LeaseHeld, LeaseLost
+from heartbeat_runner.records import Event, utcnow
+from heartbeat_runner.store import TableStore
+
+
+@pytest.fixture
+def lake(tmp_path) -> CliLakehouse:
+    config = tmp_path / "config.csv"
+    config.write_text("\n".join([HEADER, row("delta_table", "up.events", "201"), row("trigger_file", "drop", "202")]) + "\n")
+    lake = CliLakehouse(tmp_path / "lakehouse", config=config, jobs_file=marker_jobs_file(tmp_path / "jobs.yml", "201", "202"))
+    lake.home.mkdir()
+    lake.append_ids("up.events", 0)
+    lake.cli("seed")
+    lake.cli("run")  # baseline
+    return lake
+
+
+def run_pair(lake: CliLakehouse) -> list[str]:
+    """Start two runners at the same time; both must finish cleanly. Returns their outputs."""
+    runners = [lake.start("run", "--wait-lease", "300") for _ in range(2)]
+    outputs = []
+    for runner in runners:
+        out, err = runner.communicate(timeout=300)
+        assert runner.returncode == 0, err
+        outputs.append(out + err)
+    return outputs
+
+
+@pytest.mark.slow
+def test_two_runners_started_together_trigger_each_change_exactly_once(lake):
+    rounds = 3
+    for n in range(1, rounds + 1):
+        lake.wait_local_runs()
+        lake.append_ids("up.events", n)
+        lake.drop_trigger_file("drop", f"batch-{n}.done")
+        outputs = run_pair(lake)
+        # one runner holds the lease at a time: the second waited, then found nothing left to trigger
+        assert sum(out.count("triggered job 201") for out in outputs) <= 1
+        assert not any("skipped: another runner" in out for out in outputs)
+    lake.wait_local_runs()
+    run_pair(lake)  # reconciles the last round
+
+    assert lake.executions() == {"201": rounds, "202": rounds}
+    new_data = lake.events("NEW_DATA")
+    assert sorted(e["source_key"] for e in new_data) == ["delta_table:up.events"] * rounds + ["trigger_file:drop"] * rounds
+    tokens = {(e["trigger_job_id"], e["idempotency_token"]) for e in lake.events("TRIGGER_REQUESTED")}
+    assert len(tokens) == 2 * rounds
+    assert {r[3] for r in lake.control()} == {"COMPLETED"}
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_lease_is_exclusive_until_it_expires_then_taken_over(tmp_path):
+    clock = FakeClock()
+    path = tmp_path / "locks" / "tick.lease"
+    first, second = (Lease(path, ttl_s=60, owner=name, clock=clock) for name in ("first", "second"))
+    first.acquire()
+    with pytest.raises(LeaseHeld, match="first"):
+        second.acquire()
+    clock.now += 59
+    first.renew()  # renewing pushes the expiry out
+    clock.now += 59
+    assert second.try_acquire() is not None
+    clock.now += 61  # the first runner hung: its lease expired
+    second.acquire()
+    assert second.holder().owner == "second"
+    with pytest.raises(LeaseLost, match="second"):
+        first.renew()  # the old holder learns it lost the lease before it calls the jobs API
+    first.release()  # not its lease any more: a no-op
+    assert second.holder().owner == "second"
+    second.release()
+    assert first.holder() is None
+
+
+def test_lease_of_a_crashed_process_on_this_machine_is_taken_over_at_once(tmp_path):
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    path = tmp_path / "tick.lease"
+    path.write_text(json.dumps({"owner": "crashed", "acquired_at": 0, "expires_at": time.time() + 3600,
+                                "host": socket.gethostname(), "pid": int(dead.stdout)}))
+    Lease(path, ttl_s=60).acquire()  # far from expiry, but its holder is gone
+
+
+@pytest.mark.slow
+def test_a_held_lease_skips_the_tick_and_an_expired_one_is_taken_over(lake):
+    lease = lake.home / "locks" / "tick.lease"
+    live = {"owner": "other-runner", "acquired_at": 0, "expires_at": time.time() + 3600, "host": socket.gethostname(),
+            "pid": os.getpid()}
+    lease.write_text(json.dumps(live))
+    lake.drop_trigger_file("drop", "a.done")
+    skipped = lake.cli("run", "--wait-lease", "0")
+    assert "skipped: another runner holds the tick lease: other-runner" in skipped.stderr
+    assert lake.events("NEW_DATA") == []
+
+    lease.write_text(json.dumps({**live, "expires_at": 1}))  # the other runner stopped renewing
+    taken = lake.cli("run", "--wait-lease", "0")
+    assert "triggered job 202" in taken.stdout
+    assert not lease.exists()  # released after the tick
+
+
+class _FlakyWriter:
+    """Stands in for a Spark DataFrameWriter whose first commits lose a race with another writer."""
+
+    def __init__(self, *failures: str):
+        self.failures, self.commits = list(failures), 0
+
+    def mode(self, _: str) -> "_FlakyWriter":
+        return self
+
+    def insertInto(self, _: str) -> None:
+        if self.failures:
+            raise RuntimeError(self.failures.pop(0))
+        self.commits += 1
+
+
+def _store_writing_to(writer: _FlakyWriter) -> TableStore:
+    spark = SimpleNamespace(createDataFrame=lambda rows, schema: SimpleNamespace(write=writer))
+    return TableStore(SimpleNamespace(spark=spark, table=lambda name: name))
+
+
+def test_lost_delta_commit_races_are_retried_not_surfaced():
+    # The texts Sail 0.7 gives when two processes commit to one Delta table at once.
+    writer = _FlakyWriter("Failed to commit transaction: 0", "Missing commit file: expected version 0, found 7")
+    _store_writing_to(writer).append_events([Event("NEW_DATA", "run", utcnow())])
+    assert writer.commits == 1
+
+    broken = _FlakyWriter("[TABLE_OR_VIEW_NOT_FOUND] heartbeat_events")
+    with pytest.raises(RuntimeError, match="TABLE_OR_VIEW_NOT_FOUND"):  # other errors are not retried
+        _store_writing_to(broken).append_events([Event("NEW_DATA", "run", utcnow())])

@@ -1,0 +1,148 @@
+"""Operator commands: explain, reset, runs (the run report) and the config-removal guard."""
+
+from __future__ import annotations
+
+import json
+
+from harness import CliLakehouse, sense_and_record
+from harness import config_row as row
+from heartbeat_runner.operations import explain, plan_reset, recent_runs, run_details
+from heartbeat_runner.records import Event, EventType, utcnow
+
+
+def explained(hb, job: str):
+    hb.app.dbt.refresh_control(hb.app.store.events_version())
+    return explain(hb.app.store, job)
+
+
+def test_explain_names_the_reason_for_each_state(hb):
+    for name in ("up.a", "up.b", "up.d"):
+        hb.create_table(name, "id int")
+    hb.jobs(J1=0, J3=1, J4=0)
+    rows = [row("delta_table", "up.a", "J1"), row("delta_table", "up.b", "J1"),
+            row("delta_table", "up.a", "J2", state="PAUSED"), row("delta_table", "up.d", "J3"),
+            row("trigger_file", "drop4", "J4"), row("delta_table", "up.missing", "J5")]
+    hb.seed(*rows)
+    hb.tick()
+    hb.insert("up.a", "(1)")
+    hb.insert("up.d", "(1)")
+    hb.drop_trigger_file("drop4", "a.done")
+    hb.tick()
+
+    j1 = explained(hb, "J1")
+    assert j1.verdict == "waiting for new data on hard dependency delta_table:up.b"
+    assert {r["sensor_id"]: (r["dependency"], r["row_state"]) for r in j1.rows} == \
+        {"up.a": ("hard", "new data (1 event(s))"), "up.b": ("hard", "no new data yet")}
+    assert explained(hb, "J2").verdict == "paused: not sensed or triggered until resumed"
+    (running,) = hb.rows("J4")
+    assert explained(hb, "J4").verdict == \
+        f"already running (run {running['job_run_id']}): not triggered again until it finishes"
+    j5 = explained(hb, "J5")
+    assert j5.verdict == ("waiting for new data on hard dependency delta_table:up.missing "
+                          "(sensing failed: SourceError: Delta table 'up.missing' not found)")
+    assert j5.rows[0]["last_outcome"] == "ERROR"
+    hb.app.store.append_events([Event(EventType.TRIGGER_REQUESTED.value, "t", utcnow(), trigger_job_id="J2",
+                                      idempotency_token="tok")])  # a tick died before the jobs API answered
+    assert explained(hb, "J2").verdict.startswith("paused")  # paused comes first
+    hb.app.store.append_events([Event(EventType.JOB_RESUMED.value, "t", utcnow(), trigger_job_id="J2")])
+    assert explained(hb, "J2").verdict == ("trigger requested, no run id yet: the next tick asks the jobs API "
+                                           "again (same idempotency token)")
+    hb.app.store.append_events([Event(EventType.JOB_PAUSED.value, "t", utcnow(), trigger_job_id="J2")])
+
+    hb.wait_for_jobs()  # J3's job exits 1
+    j3 = explained(hb, "J3")
+    assert j3.verdict.startswith("blocked by failure: exit code 1; output in ")
+    assert j3.verdict.endswith("; waits for a successful run")
+
+    hb.insert("up.b", "(1)")
+    sense_and_record(hb)  # sensed, not triggered yet
+    j1 = explained(hb, "J1")
+    assert (j1.verdict, j1.is_ready) == ("ready: triggers at the next tick", True)
+    assert [job for job, _ in hb.tick().triggered] == ["J1"]  # the runner agrees
+
+    hb.seed(*[r for r in rows if ",J2," not in r])  # J2 removed from the config
+    j2 = explained(hb, "J2")
+    assert j2.verdict == "not active: every row of this job is retired"
+    assert j2.rows[0]["row_state"] == "retired: no longer in the config, ignored"
+
+
+def test_reset_replays_from_a_point_in_time_and_retriggers_the_jobs_sharing_the_source(hb):
+    hb.create_table("up.t", "id int")  # version 0
+    hb.jobs(J1=0, J2=0)
+    hb.seed(row("delta_table", "up.t", "J1"), row("delta_table", "up.t", "J2"))
+    hb.tick()
+    for value in (1, 2):  # versions 1 and 2, each processed by both jobs
+        hb.insert("up.t", f"({value})")
+        hb.tick()
+        hb.wait_for_jobs()
+        if value == 1:
+            since = utcnow()
+
+    lake = CliLakehouse(hb.home, config=hb.config_path, jobs_file=hb.jobs_path)
+    out = lake.cli("reset", "--job-id", "J1", "--since", since.isoformat(), "--reason", "bad join fixed").stdout
+    assert 'delta_table:up.t: cursor {"version":2} -> {"version":1}' in out
+    assert "also re-triggered, as they read the same sources: J2" in out
+    (audit,) = [e for e in hb.events("RESET") if e["trigger_job_id"] == "J1"]
+    assert audit["message"] == "bad join fixed" and json.loads(audit["payload"])["by"]
+
+    assert sorted(job for job, _ in hb.tick().triggered) == ["J1", "J2"]
+    replay = hb.events("NEW_DATA")[-1]
+    assert (replay["window_from"], replay["window_to"]) == ("version 2", "version 2")
+    hb.wait_for_jobs()
+    assert (hb.runs_of("J1"), hb.runs_of("J2")) == (3, 3)
+
+    plan = plan_reset(hb.app.store, "J1", None, "full reload")  # from the beginning
+    hb.app.store.append_events(plan.events())
+    assert sorted(job for job, _ in hb.tick().triggered) == ["J1", "J2"]
+    replay = hb.events("NEW_DATA")[-1]
+    assert (replay["window_from"], replay["window_to"]) == ("version 0", "version 2")
+    hb.wait_for_jobs()
+    assert hb.job_status("J1") == {"COMPLETED"} and hb.runs_of("J1") == 4
+
+
+def test_run_report_lists_skipped_sources_with_the_reason_and_runs_shows_counts(hb):
+    hb.create_table("up.a", "id int")
+    hb.create_table("up.b", "id int")
+    hb.seed(row("delta_table", "up.a", "J1"), row("delta_table", "up.b", "J2", state="PAUSED"))
+    tick = hb.tick()
+    (run,) = recent_runs(hb.app.store, 5)
+    assert (run["run_id"], run["status"], run["sources_sensed"], run["sources_skipped"]) == (tick.run_id, "OK", 1, 1)
+    _, report = run_details(hb.app.store, tick.run_id)
+    assert {(r["source_key"], r["outcome"], r["error"]) for r in report} == \
+        {("delta_table:up.a", "NO_NEW_DATA", None), ("delta_table:up.b", "SKIPPED", "J2 paused")}
+
+    # a tick that wrote events and then died shows as INCOMPLETE
+    hb.app.store.append_events([Event(EventType.TRIGGER_ERROR.value, "20260101T000000-0badc0de", utcnow(),
+                                      trigger_job_id="J9", message="x")])
+    lake = CliLakehouse(hb.home, config=hb.config_path, jobs_file=hb.jobs_path)
+    runs = json.loads(lake.cli("runs", "--json").stdout)
+    assert [(r["run_id"], r["status"]) for r in runs] == [("20260101T000000-0badc0de", "INCOMPLETE"), (tick.run_id, "OK")]
+    assert runs[0]["message"] == "1 event(s) written, then the runner stopped before the end of the tick"
+    detail = lake.cli("runs", "--run-id", tick.run_id).stdout
+    assert "SKIPPED" in detail and "J2 paused" in detail
+
+
+def test_seed_refuses_to_retire_most_rows_unless_allowed_and_checks_columns(tmp_path):
+    config = tmp_path / "cfg.csv"
+    lake = CliLakehouse(tmp_path / "lakehouse", config=config, jobs_file=tmp_path / "jobs.yml")
+    lake.home.mkdir()
+    header = "sensor_source,sensor_id,trigger_job_id\n"  # optional columns missing: defaults are used
+    config.write_text(header + "".join(f"delta_table,db.t{i},J{i}\n" for i in range(4)))
+    loaded = lake.cli("seed").stdout
+    assert "loaded 4 row(s)" in loaded and "defaults used: sensor_read_type, asset_description" in loaded
+
+    config.write_text("sensor_source,sensor_id,trigger_job_id,colour\ndelta_table,db.t0,J0,red\n")
+    unknown = lake.cli("seed", check=False)
+    assert unknown.returncode == 1 and "unknown column(s) 'colour'" in unknown.stderr
+
+    for truncated in ("", "delta_table,db.t0,J0\n"):  # empty, or 1 of 4 rows left
+        config.write_text(header + truncated)
+        refused = lake.cli("seed", check=False)
+        assert refused.returncode == 1 and "active rows" in refused.stderr
+        assert "delta_table:db.t1 -> job J1" in refused.stderr and "--allow-removals" in refused.stderr
+    assert "would retire 3 of 4 active rows (75%, more than the 50% allowed)" in refused.stderr
+    assert len(json.loads(lake.cli("status", "--json").stdout)) == 4  # nothing was changed
+
+    allowed = lake.cli("seed", "--allow-removals").stdout
+    assert "retired: delta_table:db.t3 -> job J3" in allowed
+    assert [r["sensor_id"] for r in json.loads(lake.cli("status", "--json").stdout)] == ["db.t0"]
