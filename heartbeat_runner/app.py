@@ -63,8 +63,10 @@ class App:
                   backend: JobsBackend | None = None) -> Heartbeat:
         self.require_config()
         self.ensure_views()
+        from heartbeat_runner.jobs.policy import load_retry_policies
+
         return Heartbeat(self.store, self.dbt, backend or self.jobs_backend(), self.sense_context(),
-                         progress=progress)
+                         progress=progress, policies=load_retry_policies(self.settings.retry_policy_file))
 
 
 @contextlib.contextmanager

@@ -272,6 +272,8 @@ def _print_tick(result: TickResult, args: argparse.Namespace) -> None:
             "triggered": [{"job_id": j, "run_id": r} for j, r in result.triggered],
             "completed": result.completed, "failed": result.failed,
             "trigger_errors": [{"job_id": j, "error": e} for j, e in result.trigger_errors],
+            "retried": result.retried,
+            "overdue": [{"job_id": j, "message": m} for j, m in result.overdue],
             "stage_timings": result.stage_timings, "exit_code": result.exit_code,
         })
         return
@@ -283,8 +285,10 @@ def _print_tick(result: TickResult, args: argparse.Namespace) -> None:
         print(f"  source {s.target.source_key}: {s.error}", flush=True)
     for job_id, run_id in result.triggered:
         print(f"  triggered job {job_id} (run {run_id})", flush=True)
-    for job_id, error in result.trigger_errors:
+    for job_id, error in result.trigger_errors + result.overdue:
         print(f"  job {job_id}: {error}", flush=True)
+    for job_id in result.retried:
+        print(f"  retried job {job_id} (retry policy)", flush=True)
 
 
 def _open_fresh(app: App, settings: Settings) -> None:

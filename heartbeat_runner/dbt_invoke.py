@@ -127,13 +127,21 @@ class DbtProject:
         if reuse_manifest:
             full.append("--no-write-json")
         started = time.monotonic()
-        with self._environment():
-            result = dbtRunner(manifest=manifest).invoke(full)
-        if location_root:
-            _remove_merge_sources(Path(location_root) / MERGE_SOURCES)
+        # The runner's own builds are idempotent (the MERGE recomputes every row), so a
+        # transient Spark Connect hiccup is retried once instead of failing the tick.
+        attempts = 2 if reuse_manifest else 1
+        for attempt in range(1, attempts + 1):
+            with self._environment():
+                result = dbtRunner(manifest=manifest).invoke(full)
+            if location_root:
+                _remove_merge_sources(Path(location_root) / MERGE_SOURCES)
+            if result.success:
+                break
+            summary = _failure_summary(args, result)
+            if attempt == attempts or not _is_transient(summary):
+                raise DbtError(summary)
+            log.warning("dbt %s failed transiently; retrying: %s", " ".join(args), summary.splitlines()[-1])
         log.debug("dbt %s took %.2fs", " ".join(args), time.monotonic() - started)
-        if not result.success:
-            raise DbtError(_failure_summary(args, result))
         return result
 
     def manifest(self) -> Any:
@@ -242,6 +250,14 @@ def _stat(path: Path) -> os.stat_result | None:
         return path.stat()
     except FileNotFoundError:
         return None
+
+
+_TRANSIENT = ("exception deserializing response", "statuscode.unavailable", "connection reset", "socket closed")
+
+
+def _is_transient(summary: str) -> bool:
+    text = summary.lower()
+    return any(marker in text for marker in _TRANSIENT)
 
 
 def _failure_summary(args: list[str], result: object) -> str:

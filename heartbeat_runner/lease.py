@@ -108,11 +108,14 @@ class Lease:
             time.sleep(poll_s)
 
     def renew(self) -> None:
-        """Extend our lease; raise LeaseLost if it expired and someone else took it."""
-        holder = self.try_acquire()
-        if holder is not None:
-            raise LeaseLost(f"the tick lease expired and was taken over by {holder.describe()}; "
-                            "stopping before the jobs API (the other runner carries on)")
+        """Extend our lease; raise LeaseLost if it is no longer ours (it expired and was taken over)."""
+        with self._guard():
+            current = self._read()
+            if current is None or current.owner != self.owner:
+                holder = current.describe() if current is not None else "another runner, since done"
+                raise LeaseLost(f"the tick lease expired and was taken over by {holder}; "
+                                "stopping before the jobs API (the other runner carries on)")
+            self._write(LeaseInfo(self.owner, current.acquired_at, self.clock() + self.ttl_s, self.host, self.pid))
 
     def release(self) -> None:
         """Give the lease up (only if it is ours)."""

@@ -16,6 +16,7 @@ class EventType(str, enum.Enum):
     NEW_DATA = "NEW_DATA"            # a source has new data (cursor_to = cursor reached)
     CURSOR = "CURSOR"                # the cursor moved without new data (baseline, filtered rows)
     TRIGGER_REQUESTED = "TRIGGER_REQUESTED"  # written before the jobs API call, with the token
+    RETRY_REQUESTED = "RETRY_REQUESTED"  # an automatic retry of a failed run (same data, new token)
     TRIGGERED = "TRIGGERED"          # the jobs API answered with a run id
     TRIGGER_ERROR = "TRIGGER_ERROR"  # the jobs API refused; the request is void
     COMPLETED = "COMPLETED"

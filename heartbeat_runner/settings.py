@@ -40,6 +40,12 @@ class Settings:
     max_workers: int = 8
     sensor_timeout_s: float = 60.0
     replay_new_sensors: bool = False
+    #: runs longer than this are reported each tick (None: no limit)
+    max_run_duration_s: float | None = None
+    #: ... and cancelled, when the backend can cancel runs
+    cancel_overdue_runs: bool = False
+    #: YAML with automatic retry policies per job (off when absent)
+    retry_policy_file: Path | None = None
 
     @property
     def warehouse_dir(self) -> Path:
@@ -77,6 +83,10 @@ class Settings:
 
     def with_(self, **changes) -> "Settings":
         return replace(self, **changes)
+
+
+def _flag(value: str | None) -> bool:
+    return (value or "").strip().lower() in ("1", "true", "yes")
 
 
 def _path(value: str | None) -> Path | None:
@@ -119,5 +129,8 @@ def load_settings(
         jobs_backend=backend,
         max_workers=int(env.get("HEARTBEAT_MAX_WORKERS", "8")),
         sensor_timeout_s=float(env.get("HEARTBEAT_SENSOR_TIMEOUT", "60")),
-        replay_new_sensors=env.get("HEARTBEAT_REPLAY_NEW_SENSORS", "").lower() in ("1", "true", "yes"),
+        replay_new_sensors=_flag(env.get("HEARTBEAT_REPLAY_NEW_SENSORS")),
+        max_run_duration_s=float(env["HEARTBEAT_MAX_RUN_DURATION"]) if env.get("HEARTBEAT_MAX_RUN_DURATION") else None,
+        cancel_overdue_runs=_flag(env.get("HEARTBEAT_CANCEL_OVERDUE_RUNS")),
+        retry_policy_file=_path(env.get("HEARTBEAT_RETRY_POLICY")),
     )

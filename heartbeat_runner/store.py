@@ -86,6 +86,8 @@ class ControlRow:
     status: str | None
     job_run_id: str | None
     last_idempotency_token: str | None
+    base_idempotency_token: str | None
+    consecutive_failures: int
     job_start_timestamp: datetime | None
     job_end_timestamp: datetime | None
     status_change_timestamp: datetime | None
@@ -201,6 +203,8 @@ class TableStore:
         sql = f"""
             SELECT trigger_job_id, max(trigger_job_name) AS trigger_job_name, max(status) AS status,
                    max(job_run_id) AS job_run_id, max(last_idempotency_token) AS last_idempotency_token,
+                   max(base_idempotency_token) AS base_idempotency_token,
+                   max(consecutive_failures) AS consecutive_failures,
                    max(job_start_timestamp) AS job_start_timestamp, max(job_end_timestamp) AS job_end_timestamp,
                    max(status_change_timestamp) AS status_change_timestamp
             FROM {self.name(CONTROL)}

@@ -25,14 +25,15 @@ import json
 import logging
 import time
 from collections import defaultdict
-from dataclasses import dataclass, field
-from datetime import datetime
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
 from typing import Callable
 
 from heartbeat_runner.dbt_invoke import DbtProject
 from heartbeat_runner.errors import JobsBackendError
 from heartbeat_runner.faults import crash_point
-from heartbeat_runner.jobs.base import JobsBackend, RunOutcome, TriggerRequest
+from heartbeat_runner.jobs.base import JobsBackend, RunOutcome, RunStatus, TriggerRequest
+from heartbeat_runner.jobs.policy import RetryPolicies, overrun, retry_token
 from heartbeat_runner.records import (Event, EventType, Outcome, RunSummary, SensorEvaluation, idempotency_token,
                                       new_data_event_id, new_run_id, utcnow)
 from heartbeat_runner.sensing import SensingOutcome, sense_all
@@ -51,6 +52,8 @@ class TickResult:
     completed: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
     trigger_errors: list[tuple[str, str]] = field(default_factory=list)  # (job id, message)
+    retried: list[str] = field(default_factory=list)  # job ids re-run by their retry policy
+    overdue: list[tuple[str, str]] = field(default_factory=list)  # (job id, message): past max duration
     stage_timings: dict[str, float] = field(default_factory=dict)
     duration_s: float = 0.0
 
@@ -68,8 +71,9 @@ class Heartbeat:
     """Runs ticks against one engine, store, dbt project and jobs backend."""
 
     def __init__(self, store: TableStore, dbt: DbtProject, backend: JobsBackend, ctx: SenseContext,
-                 *, progress: Callable[[str], None] | None = None):
+                 *, progress: Callable[[str], None] | None = None, policies: RetryPolicies | None = None):
         self.store = store
+        self.policies = policies or RetryPolicies()
         self.dbt = dbt
         self.backend = backend
         self.ctx = ctx
@@ -120,19 +124,20 @@ class Heartbeat:
     def _data_events(self, result: TickResult) -> list[Event]:
         events = []
         new_data = any(s.result is not None and s.result.new_data for s in result.sensed)
-        current = self.store.current_cursors() if new_data else {}
+        # Read again now: a source whose cursor moved while it was sensed was recorded by someone else.
+        current = self.store.current_cursors() if new_data else None
         for sensed in result.sensed:
             outcome, target = sensed.result, sensed.target
             if outcome is None or (not outcome.new_data and outcome.cursor_to in (None, target.cursor)):
                 continue
-            cursor_now, parent = current.get(target.source_key, (target.cursor, None))
-            if cursor_now != target.cursor:
-                log.warning("%s moved on while it was sensed (another runner?); not recorded", target.source_key)
+            key = target.source_key
+            if current is not None and (key not in current or current[key][0] != target.cursor):
+                log.warning("%s moved on while it was sensed (another runner?); not recorded", key)
                 continue
+            parent = current[key][1] if current is not None else None
             cursor_to = outcome.cursor_to if outcome.cursor_to is not None else target.cursor
             kind = EventType.NEW_DATA if outcome.new_data else EventType.CURSOR
-            event_id = new_data_event_id(target.source_key, parent, target.cursor, cursor_to) \
-                if kind is EventType.NEW_DATA else None
+            event_id = new_data_event_id(key, parent, target.cursor, cursor_to) if kind is EventType.NEW_DATA else None
             events.append(Event(
                 event_type=kind.value, run_id=result.run_id, snapshot_ts=result.snapshot_ts,
                 **({"event_id": event_id} if event_id else {}),
@@ -217,24 +222,64 @@ class Heartbeat:
                     dangling.append(request)
                 continue
             events.extend(self._finished_run_events(row, result))
+        retries: list[TriggerRequest] = []
         for row in self.store.jobs_with_status("FAILED"):
-            events.extend(self._recovery_events(row, result))
+            recovered = self._recovery_events(row, result)
+            retry = None if recovered else self._retry_request(row)
+            events.extend(recovered)
+            if retry is not None:
+                retries.append(retry)
+                result.retried.append(row.trigger_job_id)
+                events.append(self._event(result, EventType.RETRY_REQUESTED, row.trigger_job_id,
+                                          idempotency_token=retry.idempotency_token,
+                                          payload=json.dumps(retry.parameters, sort_keys=True),
+                                          message=f"automatic retry after {row.consecutive_failures} failed run(s)"))
         self.store.append_events(events)
-        if dangling:
+        if dangling or retries:
             self.before_trigger()
-            self.progress(f"resuming {len(dangling)} trigger request(s) left by an earlier tick")
-            self._call_backend(dangling, result)
+            if dangling:
+                self.progress(f"resuming {len(dangling)} trigger request(s) left by an earlier tick")
+            self._call_backend(dangling + retries, result)
 
-    def _requested(self, row: ControlRow) -> TriggerRequest | None:
-        """Rebuild the TriggerRequest of a request that never got a run id."""
-        token = row.last_idempotency_token
+    def _requested(self, row: ControlRow, token: str | None = None) -> TriggerRequest | None:
+        """Rebuild a recorded request (by default the latest, e.g. one that never got a run id)."""
+        token = token or row.last_idempotency_token
         if token is None:
             return None
         found = self.store.query(
-            f"SELECT payload FROM {self.store.name(EVENTS)} WHERE event_type = 'TRIGGER_REQUESTED' "
+            f"SELECT payload FROM {self.store.name(EVENTS)} "
+            f"WHERE event_type IN ('TRIGGER_REQUESTED', 'RETRY_REQUESTED') "
             f"AND idempotency_token = {quote_literal(token)} ORDER BY event_ts LIMIT 1")
         parameters = json.loads(found[0]["payload"]) if found and found[0]["payload"] else {}
         return TriggerRequest(row.trigger_job_id, row.trigger_job_name, token, parameters)
+
+    def _retry_request(self, row: ControlRow) -> TriggerRequest | None:
+        """The automatic retry of a failed job that its policy says is due now (same data, new token)."""
+        policy = self.policies.for_job(row.trigger_job_id)
+        if not policy.enabled or row.base_idempotency_token is None or row.job_end_timestamp is None:
+            return None
+        decision = policy.decide(row.consecutive_failures, row.job_end_timestamp, utcnow())
+        if not decision.retry_now:
+            return None
+        base = self._requested(row, row.base_idempotency_token)
+        return replace(base, idempotency_token=retry_token(base.idempotency_token, decision.attempt))
+
+    def _report_overrun(self, row: ControlRow, status: RunStatus, result: TickResult) -> None:
+        """Report (and optionally cancel) a run going on for longer than the configured maximum."""
+        limit = self.settings.max_run_duration_s
+        over = overrun(status, timedelta(seconds=limit) if limit else None, utcnow())
+        if over is None:
+            return
+        message = f"run {row.job_run_id} is {over} past its maximum duration of {limit:g}s"
+        cancel = getattr(self.backend, "cancel_run", None)
+        if self.settings.cancel_overdue_runs and cancel is not None:
+            try:
+                cancel(row.trigger_job_id, row.job_run_id)
+                message += "; cancelled"
+            except JobsBackendError as exc:
+                message += f"; cancelling failed: {exc}"
+        log.warning("job %s: %s", row.trigger_job_id, message)
+        result.overdue.append((row.trigger_job_id, message))
 
     def _finished_run_events(self, row: ControlRow, result: TickResult) -> list[Event]:
         try:
@@ -243,6 +288,7 @@ class Heartbeat:
             result.trigger_errors.append((row.trigger_job_id, f"run status: {exc}"))
             return []
         if not status.outcome.finished:
+            self._report_overrun(row, status, result)
             return []
         success = status.outcome is RunOutcome.SUCCESS
         (result.completed if success else result.failed).append(row.trigger_job_id)
@@ -295,7 +341,7 @@ class Heartbeat:
             jobs_completed=len(result.completed), jobs_failed=len(result.failed),
             trigger_errors=len(result.trigger_errors),
             status="ERROR" if result.exit_code else "OK",
-            message="; ".join(f"{job}: {msg}" for job, msg in result.trigger_errors) or None,
+            message="; ".join(f"{job}: {msg}" for job, msg in result.trigger_errors + result.overdue) or None,
             stage_timings=json.dumps({k: round(v, 4) for k, v in result.stage_timings.items()}),
         )
         self.store.append_run(summary, evaluations)

@@ -69,14 +69,14 @@ void_requests as (
   join trigger_errors x on x.idempotency_token = r.idempotency_token and x.event_ts > r.event_ts
   left anti join (select idempotency_token from events where event_type = 'TRIGGERED') t
     on t.idempotency_token = r.idempotency_token
-  where r.event_type = 'TRIGGER_REQUESTED'
+  where r.event_type in ('TRIGGER_REQUESTED', 'RETRY_REQUESTED')
 ),
 
 lifecycle as (
   select e.*
   from events e
   left anti join void_requests v on v.event_id = e.event_id
-  where e.event_type in ('TRIGGER_REQUESTED', 'COMPLETED', 'FAILED', 'RESET')
+  where e.event_type in ('TRIGGER_REQUESTED', 'RETRY_REQUESTED', 'COMPLETED', 'FAILED', 'RESET')
 ),
 
 latest_lifecycle as {{ heartbeat_latest('lifecycle', 'trigger_job_id') }},
@@ -89,11 +89,27 @@ consumed_until as (
   group by trigger_job_id
 ),
 
+{# The run in flight: the latest request, first try or automatic retry. #}
 trigger_requests as (
-  select * from lifecycle where event_type = 'TRIGGER_REQUESTED'
+  select * from lifecycle where event_type in ('TRIGGER_REQUESTED', 'RETRY_REQUESTED')
 ),
 
 latest_trigger as {{ heartbeat_latest('trigger_requests', 'trigger_job_id') }},
+
+{# The request that consumed the data (retries re-run it), and how often it failed since. #}
+base_requests as (
+  select * from lifecycle where event_type = 'TRIGGER_REQUESTED'
+),
+
+latest_base as {{ heartbeat_latest('base_requests', 'trigger_job_id') }},
+
+failures_since_base as (
+  select f.trigger_job_id, count(*) as failures
+  from lifecycle f
+  join latest_base b on b.trigger_job_id = f.trigger_job_id and f.event_ts > b.event_ts
+  where f.event_type = 'FAILED'
+  group by f.trigger_job_id
+),
 
 triggered_runs as (
   select idempotency_token, max(job_run_id) as job_run_id, max(event_ts) as triggered_ts
@@ -174,7 +190,7 @@ derived as (
     r.trigger_job_id,
     r.trigger_job_name,
     case
-      when l.event_type = 'TRIGGER_REQUESTED' then 'IN_PROGRESS'
+      when l.event_type in ('TRIGGER_REQUESTED', 'RETRY_REQUESTED') then 'IN_PROGRESS'
       when l.event_type = 'FAILED' then 'FAILED'
       when p.pending_events > 0 then 'NEW_EVENT_AVAILABLE'
       when l.event_type = 'COMPLETED' then 'COMPLETED'
@@ -198,6 +214,8 @@ derived as (
     p.pending_window_to,
     tr.job_run_id,
     t.idempotency_token as last_idempotency_token,
+    b.idempotency_token as base_idempotency_token,
+    coalesce(fs.failures, 0) as consecutive_failures,
     case
       when l.event_type = 'FAILED' then l.message
       when e.event_ts > coalesce(l.event_ts, timestamp '1900-01-01') then e.message
@@ -207,6 +225,8 @@ derived as (
   left join latest_lifecycle l on l.trigger_job_id = r.trigger_job_id
   left join latest_trigger t on t.trigger_job_id = r.trigger_job_id
   left join triggered_runs tr on tr.idempotency_token = t.idempotency_token
+  left join latest_base b on b.trigger_job_id = r.trigger_job_id
+  left join failures_since_base fs on fs.trigger_job_id = r.trigger_job_id
   left join pending p
     on p.sensor_source = r.sensor_source and p.sensor_id = r.sensor_id and p.trigger_job_id = r.trigger_job_id
   left join latest_fetch f on f.source_key = r.source_key
@@ -243,6 +263,8 @@ active as (
     pending_window_to,
     job_run_id,
     last_idempotency_token,
+    base_idempotency_token,
+    consecutive_failures,
     last_error,
     true as is_active,
     cast(null as timestamp) as retired_timestamp,
@@ -281,6 +303,8 @@ select
   p.pending_window_to,
   p.job_run_id,
   p.last_idempotency_token,
+  p.base_idempotency_token,
+  p.consecutive_failures,
   p.last_error,
   false as is_active,
   coalesce(p.retired_timestamp, current_timestamp()) as retired_timestamp,

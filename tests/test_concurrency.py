@@ -15,6 +15,7 @@ import pytest
 
 from harness import HEADER, CliLakehouse, marker_jobs_file
 from harness import config_row as row
+from heartbeat_runner.dbt_invoke import DbtError, DbtProject
 from heartbeat_runner.lease import Lease, LeaseHeld, LeaseLost
 from heartbeat_runner.records import Event, utcnow
 from heartbeat_runner.store import TableStore
@@ -149,3 +150,17 @@ def test_lost_delta_commit_races_are_retried_not_surfaced():
     broken = _FlakyWriter("[TABLE_OR_VIEW_NOT_FOUND] heartbeat_events")
     with pytest.raises(RuntimeError, match="TABLE_OR_VIEW_NOT_FOUND"):  # other errors are not retried
         _store_writing_to(broken).append_events([Event("NEW_DATA", "run", utcnow())])
+
+
+def test_a_control_table_build_that_lost_a_commit_race_is_run_again(monkeypatch):
+    calls = []
+
+    def invoke(self, args, **options):
+        calls.append(args)
+        if len(calls) == 1:  # what dbt reports when another writer's MERGE committed first
+            raise DbtError("dbt run failed\n  heartbeat_control: Runtime Error in model heartbeat_control\n"
+                           "  Failed to commit transaction: 0")
+
+    monkeypatch.setattr(DbtProject, "invoke", invoke)
+    DbtProject(engine=None).build_control()
+    assert len(calls) == 2

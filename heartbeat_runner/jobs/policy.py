@@ -7,10 +7,14 @@ and every decision is reproducible from the events table.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 from typing import Mapping
 
+import yaml
+
+from heartbeat_runner.errors import ConfigError
 from heartbeat_runner.jobs.base import RunOutcome, RunStatus
 
 
@@ -69,6 +73,39 @@ class RetryPolicy:
         if now < due:
             return RetryDecision(False, attempt, due, f"retry {attempt} of {self.max_retries} due at {due.isoformat()}")
         return RetryDecision(True, attempt, due, f"retry {attempt} of {self.max_retries}")
+
+
+@dataclass(frozen=True)
+class RetryPolicies:
+    """The retry policy of each job: a default (off unless set) and per-job overrides."""
+
+    default: RetryPolicy = RetryPolicy()
+    jobs: Mapping[str, RetryPolicy] = field(default_factory=dict)
+
+    def for_job(self, job_id: str) -> RetryPolicy:
+        return self.jobs.get(job_id, self.default)
+
+
+def load_retry_policies(path: Path | None) -> RetryPolicies:
+    """Read ``default:`` and ``jobs: {<job id>: {...}}`` from a YAML file (missing file: retries off)::
+
+        default: {max_retries: 0}
+        jobs:
+          "123": {max_retries: 2, backoff_s: 300}
+    """
+    if path is None or not Path(path).exists():
+        return RetryPolicies()
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+        if not isinstance(data, dict) or set(data) - {"default", "jobs"}:
+            raise ValueError("expected only the keys 'default' and 'jobs'")
+        jobs = data.get("jobs") or {}
+        if not isinstance(jobs, dict):
+            raise ValueError("'jobs' must map job ids to policies")
+        return RetryPolicies(default=RetryPolicy.from_mapping(data.get("default")),
+                             jobs={str(job): RetryPolicy.from_mapping(values) for job, values in jobs.items()})
+    except (yaml.YAMLError, ValueError, TypeError) as exc:
+        raise ConfigError([f"{path}: invalid retry policy: {exc}"]) from exc
 
 
 def retry_token(base_token: str, attempt: int) -> str:

@@ -1,0 +1,110 @@
+"""Run policies on top of the Databricks backend: automatic retry with back-off, maximum run duration."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from databricks_jobs_server import JobsApiServer
+from harness import config_row as row
+from heartbeat_runner.jobs.databricks import DatabricksJobsBackend
+from heartbeat_runner.jobs.policy import RetryPolicies, RetryPolicy
+
+
+@pytest.fixture
+def api():
+    with JobsApiServer() as server:
+        yield server
+
+
+def ticking(hb, api, job, *, policies=None, **settings):
+    """Seed one Delta source for ``job``; a Heartbeat with the Databricks backend and these settings."""
+    hb.create_table("sales.orders", "id int")
+    hb.seed(row("delta_table", "sales.orders", str(job)))
+    heartbeat = hb.app.heartbeat(backend=DatabricksJobsBackend(api.client(http_timeout_s=0.5, retry_timeout_s=2)))
+    heartbeat.policies = policies or RetryPolicies()
+    heartbeat.settings = hb.settings.with_(**settings)
+    heartbeat.tick()  # baseline
+    return heartbeat
+
+
+def trigger(hb, api, heartbeat, job, value=1):
+    hb.insert("sales.orders", f"({value})")
+    heartbeat.tick()
+    return api.runs_of(job)[-1]
+
+
+def test_retry_policy_reruns_the_same_windows_until_the_maximum(hb, api):
+    job = api.add_job()
+    heartbeat = ticking(hb, api, job, policies=RetryPolicies(jobs={str(job): RetryPolicy(max_retries=2, backoff_s=0)}))
+    first = trigger(hb, api, heartbeat, job)
+    api.finish_run(first.run_id, "FAILED", "boom")
+
+    result = heartbeat.tick()  # reconciles the failure; the retry is due at once (no back-off)
+    if not result.retried:
+        result = heartbeat.tick()
+    assert result.retried == [str(job)]
+    runs = api.runs_of(job)
+    assert len(runs) == 2
+    assert runs[1].parameters == first.parameters            # the same consumed windows
+    assert runs[1].token != first.token                      # a new token per attempt
+    assert hb.job_status(str(job)) == {"IN_PROGRESS"}
+
+    api.finish_run(runs[1].run_id, "FAILED", "boom again")
+    for _ in range(2):
+        heartbeat.tick()
+    assert len(api.runs_of(job)) == 3                         # retry 2 of 2
+    api.finish_run(api.runs_of(job)[2].run_id, "FAILED", "still broken")
+    for _ in range(3):
+        heartbeat.tick()
+    assert len(api.runs_of(job)) == 3                         # gave up: blocked as FAILED
+    assert hb.job_status(str(job)) == {"FAILED"}
+    (control,) = hb.rows(str(job))
+    assert control["consecutive_failures"] == 3
+
+
+def test_retry_waits_for_its_back_off_and_is_off_by_default(hb, api):
+    job = api.add_job()
+    heartbeat = ticking(hb, api, job)
+    api.finish_run(trigger(hb, api, heartbeat, job).run_id, "FAILED", "boom")
+    for _ in range(2):
+        assert heartbeat.tick().retried == []                  # no policy: no retry
+    heartbeat.policies = RetryPolicies(default=RetryPolicy(max_retries=1, backoff_s=3600))
+    assert heartbeat.tick().retried == []                      # due in an hour
+    assert len(api.runs_of(job)) == 1
+
+
+def test_a_successful_retry_completes_and_later_data_triggers_again(hb, api):
+    job = api.add_job()
+    heartbeat = ticking(hb, api, job, policies=RetryPolicies(default=RetryPolicy(max_retries=1, backoff_s=0)))
+    api.finish_run(trigger(hb, api, heartbeat, job).run_id, "FAILED", "boom")
+    hb.insert("sales.orders", "(2)")  # arrives while the job is failed: not consumed by the retry
+    heartbeat.tick()
+    heartbeat.tick()
+    retry = api.runs_of(job)[-1]
+    assert len(api.runs_of(job)) == 2
+    api.finish_run(retry.run_id, "SUCCESS")
+    heartbeat.tick()
+    heartbeat.tick()
+    runs = api.runs_of(job)
+    assert len(runs) == 3                                       # the later data got its own run
+    windows = json.loads(runs[2].parameters["heartbeat_windows"])
+    assert windows[0]["from"] != json.loads(runs[0].parameters["heartbeat_windows"])[0]["from"]
+
+
+def test_a_run_longer_than_the_maximum_is_reported_and_optionally_cancelled(hb, api):
+    job = api.add_job()
+    heartbeat = ticking(hb, api, job, max_run_duration_s=0.01)
+    run = trigger(hb, api, heartbeat, job)
+    api.start_run(run.run_id)
+    result = heartbeat.tick()
+    assert [j for j, _ in result.overdue] == [str(job)]
+    assert "past its maximum duration" in result.overdue[0][1]
+    assert hb.job_status(str(job)) == {"IN_PROGRESS"}           # reported, not touched
+
+    heartbeat.settings = heartbeat.settings.with_(cancel_overdue_runs=True)
+    result = heartbeat.tick()
+    assert "cancelled" in result.overdue[0][1]
+    heartbeat.tick()
+    assert hb.job_status(str(job)) == {"FAILED"}
