@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from heartbeat_runner.errors import HeartbeatError
+from heartbeat_runner.processes import pid_alive
 
 #: Seconds a lease lasts unless renewed (longer than any tick should take).
 DEFAULT_TTL_S = 600.0
@@ -49,7 +50,7 @@ class LeaseInfo:
 
     def stale(self, now: float) -> bool:
         """Expired, or its holder was a process of this machine that is gone."""
-        return now >= self.expires_at or (self.host == socket.gethostname() and _gone(self.pid))
+        return now >= self.expires_at or (self.host == socket.gethostname() and not pid_alive(self.pid))
 
     def describe(self) -> str:
         until = datetime.fromtimestamp(self.expires_at, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
@@ -159,16 +160,6 @@ class Lease:
         staged = self.path.with_name(f"{self.path.name}.{self.owner.replace(':', '_')}.tmp")
         staged.write_text(json.dumps(asdict(info)))
         os.replace(staged, self.path)
-
-
-def _gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return False
 
 
 def tick_lease(lakehouse_dir: Path, env: dict[str, str] | None = None) -> Lease:

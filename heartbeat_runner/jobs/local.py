@@ -36,6 +36,7 @@ import yaml
 
 from heartbeat_runner.errors import ConfigError, JobNotFoundError, JobsBackendError
 from heartbeat_runner.jobs.base import RunOutcome, RunStatus, TriggerRequest
+from heartbeat_runner.processes import pid_alive
 
 
 @dataclass(frozen=True)
@@ -119,7 +120,7 @@ class LocalJobsBackend:
         if not (run_dir / "launched").exists():
             return RunStatus(run_id, RunOutcome.PENDING, start_time=started)
         pid = meta.get("pid")
-        if pid and _alive(int(pid)):
+        if pid and pid_alive(int(pid)):
             return RunStatus(run_id, RunOutcome.RUNNING, start_time=started)
         # The launcher writes result.json before it exits; re-check to avoid a race.
         if (run_dir / "result.json").exists():
@@ -195,21 +196,6 @@ class LocalJobsBackend:
                      "command": job.command})
         _write_json(run_dir / "meta.json", meta)
         (run_dir / "launched").touch()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A finished child of ours may linger as a zombie until reaped.
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().split()[2] != "Z"
-    except OSError:
-        return True
 
 
 def _read_json(path: Path) -> dict | None:
