@@ -181,8 +181,7 @@ def cmd_seed(args: argparse.Namespace, settings: Settings) -> int:
                                            snapshot_ts=utcnow(), message=str(config.path),
                                            rows=len(config.rows))])
             _progress(args)("building the control table and views")
-            app.dbt.build_all()
-            app.dbt.refresh_control(app.store.events_version(), force=True)
+            app.dbt.build_all(events_version=app.store.events_version())
             message = f"{config.path}: loaded {len(config.rows)} row(s)"
         if args.json:
             emit_json({"file": str(config.path), "rows": len(config.rows), "changed": not unchanged,

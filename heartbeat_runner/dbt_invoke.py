@@ -197,19 +197,29 @@ class DbtProject:
 
     def refresh_control(self, events_version: int | None, *, force: bool = False) -> bool:
         """Rebuild the control table unless it already includes ``events_version``. True if built."""
-        marker = self.work_dir / "built_events_version"
-        built = marker.read_text().strip() if marker.exists() else None
-        if not force and events_version is not None and built == str(events_version):
+        if not force and events_version is not None and self._built_version() == str(events_version):
             return False
         crash_point("during_dbt_build")
         self.build_control()
-        marker.parent.mkdir(parents=True, exist_ok=True)
-        marker.write_text(str(events_version))
+        self._mark_built(events_version)
         return True
 
-    def build_all(self) -> None:
-        """Build the control table and (re)create the views."""
+    def build_all(self, events_version: int | None = None) -> None:
+        """Build the control table and (re)create the views; ``events_version``: what the build includes."""
         self.invoke(["run", "--select", CONTROL_MODEL, SENSOR_STATE_MODEL, *VIEW_MODELS], reuse_manifest=True)
+        if events_version is not None:
+            self._mark_built(events_version)
+
+    @property
+    def _marker(self) -> Path:
+        return self.work_dir / "built_events_version"
+
+    def _built_version(self) -> str | None:
+        return self._marker.read_text().strip() if self._marker.exists() else None
+
+    def _mark_built(self, events_version: int | None) -> None:
+        self._marker.parent.mkdir(parents=True, exist_ok=True)
+        self._marker.write_text(str(events_version))
 
     def test_seed(self) -> None:
         self.invoke(["test", "--select", SEED_NAME], quiet=False)
