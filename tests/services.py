@@ -25,7 +25,15 @@ import pytest
 if TYPE_CHECKING:  # pragma: no cover
     from heartbeat_runner.sources.base import SenseContext, SensingTarget
 
-PG_BIN = Path(os.environ.get("HEARTBEAT_TEST_PG_BIN", "/usr/lib/postgresql/15/bin"))
+def _pg_bin() -> Path:
+    """PostgreSQL's server binaries: $HEARTBEAT_TEST_PG_BIN, else the newest /usr/lib/postgresql/<v>/bin."""
+    if os.environ.get("HEARTBEAT_TEST_PG_BIN"):
+        return Path(os.environ["HEARTBEAT_TEST_PG_BIN"])
+    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"), key=lambda p: int(p.parts[-3]))
+    return found[-1].parent if found else Path("/usr/lib/postgresql/15/bin")
+
+
+PG_BIN = _pg_bin()
 PG_READER, PG_READER_PASSWORD = "reader", "reader-secret"
 
 
