@@ -22,8 +22,9 @@ from heartbeat_runner.app import App, open_app
 from heartbeat_runner.config import load_config
 from heartbeat_runner.errors import ConfigError, HeartbeatError
 from heartbeat_runner.lease import Lease, LeaseHeld, tick_lease
+from heartbeat_runner.jobs.policy import load_retry_policies
 from heartbeat_runner.operations import (DEFAULT_MAX_REMOVAL_SHARE, ResetPlan, check_removals, explain, parse_since,
-                                         plan_reset, recent_runs, refresh_if_idle, run_details)
+                                         plan_reset, recent_runs, refresh_if_idle, retry_outlook, run_details)
 from heartbeat_runner.output import emit, emit_json
 from heartbeat_runner.records import Event, EventType, utcnow
 from heartbeat_runner.settings import Settings, load_settings
@@ -363,10 +364,14 @@ def cmd_explain(args: argparse.Namespace, settings: Settings) -> int:
     with open_app(settings) as app:
         _open_fresh(app, settings)
         found = explain(app.store, args.job_id)
+        retry = retry_outlook(app.store, load_retry_policies(settings.retry_policy_file), args.job_id)
     if args.json:
-        emit_json({"job_id": found.job_id, "verdict": found.verdict, "ready": found.is_ready, "rows": found.rows})
+        emit_json({"job_id": found.job_id, "verdict": found.verdict, "ready": found.is_ready, "rows": found.rows,
+                   "automatic_retry": retry})
         return 0
     print(f"job {found.job_id}: {found.verdict}")
+    if retry:
+        print(f"automatic retry: {retry}")
     emit(found.rows, EXPLAIN_COLUMNS, as_json=False)
     return 0
 

@@ -16,6 +16,7 @@ from typing import Iterable
 
 from heartbeat_runner.app import App
 from heartbeat_runner.errors import ConfigError, HeartbeatError
+from heartbeat_runner.jobs.policy import RetryPolicies
 from heartbeat_runner.lease import Lease
 from heartbeat_runner.records import Event, EventType, utcnow
 from heartbeat_runner.sources.base import dump_cursor
@@ -186,3 +187,12 @@ def check_removals(active: Iterable[ConfigKey], new: Iterable[ConfigKey], max_sh
             "(or raise HEARTBEAT_MAX_REMOVAL_SHARE)."
         ])
     return retiring
+
+
+def retry_outlook(store: TableStore, policies: RetryPolicies, job_id: str) -> str | None:
+    """For a FAILED job with an automatic retry policy: when (or whether) it will be retried."""
+    policy = policies.for_job(job_id)
+    failed = [r for r in store.jobs_with_status("FAILED") if r.trigger_job_id == job_id]
+    if not policy.enabled or not failed or failed[0].job_end_timestamp is None:
+        return None
+    return policy.decide(failed[0].consecutive_failures, failed[0].job_end_timestamp, utcnow()).reason

@@ -65,14 +65,18 @@ def test_retry_policy_reruns_the_same_windows_until_the_maximum(hb, api):
 
 
 def test_retry_waits_for_its_back_off_and_is_off_by_default(hb, api):
+    from heartbeat_runner.operations import retry_outlook
+
     job = api.add_job()
     heartbeat = ticking(hb, api, job)
     api.finish_run(trigger(hb, api, heartbeat, job).run_id, "FAILED", "boom")
     for _ in range(2):
         assert heartbeat.tick().retried == []                  # no policy: no retry
+    assert retry_outlook(hb.app.store, heartbeat.policies, str(job)) is None
     heartbeat.policies = RetryPolicies(default=RetryPolicy(max_retries=1, backoff_s=3600))
     assert heartbeat.tick().retried == []                      # due in an hour
     assert len(api.runs_of(job)) == 1
+    assert "retry 1 of 1 due at" in retry_outlook(hb.app.store, heartbeat.policies, str(job))  # what `explain` shows
 
 
 def test_a_successful_retry_completes_and_later_data_triggers_again(hb, api):
@@ -108,3 +112,18 @@ def test_a_run_longer_than_the_maximum_is_reported_and_optionally_cancelled(hb, 
     assert "cancelled" in result.overdue[0][1]
     heartbeat.tick()
     assert hb.job_status(str(job)) == {"FAILED"}
+
+
+def test_retry_policy_file_is_read_and_bad_files_name_themselves(tmp_path):
+    from heartbeat_runner.errors import ConfigError
+    from heartbeat_runner.jobs.policy import load_retry_policies
+
+    path = tmp_path / "retry.yml"
+    path.write_text('default: {max_retries: 1}\njobs:\n  "42": {max_retries: 3, backoff_s: 60}\n')
+    policies = load_retry_policies(path)
+    assert policies.for_job("42") == RetryPolicy(max_retries=3, backoff_s=60)
+    assert policies.for_job("7").max_retries == 1
+    assert not load_retry_policies(tmp_path / "missing.yml").for_job("42").enabled
+    path.write_text('jobs:\n  "42": {max_retries: 3, backof_s: 60}\n')
+    with pytest.raises(ConfigError, match=r"retry.yml: invalid retry policy: unknown retry policy setting\(s\): backof_s"):
+        load_retry_policies(path)
