@@ -6,10 +6,12 @@ import contextlib
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
+from heartbeat_runner.config import LoadedConfig
 from heartbeat_runner.dbt_invoke import DbtProject
 from heartbeat_runner.engine import Engine, open_engine
 from heartbeat_runner.errors import HeartbeatError
 from heartbeat_runner.jobs.base import JobsBackend
+from heartbeat_runner.records import Event, EventType, utcnow
 from heartbeat_runner.settings import Settings
 from heartbeat_runner.sources.base import SenseContext
 from heartbeat_runner.store import TableStore
@@ -30,6 +32,15 @@ class App:
             raise HeartbeatError(
                 f"no sensor config is loaded in {self.settings.lakehouse_dir}; run `python -m heartbeat_runner seed` first"
             )
+
+    def load_config(self, config: LoadedConfig, *, progress: Callable[[str], None] = lambda message: None) -> None:
+        """Load a validated config: the seed, a CONFIG_LOADED audit event, then the models and views."""
+        progress(f"loading {len(config.rows)} config row(s)")
+        self.dbt.load_seed(config.to_csv())
+        self.store.append_events([Event(event_type=EventType.CONFIG_LOADED.value, run_id="seed",
+                                        snapshot_ts=utcnow(), message=str(config.path), rows=len(config.rows))])
+        progress("building the control table and views")
+        self.dbt.build_all(events_version=self.store.events_version())
 
     def ensure_views(self) -> None:
         """The local catalog forgets views at every start: re-create them."""

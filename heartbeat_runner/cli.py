@@ -176,13 +176,7 @@ def cmd_seed(args: argparse.Namespace, settings: Settings) -> int:
                 share = 1.0 if args.allow_removals else float(
                     os.environ.get("HEARTBEAT_MAX_REMOVAL_SHARE", DEFAULT_MAX_REMOVAL_SHARE))
                 retiring = check_removals(active, [r.key for r in config.rows], share)
-            _progress(args)(f"loading {len(config.rows)} config row(s)")
-            app.dbt.load_seed(normalized)
-            app.store.append_events([Event(event_type=EventType.CONFIG_LOADED.value, run_id="seed",
-                                           snapshot_ts=utcnow(), message=str(config.path),
-                                           rows=len(config.rows))])
-            _progress(args)("building the control table and views")
-            app.dbt.build_all(events_version=app.store.events_version())
+            app.load_config(config, progress=_progress(args))
             message = f"{config.path}: loaded {len(config.rows)} row(s)"
         if args.json:
             emit_json({"file": str(config.path), "rows": len(config.rows), "changed": not unchanged,
@@ -308,17 +302,14 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def _record_job_event(settings: Settings, job_id: str, kind: EventType, **fields) -> App | None:
+def _record_job_event(settings: Settings, job_id: str, kind: EventType, **fields) -> None:
+    """Append one job-level event, after checking the job is in the control table."""
     with open_app(settings) as app:
         app.require_config()
-        known = app.store.query(
-            f"SELECT count(*) AS n FROM {app.store.name('heartbeat_control')} "
-            f"WHERE is_active AND trigger_job_id = '{job_id.replace(chr(39), '')}'")[0]["n"]
-        if not known:
+        if not app.store.control_rows(job_id):
             raise HeartbeatError(f"job {job_id!r} is not in the control table")
         app.store.append_events([Event(event_type=kind.value, run_id=kind.value.lower(), snapshot_ts=utcnow(),
                                        trigger_job_id=job_id, **fields)])
-    return None
 
 
 def cmd_pause(args: argparse.Namespace, settings: Settings) -> int:

@@ -127,21 +127,13 @@ class DbtProject:
         if reuse_manifest:
             full.append("--no-write-json")
         started = time.monotonic()
-        # The runner's own builds are idempotent (the MERGE recomputes every row), so a
-        # transient Spark Connect hiccup is retried once instead of failing the tick.
-        attempts = 2 if reuse_manifest else 1
-        for attempt in range(1, attempts + 1):
-            with self._environment():
-                result = dbtRunner(manifest=manifest).invoke(full)
-            if location_root:
-                _remove_merge_sources(Path(location_root) / MERGE_SOURCES)
-            if result.success:
-                break
-            summary = _failure_summary(args, result)
-            if attempt == attempts or not _is_transient(summary):
-                raise DbtError(summary)
-            log.warning("dbt %s failed transiently; retrying: %s", " ".join(args), summary.splitlines()[-1])
+        with self._environment():
+            result = dbtRunner(manifest=manifest).invoke(full)
+        if location_root:
+            _remove_merge_sources(Path(location_root) / MERGE_SOURCES)
         log.debug("dbt %s took %.2fs", " ".join(args), time.monotonic() - started)
+        if not result.success:
+            raise DbtError(_failure_summary(args, result))
         return result
 
     def manifest(self) -> Any:
@@ -187,13 +179,16 @@ class DbtProject:
             raise
         self.engine.ensure_registered(f"{self.settings.schema}.{SEED_NAME}")
 
-    def build_control(self) -> None:
-        """Rebuild the control table (incremental MERGE) from the seed and the events.
+    def _build(self, *models: str) -> None:
+        """Run the runner's own models. They are derived (the MERGE recomputes every row), so a build
+        that lost a Delta commit race to another writer, or hit a transient Spark Connect error, is
+        simply run again."""
+        retry_lost_commits(lambda: self.invoke(["run", "--select", *models], reuse_manifest=True),
+                           f"dbt build of {', '.join(models)}", also=TRANSIENT_ENGINE_ERRORS)
 
-        It is derived, so a build that lost a Delta commit race to another writer is simply run again.
-        """
-        retry_lost_commits(lambda: self.invoke(["run", "--select", CONTROL_MODEL, SENSOR_STATE_MODEL],
-                                               reuse_manifest=True), "dbt build of the control table")
+    def build_control(self) -> None:
+        """Rebuild the control table (incremental MERGE) from the seed and the events."""
+        self._build(CONTROL_MODEL, SENSOR_STATE_MODEL)
 
     def refresh_control(self, events_version: int | None, *, force: bool = False) -> bool:
         """Rebuild the control table unless it already includes ``events_version``. True if built."""
@@ -206,7 +201,7 @@ class DbtProject:
 
     def build_all(self, events_version: int | None = None) -> None:
         """Build the control table and (re)create the views; ``events_version``: what the build includes."""
-        self.invoke(["run", "--select", CONTROL_MODEL, SENSOR_STATE_MODEL, *VIEW_MODELS], reuse_manifest=True)
+        self._build(CONTROL_MODEL, SENSOR_STATE_MODEL, *VIEW_MODELS)
         if events_version is not None:
             self._mark_built(events_version)
 
@@ -262,12 +257,9 @@ def _stat(path: Path) -> os.stat_result | None:
         return None
 
 
-_TRANSIENT = ("exception deserializing response", "statuscode.unavailable", "connection reset", "socket closed")
-
-
-def _is_transient(summary: str) -> bool:
-    text = summary.lower()
-    return any(marker in text for marker in _TRANSIENT)
+#: Spark Connect errors seen once in a while under load (a re-run succeeds).
+TRANSIENT_ENGINE_ERRORS = ("exception deserializing response", "statuscode.unavailable", "connection reset",
+                           "socket closed")
 
 
 def _failure_summary(args: list[str], result: object) -> str:

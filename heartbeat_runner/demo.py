@@ -17,7 +17,6 @@ from heartbeat_runner.cli import STATUS_COLUMNS
 from heartbeat_runner.config import load_config
 from heartbeat_runner.errors import HeartbeatError
 from heartbeat_runner.output import emit
-from heartbeat_runner.records import Event, EventType, utcnow
 from heartbeat_runner.settings import Settings
 
 MARKER = ".heartbeat-demo"
@@ -84,10 +83,7 @@ def run_demo(settings: Settings, *, keep: bool = False, as_json: bool = False) -
         say("1. Creating upstream Delta tables demo_sales.orders and demo_uploads.sales_targets")
         _create_upstreams(app)
         say(f"2. Loading the sensor config ({len(config.rows)} rows, 3 jobs)")
-        app.dbt.load_seed(config.to_csv())
-        app.store.append_events([Event(event_type=EventType.CONFIG_LOADED.value, run_id="demo",
-                                       snapshot_ts=utcnow(), message=str(config.path))])
-        app.dbt.build_all()
+        app.load_config(config)
         heartbeat = app.heartbeat()
 
         def tick(label: str) -> None:

@@ -241,15 +241,17 @@ def _utc(row: dict) -> dict:
             for k, v in row.items()}
 
 
-def retry_lost_commits(write: Callable[[], object], what: str) -> None:
-    """Run ``write``; while it fails because another writer committed first, run it again."""
+def retry_lost_commits(write: Callable[[], object], what: str, also: tuple[str, ...] = ()) -> None:
+    """Run ``write``; while it fails because another writer committed first (or with one of the
+    ``also`` error texts, for writes that are safe to repeat), run it again."""
+    retryable = COMMIT_CONFLICTS + also
     for attempt in range(1, WRITE_ATTEMPTS + 1):
         try:
             write()
             return
         except Exception as exc:  # noqa: BLE001 - engine and dbt errors carry no stable type
             text = str(exc)
-            if attempt == WRITE_ATTEMPTS or not any(words in text.lower() for words in COMMIT_CONFLICTS):
+            if attempt == WRITE_ATTEMPTS or not any(words in text.lower() for words in retryable):
                 raise
-            log.warning("%s lost a Delta commit race (%s); retrying", what, text.strip().splitlines()[-1])
+            log.warning("%s failed (%s); retrying", what, text.strip().splitlines()[-1])
             time.sleep(0.05 * 2**attempt)

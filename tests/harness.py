@@ -13,7 +13,7 @@ from pathlib import Path
 from heartbeat_runner.app import App, open_app
 from heartbeat_runner.config import COLUMNS, load_config
 from heartbeat_runner.jobs.local import LocalJobsBackend
-from heartbeat_runner.records import Event, EventType, utcnow
+from heartbeat_runner.records import utcnow
 from heartbeat_runner.settings import load_settings
 from heartbeat_runner.tick import Heartbeat, TickResult
 
@@ -63,10 +63,7 @@ class Harness:
         """Write the config CSV and load it the way `seed` does."""
         self.config_path.write_text("\n".join([HEADER, *rows]) + "\n")
         config = load_config(self.config_path)
-        self.app.dbt.load_seed(config.to_csv())
-        self.app.store.append_events([Event(event_type=EventType.CONFIG_LOADED.value, run_id="seed",
-                                            snapshot_ts=utcnow())])
-        self.app.dbt.build_all()
+        self.app.load_config(config)
         self._heartbeat = None
 
     def jobs(self, **exit_codes: int) -> None:
