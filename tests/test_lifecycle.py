@@ -1,6 +1,7 @@
 """The status lifecycle and the dependency rule, end to end on the embedded lakehouse."""
 
 from harness import config_row as row
+from harness import sense_and_record
 
 
 def test_full_lifecycle_null_new_event_in_progress_completed(hb):
@@ -16,8 +17,7 @@ def test_full_lifecycle_null_new_event_in_progress_completed(hb):
 
     hb.insert("sales.orders", "(2, 20.0)")
     # Stop before triggering to observe NEW_EVENT_AVAILABLE: sense and build only.
-    hb.heartbeat.store.append_events(hb.heartbeat._data_events(_sense(hb)))
-    hb.heartbeat.refresh_models()
+    sense_and_record(hb)
     assert hb.job_status("J1") == {"NEW_EVENT_AVAILABLE"}
 
     result = hb.tick()
@@ -33,16 +33,6 @@ def test_full_lifecycle_null_new_event_in_progress_completed(hb):
     assert control["job_end_timestamp"] >= control["job_start_timestamp"]
     assert control["latest_event_fetched_timestamp"] is not None
     assert hb.runs_of("J1") == 1
-
-
-def _sense(hb):
-    from heartbeat_runner.sensing import sense_all
-    from heartbeat_runner.tick import TickResult
-    from heartbeat_runner.records import utcnow
-
-    result = TickResult(run_id="manual", snapshot_ts=utcnow())
-    result.sensed = sense_all(hb.app.store.sensors_due(), hb.heartbeat.ctx, max_workers=2, timeout_s=30)
-    return result
 
 
 def test_scenario_a_two_hard_dependencies_both_needed(hb):
