@@ -28,10 +28,11 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = REPO / "benchmarks" / "results" / "latest.json"
@@ -168,7 +169,7 @@ def measure_size(workload: Workload, repeats: int, history: int = 0) -> dict[str
         if history:
             _add_history(app, history)
             heartbeat.refresh_models()
-        events = app.store.query(f"SELECT count(*) AS n FROM {app.store.name('heartbeat_events')}")[0]["n"]
+        events = app.store.count("heartbeat_events")
         steady = [_tick_figures(heartbeat.tick()) for _ in range(repeats)]
         busy = []
         for rep in range(repeats):
@@ -221,7 +222,7 @@ def _tick_figures(result) -> dict[str, Any]:
         "wall_s": round(result.duration_s, 3),
         "stages": {k: round(v, 3) for k, v in result.stage_timings.items()},
         "sensed": len(result.sensed),
-        "new_data": sum(1 for s in result.sensed if s.outcome.value == "NEW_DATA"),
+        "new_data": result.sources_with_new_data,
         "errors": len(result.sensor_errors),
         "triggered": len(result.triggered),
     }
@@ -239,7 +240,9 @@ def _summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
 def _settle(heartbeat, timeout_s: float = 120.0) -> None:
     """Tick until no job is running (the jobs of a busy tick are real processes)."""
     deadline = time.monotonic() + timeout_s
-    while heartbeat.store.jobs_with_status("IN_PROGRESS"):
+    from heartbeat_runner.records import JobStatus
+
+    while heartbeat.store.jobs_with_status(JobStatus.IN_PROGRESS):
         if time.monotonic() > deadline:
             raise RuntimeError("jobs still running after the busy tick")
         time.sleep(0.2)
@@ -323,7 +326,7 @@ def _wait_stamp(path: Path, *, after: float, count: int, timeout_s: float = 60.0
     raise RuntimeError(f"the job did not start within {timeout_s}s ({path})")
 
 
-def _wait_line(lines: "queue.Queue[str]", match: Callable[[str], bool], timeout_s: float = 120.0) -> str:
+def _wait_line(lines: queue.Queue[str], match: Callable[[str], bool], timeout_s: float = 120.0) -> str:
     deadline = time.monotonic() + timeout_s
     while True:
         line = lines.get(timeout=max(0.01, deadline - time.monotonic()))

@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Callable, Iterator
 
 from heartbeat_runner.config import LoadedConfig
 from heartbeat_runner.dbt_invoke import DbtProject
 from heartbeat_runner.engine import Engine, open_engine
-from heartbeat_runner.errors import HeartbeatError
+from heartbeat_runner.errors import HeartbeatError, describe
 from heartbeat_runner.jobs.base import JobsBackend
 from heartbeat_runner.records import Event, EventType, utcnow
 from heartbeat_runner.settings import Settings
 from heartbeat_runner.sources.base import SenseContext
-from heartbeat_runner.store import TableStore
+from heartbeat_runner.store import CONTROL, TABLE_COLUMNS, TableStore
 from heartbeat_runner.tick import Heartbeat
 
 
@@ -33,11 +33,23 @@ class App:
                 f"no sensor config is loaded in {self.settings.lakehouse_dir}; run `python -m heartbeat_runner seed` first"
             )
 
+    def lakehouse_problem(self) -> str | None:
+        """Why the lakehouse cannot be used any more (the engine does not answer, or one of Heartbeat's
+        own tables is gone or unreadable), or None when it can."""
+        for table in (*TABLE_COLUMNS, CONTROL):
+            if not self.store.exists(table):
+                return f"table {self.store.name(table)} does not exist"
+            try:
+                self.store.probe(table)
+            except Exception as exc:  # noqa: BLE001 - any engine error: the table cannot be read
+                return f"table {self.store.name(table)} cannot be read: {describe(exc)}"
+        return None
+
     def load_config(self, config: LoadedConfig, *, progress: Callable[[str], None] = lambda message: None) -> None:
         """Load a validated config: the seed, a CONFIG_LOADED audit event, then the models and views."""
         progress(f"loading {len(config.rows)} config row(s)")
         self.dbt.load_seed(config.to_csv())
-        self.store.append_events([Event(event_type=EventType.CONFIG_LOADED.value, run_id="seed",
+        self.store.append_events([Event(event_type=EventType.CONFIG_LOADED, run_id="seed",
                                         snapshot_ts=utcnow(), message=str(config.path), rows=len(config.rows))])
         progress("building the control table and views")
         self.dbt.build_all(events_version=self.store.events_version())

@@ -3,7 +3,9 @@
 Without a command it runs one tick. Exit codes: 0 ok (also when the tick was skipped
 because another runner holds the tick lease); 1 error (bad config, engine or dbt
 failure: nothing was changed); 2 the tick ran but some source or job API call failed
-(the others were processed; see ``runs`` and the run report).
+(the others were processed; see ``runs`` and the run report); 3 ``run --loop`` stopped
+because the lakehouse itself is unusable (Heartbeat's own tables are gone or unreadable).
+A loop survives any other failing tick: it logs the error, backs off and goes on.
 """
 
 from __future__ import annotations
@@ -15,23 +17,32 @@ import signal
 import sys
 import threading
 import time
-from typing import Callable
+import traceback
+from collections.abc import Callable
 
 from heartbeat_runner import __version__
 from heartbeat_runner.app import App, open_app
 from heartbeat_runner.config import load_config
-from heartbeat_runner.errors import ConfigError, HeartbeatError
-from heartbeat_runner.lease import Lease, LeaseHeld, tick_lease
+from heartbeat_runner.errors import ConfigError, HeartbeatError, describe
 from heartbeat_runner.jobs.policy import load_retry_policies
-from heartbeat_runner.operations import (DEFAULT_MAX_REMOVAL_SHARE, ResetPlan, check_removals, explain, parse_since,
-                                         plan_reset, recent_runs, refresh_if_idle, retry_outlook, run_details)
-from heartbeat_runner.output import emit, emit_json
-from heartbeat_runner.records import Event, EventType, utcnow
+from heartbeat_runner.lease import Lease, LeaseHeld, tick_lease
+from heartbeat_runner.operations import (
+    DEFAULT_MAX_REMOVAL_SHARE,
+    ResetPlan,
+    check_removals,
+    explain,
+    parse_since,
+    plan_reset,
+    recent_runs,
+    refresh_if_idle,
+    retry_outlook,
+    run_details,
+)
+from heartbeat_runner.output import STATUS_COLUMNS, emit, emit_json
+from heartbeat_runner.records import Event, EventType, JobStatus, utcnow
 from heartbeat_runner.settings import Settings, load_settings
 from heartbeat_runner.tick import TickResult
 
-STATUS_COLUMNS = ["trigger_job_id", "trigger_job_name", "sensor_source", "sensor_id", "dependency_flag", "job_state",
-                  "status", "status_change_timestamp", "job_run_id", "last_error"]
 EXPLAIN_COLUMNS = ["sensor_source", "sensor_id", "dependency", "status", "row_state", "last_evaluated_at",
                    "last_outcome"]
 RUNS_COLUMNS = ["run_id", "snapshot_ts", "duration_s", "status", "sources_sensed", "sources_with_new_data",
@@ -40,6 +51,11 @@ REPORT_COLUMNS = ["source_key", "outcome", "window_from", "window_until", "rows"
                   "error"]
 #: Seconds a command waits for the tick lease before giving up (HEARTBEAT_LEASE_WAIT).
 DEFAULT_LEASE_WAIT_S = 30.0
+#: Exit code of ``run --loop`` when the lakehouse itself is unusable.
+EXIT_LAKEHOUSE_UNUSABLE = 3
+#: After failed ticks the loop waits interval x 2^(failures-1), at least this long and at most MAX_BACKOFF_S.
+MIN_BACKOFF_S = 1.0
+MAX_BACKOFF_S = 300.0
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -136,6 +152,10 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except Exception:  # noqa: BLE001 - an engine or library failure: show it whole, nothing was half-done
+        print("error: the command failed unexpectedly:", file=sys.stderr)
+        traceback.print_exc()
+        return 1
 
 
 def _progress(args: argparse.Namespace) -> Callable[[str], None]:
@@ -212,7 +232,7 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
                 return result.exit_code
             lease.release()
             app.dbt.manifest()  # parse the dbt project now, not when the first new data arrives
-            return _loop(lambda: _leased_tick(lease, heartbeat.tick, args), args)
+            return _loop(lambda: _leased_tick(lease, heartbeat.tick, args), args, app.lakehouse_problem)
     finally:
         lease.release()
 
@@ -234,53 +254,76 @@ def _print_skipped(exc: LeaseHeld, args: argparse.Namespace) -> None:
         print(f"skipped: {exc}", file=sys.stderr, flush=True)
 
 
-def _loop(tick: Callable[[], TickResult | None], args: argparse.Namespace) -> int:
-    """Tick every ``args.interval`` seconds until SIGINT/SIGTERM; a failed tick is logged, not fatal."""
+def _loop(tick: Callable[[], TickResult | None], args: argparse.Namespace,
+          lakehouse_problem: Callable[[], str | None]) -> int:
+    """Tick every ``args.interval`` seconds until SIGINT/SIGTERM.
+
+    A failing tick never ends the loop: its error is logged (with the traceback the first
+    time it is seen), the loop backs off and ticks again. It stops early only when the
+    lakehouse itself is unusable, with EXIT_LAKEHOUSE_UNUSABLE.
+    """
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    ticks = 0
+    ticks, failures, last_error = 0, 0, ""
     while not stop.is_set():
         started = time.monotonic()
         try:
             result = tick()
             if result is not None:
                 _print_tick(result, args)
-        except HeartbeatError as exc:
-            print(f"tick failed: {exc}", file=sys.stderr, flush=True)
+            failures, last_error = 0, ""
+        except Exception as exc:  # noqa: BLE001 - the loop survives any single tick
+            failures += 1
+            last_error = _report_failed_tick(exc, last_error, failures)
+            problem = _safely(lakehouse_problem)
+            if problem is not None:
+                print(f"stopping: the lakehouse is unusable ({problem}); exit code {EXIT_LAKEHOUSE_UNUSABLE}",
+                      file=sys.stderr, flush=True)
+                return EXIT_LAKEHOUSE_UNUSABLE
         ticks += 1
-        stop.wait(max(0.0, args.interval - (time.monotonic() - started)))
+        wait = args.interval if not failures else min(MAX_BACKOFF_S, max(MIN_BACKOFF_S, args.interval)
+                                                      * 2 ** (failures - 1))
+        stop.wait(max(0.0, wait - (time.monotonic() - started)))
     if not args.json:
         print(f"stopped after {ticks} tick(s)")
     return 0
 
 
+def _report_failed_tick(exc: Exception, last_error: str, failures: int) -> str:
+    """Log a failed tick: the whole traceback for a new error, one line when it repeats. Returns its text."""
+    text = describe(exc)
+    if text != last_error:
+        print(f"tick failed: {text}", file=sys.stderr)
+        if not isinstance(exc, HeartbeatError):
+            traceback.print_exception(exc)
+    else:
+        print(f"tick failed again ({failures} in a row): {text}", file=sys.stderr)
+    sys.stderr.flush()
+    return text
+
+
+def _safely(check: Callable[[], str | None]) -> str | None:
+    """Run a health check; a check that itself fails is an answer too."""
+    try:
+        return check()
+    except Exception as exc:  # noqa: BLE001 - the engine may be gone
+        return describe(exc)
+
+
 def _print_tick(result: TickResult, args: argparse.Namespace) -> None:
     if args.json:
-        emit_json({
-            "run_id": result.run_id, "snapshot_ts": result.snapshot_ts, "duration_s": round(result.duration_s, 3),
-            "sensed": [{"source_key": s.target.source_key, "outcome": s.outcome.value, "error": s.error,
-                        "window_from": s.result.window_from if s.result else None,
-                        "window_to": s.result.window_to if s.result else None} for s in result.sensed],
-            "skipped": [{"source_key": s.source_key, "reason": s.reason} for s in result.skipped],
-            "triggered": [{"job_id": j, "run_id": r} for j, r in result.triggered],
-            "completed": result.completed, "failed": result.failed,
-            "trigger_errors": [{"job_id": j, "error": e} for j, e in result.trigger_errors],
-            "retried": result.retried,
-            "overdue": [{"job_id": j, "message": m} for j, m in result.overdue],
-            "stage_timings": result.stage_timings, "exit_code": result.exit_code,
-        })
+        emit_json(result.as_dict())
         return
-    new = sum(1 for s in result.sensed if s.outcome.value == "NEW_DATA")
-    print(f"run {result.run_id}: sensed {len(result.sensed)} source(s), {new} with new data, "
+    print(f"run {result.run_id}: sensed {len(result.sensed)} source(s), {result.sources_with_new_data} with new data, "
           f"{len(result.sensor_errors)} error(s), {len(result.skipped)} skipped; triggered {len(result.triggered)}, "
           f"completed {len(result.completed)}, failed {len(result.failed)} ({result.duration_s:.2f}s)", flush=True)
     for s in result.sensor_errors:
         print(f"  source {s.target.source_key}: {s.error}", flush=True)
-    for job_id, run_id in result.triggered:
-        print(f"  triggered job {job_id} (run {run_id})", flush=True)
-    for job_id, error in result.trigger_errors + result.overdue:
-        print(f"  job {job_id}: {error}", flush=True)
+    for triggered in result.triggered:
+        print(f"  triggered job {triggered.job_id} (run {triggered.run_id})", flush=True)
+    for problem in result.trigger_errors + result.overdue:
+        print(f"  job {problem}", flush=True)
     for job_id in result.retried:
         print(f"  retried job {job_id} (retry policy)", flush=True)
 
@@ -308,7 +351,7 @@ def _record_job_event(settings: Settings, job_id: str, kind: EventType, **fields
         app.require_config()
         if not app.store.control_rows(job_id):
             raise HeartbeatError(f"job {job_id!r} is not in the control table")
-        app.store.append_events([Event(event_type=kind.value, run_id=kind.value.lower(), snapshot_ts=utcnow(),
+        app.store.append_events([Event(event_type=kind, run_id=kind.value.lower(), snapshot_ts=utcnow(),
                                        trigger_job_id=job_id, **fields)])
 
 
@@ -325,8 +368,6 @@ def cmd_resume(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_complete(args: argparse.Namespace, settings: Settings) -> int:
-    import os
-
     kind = EventType.FAILED if args.failed else EventType.COMPLETED
     run_id = args.run_id or os.environ.get("HEARTBEAT_JOB_RUN_ID")
     _record_job_event(settings, args.job_id, kind, job_run_id=run_id, message=args.message)
@@ -373,7 +414,8 @@ def cmd_reset(args: argparse.Namespace, settings: Settings) -> int:
         app.require_config()
         app.ensure_views()
         app.dbt.refresh_control(app.store.events_version())
-        running = [r["job_run_id"] for r in app.store.control_rows(args.job_id) if r["status"] == "IN_PROGRESS"]
+        running = [r["job_run_id"] for r in app.store.control_rows(args.job_id)
+                   if r["status"] == JobStatus.IN_PROGRESS]
         plan = plan_reset(app.store, args.job_id, since, args.reason)
         app.store.append_events(plan.events())
     _print_reset(plan, running[0] if running else None, args)

@@ -14,8 +14,8 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from heartbeat_runner.engine import is_path, is_table_name
 from heartbeat_runner.errors import ConfigError
+from heartbeat_runner.preprocess import check_preprocess_query
 from heartbeat_runner.sources.registry import source_for, source_types
 
 COLUMNS = (
@@ -103,8 +103,8 @@ def load_config(path: Path) -> LoadedConfig:
     reader = csv.reader(io.StringIO(text))
     try:
         header = next(reader)
-    except StopIteration:
-        raise ConfigError([f"{path}: line 1: the file is empty (expected a header with {', '.join(COLUMNS)})"])
+    except StopIteration as exc:
+        raise ConfigError([f"{path}: line 1: the file is empty (expected a header with {', '.join(COLUMNS)})"]) from exc
     header = [COLUMN_ALIASES.get(h.strip().lower(), h.strip().lower()) for h in header]
     problems: list[str] = []
     unknown = [h for h in header if h not in COLUMNS]
@@ -156,7 +156,7 @@ def _validate_row(path: Path, line: int, values: dict[str, str | None], problems
     sensor_id = values.get("sensor_id")
     if not sensor_id:
         bad("sensor_id", "is empty")
-    read_type = values["sensor_read_type"].lower()
+    read_type = _filled(values, "sensor_read_type").lower()
     if read_type not in READ_TYPES:
         bad("sensor_read_type", f"{values['sensor_read_type']!r} is not one of {', '.join(READ_TYPES)}")
     job_id = values.get("trigger_job_id")
@@ -164,10 +164,10 @@ def _validate_row(path: Path, line: int, values: dict[str, str | None], problems
         bad("trigger_job_id", "is empty (every row must name the job it triggers)")
     elif not _JOB_ID.match(job_id):
         bad("trigger_job_id", f"{job_id!r} may contain only letters, digits and _ . : -")
-    job_state = values["job_state"].upper()
+    job_state = _filled(values, "job_state").upper()
     if job_state not in JOB_STATES:
         bad("job_state", f"{values['job_state']!r} is not one of {', '.join(JOB_STATES)}")
-    flag = values["dependency_flag"].upper()
+    flag = _filled(values, "dependency_flag").upper()
     if flag not in _TRUE + _FALSE:
         bad("dependency_flag", f"{values['dependency_flag']!r} is not TRUE (hard) or FALSE (soft)")
     upstream_key = values.get("upstream_key")
@@ -176,6 +176,10 @@ def _validate_row(path: Path, line: int, values: dict[str, str | None], problems
     query = values.get("preprocess_query")
     if query and _UPSTREAM_KEY_REF.search(query) and not upstream_key:
         bad("preprocess_query", "uses ?upstream_key but upstream_key is empty")
+    elif query:
+        query_problem = check_preprocess_query(query, upstream_key)
+        if query_problem is not None:
+            bad("preprocess_query", str(query_problem))
     if source in source_types() and sensor_id:
         problem = source_for(source).check_config(sensor_id, upstream_key)
         if problem:
@@ -195,6 +199,14 @@ def _validate_row(path: Path, line: int, values: dict[str, str | None], problems
         job_state=job_state,
         dependency_flag=flag in _TRUE,
     )
+
+
+def _filled(values: dict[str, str | None], column: str) -> str:
+    """A column that ``DEFAULTS`` filled in, so never None."""
+    value = values[column]
+    if value is None:
+        raise ValueError(f"column {column} has neither a value nor a default")
+    return value
 
 
 def _validate_across_rows(path: Path, rows: list[SensorConfigRow], problems: list[str]) -> None:
@@ -218,11 +230,4 @@ def _validate_across_rows(path: Path, rows: list[SensorConfigRow], problems: lis
             )
 
 
-def check_table_reference(sensor_id: str) -> str | None:
-    """Shared check for sources whose sensor_id is a Delta table name or a path."""
-    if is_path(sensor_id) or is_table_name(sensor_id):
-        return None
-    return f"{sensor_id!r} is neither a table name (schema.table or catalog.schema.table) nor an absolute path or URL"
-
-
-__all__ = ["COLUMNS", "LoadedConfig", "SensorConfigRow", "check_table_reference", "load_config"]
+__all__ = ["COLUMNS", "LoadedConfig", "SensorConfigRow", "load_config"]

@@ -13,20 +13,26 @@ import logging
 import os
 import shutil
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any
 
 from heartbeat_runner.engine import Engine
 from heartbeat_runner.errors import HeartbeatError
 from heartbeat_runner.faults import crash_point
 from heartbeat_runner.store import retry_lost_commits
 
+if TYPE_CHECKING:  # pragma: no cover
+    from dbt.cli.main import dbtRunnerResult
+
 log = logging.getLogger(__name__)
 
 CONTROL_MODEL = "heartbeat_control"
 SENSOR_STATE_MODEL = "heartbeat_sensor_state"
-VIEW_MODELS = ("jobs_ready_to_trigger", "heartbeat_sensors_due", "heartbeat_sensors_skipped",
+#: in dependency order: restore_views() re-creates them one after the other
+VIEW_MODELS = ("jobs_ready_to_trigger", "jobs_ready_to_trigger_rows", "heartbeat_job_status",
+               "heartbeat_trigger_requests", "heartbeat_sensors_due", "heartbeat_sensors_skipped",
                "jobs_trigger_explanation", "heartbeat_cursor_history", "heartbeat_run_overview")
 SEED_NAME = "heartbeat_sensor_config"
 #: what dbt parses, besides the seed: a change to any file under these re-parses the project
@@ -101,7 +107,7 @@ class DbtProject:
                 else:
                     os.environ[key] = value
 
-    def invoke(self, args: list[str], *, quiet: bool = True, reuse_manifest: bool = False) -> object:
+    def invoke(self, args: list[str], *, quiet: bool = True, reuse_manifest: bool = False) -> dbtRunnerResult:
         """Run one dbt command; raise DbtError naming what failed.
 
         ``reuse_manifest`` skips dbt's parse by running on :meth:`manifest` (the runner's

@@ -54,7 +54,6 @@ def added_data_between(table_dir: Path, after_version: int, up_to_version: int) 
             action = json.loads(line)
             if "commitInfo" in action:
                 operation = action["commitInfo"].get("operation")
-            if action.get("add", {}).get("dataChange", False):
-                if operation not in _NO_DATA_OPERATIONS:
-                    return True
+            if action.get("add", {}).get("dataChange", False) and operation not in _NO_DATA_OPERATIONS:
+                return True
     return False

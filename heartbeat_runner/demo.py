@@ -13,10 +13,11 @@ import time
 from pathlib import Path
 
 from heartbeat_runner.app import App, open_app
-from heartbeat_runner.cli import STATUS_COLUMNS
 from heartbeat_runner.config import load_config
 from heartbeat_runner.errors import HeartbeatError
-from heartbeat_runner.output import emit
+from heartbeat_runner.names import sql_string
+from heartbeat_runner.output import STATUS_COLUMNS, emit
+from heartbeat_runner.records import JobStatus
 from heartbeat_runner.settings import Settings
 
 MARKER = ".heartbeat-demo"
@@ -66,7 +67,8 @@ def _create_upstreams(app: App) -> None:
                                    ("demo_uploads", "sales_targets", "region string, target double")):
         location = app.engine.local_location(f"{schema}.{table}")
         spark.sql(f"CREATE SCHEMA IF NOT EXISTS {schema}")
-        spark.sql(f"CREATE TABLE IF NOT EXISTS {schema}.{table} ({columns}) USING delta LOCATION '{location}'")
+        spark.sql(f"CREATE TABLE IF NOT EXISTS {schema}.{table} ({columns}) USING delta "
+                  f"LOCATION {sql_string(str(location))}")
     spark.sql("INSERT INTO demo_sales.orders VALUES (1, 120.0, 'acme'), (2, 80.0, 'globex')")
     spark.sql("INSERT INTO demo_uploads.sales_targets VALUES ('emea', 1000.0)")
 
@@ -88,9 +90,9 @@ def run_demo(settings: Settings, *, keep: bool = False, as_json: bool = False) -
 
         def tick(label: str) -> None:
             result = heartbeat.tick()
-            triggered = ", ".join(job for job, _ in result.triggered) or "none"
-            new = sum(1 for s in result.sensed if s.outcome.value == "NEW_DATA")
-            say(f"   tick: sensed {len(result.sensed)} source(s), {new} with new data; triggered: {triggered}"
+            triggered = ", ".join(result.triggered_job_ids) or "none"
+            say(f"   tick: sensed {len(result.sensed)} source(s), {result.sources_with_new_data} with new data; "
+                f"triggered: {triggered}"
                 f"; completed: {', '.join(result.completed) or 'none'} ({result.duration_s:.1f}s) - {label}")
 
         say("3. First tick: new sensors record where their sources are (no history replayed)")
@@ -111,11 +113,11 @@ def run_demo(settings: Settings, *, keep: bool = False, as_json: bool = False) -
             time.sleep(1.0)
             tick("reconcile")
             statuses = {r["status"] for r in app.store.control_rows()}
-            if statuses <= {"COMPLETED"}:
+            if statuses <= {JobStatus.COMPLETED.value}:
                 break
         rows = app.store.control_rows()
     emit(rows, STATUS_COLUMNS, as_json=as_json, title="\nControl table:")
     if not as_json:
         print(f"\nJob output: {settings.lakehouse_dir / 'jobs' / 'runs'}/*/output.log")
         print(f"Explore: python -m heartbeat_runner status --lakehouse-dir {settings.lakehouse_dir}")
-    return 0 if {r["status"] for r in rows} <= {"COMPLETED"} else 1
+    return 0 if {r["status"] for r in rows} <= {JobStatus.COMPLETED.value} else 1

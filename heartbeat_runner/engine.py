@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
+from heartbeat_runner.names import is_table_name, qualify, sql_string
 from heartbeat_runner.settings import Settings, validate_identifier
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -24,23 +24,11 @@ if TYPE_CHECKING:  # pragma: no cover
 
 log = logging.getLogger(__name__)
 
-_TABLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*){1,2}$")
-
-
-def is_table_name(value: str) -> bool:
-    """``schema.table`` or ``catalog.schema.table`` with plain identifiers."""
-    return bool(_TABLE_NAME.match(value))
-
-
-def is_path(value: str) -> bool:
-    return value.startswith("/") or "://" in value
-
-
 @dataclass
 class Engine:
     """An open Spark session plus where its tables live."""
 
-    spark: "SparkSession"
+    spark: SparkSession
     settings: Settings
     _server: Any = None
     _registered: set[str] = field(default_factory=set)
@@ -59,9 +47,18 @@ class Engine:
         prefix = f"{self.settings.catalog}." if self.settings.catalog else ""
         return f"{prefix}{self.settings.schema}.{validate_identifier(name, 'table name')}"
 
+    def upstream_table(self, table_name: str) -> str:
+        """An upstream table name as SQL sees it: a bare name goes into the default upstream schema.
+
+        Locally that is ``settings.upstream_schema`` or ``default``; on Spark and Databricks a
+        bare name without the setting stays bare, so the session's current schema resolves it.
+        """
+        fallback = "default" if self.is_local else None
+        return qualify(table_name, self.settings.upstream_schema or fallback)
+
     def local_location(self, table_name: str) -> Path | None:
         """Where a ``schema.table`` lives on local disk, when the engine manages the files."""
-        if not self.is_local or not is_table_name(table_name):
+        if not self.is_local or not is_table_name(table_name) or "." not in table_name:
             return None
         parts = table_name.split(".")
         return self.settings.warehouse_dir.joinpath(*parts[-2:])
@@ -79,7 +76,7 @@ class Engine:
                 return
             schema, table = table_name.split(".")[-2:]
             self.spark.sql(f"CREATE SCHEMA IF NOT EXISTS {schema}")
-            self.spark.sql(f"CREATE TABLE IF NOT EXISTS {schema}.{table} USING delta LOCATION '{location}'")
+            self.spark.sql(f"CREATE TABLE IF NOT EXISTS {schema}.{table} USING delta LOCATION {sql_string(str(location))}")
             self._registered.add(table_name)
 
     def register_schema(self, schema: str) -> list[str]:
@@ -151,12 +148,14 @@ def _open_local(settings: Settings, port: int = 0, session_id: str | None = None
     return Engine(spark=spark, settings=settings, _server=server)
 
 
-def _make_default_session(spark: "SparkSession") -> None:
+def _make_default_session(spark: SparkSession) -> None:
     from pyspark.sql.connect.session import SparkSession as ConnectSession
 
+    # builder.remote(url).create() returns a Spark Connect session that pyspark types (by its own cast) as classic.
+    session = cast(ConnectSession, spark)
     with ConnectSession._lock:
-        ConnectSession._default_session = spark
-    ConnectSession._active_session.session = spark
+        ConnectSession._default_session = session
+    ConnectSession._active_session.session = session
 
 
 def _open_spark_connect(settings: Settings) -> Engine:
@@ -176,7 +175,7 @@ def _open_databricks(settings: Settings) -> Engine:
     spark = SparkSession.getActiveSession()
     if spark is None:
         try:
-            from databricks.connect import DatabricksSession  # type: ignore[import-not-found]
+            from databricks.connect import DatabricksSession
         except ImportError as exc:  # pragma: no cover - depends on the environment
             raise ValueError(
                 "target 'databricks' runs on a Databricks cluster, or needs databricks-connect installed"

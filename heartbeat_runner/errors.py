@@ -33,3 +33,14 @@ class JobNotFoundError(JobsBackendError):
 
 class AuthError(JobsBackendError):
     """The backend rejected our credentials."""
+
+
+def first_line(exc: BaseException) -> str:
+    """The first non-blank line of an exception's text (its type name when it has none)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return lines[0] if lines else type(exc).__name__
+
+
+def describe(exc: BaseException, label: str | None = None) -> str:
+    """``<label or type>: <first line>``, short enough for a report cell (engine errors run to pages)."""
+    return f"{label or type(exc).__name__}: {first_line(exc)}"[:2000]

@@ -26,10 +26,10 @@ import os
 import socket
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, Iterator
 
 from heartbeat_runner.errors import HeartbeatError
 from heartbeat_runner.processes import pid_alive
@@ -126,7 +126,7 @@ class Lease:
                 self.path.unlink(missing_ok=True)
 
     @contextlib.contextmanager
-    def held(self, wait_s: float = 0.0) -> Iterator["Lease"]:
+    def held(self, wait_s: float = 0.0) -> Iterator[Lease]:
         """Hold the lease for a block (raise LeaseHeld if it cannot be had within ``wait_s``)."""
         self.acquire(wait_s)
         try:

@@ -10,17 +10,18 @@ from __future__ import annotations
 import getpass
 import json
 import socket
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Iterable
+from typing import overload
 
 from heartbeat_runner.app import App
 from heartbeat_runner.errors import ConfigError, HeartbeatError
 from heartbeat_runner.jobs.policy import RetryPolicies
 from heartbeat_runner.lease import Lease
-from heartbeat_runner.records import Event, EventType, utcnow
+from heartbeat_runner.records import Event, EventType, JobStatus, utcnow
 from heartbeat_runner.sources.base import dump_cursor
-from heartbeat_runner.store import CONTROL, RUN_REPORT, TableStore, quote_literal
+from heartbeat_runner.store import CONTROL, RUN_REPORT, Cond, TableStore
 
 EXPLANATION_VIEW = "jobs_trigger_explanation"
 CURSOR_HISTORY_VIEW = "heartbeat_cursor_history"
@@ -59,8 +60,8 @@ class Explanation:
 
 def explain(store: TableStore, job_id: str) -> Explanation:
     """Why ``job_id`` did or did not trigger, from jobs_trigger_explanation."""
-    rows = store.query(f"SELECT * FROM {store.name(EXPLANATION_VIEW)} WHERE trigger_job_id = {quote_literal(job_id)} "
-                       "ORDER BY is_active DESC, dependency, sensor_source, sensor_id")
+    rows = store.read(EXPLANATION_VIEW, Cond("trigger_job_id", job_id),
+                      order_by=["is_active DESC", "dependency", "sensor_source", "sensor_id"])
     if not rows:
         raise HeartbeatError(f"job {job_id!r} is not in the control table")
     return Explanation(job_id, rows[0]["verdict"], bool(rows[0]["is_ready"]), rows)
@@ -99,12 +100,12 @@ class ResetPlan:
         now = utcnow()
         audit = {"by": self.by, "job": self.job_id, "since": _iso(self.since), "as_of": _iso(self.as_of)}
         sources = [
-            Event(event_type=EventType.RESET.value, run_id="reset", snapshot_ts=now, source_key=m.source_key,
+            Event(event_type=EventType.RESET, run_id="reset", snapshot_ts=now, source_key=m.source_key,
                   sensor_source=m.sensor_source, sensor_id=m.sensor_id, cursor_from=m.cursor_from,
                   cursor_to=m.cursor_to, message=self.reason, payload=json.dumps(audit, sort_keys=True))
             for m in self.moves
         ]
-        job = Event(event_type=EventType.RESET.value, run_id="reset", snapshot_ts=now, trigger_job_id=self.job_id,
+        job = Event(event_type=EventType.RESET, run_id="reset", snapshot_ts=now, trigger_job_id=self.job_id,
                     message=self.reason, payload=json.dumps({**audit, "sources": [m.source_key for m in self.moves],
                                                              "also_retriggers": self.shared_with}, sort_keys=True))
         return [*sources, job]
@@ -116,25 +117,28 @@ def plan_reset(store: TableStore, job_id: str, since: datetime | None, reason: s
     if not rows:
         raise HeartbeatError(f"job {job_id!r} is not in the control table")
     as_of = since
-    waiting = [r["status_change_timestamp"] for r in rows if r["status"] == "NEW_EVENT_AVAILABLE"]
+    waiting = [r["status_change_timestamp"] for r in rows if r["status"] == JobStatus.NEW_EVENT_AVAILABLE]
     if since is not None and waiting and min(waiting) <= since:
         as_of = min(waiting) - timedelta(microseconds=1)  # never skip data the job has not consumed
     sources = {r["source_key"]: r for r in rows}
     moves = [CursorMove(key, row["sensor_source"], row["sensor_id"], _cursor_at(store, key, None),
                         _cursor_at(store, key, as_of) if as_of is not None else BEGINNING_CURSOR)
              for key, row in sorted(sources.items())]
-    moved = ", ".join(quote_literal(m.source_key) for m in moves if m.moved) or "NULL"
-    shared = store.query(f"SELECT DISTINCT trigger_job_id FROM {store.name(CONTROL)} WHERE is_active "
-                         f"AND source_key IN ({moved}) AND trigger_job_id <> {quote_literal(job_id)} ORDER BY 1")
-    return ResetPlan(job_id, since, as_of, moves, [r["trigger_job_id"] for r in shared], reason)
+    moved = [m.source_key for m in moves if m.moved]
+    shared = store.read(CONTROL, Cond("is_active", True), Cond("source_key", moved, "in"),
+                        Cond("trigger_job_id", job_id, "<>"), columns=["trigger_job_id"]) if moved else []
+    return ResetPlan(job_id, since, as_of, moves, sorted({r["trigger_job_id"] for r in shared}), reason)
 
 
+@overload
+def _cursor_at(store: TableStore, source_key: str, as_of: datetime) -> str: ...
+@overload
+def _cursor_at(store: TableStore, source_key: str, as_of: None) -> str | None: ...
 def _cursor_at(store: TableStore, source_key: str, as_of: datetime | None) -> str | None:
     """The cursor in force at ``as_of`` (None: the current one); the beginning if there was none yet."""
-    when = "" if as_of is None else f"AND valid_from <= TIMESTAMP '{as_of.astimezone(timezone.utc):%Y-%m-%d %H:%M:%S.%f}'"
-    found = store.query(f"SELECT cursor_to FROM {store.name(CURSOR_HISTORY_VIEW)} "
-                        f"WHERE source_key = {quote_literal(source_key)} {when} "
-                        "ORDER BY valid_from DESC, event_id DESC LIMIT 1")
+    when = [] if as_of is None else [Cond("valid_from", as_of.astimezone(timezone.utc).replace(tzinfo=None), "<=")]
+    found = store.read(CURSOR_HISTORY_VIEW, Cond("source_key", source_key), *when, columns=["cursor_to"],
+                       order_by=["valid_from DESC", "event_id DESC"], limit=1)
     if found:
         return found[0]["cursor_to"]
     return None if as_of is None else BEGINNING_CURSOR
@@ -158,16 +162,15 @@ def _iso(value: datetime | None) -> str | None:
 
 def recent_runs(store: TableStore, limit: int) -> list[dict]:
     """The latest runs, newest first (finished ticks and INCOMPLETE ones)."""
-    return store.query(f"SELECT * FROM {store.name(RUN_OVERVIEW_VIEW)} ORDER BY snapshot_ts DESC LIMIT {int(limit)}")
+    return store.read(RUN_OVERVIEW_VIEW, order_by=["snapshot_ts DESC"], limit=limit)
 
 
 def run_details(store: TableStore, run_id: str) -> tuple[dict, list[dict]]:
     """One run and its per-source rows of the run report."""
-    run = store.query(f"SELECT * FROM {store.name(RUN_OVERVIEW_VIEW)} WHERE run_id = {quote_literal(run_id)}")
+    run = store.read(RUN_OVERVIEW_VIEW, Cond("run_id", run_id))
     if not run:
         raise HeartbeatError(f"run {run_id!r} not found (see `runs` for recent run ids)")
-    report = store.query(f"SELECT * FROM {store.name(RUN_REPORT)} WHERE run_id = {quote_literal(run_id)} "
-                         "ORDER BY outcome, source_key")
+    report = store.read(RUN_REPORT, Cond("run_id", run_id), order_by=["outcome", "source_key"])
     return run[0], report
 
 
@@ -192,7 +195,7 @@ def check_removals(active: Iterable[ConfigKey], new: Iterable[ConfigKey], max_sh
 def retry_outlook(store: TableStore, policies: RetryPolicies, job_id: str) -> str | None:
     """For a FAILED job with an automatic retry policy: when (or whether) it will be retried."""
     policy = policies.for_job(job_id)
-    failed = [r for r in store.jobs_with_status("FAILED") if r.trigger_job_id == job_id]
+    failed = [r for r in store.jobs_with_status(JobStatus.FAILED) if r.trigger_job_id == job_id]
     if not policy.enabled or not failed or failed[0].job_end_timestamp is None:
         return None
     return policy.decide(failed[0].consecutive_failures, failed[0].job_end_timestamp, utcnow()).reason

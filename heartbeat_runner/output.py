@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Sequence
 from datetime import datetime
-from typing import Any, Sequence, TextIO
+from typing import Any, TextIO
+
+#: The control-table columns `status` and the demo print.
+STATUS_COLUMNS = ["trigger_job_id", "trigger_job_name", "sensor_source", "sensor_id", "dependency_flag", "job_state",
+                  "status", "status_change_timestamp", "job_run_id", "last_error"]
 
 
 def _cell(value: Any) -> str:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import enum
 import hashlib
-
 import threading
 import uuid
-from dataclasses import dataclass, field, fields
+from dataclasses import Field, dataclass, field, fields
 from datetime import datetime, timedelta, timezone
+from typing import Any, ClassVar
 
 
 class EventType(str, enum.Enum):
@@ -24,6 +24,23 @@ class EventType(str, enum.Enum):
     RESET = "RESET"                  # operator re-processing (job) or moved-back cursor (source)
     JOB_PAUSED = "JOB_PAUSED"
     JOB_RESUMED = "JOB_RESUMED"
+
+
+class JobStatus(str, enum.Enum):
+    """A control row's status (NULL in the table: nothing sensed yet, or reset). See models/heartbeat_control.sql."""
+
+    NEW_EVENT_AVAILABLE = "NEW_EVENT_AVAILABLE"
+    IN_PROGRESS = "IN_PROGRESS"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+
+
+class TickStatus(str, enum.Enum):
+    """A tick's status in ``heartbeat_runs`` (INCOMPLETE: it wrote events, then stopped; see heartbeat_run_overview)."""
+
+    OK = "OK"
+    ERROR = "ERROR"
+    INCOMPLETE = "INCOMPLETE"
 
 
 class Outcome(str, enum.Enum):
@@ -56,26 +73,44 @@ def utcnow() -> datetime:
     return CLOCK.now()
 
 
+def random_event_id() -> str:
+    """A fresh, random event id (the default of every event without a deterministic one)."""
+    return uuid.uuid4().hex
+
+
+def as_utc(value: datetime) -> datetime:
+    """Spark hands back naive timestamps in the session time zone, which the runner sets to UTC."""
+    return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value
+
+
 class TableRow:
     """A dataclass that is one row of a table: its field order is the column order."""
+
+    #: Declared for type checkers only: every subclass is a ``@dataclass``, which sets it.
+    __dataclass_fields__: ClassVar[dict[str, Field[Any]]]
 
     @classmethod
     def columns(cls) -> list[str]:
         return [f.name for f in fields(cls)]
 
     def as_tuple(self) -> tuple:
-        return tuple(getattr(self, name) for name in self.columns())
+        """The row's values in column order; enum members become their plain values."""
+        return tuple(_plain(getattr(self, name)) for name in self.columns())
+
+
+def _plain(value: object) -> object:
+    return value.value if isinstance(value, enum.Enum) else value
 
 
 @dataclass(frozen=True)
 class Event(TableRow):
     """One row of ``heartbeat_events``."""
 
-    event_type: str
+    event_type: EventType
     run_id: str
     snapshot_ts: datetime
     event_ts: datetime = field(default_factory=utcnow)
-    event_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    event_id: str = field(default_factory=random_event_id)
     source_key: str | None = None
     sensor_source: str | None = None
     sensor_id: str | None = None
@@ -147,11 +182,9 @@ class RunSummary(TableRow):
     jobs_completed: int
     jobs_failed: int
     trigger_errors: int
-    status: str
+    status: TickStatus
     message: str | None
     stage_timings: str
-
-
 
 
 def new_run_id(snapshot: datetime) -> str:

@@ -10,9 +10,10 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
+from heartbeat_runner.errors import describe
 from heartbeat_runner.records import Outcome
 from heartbeat_runner.sources.base import SenseContext, SenseResult, SensingTarget, Source
 from heartbeat_runner.sources.registry import source_for as default_source_for
@@ -25,6 +26,16 @@ class SensingOutcome:
     result: SenseResult | None
     error: str | None
     duration_s: float
+
+    @property
+    def note(self) -> str | None:
+        """What the run report shows beside the outcome: the error, or a warning from a source that worked."""
+        return self.error if self.error is not None else (self.result.warning if self.result else None)
+
+    def as_dict(self) -> dict[str, str | None]:
+        return {"source_key": self.target.source_key, "outcome": self.outcome.value, "error": self.error,
+                "window_from": self.result.window_from if self.result else None,
+                "window_to": self.result.window_to if self.result else None}
 
     @property
     def outcome(self) -> Outcome:
@@ -77,7 +88,7 @@ def sense_all(
             try:
                 result, error = source_for(target.sensor_source).sense(target, ctx), None
             except Exception as exc:  # noqa: BLE001 - any failure is this source's error only
-                result, error = None, _describe(exc)
+                result, error = None, describe(exc)
             with changed:
                 if not finish(SensingOutcome(target, jobs_of[target.source_key], result, error,
                                              time.monotonic() - begin)):
@@ -102,8 +113,3 @@ def sense_all(
                         start_worker()  # the hung worker is abandoned; its slot goes to a new one
     return [results[t.source_key] for t, _ in targets]
 
-
-def _describe(exc: Exception) -> str:
-    text = str(exc).strip().splitlines()
-    first = text[0] if text else ""
-    return f"{type(exc).__name__}: {first}"[:2000]

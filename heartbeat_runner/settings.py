@@ -32,6 +32,9 @@ class Settings:
     target: str = "local"
     schema: str = "heartbeat"
     catalog: str | None = None
+    #: where a bare upstream table name (``orders``) is resolved; None: ``default`` locally,
+    #: the session's current schema on Spark and Databricks
+    upstream_schema: str | None = None
     config_csv: Path | None = None
     jobs_file: Path | None = None
     trigger_dir: Path | None = None
@@ -81,7 +84,7 @@ class Settings:
     def effective_jobs_backend(self) -> str:
         return self.jobs_backend or ("databricks" if self.target == "databricks" else "local")
 
-    def with_(self, **changes) -> "Settings":
+    def with_(self, **changes) -> Settings:
         return replace(self, **changes)
 
 
@@ -113,6 +116,10 @@ def load_settings(
     catalog = env.get("HEARTBEAT_CATALOG") or None
     if catalog:
         validate_identifier(catalog, "HEARTBEAT_CATALOG")
+    upstream_schema = env.get("HEARTBEAT_UPSTREAM_SCHEMA") or None
+    if upstream_schema:
+        for part in upstream_schema.split(".", 1):
+            validate_identifier(part, "HEARTBEAT_UPSTREAM_SCHEMA")
     backend = jobs_backend or env.get("HEARTBEAT_JOBS_BACKEND") or None
     if backend not in (None, "local", "databricks"):
         raise ValueError(f"jobs backend {backend!r} is not one of local, databricks")
@@ -122,6 +129,7 @@ def load_settings(
         target=target,
         schema=schema,
         catalog=catalog,
+        upstream_schema=upstream_schema,
         config_csv=_path(config_csv or env.get("HEARTBEAT_CONFIG")),
         jobs_file=_path(jobs_file or env.get("HEARTBEAT_JOBS_FILE")),
         trigger_dir=_path(trigger_dir or env.get("HEARTBEAT_TRIGGER_DIR")),

@@ -6,15 +6,18 @@ dbt models (see ``models/``). Every write is one append (one Delta commit).
 
 from __future__ import annotations
 
+import json
 import logging
 import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import Callable, Iterable, Sequence
+from datetime import datetime
 
 from heartbeat_runner import delta_log
 from heartbeat_runner.engine import Engine
-from heartbeat_runner.records import Event, RunSummary, SensorEvaluation
+from heartbeat_runner.names import sql_string
+from heartbeat_runner.records import Event, JobStatus, RunSummary, SensorEvaluation, as_utc
+from heartbeat_runner.settings import validate_identifier
 from heartbeat_runner.sources.base import SensingTarget
 
 log = logging.getLogger(__name__)
@@ -24,6 +27,9 @@ RUN_REPORT = "heartbeat_run_report"
 RUNS = "heartbeat_runs"
 CONTROL = "heartbeat_control"
 READY_VIEW = "jobs_ready_to_trigger"
+READY_ROWS_VIEW = "jobs_ready_to_trigger_rows"
+JOB_STATUS_VIEW = "heartbeat_job_status"
+TRIGGER_REQUESTS_VIEW = "heartbeat_trigger_requests"
 DUE_VIEW = "heartbeat_sensors_due"
 SKIPPED_VIEW = "heartbeat_sensors_skipped"
 SENSOR_STATE = "heartbeat_sensor_state"
@@ -55,8 +61,7 @@ def column_type(name: str) -> str:
 
 
 def _struct(columns: Sequence[str]):
-    from pyspark.sql.types import (DoubleType, IntegerType, LongType, StringType, StructField, StructType,
-                                   TimestampType)
+    from pyspark.sql.types import DoubleType, IntegerType, LongType, StringType, StructField, StructType, TimestampType
 
     spark_types = {"timestamp": TimestampType(), "bigint": LongType(), "double": DoubleType(),
                    "int": IntegerType(), "string": StringType()}
@@ -83,7 +88,7 @@ class ControlRow:
 
     trigger_job_id: str
     trigger_job_name: str | None
-    status: str | None
+    status: JobStatus
     job_run_id: str | None
     last_idempotency_token: str | None
     base_idempotency_token: str | None
@@ -124,7 +129,7 @@ class TableStore:
                 continue
             cols = ", ".join(f"{c} {column_type(c)}" for c in columns)
             location = self.engine.own_location(table)
-            where = f" LOCATION '{location}'" if location else ""
+            where = f" LOCATION {sql_string(str(location))}" if location else ""
             self.spark.sql(f"CREATE TABLE IF NOT EXISTS {fq} ({cols}) USING delta{where}")
 
     def exists(self, table: str) -> bool:
@@ -156,9 +161,36 @@ class TableStore:
         rows = self.spark.sql(f"DESCRIBE HISTORY {self.name(EVENTS)} LIMIT 1").collect()
         return int(rows[0]["version"]) if rows else None
 
+    def read(self, relation: str, *where: Cond, order_by: Sequence[str] = (),
+             limit: int | None = None, columns: Sequence[str] = ("*",)) -> list[dict]:
+        """Rows of one of Heartbeat's tables or views; filter values are bound, never pasted into SQL.
+
+        ``relation``, ``columns`` and ``order_by`` are identifiers (validated); every value
+        travels as a named parameter.
+        """
+        select = ", ".join(c if c == "*" else validate_identifier(c, "column") for c in columns)
+        sql = f"SELECT {select} FROM {self.name(relation)}"
+        args: dict[str, object] = {}
+        if where:
+            sql += " WHERE " + " AND ".join(cond.sql(f"p{i}") for i, cond in enumerate(where))
+            args = {f"p{i}": cond.value for i, cond in enumerate(where)}
+        if order_by:
+            sql += " ORDER BY " + ", ".join(_order_term(term) for term in order_by)
+        if limit is not None:
+            sql += " LIMIT :limit"
+            args["limit"] = int(limit)
+        return [_utc(r.asDict()) for r in self.spark.sql(sql, args=args or None).collect()]
+
+    def probe(self, relation: str) -> None:
+        """Read one row of a table or view: raises when its files are gone or unreadable."""
+        self.spark.table(self.name(relation)).limit(1).collect()
+
+    def count(self, relation: str) -> int:
+        """Rows in one of Heartbeat's tables or views."""
+        return int(self.spark.table(self.name(relation)).count())
+
     def sensors_due(self) -> list[tuple[SensingTarget, str]]:
         """Distinct sources to sense now, with the job ids they feed."""
-        rows = self.spark.sql(f"SELECT * FROM {self.name(DUE_VIEW)} ORDER BY source_key").collect()
         return [
             (
                 SensingTarget(
@@ -172,73 +204,70 @@ class TableStore:
                 ),
                 r["trigger_job_ids"] or "",
             )
-            for r in rows
+            for r in self.read(DUE_VIEW, order_by=["source_key"])
         ]
 
     def sensors_skipped(self) -> list[SkippedSource]:
         """Sources no eligible row reads now, with the reason (paused, in progress, ...)."""
-        rows = self.spark.sql(f"SELECT * FROM {self.name(SKIPPED_VIEW)} ORDER BY source_key").collect()
-        return [SkippedSource(**r.asDict()) for r in rows]
+        return [SkippedSource(**r) for r in self.read(SKIPPED_VIEW, order_by=["source_key"])]
 
     def current_cursors(self) -> dict[str, tuple[str | None, str | None]]:
         """Each due source's cursor now, and the event that set it (the parent of its next NEW_DATA event)."""
-        rows = self.spark.sql(f"SELECT source_key, cursor, cursor_event_id FROM {self.name(DUE_VIEW)}").collect()
+        rows = self.read(DUE_VIEW, columns=["source_key", "cursor", "cursor_event_id"])
         return {r["source_key"]: (r["cursor"], r["cursor_event_id"]) for r in rows}
 
     def ready_rows(self) -> list[ReadyRow]:
         """Rows consumed by the jobs that are ready now (dependency rule: the view)."""
-        sql = f"""
-            SELECT r.trigger_job_id, r.trigger_job_name, r.consumed_event_ids,
-                   c.sensor_source, c.sensor_id, c.source_key, c.pending_window_from, c.pending_window_to
-            FROM {self.name(READY_VIEW)} r
-            JOIN {self.name(CONTROL)} c
-              ON c.trigger_job_id = r.trigger_job_id AND c.is_active AND c.status = 'NEW_EVENT_AVAILABLE'
-            ORDER BY r.trigger_job_id, c.sensor_source, c.sensor_id
-        """
-        return [ReadyRow(**r.asDict()) for r in self.spark.sql(sql).collect()]
+        rows = self.read(READY_ROWS_VIEW, order_by=["trigger_job_id", "sensor_source", "sensor_id"])
+        return [ReadyRow(**r) for r in rows]
 
-    def jobs_with_status(self, *statuses: str) -> list[ControlRow]:
-        """One row per job whose active rows are in one of ``statuses``."""
-        wanted = ", ".join(f"'{s}'" for s in statuses)
-        sql = f"""
-            SELECT trigger_job_id, max(trigger_job_name) AS trigger_job_name, max(status) AS status,
-                   max(job_run_id) AS job_run_id, max(last_idempotency_token) AS last_idempotency_token,
-                   max(base_idempotency_token) AS base_idempotency_token,
-                   max(consecutive_failures) AS consecutive_failures,
-                   max(job_start_timestamp) AS job_start_timestamp, max(job_end_timestamp) AS job_end_timestamp,
-                   max(status_change_timestamp) AS status_change_timestamp
-            FROM {self.name(CONTROL)}
-            WHERE is_active AND status IN ({wanted})
-            GROUP BY trigger_job_id
-            ORDER BY trigger_job_id
-        """
-        return [ControlRow(**_utc(r.asDict())) for r in self.spark.sql(sql).collect()]
+    def jobs_with_status(self, status: JobStatus) -> list[ControlRow]:
+        """One row per job whose active rows are in ``status``."""
+        rows = self.read(JOB_STATUS_VIEW, Cond("status", status.value), order_by=["trigger_job_id"])
+        return [ControlRow(**{**r, "status": JobStatus(r["status"])}) for r in rows]
 
     def control_rows(self, job_id: str | None = None, include_retired: bool = False) -> list[dict]:
-        where = [] if include_retired else ["is_active"]
+        where = [] if include_retired else [Cond("is_active", True)]
         if job_id is not None:
-            where.append(f"trigger_job_id = '{_quote(job_id)}'")
-        clause = f"WHERE {' AND '.join(where)}" if where else ""
-        sql = f"SELECT * FROM {self.name(CONTROL)} {clause} ORDER BY trigger_job_id, sensor_source, sensor_id"
-        return [_utc(r.asDict()) for r in self.spark.sql(sql).collect()]
+            where.append(Cond("trigger_job_id", job_id))
+        return self.read(CONTROL, *where, order_by=["trigger_job_id", "sensor_source", "sensor_id"])
 
-    def query(self, sql: str) -> list[dict]:
-        return [_utc(r.asDict()) for r in self.spark.sql(sql).collect()]
-
-
-def _quote(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("'", "\\'")
+    def trigger_payload(self, idempotency_token: str) -> dict[str, str]:
+        """The job parameters first sent with a trigger request (empty when none was recorded)."""
+        found = self.read(TRIGGER_REQUESTS_VIEW, Cond("idempotency_token", idempotency_token), columns=["payload"])
+        return json.loads(found[0]["payload"]) if found and found[0]["payload"] else {}
 
 
-def quote_literal(value: str) -> str:
-    """A SQL string literal (job ids and sensor ids come from validated config, but be safe)."""
-    return f"'{_quote(value)}'"
+@dataclass(frozen=True)
+class Cond:
+    """``column <op> value`` in a WHERE clause; ``in`` takes a list. The value is always bound."""
+
+    column: str
+    value: object
+    op: str = "="
+
+    _OPS = ("=", "<>", "<", "<=", ">", ">=", "in")
+
+    def sql(self, parameter: str) -> str:
+        column = validate_identifier(self.column, "column")
+        if self.op not in self._OPS:
+            raise ValueError(f"unsupported comparison {self.op!r}")
+        if self.op == "in":
+            return f"array_contains(:{parameter}, {column})"
+        return f"{column} {self.op} :{parameter}"
+
+
+def _order_term(term: str) -> str:
+    """``column`` or ``column DESC``, validated."""
+    column, _, direction = term.partition(" ")
+    if direction.upper() not in ("", "ASC", "DESC"):
+        raise ValueError(f"bad ORDER BY term {term!r}")
+    return f"{validate_identifier(column, 'column')} {direction.upper()}".rstrip()
 
 
 def _utc(row: dict) -> dict:
-    """Spark Connect returns naive datetimes in the session time zone (UTC): make them aware."""
-    return {k: (v.replace(tzinfo=timezone.utc) if isinstance(v, datetime) and v.tzinfo is None else v)
-            for k, v in row.items()}
+    """A row with its timestamps made timezone-aware (UTC)."""
+    return {k: (as_utc(v) if isinstance(v, datetime) else v) for k, v in row.items()}
 
 
 def retry_lost_commits(write: Callable[[], object], what: str, also: tuple[str, ...] = ()) -> None:

@@ -25,35 +25,75 @@ import json
 import logging
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import Callable
+from typing import Any
 
 from heartbeat_runner.dbt_invoke import DbtProject
 from heartbeat_runner.errors import JobsBackendError
-from heartbeat_runner.faults import crash_point
+from heartbeat_runner.faults import crash_point, fail_point
 from heartbeat_runner.jobs.base import JobsBackend, RunOutcome, RunStatus, TriggerRequest
 from heartbeat_runner.jobs.policy import RetryPolicies, overrun, retry_token
-from heartbeat_runner.records import (Event, EventType, Outcome, RunSummary, SensorEvaluation, idempotency_token,
-                                      new_data_event_id, new_run_id, utcnow)
+from heartbeat_runner.records import (
+    Event,
+    EventType,
+    JobStatus,
+    Outcome,
+    RunSummary,
+    SensorEvaluation,
+    TickStatus,
+    idempotency_token,
+    new_data_event_id,
+    new_run_id,
+    random_event_id,
+    utcnow,
+)
 from heartbeat_runner.sensing import SensingOutcome, sense_all
 from heartbeat_runner.sources.base import SenseContext
-from heartbeat_runner.store import EVENTS, ControlRow, ReadyRow, SkippedSource, TableStore, quote_literal
+from heartbeat_runner.store import ControlRow, ReadyRow, SkippedSource, TableStore
 
 log = logging.getLogger(__name__)
 
+@dataclass(frozen=True)
+class TriggeredJob:
+    """A job the jobs API started in this tick."""
+
+    job_id: str
+    run_id: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"job_id": self.job_id, "run_id": self.run_id}
+
+
+@dataclass(frozen=True)
+class JobProblem:
+    """Something about one job the operator should see: a refused or failed API call, an overdue run."""
+
+    job_id: str
+    message: str
+
+    def as_dict(self, key: str = "error") -> dict[str, str]:
+        return {"job_id": self.job_id, key: self.message}
+
+    def __str__(self) -> str:
+        return f"{self.job_id}: {self.message}"
+
+
 @dataclass
 class TickResult:
+    """What one tick did. ``as_dict`` is the shape `run --json` prints."""
+
     run_id: str
     snapshot_ts: datetime
     sensed: list[SensingOutcome] = field(default_factory=list)
     skipped: list[SkippedSource] = field(default_factory=list)
-    triggered: list[tuple[str, str]] = field(default_factory=list)  # (job id, run id)
+    triggered: list[TriggeredJob] = field(default_factory=list)
     completed: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
-    trigger_errors: list[tuple[str, str]] = field(default_factory=list)  # (job id, message)
+    trigger_errors: list[JobProblem] = field(default_factory=list)
     retried: list[str] = field(default_factory=list)  # job ids re-run by their retry policy
-    overdue: list[tuple[str, str]] = field(default_factory=list)  # (job id, message): past max duration
+    overdue: list[JobProblem] = field(default_factory=list)  # runs past their maximum duration
     stage_timings: dict[str, float] = field(default_factory=dict)
     duration_s: float = 0.0
 
@@ -62,9 +102,34 @@ class TickResult:
         return [s for s in self.sensed if s.outcome is Outcome.ERROR]
 
     @property
+    def triggered_job_ids(self) -> list[str]:
+        return [t.job_id for t in self.triggered]
+
+    @property
+    def sources_with_new_data(self) -> int:
+        return sum(1 for s in self.sensed if s.outcome is Outcome.NEW_DATA)
+
+    @property
     def exit_code(self) -> int:
         """0: all good; 2: some source or job API call failed (the rest was processed)."""
         return 2 if self.sensor_errors or self.trigger_errors else 0
+
+    @property
+    def status(self) -> TickStatus:
+        return TickStatus.ERROR if self.exit_code else TickStatus.OK
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id, "snapshot_ts": self.snapshot_ts, "duration_s": round(self.duration_s, 3),
+            "sensed": [s.as_dict() for s in self.sensed],
+            "skipped": [{"source_key": s.source_key, "reason": s.reason} for s in self.skipped],
+            "triggered": [t.as_dict() for t in self.triggered],
+            "completed": self.completed, "failed": self.failed,
+            "trigger_errors": [p.as_dict() for p in self.trigger_errors],
+            "retried": self.retried,
+            "overdue": [p.as_dict("message") for p in self.overdue],
+            "stage_timings": self.stage_timings, "exit_code": self.exit_code,
+        }
 
 
 class Heartbeat:
@@ -99,8 +164,9 @@ class Heartbeat:
             result.sensed = sense_all(due, self.ctx, max_workers=self.settings.max_workers,
                                       timeout_s=self.settings.sensor_timeout_s)
         crash_point("after_sensing")
+        fail_point("after_sensing")
         with _stage(timings, "events_write"):
-            self.store.append_events(self._data_events(result))
+            self.store.append_events(self.sensed_events(result))
         crash_point("after_new_data_events")
         with _stage(timings, "dbt"):
             self.refresh_models()
@@ -121,7 +187,8 @@ class Heartbeat:
 
     # -- step 2: events from sensing --------------------------------------------------------
 
-    def _data_events(self, result: TickResult) -> list[Event]:
+    def sensed_events(self, result: TickResult) -> list[Event]:
+        """The NEW_DATA / CURSOR events of what ``result`` sensed, against the cursors as they are now."""
         events = []
         new_data = any(s.result is not None and s.result.new_data for s in result.sensed)
         # Read again now: a source whose cursor moved while it was sensed was recorded by someone else.
@@ -137,10 +204,10 @@ class Heartbeat:
             parent = current[key][1] if current is not None else None
             cursor_to = outcome.cursor_to if outcome.cursor_to is not None else target.cursor
             kind = EventType.NEW_DATA if outcome.new_data else EventType.CURSOR
-            event_id = new_data_event_id(key, parent, target.cursor, cursor_to) if kind is EventType.NEW_DATA else None
+            event_id = (new_data_event_id(key, parent, target.cursor, cursor_to) if kind is EventType.NEW_DATA
+                        else random_event_id())
             events.append(Event(
-                event_type=kind.value, run_id=result.run_id, snapshot_ts=result.snapshot_ts,
-                **({"event_id": event_id} if event_id else {}),
+                event_type=kind, run_id=result.run_id, snapshot_ts=result.snapshot_ts, event_id=event_id,
                 source_key=target.source_key, sensor_source=target.sensor_source, sensor_id=target.sensor_id,
                 cursor_from=target.cursor, cursor_to=cursor_to,
                 window_from=outcome.window_from, window_to=outcome.window_to, rows=outcome.rows,
@@ -159,7 +226,7 @@ class Heartbeat:
         self.before_trigger()
         requests = [self._request_for(job_id, rows, result.run_id) for job_id, rows in by_job.items()]
         self.store.append_events(
-            Event(event_type=EventType.TRIGGER_REQUESTED.value, run_id=result.run_id,
+            Event(event_type=EventType.TRIGGER_REQUESTED, run_id=result.run_id,
                   snapshot_ts=result.snapshot_ts, trigger_job_id=req.job_id,
                   idempotency_token=req.idempotency_token,
                   consumed_event_ids=by_job[req.job_id][0].consumed_event_ids,
@@ -191,7 +258,7 @@ class Heartbeat:
             try:
                 run_id = self.backend.trigger(request)
             except JobsBackendError as exc:
-                result.trigger_errors.append((request.job_id, str(exc)))
+                result.trigger_errors.append(JobProblem(request.job_id, str(exc)))
                 if exc.retryable:
                     # Unknown whether a run started: keep the request; the next tick
                     # retries it with the same token, which cannot start a second run.
@@ -201,7 +268,7 @@ class Heartbeat:
                                            idempotency_token=request.idempotency_token, message=str(exc)))
                 continue
             crash_point("after_trigger_call")
-            result.triggered.append((request.job_id, run_id))
+            result.triggered.append(TriggeredJob(request.job_id, run_id))
             answers.append(self._event(result, EventType.TRIGGERED, request.job_id, job_run_id=run_id,
                                        idempotency_token=request.idempotency_token))
         self.store.append_events(answers)
@@ -210,10 +277,10 @@ class Heartbeat:
     # -- step 5: reconcile ------------------------------------------------------------------
 
     def _reconcile(self, result: TickResult) -> None:
-        just_triggered = {job_id for job_id, _ in result.triggered}
+        just_triggered = set(result.triggered_job_ids)
         events: list[Event] = []
         dangling: list[TriggerRequest] = []
-        for row in self.store.jobs_with_status("IN_PROGRESS"):
+        for row in self.store.jobs_with_status(JobStatus.IN_PROGRESS):
             if row.trigger_job_id in just_triggered:
                 continue
             if row.job_run_id is None:
@@ -221,9 +288,9 @@ class Heartbeat:
                 if request is not None:
                     dangling.append(request)
                 continue
-            events.extend(self._finished_run_events(row, result))
+            events.extend(self._finished_run_events(row, row.job_run_id, result))
         retries: list[TriggerRequest] = []
-        for row in self.store.jobs_with_status("FAILED"):
+        for row in self.store.jobs_with_status(JobStatus.FAILED):
             recovered = self._recovery_events(row, result)
             retry = None if recovered else self._retry_request(row)
             events.extend(recovered)
@@ -246,12 +313,11 @@ class Heartbeat:
         token = token or row.last_idempotency_token
         if token is None:
             return None
-        found = self.store.query(
-            f"SELECT payload FROM {self.store.name(EVENTS)} "
-            f"WHERE event_type IN ('TRIGGER_REQUESTED', 'RETRY_REQUESTED') "
-            f"AND idempotency_token = {quote_literal(token)} ORDER BY event_ts LIMIT 1")
-        parameters = json.loads(found[0]["payload"]) if found and found[0]["payload"] else {}
-        return TriggerRequest(row.trigger_job_id, row.trigger_job_name, token, parameters)
+        return self._request(row, token)
+
+    def _request(self, row: ControlRow, token: str) -> TriggerRequest:
+        """Rebuild the recorded request of ``row`` with idempotency token ``token``."""
+        return TriggerRequest(row.trigger_job_id, row.trigger_job_name, token, self.store.trigger_payload(token))
 
     def _retry_request(self, row: ControlRow) -> TriggerRequest | None:
         """The automatic retry of a failed job that its policy says is due now (same data, new token)."""
@@ -261,39 +327,39 @@ class Heartbeat:
         decision = policy.decide(row.consecutive_failures, row.job_end_timestamp, utcnow())
         if not decision.retry_now:
             return None
-        base = self._requested(row, row.base_idempotency_token)
+        base = self._request(row, row.base_idempotency_token)
         return replace(base, idempotency_token=retry_token(base.idempotency_token, decision.attempt))
 
-    def _report_overrun(self, row: ControlRow, status: RunStatus, result: TickResult) -> None:
-        """Report (and optionally cancel) a run going on for longer than the configured maximum."""
+    def _report_overrun(self, row: ControlRow, run_id: str, status: RunStatus, result: TickResult) -> None:
+        """Report (and optionally cancel) run ``run_id`` of ``row`` going on for longer than the configured maximum."""
         limit = self.settings.max_run_duration_s
         over = overrun(status, timedelta(seconds=limit) if limit else None, utcnow())
         if over is None:
             return
-        message = f"run {row.job_run_id} is {over} past its maximum duration of {limit:g}s"
-        cancel = getattr(self.backend, "cancel_run", None)
-        if self.settings.cancel_overdue_runs and cancel is not None:
+        message = f"run {run_id} is {over} past its maximum duration of {limit:g}s"
+        if self.settings.cancel_overdue_runs and self.backend.can_cancel:
             try:
-                cancel(row.trigger_job_id, row.job_run_id)
+                self.backend.cancel_run(row.trigger_job_id, run_id)
                 message += "; cancelled"
             except JobsBackendError as exc:
                 message += f"; cancelling failed: {exc}"
         log.warning("job %s: %s", row.trigger_job_id, message)
-        result.overdue.append((row.trigger_job_id, message))
+        result.overdue.append(JobProblem(row.trigger_job_id, message))
 
-    def _finished_run_events(self, row: ControlRow, result: TickResult) -> list[Event]:
+    def _finished_run_events(self, row: ControlRow, run_id: str, result: TickResult) -> list[Event]:
+        """Events for run ``run_id`` (the row's job_run_id) if it has finished; report it if overdue."""
         try:
-            status = self.backend.run_status(row.trigger_job_id, row.job_run_id)
+            status = self.backend.run_status(row.trigger_job_id, run_id)
         except JobsBackendError as exc:
-            result.trigger_errors.append((row.trigger_job_id, f"run status: {exc}"))
+            result.trigger_errors.append(JobProblem(row.trigger_job_id, f"run status: {exc}"))
             return []
         if not status.outcome.finished:
-            self._report_overrun(row, status, result)
+            self._report_overrun(row, run_id, status, result)
             return []
         success = status.outcome is RunOutcome.SUCCESS
         (result.completed if success else result.failed).append(row.trigger_job_id)
         return [self._event(result, EventType.COMPLETED if success else EventType.FAILED, row.trigger_job_id,
-                            job_run_id=row.job_run_id, message=status.message)]
+                            job_run_id=run_id, message=status.message)]
 
     def _recovery_events(self, row: ControlRow, result: TickResult) -> list[Event]:
         since = row.job_end_timestamp or row.status_change_timestamp
@@ -302,7 +368,7 @@ class Heartbeat:
         try:
             run = self.backend.successful_run_after(row.trigger_job_id, since)
         except JobsBackendError as exc:
-            result.trigger_errors.append((row.trigger_job_id, f"looking for a successful run: {exc}"))
+            result.trigger_errors.append(JobProblem(row.trigger_job_id, f"looking for a successful run: {exc}"))
             return []
         if run is None:
             return []
@@ -321,7 +387,7 @@ class Heartbeat:
                 window_from=s.result.window_from if s.result else None,
                 window_until=s.result.window_to if s.result else None,
                 outcome=s.outcome.value, rows=s.result.rows if s.result else None,
-                error=s.error, duration_s=round(s.duration_s, 4),
+                error=s.note, duration_s=round(s.duration_s, 4),
             )
             for s in result.sensed
         ] + [
@@ -336,19 +402,19 @@ class Heartbeat:
         summary = RunSummary(
             run_id=result.run_id, snapshot_ts=result.snapshot_ts, ended_ts=utcnow(),
             duration_s=round(result.duration_s, 4), sources_sensed=len(result.sensed),
-            sources_with_new_data=sum(1 for s in result.sensed if s.outcome is Outcome.NEW_DATA),
+            sources_with_new_data=result.sources_with_new_data,
             sensor_errors=len(result.sensor_errors), jobs_triggered=len(result.triggered),
             jobs_completed=len(result.completed), jobs_failed=len(result.failed),
             trigger_errors=len(result.trigger_errors),
-            status="ERROR" if result.exit_code else "OK",
-            message="; ".join(f"{job}: {msg}" for job, msg in result.trigger_errors + result.overdue) or None,
+            status=result.status,
+            message="; ".join(map(str, result.trigger_errors + result.overdue)) or None,
             stage_timings=json.dumps({k: round(v, 4) for k, v in result.stage_timings.items()}),
         )
         self.store.append_run(summary, evaluations)
 
     @staticmethod
     def _event(result: TickResult, kind: EventType, job_id: str, **fields) -> Event:
-        return Event(event_type=kind.value, run_id=result.run_id, snapshot_ts=result.snapshot_ts,
+        return Event(event_type=kind, run_id=result.run_id, snapshot_ts=result.snapshot_ts,
                      trigger_job_id=job_id, **fields)
 
 

@@ -14,7 +14,8 @@ with rows_by_source as (
     source_key,
     max(sensor_source) as sensor_source,
     max(upstream_key) as upstream_key,
-    sort_array(collect_set(coalesce(asset_description, sensor_id))) as assets,
+    {# what another product can follow this source by: the object it reads and its descriptions #}
+    sort_array(array_distinct(concat(collect_set(sensor_id), collect_set(asset_description)))) as assets,
     sum(case when status in ('NEW_EVENT_AVAILABLE', 'IN_PROGRESS', 'FAILED') then 1 else 0 end) as unprocessed_rows,
     sum(case when status = 'COMPLETED' then 1 else 0 end) as completed_rows,
     max(status_change_timestamp) as status_change_timestamp,

@@ -43,6 +43,8 @@ rows_explained as (
     r.outcome as last_outcome,
     r.error as last_outcome_detail,
     case when r.outcome = 'ERROR' then r.error end as sensing_error,
+    {# sensing worked but something needs fixing, e.g. a follow key that matches nothing #}
+    case when r.outcome in ('NEW_DATA', 'NO_NEW_DATA') then r.error end as sensing_warning,
     case
       when not c.is_active then 'retired: no longer in the config, ignored'
       when c.job_state = 'PAUSED' then 'paused'
@@ -50,8 +52,8 @@ rows_explained as (
       when c.status = 'FAILED' then 'job failed'
       when c.status = 'NEW_EVENT_AVAILABLE' then concat('new data (', cast(c.pending_events as string), ' event(s))')
       when r.outcome = 'ERROR' then concat('sensing failed: ', r.error)
-      when c.is_hard then 'no new data yet'
-      else 'no new data (soft: does not block)'
+      when c.is_hard then concat('no new data yet', coalesce(concat(' (warning: ', r.error, ')'), ''))
+      else concat('no new data (soft: does not block)', coalesce(concat(' (warning: ', r.error, ')'), ''))
     end as row_state
   from control_rows c
   left join last_evaluation r on r.source_key = c.source_key
@@ -63,7 +65,11 @@ hard_rows_waiting as (
     count(*) as waiting_count,
     concat_ws(', ', sort_array(collect_list(concat(
       sensor_source, ':', sensor_id,
-      case when sensing_error is not null then concat(' (sensing failed: ', sensing_error, ')') else '' end
+      case
+        when sensing_error is not null then concat(' (sensing failed: ', sensing_error, ')')
+        when sensing_warning is not null then concat(' (warning: ', sensing_warning, ')')
+        else ''
+      end
     )))) as waiting_for
   from rows_explained
   where is_active and dependency = 'hard' and coalesce(status, '') <> 'NEW_EVENT_AVAILABLE'

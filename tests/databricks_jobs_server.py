@@ -78,7 +78,7 @@ class JobsApiServer:
 
     # -- lifecycle ----------------------------------------------------------------------------
 
-    def __enter__(self) -> "JobsApiServer":
+    def __enter__(self) -> JobsApiServer:
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
         self._httpd.daemon_threads = True
         self.host = f"http://127.0.0.1:{self._httpd.server_port}"

@@ -15,6 +15,7 @@ from heartbeat_runner.config import COLUMNS, load_config
 from heartbeat_runner.jobs.local import LocalJobsBackend
 from heartbeat_runner.records import utcnow
 from heartbeat_runner.settings import load_settings
+from heartbeat_runner.store import Cond
 from heartbeat_runner.tick import Heartbeat, TickResult
 
 HEADER = ",".join(COLUMNS)
@@ -46,7 +47,7 @@ class Harness:
 
     # -- lifecycle ----------------------------------------------------------------------------
 
-    def __enter__(self) -> "Harness":
+    def __enter__(self) -> Harness:
         self.app = self._stack.enter_context(open_app(self.settings))
         return self
 
@@ -123,8 +124,8 @@ class Harness:
         return self.app.store.control_rows(job)
 
     def events(self, kind: str | None = None) -> list[dict]:
-        where = f"WHERE event_type = '{kind}'" if kind else ""
-        return self.app.store.query(f"SELECT * FROM {self.app.store.name('heartbeat_events')} {where} ORDER BY event_ts")
+        where = [Cond("event_type", kind)] if kind else []
+        return self.app.store.read("heartbeat_events", *where, order_by=["event_ts"])
 
     def wait_for_jobs(self, timeout: float = 30.0) -> None:
         """Tick until nothing is IN_PROGRESS (jobs are real processes)."""
@@ -235,6 +236,6 @@ def sense_and_record(hb: Harness) -> TickResult:
 
     result = TickResult(run_id=new_run_id(utcnow()), snapshot_ts=utcnow())
     result.sensed = sense_all(hb.app.store.sensors_due(), hb.heartbeat.ctx, max_workers=2, timeout_s=30)
-    hb.app.store.append_events(hb.heartbeat._data_events(result))
+    hb.app.store.append_events(hb.heartbeat.sensed_events(result))
     hb.heartbeat.refresh_models()
     return result

@@ -16,9 +16,10 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -69,7 +70,7 @@ def _shared(start: Callable[[], Any]) -> Callable[[], Any]:
 
 
 def sense_context(engine: Any, connections: dict[str, Any] | None = None, replay: bool = False,
-                  trigger_dir: Path | None = None) -> "SenseContext":
+                  trigger_dir: Path | None = None) -> SenseContext:
     from heartbeat_runner.sources.base import SenseContext
 
     return SenseContext(engine=engine, trigger_dir=trigger_dir or Path(tempfile.gettempdir()),
@@ -77,7 +78,7 @@ def sense_context(engine: Any, connections: dict[str, Any] | None = None, replay
 
 
 def sensing_target(sensor_source: str, sensor_id: str, cursor: str | None = None, upstream_key: str | None = None,
-                   preprocess_query: str | None = None) -> "SensingTarget":
+                   preprocess_query: str | None = None) -> SensingTarget:
     from heartbeat_runner.sources.base import SensingTarget
 
     return SensingTarget(source_key=f"{sensor_source}:{sensor_id}", sensor_source=sensor_source, sensor_id=sensor_id,

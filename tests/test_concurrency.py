@@ -12,9 +12,9 @@ import time
 from types import SimpleNamespace
 
 import pytest
-
 from harness import HEADER, CliLakehouse, marker_jobs_file
 from harness import config_row as row
+
 from heartbeat_runner.dbt_invoke import DbtError, DbtProject
 from heartbeat_runner.lease import Lease, LeaseHeld, LeaseLost
 from heartbeat_runner.records import Event, utcnow
@@ -127,7 +127,7 @@ class _FlakyWriter:
     def __init__(self, *failures: str):
         self.failures, self.commits = list(failures), 0
 
-    def mode(self, _: str) -> "_FlakyWriter":
+    def mode(self, _: str) -> _FlakyWriter:
         return self
 
     def insertInto(self, _: str) -> None:

@@ -1,9 +1,9 @@
 """Config CSV validation: every bad row is named by file, line and column; nothing is written."""
 
 import pytest
-
 from harness import HEADER
 from harness import config_row as row
+
 from heartbeat_runner.config import load_config
 from heartbeat_runner.errors import ConfigError
 

@@ -4,7 +4,7 @@ from harness import config_row as row
 
 
 def _seed_rows(hb):
-    return hb.app.store.query(f"SELECT * FROM {hb.app.store.name('heartbeat_sensor_config')}")
+    return hb.app.store.read("heartbeat_sensor_config")
 
 
 def test_reseeding_the_same_csv_changes_nothing(hb):
@@ -48,7 +48,7 @@ def test_config_edits_merge_without_losing_untouched_state(hb):
     assert [(r["sensor_id"], r["retired_timestamp"] is not None) for r in retired] == [("db.c", True)]
     assert ("delta_table", "db.c", "J2") not in status
     # Without db.c (hard, no data) J2 is now ready on the next tick.
-    assert [j for j, _ in hb.tick().triggered] == ["J2"]
+    assert hb.tick().triggered_job_ids == ["J2"]
 
     # Flag change: db.b becomes soft (newdrop hard) -> merges, status kept.
     hb.wait_for_jobs()

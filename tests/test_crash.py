@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
 from databricks_jobs_server import TOKEN, JobsApiServer
 from harness import HEADER, CliLakehouse, marker_jobs_file
 from harness import config_row as row
+
 from heartbeat_runner.faults import CRASH_EXIT_CODE, CRASH_POINTS
 
 JOBS = ("101", "102")
@@ -157,10 +157,10 @@ def test_a_refused_trigger_retried_after_the_fix_runs_once_and_completes(hb):
     hb.tick()
     hb.insert("up.t", "(1)")
     refused = hb.tick()
-    assert "not defined" in refused.trigger_errors[0][1]
+    assert "not defined" in refused.trigger_errors[0].message
     assert hb.job_status("J1") == {"NEW_EVENT_AVAILABLE"}  # the request is void; the data still waits
     hb.jobs(J1=0)
-    assert [job for job, _ in hb.tick().triggered] == ["J1"]  # same token as the refused request
+    assert hb.tick().triggered_job_ids == ["J1"]  # same token as the refused request
     hb.wait_for_jobs()
     assert hb.job_status("J1") == {"COMPLETED"} and hb.runs_of("J1") == 1
     assert hb.tick().triggered == []

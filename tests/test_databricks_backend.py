@@ -6,9 +6,18 @@ import json
 from datetime import datetime, timedelta, timezone
 
 import pytest
+from databricks_jobs_server import (
+    SERVER_ERROR,
+    THROTTLED,
+    TOKEN,
+    UNAUTHENTICATED,
+    UNAVAILABLE,
+    UNAVAILABLE_AFTER_RUN,
+    Fault,
+    JobsApiServer,
+    slow,
+)
 
-from databricks_jobs_server import (SERVER_ERROR, THROTTLED, TOKEN, UNAUTHENTICATED, UNAVAILABLE,
-                                    UNAVAILABLE_AFTER_RUN, Fault, JobsApiServer, slow)
 from heartbeat_runner.errors import AuthError, JobNotFoundError, JobsBackendError
 from heartbeat_runner.jobs.base import RunOutcome, RunStatus, TriggerRequest
 from heartbeat_runner.jobs.databricks import DatabricksJobsBackend, parse_job_id

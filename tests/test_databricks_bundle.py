@@ -104,7 +104,7 @@ def test_every_variable_used_is_declared_and_has_a_value():
 @pytest.mark.parametrize("target", TARGETS)
 def test_jobs_load_as_typed_databricks_job_definitions(target):
     jobs_model = pytest.importorskip("databricks.bundles.jobs", reason="pip install databricks-bundles")
-    for name, job in resolved_jobs(target).items():
+    for _name, job in resolved_jobs(target).items():
         jobs_model.Job.from_dict(copy.deepcopy(job))  # raises on an unknown or misplaced field
 
 
@@ -128,7 +128,7 @@ def test_tasks_reference_what_exists(target):
 @pytest.mark.parametrize("target", TARGETS)
 def test_wheel_tasks_are_valid_heartbeat_command_lines(target):
     scripts = {e.name for e in distribution("heartbeat-runner").entry_points if e.group == "console_scripts"}
-    for job_name, task in all_tasks(resolved_jobs(target)):
+    for _job_name, task in all_tasks(resolved_jobs(target)):
         wheel = task.get("python_wheel_task")
         if wheel is None:
             continue

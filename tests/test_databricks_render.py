@@ -64,18 +64,18 @@ class FakeWarehouse:
 
 
 class _Cursor:
-    def __init__(self, warehouse: FakeWarehouse, connection: "_Connection"):
+    def __init__(self, warehouse: FakeWarehouse, connection: _Connection):
         self.warehouse, self.connection = warehouse, connection
         self.description: list[tuple] | None = None
         self.rows: list[tuple] = []
         self.query_id = "render-only"
 
-    def execute(self, sql: str, parameters: Any = None, **_: Any) -> "_Cursor":
+    def execute(self, sql: str, parameters: Any = None, **_: Any) -> _Cursor:
         columns, self.rows = self.warehouse.execute(sql, parameters)
         self.description = [(c, "string", None, None, None, None, None) for c in columns] or None
         return self
 
-    def schemas(self, *_: Any, **__: Any) -> "_Cursor":
+    def schemas(self, *_: Any, **__: Any) -> _Cursor:
         self.description, self.rows = None, []
         return self
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from databricks_jobs_server import UNAVAILABLE_AFTER_RUN, JobsApiServer
 from harness import config_row as row
+
 from heartbeat_runner.jobs.databricks import DatabricksJobsBackend
+from heartbeat_runner.tick import TriggeredJob
 
 
 @pytest.fixture
@@ -55,7 +56,7 @@ def test_failed_run_blocks_the_job_until_a_manual_success(beat, api):
     assert beat.job_status(str(job)) != {"FAILED"}
 
     # The data that arrived while the job was blocked is sensed now and triggers it.
-    assert [j for j, _ in heartbeat.tick().triggered] == [str(job)] and len(api.runs_of(job)) == 3
+    assert heartbeat.tick().triggered_job_ids == [str(job)] and len(api.runs_of(job)) == 3
 
 
 def test_trigger_reconcile_completed_and_an_unknown_job_fails_alone(beat, api):
@@ -67,13 +68,13 @@ def test_trigger_reconcile_completed_and_an_unknown_job_fails_alone(beat, api):
 
     result = new_data_then_tick(beat, heartbeat, 2)
     (run,) = api.runs_of(good)
-    assert result.triggered == [(str(good), str(run.run_id))]
+    assert result.triggered == [TriggeredJob(str(good), str(run.run_id))]
     assert run.parameters["heartbeat_run_id"] == result.run_id
     (window,) = json.loads(run.parameters["heartbeat_windows"])
     assert window["sensor_source"] == "delta_table" and window["sensor_id"] == "sales.orders"
     assert beat.job_status(str(good)) == {"IN_PROGRESS"}
-    assert [j for j, _ in result.trigger_errors] == [str(missing)] and result.exit_code == 2
-    assert "does not exist" in result.trigger_errors[0][1]
+    assert [p.job_id for p in result.trigger_errors] == [str(missing)] and result.exit_code == 2
+    assert "does not exist" in result.trigger_errors[0].message
     (control,) = beat.rows(str(missing))
     assert control["status"] == "NEW_EVENT_AVAILABLE" and "does not exist" in (control["last_error"] or "")
 
@@ -81,7 +82,7 @@ def test_trigger_reconcile_completed_and_an_unknown_job_fails_alone(beat, api):
     api.add_job("deployed later", job_id=missing)
     retried = heartbeat.tick()  # the good run is still running; the missing job now exists
     assert retried.completed == [] and beat.job_status(str(good)) == {"IN_PROGRESS"}
-    assert [j for j, _ in retried.triggered] == [str(missing)] and beat.job_status(str(missing)) == {"IN_PROGRESS"}
+    assert retried.triggered_job_ids == [str(missing)] and beat.job_status(str(missing)) == {"IN_PROGRESS"}
 
     api.finish_run(run.run_id, "SUCCESS")
     api.finish_run(api.runs_of(missing)[0].run_id, "SUCCESS")
@@ -99,12 +100,12 @@ def test_unknown_outcome_is_retried_next_tick_into_the_same_run(beat, api):
     api.inject("run-now", UNAVAILABLE_AFTER_RUN, times=1000)  # the run starts, every answer is lost
 
     result = new_data_then_tick(beat, heartbeat, 2)
-    assert result.triggered == [] and [j for j, _ in result.trigger_errors] == [str(job)]
+    assert result.triggered == [] and [p.job_id for p in result.trigger_errors] == [str(job)]
     assert beat.job_status(str(job)) == {"IN_PROGRESS"}  # requested, run id unknown yet
 
     api.clear_faults()
     resumed = heartbeat.tick()
     (run,) = api.runs_of(job)
-    assert resumed.triggered == [(str(job), str(run.run_id))]
+    assert resumed.triggered == [TriggeredJob(str(job), str(run.run_id))]
     (control,) = beat.rows(str(job))
     assert control["job_run_id"] == str(run.run_id)

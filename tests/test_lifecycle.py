@@ -21,11 +21,11 @@ def test_full_lifecycle_null_new_event_in_progress_completed(hb):
     assert hb.job_status("J1") == {"NEW_EVENT_AVAILABLE"}
 
     result = hb.tick()
-    assert [job for job, _ in result.triggered] == ["J1"]
+    assert result.triggered_job_ids == ["J1"]
     (control,) = hb.rows("J1")
     assert control["status"] == "IN_PROGRESS"
     assert control["job_start_timestamp"] is not None and control["job_end_timestamp"] is None
-    assert control["job_run_id"] == result.triggered[0][1]
+    assert control["job_run_id"] == result.triggered[0].run_id
 
     hb.wait_for_jobs()
     (control,) = hb.rows("J1")
@@ -46,7 +46,7 @@ def test_scenario_a_two_hard_dependencies_both_needed(hb):
     assert hb.status()[("delta_table", "up.j1", "J3")] == "NEW_EVENT_AVAILABLE"
     assert hb.status()[("delta_table", "up.j2", "J3")] is None
     hb.insert("up.j2", "(1)")
-    assert [job for job, _ in hb.tick().triggered] == ["J3"]
+    assert hb.tick().triggered_job_ids == ["J3"]
     hb.wait_for_jobs()
     assert hb.runs_of("J3") == 1
 
@@ -62,7 +62,7 @@ def test_scenario_b_hard_plus_soft_hard_alone_suffices_soft_never_alone(hb):
     assert hb.status()[("delta_table", "up.j2", "J3")] == "NEW_EVENT_AVAILABLE"
     hb.insert("up.j1", "(1)")  # the hard one arrives: triggers, consuming the soft data too
     result = hb.tick()
-    assert [job for job, _ in result.triggered] == ["J3"]
+    assert result.triggered_job_ids == ["J3"]
     hb.wait_for_jobs()
     assert set(hb.status().values()) == {"COMPLETED"}
     # The soft row's data was consumed by that run: no second trigger.
@@ -88,13 +88,13 @@ def test_pause_and_resume_from_the_cli_events(hb):
     hb.jobs(J1=0)
     hb.seed(row("delta_table", "up.t", "J1"))
     hb.tick()
-    hb.app.store.append_events([Event(EventType.JOB_PAUSED.value, "test", utcnow(), trigger_job_id="J1")])
+    hb.app.store.append_events([Event(EventType.JOB_PAUSED, "test", utcnow(), trigger_job_id="J1")])
     hb.insert("up.t", "(1)")
     assert hb.tick().triggered == []
     assert {r["job_state"] for r in hb.rows("J1")} == {"PAUSED"}
-    hb.app.store.append_events([Event(EventType.JOB_RESUMED.value, "test", utcnow(), trigger_job_id="J1")])
+    hb.app.store.append_events([Event(EventType.JOB_RESUMED, "test", utcnow(), trigger_job_id="J1")])
     result = hb.tick()  # resumed: the data that arrived while paused is sensed and triggers
-    assert [j for j, _ in result.triggered] == ["J1"]
+    assert result.triggered_job_ids == ["J1"]
 
 
 def test_new_event_available_rows_are_not_sensed_again(hb):
@@ -140,7 +140,7 @@ def test_failed_job_is_not_retriggered_until_a_successful_run(hb):
     # A successful run is recorded (the job's final task, or `complete` after a manual run).
     from heartbeat_runner.records import Event, EventType, utcnow
 
-    hb.app.store.append_events([Event(EventType.COMPLETED.value, "manual", utcnow(), trigger_job_id="J1")])
+    hb.app.store.append_events([Event(EventType.COMPLETED, "manual", utcnow(), trigger_job_id="J1")])
     hb.jobs(J1=0)
     hb.tick()  # sensed again: finds the data that arrived after the failed run
     hb.tick()

@@ -6,6 +6,7 @@ import json
 
 from harness import CliLakehouse, sense_and_record
 from harness import config_row as row
+
 from heartbeat_runner.operations import explain, plan_reset, recent_runs, run_details
 from heartbeat_runner.records import Event, EventType, utcnow
 
@@ -41,13 +42,13 @@ def test_explain_names_the_reason_for_each_state(hb):
     assert j5.verdict == ("waiting for new data on hard dependency delta_table:up.missing "
                           "(sensing failed: SourceError: Delta table 'up.missing' not found)")
     assert j5.rows[0]["last_outcome"] == "ERROR"
-    hb.app.store.append_events([Event(EventType.TRIGGER_REQUESTED.value, "t", utcnow(), trigger_job_id="J2",
+    hb.app.store.append_events([Event(EventType.TRIGGER_REQUESTED, "t", utcnow(), trigger_job_id="J2",
                                       idempotency_token="tok")])  # a tick died before the jobs API answered
     assert explained(hb, "J2").verdict.startswith("paused")  # paused comes first
-    hb.app.store.append_events([Event(EventType.JOB_RESUMED.value, "t", utcnow(), trigger_job_id="J2")])
+    hb.app.store.append_events([Event(EventType.JOB_RESUMED, "t", utcnow(), trigger_job_id="J2")])
     assert explained(hb, "J2").verdict == ("trigger requested, no run id yet: the next tick asks the jobs API "
                                            "again (same idempotency token)")
-    hb.app.store.append_events([Event(EventType.JOB_PAUSED.value, "t", utcnow(), trigger_job_id="J2")])
+    hb.app.store.append_events([Event(EventType.JOB_PAUSED, "t", utcnow(), trigger_job_id="J2")])
 
     hb.wait_for_jobs()  # J3's job exits 1
     j3 = explained(hb, "J3")
@@ -58,7 +59,7 @@ def test_explain_names_the_reason_for_each_state(hb):
     sense_and_record(hb)  # sensed, not triggered yet
     j1 = explained(hb, "J1")
     assert (j1.verdict, j1.is_ready) == ("ready: triggers at the next tick", True)
-    assert [job for job, _ in hb.tick().triggered] == ["J1"]  # the runner agrees
+    assert hb.tick().triggered_job_ids == ["J1"]  # the runner agrees
 
     hb.seed(*[r for r in rows if ",J2," not in r])  # J2 removed from the config
     j2 = explained(hb, "J2")
@@ -85,7 +86,7 @@ def test_reset_replays_from_a_point_in_time_and_retriggers_the_jobs_sharing_the_
     (audit,) = [e for e in hb.events("RESET") if e["trigger_job_id"] == "J1"]
     assert audit["message"] == "bad join fixed" and json.loads(audit["payload"])["by"]
 
-    assert sorted(job for job, _ in hb.tick().triggered) == ["J1", "J2"]
+    assert sorted(hb.tick().triggered_job_ids) == ["J1", "J2"]
     replay = hb.events("NEW_DATA")[-1]
     assert (replay["window_from"], replay["window_to"]) == ("version 2", "version 2")
     hb.wait_for_jobs()
@@ -93,7 +94,7 @@ def test_reset_replays_from_a_point_in_time_and_retriggers_the_jobs_sharing_the_
 
     plan = plan_reset(hb.app.store, "J1", None, "full reload")  # from the beginning
     hb.app.store.append_events(plan.events())
-    assert sorted(job for job, _ in hb.tick().triggered) == ["J1", "J2"]
+    assert sorted(hb.tick().triggered_job_ids) == ["J1", "J2"]
     replay = hb.events("NEW_DATA")[-1]
     assert (replay["window_from"], replay["window_to"]) == ("version 0", "version 2")
     hb.wait_for_jobs()
@@ -112,7 +113,7 @@ def test_run_report_lists_skipped_sources_with_the_reason_and_runs_shows_counts(
         {("delta_table:up.a", "NO_NEW_DATA", None), ("delta_table:up.b", "SKIPPED", "J2 paused")}
 
     # a tick that wrote events and then died shows as INCOMPLETE
-    hb.app.store.append_events([Event(EventType.TRIGGER_ERROR.value, "20260101T000000-0badc0de", utcnow(),
+    hb.app.store.append_events([Event(EventType.TRIGGER_ERROR, "20260101T000000-0badc0de", utcnow(),
                                       trigger_job_id="J9", message="x")])
     lake = CliLakehouse(hb.home, config=hb.config_path, jobs_file=hb.jobs_path)
     runs = json.loads(lake.cli("runs", "--json").stdout)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from databricks_jobs_server import JobsApiServer
 from harness import config_row as row
+
 from heartbeat_runner.jobs.databricks import DatabricksJobsBackend
 from heartbeat_runner.jobs.policy import RetryPolicies, RetryPolicy
 
@@ -103,13 +103,13 @@ def test_a_run_longer_than_the_maximum_is_reported_and_optionally_cancelled(hb, 
     run = trigger(hb, api, heartbeat, job)
     api.start_run(run.run_id)
     result = heartbeat.tick()
-    assert [j for j, _ in result.overdue] == [str(job)]
-    assert "past its maximum duration" in result.overdue[0][1]
+    assert [p.job_id for p in result.overdue] == [str(job)]
+    assert "past its maximum duration" in result.overdue[0].message
     assert hb.job_status(str(job)) == {"IN_PROGRESS"}           # reported, not touched
 
     heartbeat.settings = heartbeat.settings.with_(cancel_overdue_runs=True)
     result = heartbeat.tick()
-    assert "cancelled" in result.overdue[0][1]
+    assert "cancelled" in result.overdue[0].message
     heartbeat.tick()
     assert hb.job_status(str(job)) == {"FAILED"}
 

@@ -7,10 +7,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from services import sensing_target
+
 from heartbeat_runner.records import Outcome
 from heartbeat_runner.sensing import sense_all
 from heartbeat_runner.sources.base import SenseContext, SenseResult, SensingTarget
-from services import sensing_target
 
 CTX = SenseContext(engine=None, trigger_dir=Path("/nonexistent"))  # type: ignore[arg-type]
 

@@ -7,11 +7,10 @@ import time
 import uuid
 
 import pytest
+from services import assert_config_check, engine, free_port, postgres, sense_context, sensing_target  # noqa: F401 (fixtures)
 
 from heartbeat_runner.errors import SourceError
 from heartbeat_runner.sources.jdbc import JdbcSource
-from services import assert_config_check, free_port, sense_context, sensing_target
-from services import engine, postgres  # noqa: F401 (fixtures)
 
 SOURCE = JdbcSource()
 

@@ -9,11 +9,15 @@ from __future__ import annotations
 import json
 
 import pytest
+from services import (
+    assert_config_check,
+    engine,  # noqa: F401 (fixtures)
+    sense_context,
+    sensing_target,
+)
 
 from heartbeat_runner.errors import SourceError
 from heartbeat_runner.sources.upstream_sensor_table import UpstreamSensorTableSource
-from services import assert_config_check, sense_context, sensing_target
-from services import engine  # noqa: F401 (fixtures)
 
 SOURCE = UpstreamSensorTableSource()
 ORDERS = "delta_table:sales.orders#3f2a9c01bd"  # upstream source keys may hold '#'

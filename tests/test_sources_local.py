@@ -2,6 +2,8 @@
 
 from harness import config_row as row
 
+from heartbeat_runner.store import Cond
+
 
 def test_preprocess_query_filters_new_rows(hb):
     hb.create_table("shop.orders", "id int, amount double")
@@ -14,7 +16,7 @@ def test_preprocess_query_filters_new_rows(hb):
     assert hb.events("NEW_DATA") == [] and len(hb.events("CURSOR")) == 2  # baseline + filtered window
     hb.insert("shop.orders", "(3, 2500.0)")
     result = hb.tick()
-    assert [j for j, _ in result.triggered] == ["BIG"]
+    assert result.triggered_job_ids == ["BIG"]
     (event,) = hb.events("NEW_DATA")
     assert event["rows"] == 1
 
@@ -28,14 +30,14 @@ def test_upstream_key_cursor_advances_across_ticks(hb):
     hb.tick()  # baseline at load_id 10
     hb.insert("shop.loads", "(11, 'a'), (12, 'b')")
     first = hb.tick()
-    assert [j for j, _ in first.triggered] == ["L"]
+    assert first.triggered_job_ids == ["L"]
     assert first.sensed[0].result.window_to == "load_id <= 12"
     hb.wait_for_jobs()
     hb.insert("shop.loads", "(13, 'c')")
     second = hb.tick()
     assert second.sensed[0].result.rows == 1  # only the row after the cursor
     assert second.sensed[0].result.window_from == "load_id > 12"
-    assert [j for j, _ in second.triggered] == ["L"]
+    assert second.triggered_job_ids == ["L"]
     hb.wait_for_jobs()
     assert hb.runs_of("L") == 2
 
@@ -59,7 +61,7 @@ def test_trigger_file_new_file_since_cursor(hb):
     assert hb.tick().triggered == []
     hb.drop_trigger_file("landing", "new.done")
     result = hb.tick()
-    assert [j for j, _ in result.triggered] == ["T"]
+    assert result.triggered_job_ids == ["T"]
     assert result.sensed[0].result.window_to == "new.done"
     hb.wait_for_jobs()
     assert hb.tick().triggered == []
@@ -74,7 +76,7 @@ def test_table_shared_by_three_jobs_is_sensed_once_per_tick(hb):
     result = hb.tick()
     assert len(result.sensed) == 1
     assert result.sensed[0].trigger_job_ids == "A,B,C"
-    assert sorted(j for j, _ in result.triggered) == ["A", "B", "C"]
+    assert sorted(result.triggered_job_ids) == ["A", "B", "C"]
 
 
 def test_missing_table_is_an_error_for_that_source_only(hb):
@@ -87,7 +89,6 @@ def test_missing_table_is_an_error_for_that_source_only(hb):
     assert result.exit_code == 2
     errors = {s.target.sensor_id: s.error for s in result.sensor_errors}
     assert "not found" in errors["shop.nope"]
-    assert [j for j, _ in result.triggered] == ["A"]
-    report = hb.app.store.query(f"SELECT outcome, error FROM {hb.app.store.name('heartbeat_run_report')} "
-                                f"WHERE run_id = '{result.run_id}' AND sensor_id = 'shop.nope'")
+    assert result.triggered_job_ids == ["A"]
+    report = hb.app.store.read("heartbeat_run_report", Cond("run_id", result.run_id), Cond("sensor_id", "shop.nope"))
     assert report[0]["outcome"] == "ERROR" and "not found" in report[0]["error"]

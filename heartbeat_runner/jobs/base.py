@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
+from heartbeat_runner.errors import JobsBackendError
+
 
 class RunOutcome(str, enum.Enum):
     PENDING = "PENDING"
@@ -44,9 +46,11 @@ class RunStatus:
 
 
 class JobsBackend(Protocol):
-    """Starts jobs and reports on their runs."""
+    """Starts jobs and reports on their runs. Implementations subclass it to inherit the defaults."""
 
     name: str
+    #: whether :meth:`cancel_run` can stop a run (used for runs past their maximum duration)
+    can_cancel: bool = False
 
     def trigger(self, request: TriggerRequest) -> str:
         """Start the job (idempotent on the token); return the run id. Raise JobsBackendError."""
@@ -59,3 +63,7 @@ class JobsBackend(Protocol):
     def successful_run_after(self, job_id: str, after: datetime) -> RunStatus | None:
         """A successful run of the job that ended after ``after`` (e.g. a manual rerun), if any."""
         ...
+
+    def cancel_run(self, job_id: str, run_id: str) -> None:
+        """Ask the backend to stop a run. Only backends with ``can_cancel`` implement it."""
+        raise JobsBackendError(f"the {self.name} jobs backend cannot cancel runs (run {run_id} of job {job_id})")

@@ -14,20 +14,28 @@ retry of a request whose outcome was unknown (``retryable=True``).
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 from itertools import islice
-from typing import Iterator, Mapping
+from typing import Any
 
 import requests
 from databricks.sdk import WorkspaceClient
 from databricks.sdk.config import Config
-from databricks.sdk.errors import (BadRequest, DatabricksError, NotFound, PermissionDenied, ResourceConflict,
-                                   Unauthenticated)
+from databricks.sdk.errors import (
+    BadRequest,
+    DatabricksError,
+    NotFound,
+    PermissionDenied,
+    ResourceConflict,
+    Unauthenticated,
+)
 from databricks.sdk.service.jobs import BaseRun, Run
 
-from heartbeat_runner.errors import AuthError, JobNotFoundError, JobsBackendError
-from heartbeat_runner.jobs.base import RunOutcome, RunStatus, TriggerRequest
+from heartbeat_runner.errors import AuthError, JobNotFoundError, JobsBackendError, describe, first_line
+from heartbeat_runner.jobs.base import JobsBackend, RunOutcome, RunStatus, TriggerRequest
+from heartbeat_runner.records import as_utc
 
 #: Seconds one HTTP call may take (``HEARTBEAT_DATABRICKS_HTTP_TIMEOUT``).
 HTTP_TIMEOUT_S = 30.0
@@ -55,10 +63,11 @@ def parse_job_id(job_id: str) -> int:
     return int(text)
 
 
-class DatabricksJobsBackend:
+class DatabricksJobsBackend(JobsBackend):
     """Triggers and tracks Databricks job runs."""
 
     name = "databricks"
+    can_cancel = True
 
     def __init__(self, client: WorkspaceClient, *, recovery_lookback: timedelta = RECOVERY_LOOKBACK,
                  recovery_max_runs: int = RECOVERY_MAX_RUNS):
@@ -67,11 +76,14 @@ class DatabricksJobsBackend:
         self.recovery_max_runs = recovery_max_runs
 
     @classmethod
-    def from_environment(cls, env: Mapping[str, str] | None = None, **config: object) -> "DatabricksJobsBackend":
-        """A backend authenticated by the SDK's unified auth chain; ``config`` overrides ``Config`` fields."""
+    def from_environment(cls, env: Mapping[str, str] | None = None, **config: Any) -> DatabricksJobsBackend:
+        """A backend authenticated by the SDK's unified auth chain; ``config`` overrides ``Config`` fields.
+
+        ``config`` is passed through to ``Config(**kwargs)``, whose fields have many types (hence ``Any``).
+        """
         env = os.environ if env is None else env
         try:
-            options = {
+            options: dict[str, Any] = {
                 "http_timeout_seconds": float(env.get("HEARTBEAT_DATABRICKS_HTTP_TIMEOUT", HTTP_TIMEOUT_S)),
                 "retry_timeout_seconds": int(env.get("HEARTBEAT_DATABRICKS_RETRY_TIMEOUT", RETRY_TIMEOUT_S)),
             }
@@ -84,7 +96,7 @@ class DatabricksJobsBackend:
             raise AuthError(
                 "Databricks authentication is not configured. Set DATABRICKS_HOST and DATABRICKS_TOKEN "
                 "(or DATABRICKS_CLIENT_ID/DATABRICKS_CLIENT_SECRET), or DATABRICKS_CONFIG_PROFILE naming a "
-                f"~/.databrickscfg profile, or run on Databricks. The SDK said: {_first_line(exc)}") from exc
+                f"~/.databrickscfg profile, or run on Databricks. The SDK said: {first_line(exc)}") from exc
         return cls(WorkspaceClient(config=cfg))
 
     # -- JobsBackend ------------------------------------------------------------------------
@@ -105,7 +117,7 @@ class DatabricksJobsBackend:
 
     def successful_run_after(self, job_id: str, after: datetime) -> RunStatus | None:
         job = parse_job_id(job_id)
-        after = _as_utc(after)
+        after = as_utc(after)
         since_ms = int((after - self.recovery_lookback).timestamp() * 1000)
         best: RunStatus | None = None
         with self._api(f"runs/list of job {job}", job=job):
@@ -137,22 +149,22 @@ class DatabricksJobsBackend:
         except (Unauthenticated, PermissionDenied) as exc:
             raise AuthError(f"{what}: Databricks refused our credentials or permissions ({_describe(exc)}); "
                             "check the auth chain (DATABRICKS_HOST/DATABRICKS_TOKEN, DATABRICKS_CONFIG_PROFILE) "
-                            "and that the identity may run this job (CAN_MANAGE_RUN)") from None
+                            "and that the identity may run this job (CAN_MANAGE_RUN)") from exc
         except (NotFound, BadRequest) as exc:
             if job is not None and _says_missing(exc):
                 raise JobNotFoundError(f"{what}: job {job} does not exist in this workspace, or is not visible "
-                                       f"to this identity ({_describe(exc)})") from None
-            raise JobsBackendError(f"{what}: rejected ({_describe(exc)})") from None
+                                       f"to this identity ({_describe(exc)})") from exc
+            raise JobsBackendError(f"{what}: rejected ({_describe(exc)})") from exc
         except ResourceConflict as exc:
-            raise JobsBackendError(f"{what}: conflict ({_describe(exc)})") from None
+            raise JobsBackendError(f"{what}: conflict ({_describe(exc)})") from exc
         except DatabricksError as exc:
             # 5xx or unclassified: the call may or may not have taken effect.
             raise JobsBackendError(f"{what}: Databricks answered {_describe(exc)}; outcome unknown, will retry",
-                                   retryable=True) from None
+                                   retryable=True) from exc
         except (TimeoutError, requests.RequestException) as exc:
             cause = exc.__cause__ or exc
             raise JobsBackendError(f"{what}: no answer from Databricks ({type(cause).__name__}: "
-                                   f"{_first_line(cause)}); outcome unknown, will retry", retryable=True) from None
+                                   f"{first_line(cause)}); outcome unknown, will retry", retryable=True) from exc
 
 
 def run_status_of(run: Run | BaseRun) -> RunStatus:
@@ -201,22 +213,11 @@ def _says_missing(exc: DatabricksError) -> bool:
 
 
 def _describe(exc: DatabricksError) -> str:
-    code = exc.error_code or type(exc).__name__
-    return f"{code}: {_first_line(exc)}"
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
+    return describe(exc, exc.error_code)
 
 
 def _from_ms(value: int | None) -> datetime | None:
     return datetime.fromtimestamp(value / 1000, tz=timezone.utc) if value else None
-
-
-def _as_utc(value: datetime) -> datetime:
-    """Spark hands back naive timestamps; the runner stores UTC."""
-    return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value
 
 
 def _version() -> str:

@@ -27,15 +27,15 @@ import shlex
 import subprocess
 import sys
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Iterator
 
 import yaml
 
 from heartbeat_runner.errors import ConfigError, JobNotFoundError, JobsBackendError
-from heartbeat_runner.jobs.base import RunOutcome, RunStatus, TriggerRequest
+from heartbeat_runner.jobs.base import JobsBackend, RunOutcome, RunStatus, TriggerRequest
 from heartbeat_runner.processes import pid_alive
 
 
@@ -75,7 +75,7 @@ def load_jobs_file(path: Path) -> dict[str, LocalJob]:
     return parsed
 
 
-class LocalJobsBackend:
+class LocalJobsBackend(JobsBackend):
     """Runs jobs as detached local processes."""
 
     name = "local"
@@ -135,9 +135,9 @@ class LocalJobsBackend:
             if meta.get("job_id") != job_id or not (run_dir / "result.json").exists():
                 continue
             status = self.run_status(job_id, run_dir.name)
-            if status.outcome is RunOutcome.SUCCESS and status.end_time and status.end_time > after:
-                if best is None or status.end_time > (best.end_time or after):
-                    best = status
+            if (status.outcome is RunOutcome.SUCCESS and status.end_time and status.end_time > after
+                    and (best is None or status.end_time > (best.end_time or after))):
+                best = status
         return best
 
     # -- internals --------------------------------------------------------------------------
@@ -150,11 +150,11 @@ class LocalJobsBackend:
         run_id = f"{datetime.now(timezone.utc):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
         try:
             fd = os.open(token_file, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
+        except FileExistsError as exc:
             existing = token_file.read_text().strip()
             if existing:
                 return existing
-            raise JobsBackendError(f"token {request.idempotency_token} is being claimed", retryable=True)
+            raise JobsBackendError(f"token {request.idempotency_token} is being claimed", retryable=True) from exc
         with os.fdopen(fd, "w") as handle:
             handle.write(run_id)
         run_dir = self._run_dir(run_id)

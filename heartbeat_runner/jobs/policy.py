@@ -7,10 +7,10 @@ and every decision is reproducible from the events table.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Mapping
 
 import yaml
 
@@ -48,13 +48,19 @@ class RetryPolicy:
         return self.max_retries > 0
 
     @classmethod
-    def from_mapping(cls, values: Mapping[str, object] | None) -> "RetryPolicy":
-        """From config such as ``{max_retries: 2, backoff_s: 60}``; unknown keys are an error."""
+    def from_mapping(cls, values: Mapping[str, float | str] | None) -> RetryPolicy:
+        """From config such as ``{max_retries: 2, backoff_s: 60}``; unknown keys are an error.
+
+        Values are numbers or numeric strings (YAML); anything else fails int()/float().
+        """
         values = dict(values or {})
         unknown = set(values) - {"max_retries", "backoff_s", "multiplier", "max_backoff_s"}
         if unknown:
             raise ValueError(f"unknown retry policy setting(s): {', '.join(sorted(unknown))}")
-        return cls(**{k: (int(v) if k == "max_retries" else float(v)) for k, v in values.items()})  # type: ignore[arg-type]
+        return cls(max_retries=int(values.get("max_retries", cls.max_retries)),
+                   backoff_s=float(values.get("backoff_s", cls.backoff_s)),
+                   multiplier=float(values.get("multiplier", cls.multiplier)),
+                   max_backoff_s=float(values.get("max_backoff_s", cls.max_backoff_s)))
 
     def delay(self, failures: int) -> timedelta:
         """Wait after the ``failures``-th consecutive failure before the next attempt."""

@@ -14,12 +14,13 @@ the beginning.
 from __future__ import annotations
 
 import json
-import re
 import threading
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+
+from heartbeat_runner.preprocess import render_preprocess_query
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame, SparkSession
@@ -58,23 +59,25 @@ class SenseResult:
     window_to: str | None = None
     rows: int | None = None
     detail: str | None = None
+    #: something the operator should fix although sensing worked (shown in the run report and explain)
+    warning: str | None = None
 
 
 @dataclass
 class SenseContext:
     """What a source may use while sensing. Built once per tick, shared by threads."""
 
-    engine: "Engine"
+    engine: Engine
     trigger_dir: Path
     replay_new_sensors: bool = False
     connections: dict[str, dict[str, Any]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
-    def spark(self) -> "SparkSession":
+    def spark(self) -> SparkSession:
         return self.engine.spark
 
-    def count_preprocessed(self, new_rows: "DataFrame", target: SensingTarget) -> int:
+    def count_preprocessed(self, new_rows: DataFrame, target: SensingTarget) -> int:
         """Run the target's ``preprocess_query`` over ``new_rows`` and count its result.
 
         The query sees the rows as ``sensor_new_data``; ``?upstream_key`` is rendered.
@@ -101,19 +104,6 @@ class SenseContext:
         with self._lock:  # createDataFrame from pandas is not thread-safe in Spark Connect
             frame = self.spark.createDataFrame(pd.DataFrame.from_records(records))
         return self.count_preprocessed(frame, target)
-
-
-_UPSTREAM_KEY = re.compile(r"\?upstream_key\b")
-_NEW_DATA = re.compile(r"\bsensor_new_data\b", re.IGNORECASE)
-
-
-def render_preprocess_query(query: str, upstream_key: str | None, view_name: str = "sensor_new_data") -> str:
-    """Render ``?upstream_key`` and point ``sensor_new_data`` at ``view_name``."""
-    if _UPSTREAM_KEY.search(query):
-        if not upstream_key:
-            raise ValueError("preprocess_query uses ?upstream_key but upstream_key is empty")
-        query = _UPSTREAM_KEY.sub(upstream_key, query)
-    return _NEW_DATA.sub(view_name, query)
 
 
 def dump_cursor(value: dict[str, Any]) -> str:

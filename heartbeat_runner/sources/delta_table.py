@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import ClassVar
 
 from heartbeat_runner import delta_log
-from heartbeat_runner.engine import Engine, is_path
+from heartbeat_runner.engine import Engine
 from heartbeat_runner.errors import SourceError
+from heartbeat_runner.names import check_table_reference, is_path
 from heartbeat_runner.sources.base import SenseContext, SenseResult, SensingTarget, dump_cursor, load_cursor
 from heartbeat_runner.sources.common import keyed_result
 
@@ -24,8 +25,6 @@ class DeltaTableSource:
     source_types: ClassVar[tuple[str, ...]] = ("delta_table", "lmu_delta_table")
 
     def check_config(self, sensor_id: str, upstream_key: str | None) -> str | None:
-        from heartbeat_runner.config import check_table_reference
-
         return check_table_reference(sensor_id)
 
     def sense(self, target: SensingTarget, ctx: SenseContext) -> SenseResult:
@@ -45,36 +44,38 @@ class DeltaTableSource:
             raise SourceError(f"Delta table {target.sensor_id!r} is at version {current}, behind the cursor {seen} "
                               "(table re-created?); use `reset` to re-process it")
         if target.upstream_key:
-            return self._sense_keyed(table, target, ctx, cursor, current)
+            return self._sense_keyed(table, target, ctx, cursor, current, target.upstream_key)
         return self._sense_versions(table, target, ctx, seen, current)
 
-    def _baseline(self, table: "DeltaRef", target: SensingTarget, current: int) -> SenseResult:
-        cursor = {"version": current}
+    def _baseline(self, table: DeltaRef, target: SensingTarget, current: int) -> SenseResult:
+        cursor: dict[str, int | str | None] = {"version": current}
         if target.upstream_key:
             top = table.read(current).agg({target.upstream_key: "max"}).collect()[0][0]
             cursor["value"] = None if top is None else str(top)
         return SenseResult(new_data=False, cursor_to=dump_cursor(cursor), window_to=f"version {current}",
                            detail="new sensor: baseline at the current end of the table")
 
-    def _sense_versions(self, table: "DeltaRef", target: SensingTarget, ctx: SenseContext,
+    def _sense_versions(self, table: DeltaRef, target: SensingTarget, ctx: SenseContext,
                         seen: int, current: int) -> SenseResult:
         cursor_to = dump_cursor({"version": current})
-        window = dict(window_from=f"version {seen + 1}", window_to=f"version {current}")
+        window_from, window_to = f"version {seen + 1}", f"version {current}"
         if not table.added_data_between(seen, current):
-            return SenseResult(new_data=False, cursor_to=cursor_to, detail="commits without new data", **window)
+            return SenseResult(new_data=False, cursor_to=cursor_to, window_from=window_from, window_to=window_to,
+                               detail="commits without new data")
         if not target.preprocess_query:
-            return SenseResult(new_data=True, cursor_to=cursor_to, **window)
+            return SenseResult(new_data=True, cursor_to=cursor_to, window_from=window_from, window_to=window_to)
         new_rows = table.read(current)
         if seen >= 0:
             new_rows = new_rows.exceptAll(table.read(seen))
         rows = ctx.count_preprocessed(new_rows, target)
-        return SenseResult(new_data=rows > 0, cursor_to=cursor_to, rows=rows, **window)
+        return SenseResult(new_data=rows > 0, cursor_to=cursor_to, window_from=window_from, window_to=window_to,
+                           rows=rows)
 
-    def _sense_keyed(self, table: "DeltaRef", target: SensingTarget, ctx: SenseContext,
-                     cursor: dict, current: int) -> SenseResult:
+    def _sense_keyed(self, table: DeltaRef, target: SensingTarget, ctx: SenseContext,
+                     cursor: dict, current: int, key: str) -> SenseResult:
+        """New rows by ``key``, the target's upstream_key."""
         from pyspark.sql import functions as F
 
-        key = target.upstream_key
         frame = table.read(current)
         if key not in frame.columns:
             raise SourceError(f"upstream_key {key!r} is not a column of {target.sensor_id!r}")
@@ -100,14 +101,15 @@ class DeltaRef:
         self.local_dir = local_dir
 
     @classmethod
-    def resolve(cls, sensor_id: str, engine: Engine) -> "DeltaRef":
+    def resolve(cls, sensor_id: str, engine: Engine) -> DeltaRef:
         if is_path(sensor_id):
             local = Path(sensor_id) if sensor_id.startswith("/") else None
             return cls(engine, f"delta.`{sensor_id}`", local)
-        local = engine.local_location(sensor_id)
+        name = engine.upstream_table(sensor_id)
+        local = engine.local_location(name)
         if local is not None:
             return cls(engine, f"delta.`{local}`", local)
-        return cls(engine, sensor_id, None)
+        return cls(engine, name, None)
 
     def latest_version(self) -> int | None:
         if self.local_dir is not None:

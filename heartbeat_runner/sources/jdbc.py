@@ -49,6 +49,8 @@ class JdbcSource:
             raise SourceError(problem)
         connection, qualified = split_reference(target.sensor_id)
         key_name = target.upstream_key
+        if connection is None or not key_name:  # check_config refuses both
+            raise SourceError(f"jdbc {target.sensor_id!r} needs a connection and an upstream_key")
         schema, name = split_table(qualified)
         table = table_clause(name, schema, [key_name])
         key = table.c[key_name]
@@ -62,11 +64,12 @@ class JdbcSource:
                                    detail="new sensor: baseline at the current end of the table")
             previous = decode_value((cursor or {}).get("value"))
             after = key > sa.bindparam("previous", previous) if previous is not None else key.is_not(None)
-            top, rows = conn.execute(sa.select(sa.func.max(key), sa.func.count()).where(after)).one()
+            # tuples(): the same result, typed as (max, count) rather than as a Row of objects
+            top, rows = conn.execute(sa.select(sa.func.max(key), sa.func.count()).where(after)).tuples().one()
             if top is None:
                 return SenseResult(new_data=False, detail=f"no {key_name} after {previous}")
             if target.preprocess_query:
-                new_rows = sa.select(sa.literal_column("*")).select_from(table).where(
+                new_rows: sa.Select = sa.select(sa.literal_column("*")).select_from(table).where(
                     after, key <= sa.bindparam("top", top))
                 rows = count_preprocessed_rows(conn, new_rows, target, ctx)
         return keyed_result(key_name, previous, top, rows, dump_cursor({"value": encode_value(top)}))

@@ -66,6 +66,8 @@ class KafkaSource:
         if problem:
             raise SourceError(problem)
         product, topic = split_reference(target.sensor_id)
+        if product is None:  # check_config refuses a sensor_id without a data product
+            raise SourceError(f"{target.sensor_id!r} must be '<data product>: <topic>'")
         settings = connection_settings(ctx.connections, "kafka", product, ENV_SETTINGS)
         with _Broker(product, topic, settings) as broker:
             low, high = broker.watermarks()
@@ -114,10 +116,10 @@ class _Broker:
     product: str
     topic: str
     settings: dict[str, Any]
-    errors: list["KafkaError"] = field(default_factory=list)
-    consumer: "Consumer | None" = None
+    errors: list[KafkaError] = field(default_factory=list)
+    consumer: Consumer | None = None
 
-    def __enter__(self) -> "_Broker":
+    def __enter__(self) -> _Broker:
         from confluent_kafka import Consumer
 
         own = {k: v for k, v in self.settings.items() if k.startswith("heartbeat.")}
@@ -139,13 +141,20 @@ class _Broker:
         try:
             self.consumer = Consumer(config)
         except Exception as exc:  # noqa: BLE001 - bad settings surface as plain exceptions
-            raise SourceError(f"{self.where}: {exc}") from None
+            raise SourceError(f"{self.where}: {exc}") from exc
         self.deadline = time.monotonic() + self.timeout_s
         return self
 
     def __exit__(self, *exc: object) -> None:
         if self.consumer is not None:
             self.consumer.close()
+
+    @property
+    def client(self) -> Consumer:
+        """The consumer, which exists only inside the ``with`` block."""
+        if self.consumer is None:
+            raise SourceError(f"Kafka {self.product}: {self.topic}: the consumer is used outside its `with` block")
+        return self.consumer
 
     def _remaining(self) -> float:
         remaining = self.deadline - time.monotonic()
@@ -160,7 +169,7 @@ class _Broker:
         """librdkafka retries forever; give up once it reports every broker down or bad credentials."""
         from confluent_kafka import KafkaError
 
-        self.consumer.poll(0)  # serves error_cb
+        self.client.poll(0)  # serves error_cb
         fatal = (KafkaError._ALL_BROKERS_DOWN, KafkaError._AUTHENTICATION)
         for error in self.errors:
             if error.code() in fatal or error.fatal():
@@ -172,7 +181,7 @@ class _Broker:
 
         while True:
             try:
-                metadata = self.consumer.list_topics(self.topic, timeout=min(_POLL_S, self._remaining()))
+                metadata = self.client.list_topics(self.topic, timeout=min(_POLL_S, self._remaining()))
                 break
             except KafkaException:
                 self._fail_fast()
@@ -185,9 +194,9 @@ class _Broker:
         try:
             for partition in sorted(found.partitions):
                 tp = TopicPartition(self.topic, partition)
-                low[partition], high[partition] = self.consumer.get_watermark_offsets(tp, timeout=self._remaining())
+                low[partition], high[partition] = self.client.get_watermark_offsets(tp, timeout=self._remaining())
         except KafkaException as exc:
-            raise SourceError(f"{self.where}: cannot read offsets: {exc.args[0].str()}") from None
+            raise SourceError(f"{self.where}: cannot read offsets: {exc.args[0].str()}") from exc
         return low, high
 
     def read(self, start: dict[int, int], end: dict[int, int]) -> tuple[list[dict[str, Any]], dict[int, int]]:
@@ -197,7 +206,7 @@ class _Broker:
         todo = {p for p in end if start[p] < end[p]}
         reached = dict(start)
         records: list[dict[str, Any]] = []
-        self.consumer.assign([TopicPartition(self.topic, p, start[p]) for p in todo])
+        self.client.assign([TopicPartition(self.topic, p, start[p]) for p in todo])
         while todo and len(records) < self.max_messages:
             if time.monotonic() >= self.deadline:
                 if records:
@@ -205,16 +214,19 @@ class _Broker:
                 self._remaining()
             # asking for no more than can be left lets consume() return as soon as they are in
             left = max(1, sum(end[p] - reached[p] for p in todo))
-            batch = self.consumer.consume(min(1000, self.max_messages - len(records), left), timeout=_POLL_S)
+            batch = self.client.consume(min(1000, self.max_messages - len(records), left), timeout=_POLL_S)
             for message in batch:
-                if message.error() is not None:
-                    raise SourceError(f"{self.where}: {message.error().str()}")
+                error = message.error()
+                if error is not None:
+                    raise SourceError(f"{self.where}: {error.str()}")
                 partition, offset = message.partition(), message.offset()
+                if partition is None or offset is None:  # set on every message that is not an error
+                    raise SourceError(f"{self.where}: a message without partition or offset")
                 if partition in todo and offset < end[partition]:
                     records.append(_record(message))
                     reached[partition] = offset + 1
             # Positions also step over offsets that hold no message (transaction markers, compaction).
-            for tp in self.consumer.position([TopicPartition(self.topic, p) for p in todo]):
+            for tp in self.client.position([TopicPartition(self.topic, p) for p in todo]):
                 if tp.offset >= end[tp.partition]:
                     reached[tp.partition] = end[tp.partition]
                     todo.discard(tp.partition)

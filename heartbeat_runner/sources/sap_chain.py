@@ -22,12 +22,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from heartbeat_runner.errors import SourceError
 from heartbeat_runner.sources.base import SenseContext, SenseResult, SensingTarget, dump_cursor, load_cursor
-from heartbeat_runner.sources.common import (
-    check_connection_name,
-    check_upstream_key,
-    keyed_result,
-    split_reference,
-)
+from heartbeat_runner.sources.common import check_connection_name, check_upstream_key, keyed_result, split_reference
 from heartbeat_runner.sources.sql_common import connect, split_table, sql_settings, table_clause
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -53,7 +48,7 @@ class ChainLog:
     SETTINGS: ClassVar[tuple[str, ...]] = ("schema", "table", "columns", "green_status")
 
     @classmethod
-    def from_settings(cls, settings: dict[str, Any]) -> "ChainLog":
+    def from_settings(cls, settings: dict[str, Any]) -> ChainLog:
         columns = settings.get("columns") or {}
         unknown = set(columns) - {"chain_id", "date", "time", "status"}
         if unknown:
@@ -62,7 +57,7 @@ class ChainLog:
         return cls(table=table, schema=settings.get("schema", schema), green=str(settings.get("green_status", "G")),
                    **{k: str(v) for k, v in columns.items()})
 
-    def clause(self) -> "sa.TableClause":
+    def clause(self) -> sa.TableClause:
         return table_clause(self.table, self.schema, [self.chain_id, self.date, self.time, self.status])
 
 
@@ -105,7 +100,7 @@ class SapChainSource:
         return keyed_result("LOAD_DATE", previous, top, rows, dump_cursor({"load_date": top}))
 
 
-def _last_green_day(conn: "sa.Connection", log: ChainLog, chain_id: str) -> str | None:
+def _last_green_day(conn: sa.Connection, log: ChainLog, chain_id: str) -> str | None:
     import sqlalchemy as sa
 
     table = log.clause()
@@ -113,7 +108,7 @@ def _last_green_day(conn: "sa.Connection", log: ChainLog, chain_id: str) -> str 
     return None if day is None else _day(day)
 
 
-def _green_runs(conn: "sa.Connection", log: ChainLog, chain_id: str, since: str | None) -> list[dict[str, Any]]:
+def _green_runs(conn: sa.Connection, log: ChainLog, chain_id: str, since: str | None) -> list[dict[str, Any]]:
     """Green runs of the chain on or after day ``since`` (YYYYMMDD), as sensor_new_data rows."""
     import sqlalchemy as sa
 
@@ -126,19 +121,20 @@ def _green_runs(conn: "sa.Connection", log: ChainLog, chain_id: str, since: str 
             for chain, day, clock, status in conn.execute(query)]
 
 
-def _green(table: "sa.TableClause", log: ChainLog, chain_id: str) -> list["sa.ColumnElement[bool]"]:
+def _green(table: sa.TableClause, log: ChainLog, chain_id: str) -> list[sa.ColumnElement[bool]]:
     import sqlalchemy as sa
 
     return [table.c[log.chain_id] == sa.bindparam("chain_id", chain_id),
             table.c[log.status] == sa.bindparam("green", log.green)]
 
 
-def _day(value: date | str) -> str:
-    """SAP DATS (``YYYYMMDD``) from a date or a DATS/ISO string."""
+def _day(value: object) -> str:
+    """SAP DATS (``YYYYMMDD``) from a date, or from a value whose text is a DATS/ISO string."""
     return value.strftime("%Y%m%d") if isinstance(value, date) else str(value).strip().replace("-", "")
 
 
-def _load_date(day: date | str, clock: time | str | None) -> datetime:
+def _load_date(day: object, clock: object) -> datetime:
+    """A run's timestamp from the DATS day and TIMS clock values as the driver returns them (any type)."""
     if isinstance(clock, time):
         hhmmss = clock.strftime("%H%M%S")
     else:

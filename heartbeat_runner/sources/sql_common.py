@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import contextlib
 import re
+from collections.abc import Callable, Iterator
 from datetime import date, datetime, time
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 from heartbeat_runner.connections import connection_settings
-from heartbeat_runner.errors import SourceError
+from heartbeat_runner.errors import SourceError, first_line
 from heartbeat_runner.sources.base import SenseContext, SensingTarget
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -47,7 +48,7 @@ def check_table_name(value: str) -> str | None:
     return next(filter(None, (check_sql_name(p, "table name part") for p in parts)), None)
 
 
-def table_clause(name: str, schema: str | None, columns: list[str]) -> "sa.TableClause":
+def table_clause(name: str, schema: str | None, columns: list[str]) -> sa.TableClause:
     import sqlalchemy as sa
 
     for part in [name, *([schema] if schema else []), *columns]:
@@ -78,7 +79,7 @@ def sql_settings(ctx: SenseContext, section: str, name: str, extra_keys: tuple[s
 
 
 @contextlib.contextmanager
-def connect(settings: dict[str, Any], where: str) -> Iterator["sa.Connection"]:
+def connect(settings: dict[str, Any], where: str) -> Iterator[sa.Connection]:
     """One connection for one sense; database errors become SourceError naming ``where``."""
     import sqlalchemy as sa
     from sqlalchemy.pool import NullPool
@@ -86,7 +87,7 @@ def connect(settings: dict[str, Any], where: str) -> Iterator["sa.Connection"]:
     try:
         url = sa.engine.make_url(str(settings["url"]))
     except sa.exc.ArgumentError as exc:
-        raise SourceError(f"{where}: the url is not a SQLAlchemy URL ({exc})") from None
+        raise SourceError(f"{where}: the url is not a SQLAlchemy URL ({exc})") from exc
     shown = url.render_as_string(hide_password=True)
     connect_args = dict(settings.get("connect_args") or {})
     timeout_s = float(settings.get("connect_timeout_s", DEFAULT_CONNECT_TIMEOUT_S))
@@ -97,12 +98,12 @@ def connect(settings: dict[str, Any], where: str) -> Iterator["sa.Connection"]:
         engine = sa.create_engine(url, poolclass=NullPool, connect_args=connect_args)
         conn = engine.connect()
     except (sa.exc.SQLAlchemyError, ImportError) as exc:
-        raise SourceError(f"{where}: cannot connect to {shown}: {_describe(exc)}") from None
+        raise SourceError(f"{where}: cannot connect to {shown}: {_describe(exc)}") from exc
     try:
         with conn:
             yield conn
     except sa.exc.SQLAlchemyError as exc:
-        raise SourceError(f"{where} ({shown}): {_describe(exc)}") from None
+        raise SourceError(f"{where} ({shown}): {_describe(exc)}") from exc
     finally:
         engine.dispose()
 
@@ -110,14 +111,12 @@ def connect(settings: dict[str, Any], where: str) -> Iterator["sa.Connection"]:
 def _describe(exc: BaseException) -> str:
     import sqlalchemy as sa
 
-    if isinstance(exc, sa.exc.NoSuchModuleError) or isinstance(exc, ImportError):
+    if isinstance(exc, (sa.exc.NoSuchModuleError, ImportError)):
         return f"{exc} (is the database driver installed? SAP HANA: pip install 'heartbeat-runner[hana]')"
-    cause = getattr(exc, "orig", None) or exc
-    lines = [line.strip() for line in str(cause).splitlines() if line.strip()]
-    return lines[0] if lines else type(cause).__name__
+    return first_line(getattr(exc, "orig", None) or exc)
 
 
-def count_preprocessed_rows(conn: "sa.Connection", statement: "sa.Select", target: SensingTarget,
+def count_preprocessed_rows(conn: sa.Connection, statement: sa.Select, target: SensingTarget,
                             ctx: SenseContext) -> int:
     """Stream ``statement``'s rows through ``preprocess_query`` in chunks; return how many it kept."""
     result = conn.execution_options(stream_results=True, max_row_buffer=PREPROCESS_CHUNK_ROWS).execute(statement)

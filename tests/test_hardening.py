@@ -1,0 +1,207 @@
+"""A bad config row can never harm the lakehouse, the loop survives any tick, migrated configs load,
+and following another product's sensor table works by table name, asset and sensor id."""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from harness import HEADER, CliLakehouse, marker_jobs_file
+from harness import config_row as row
+
+from heartbeat_runner.config import load_config
+from heartbeat_runner.errors import ConfigError
+from heartbeat_runner.names import sql_string
+from heartbeat_runner.operations import explain
+from heartbeat_runner.records import JobStatus
+from heartbeat_runner.store import Cond
+
+DROP_EVENTS = "DROP TABLE heartbeat.heartbeat_events"
+DUPLICATE_EVENTS = "INSERT INTO heartbeat.heartbeat_events SELECT * FROM heartbeat.heartbeat_events"
+READS_EVENTS = "SELECT * FROM heartbeat.heartbeat_events WHERE event_type = 'NEW_DATA'"
+
+
+def write_config(path: Path, *rows: str) -> Path:
+    path.write_text("\n".join([HEADER, *rows]) + "\n")
+    return path
+
+
+def config_problems(tmp_path: Path, *rows: str) -> list[str]:
+    with pytest.raises(ConfigError) as raised:
+        load_config(write_config(tmp_path / "config.csv", *rows))
+    return raised.value.problems
+
+
+# -- 1. preprocess_query: a single read-only SELECT over sensor_new_data ------------------------------
+
+@pytest.mark.parametrize("query, reason", [
+    (DROP_EVENTS, "read-only SELECT; found DROP"),
+    (DUPLICATE_EVENTS, "read-only SELECT; found INSERT"),
+    (READS_EVENTS, "may read only sensor_new_data (and its own CTEs); it reads heartbeat.heartbeat_events"),
+    ("SELECT * FROM sensor_new_data; DROP TABLE x", "single SELECT statement; found 2"),
+    ("SELECT * FROM sensor_new_data UNION ALL SELECT * FROM heartbeat.heartbeat_runs", "it reads heartbeat.heartbeat_runs"),
+    ("WITH sensor_new_data AS (SELECT * FROM heartbeat.heartbeat_events) SELECT * FROM sensor_new_data",
+     "it reads heartbeat.heartbeat_events"),
+    ("SELECT * FROM delta.`/tmp/other`", "may read only sensor_new_data"),
+    ("SELECT * FROM read_files('/tmp/x')", "table function"),
+    ("SELECT reflect('java.lang.System', 'exit', 0) FROM sensor_new_data", "may not call reflect()"),
+    ("SELECT 1", "does not read sensor_new_data"),
+    ("SELEC * FROM sensor_new_data", "is not valid Spark SQL"),
+])
+def test_validate_refuses_any_query_but_a_select_over_the_new_rows(tmp_path, query, reason):
+    problems = config_problems(tmp_path, row("delta_table", "shop.orders", "J1"),
+                               row("delta_table", "shop.returns", "J2", query=query))
+    assert len(problems) == 1
+    assert problems[0].startswith(f"{tmp_path / 'config.csv'}: line 3, column preprocess_query: ")
+    assert reason in problems[0]
+
+
+@pytest.mark.parametrize("query", [
+    "SELECT * FROM sensor_new_data WHERE amount >= 1000",
+    "WITH big AS (SELECT * FROM sensor_new_data WHERE amount > 1) SELECT b.* FROM big b JOIN sensor_new_data s "
+    "ON b.id = s.id",
+    "SELECT * FROM sensor_new_data WHERE id IN (SELECT id FROM sensor_new_data WHERE ?upstream_key > 0)",
+    "select count(*) from Sensor_New_Data group by region having count(*) > 2",
+])
+def test_validate_accepts_filters_ctes_and_subqueries(tmp_path, query):
+    config = load_config(write_config(tmp_path / "config.csv",
+                                      row("delta_table", "shop.orders", "J1", key="id", query=query)))
+    assert config.rows[0].preprocess_query == query
+
+
+def test_a_query_edited_into_the_table_behind_the_csv_is_refused_at_sensing(hb):
+    """The seed table is changed directly: sensing refuses the query, records an error for that source
+    only, the other job triggers, and Heartbeat's own tables are untouched."""
+    hb.create_table("shop.orders", "id bigint")
+    hb.create_table("shop.returns", "id bigint")
+    hb.jobs(J1=0, J2=0)
+    hb.seed(row("delta_table", "shop.orders", "J1"),
+            row("delta_table", "shop.returns", "J2", query="SELECT * FROM sensor_new_data WHERE id > 0"))
+    hb.spark.sql(f"UPDATE heartbeat.heartbeat_sensor_config SET preprocess_query = {sql_string(DROP_EVENTS)} "
+                 "WHERE sensor_id = 'shop.returns'")
+    hb.heartbeat.refresh_models(force=True)
+    assert hb.tick().sensor_errors == []  # baselines: no new rows, the query does not run yet
+    hb.insert("shop.orders", "(1)")
+    hb.insert("shop.returns", "(1)")
+    events_before = len(hb.events())
+
+    result = hb.tick()
+
+    errors = {s.target.sensor_id: s.error for s in result.sensor_errors}
+    assert list(errors) == ["shop.returns"] and "preprocess_query refused" in errors["shop.returns"]
+    assert "found DROP" in errors["shop.returns"]
+    assert result.triggered_job_ids == ["J1"] and result.exit_code == 2
+    assert hb.app.store.exists("heartbeat_events") and len(hb.events()) > events_before
+    report = hb.app.store.read("heartbeat_run_report", Cond("run_id", result.run_id), Cond("sensor_id", "shop.returns"))
+    assert report[0]["outcome"] == "ERROR" and "found DROP" in report[0]["error"]
+    assert hb.tick().sensor_errors[0].target.sensor_id == "shop.returns"  # and the next tick goes on
+
+
+# -- 2. the loop survives any failing tick; it stops only when the lakehouse is unusable -----------
+
+@pytest.fixture
+def lake(tmp_path) -> CliLakehouse:
+    config = write_config(tmp_path / "config.csv", row("trigger_file", "drop", "J1"))
+    lake = CliLakehouse(tmp_path / "lakehouse", config=config, jobs_file=marker_jobs_file(tmp_path / "jobs.yml", "J1"))
+    lake.cli("seed")
+    lake.cli("run")  # baseline
+    return lake
+
+
+def _wait(predicate, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.2)
+
+
+@pytest.mark.slow
+def test_loop_survives_engine_exceptions_and_logs_each_error_once(lake):
+    loop = lake.start("run", "--loop", "--interval", "0.2", env={"HEARTBEAT_FAIL_AT": "after_sensing:3"})
+    try:
+        lake.drop_trigger_file("drop", "a.done")
+        _wait(lambda: lake.executions().get("J1") == 1 or loop.poll() is not None, 120, "the job to run")
+        assert loop.poll() is None, loop.communicate()
+    finally:
+        loop.send_signal(signal.SIGTERM)
+        out, err = loop.communicate(timeout=60)
+    assert loop.returncode == 0, err
+    assert err.count("tick failed: InjectedFault: injected failure at after_sensing") == 1
+    assert err.count("Traceback (most recent call last)") == 1  # the traceback once, not per tick
+    assert "tick failed again (3 in a row)" in err
+    assert "stopped after" in out
+
+
+@pytest.mark.slow
+def test_loop_stops_with_its_own_exit_code_when_the_lakehouse_is_unusable(lake):
+    loop = lake.start("run", "--loop", "--interval", "0.2")
+    try:
+        time.sleep(3)
+        shutil.rmtree(lake.home / "warehouse" / "heartbeat" / "heartbeat_events")
+        out, err = loop.communicate(timeout=120)
+    finally:
+        if loop.poll() is None:
+            loop.kill()
+    assert loop.returncode == 3, err
+    assert "stopping: the lakehouse is unusable (table heartbeat.heartbeat_events" in err
+
+
+# -- 3. configs of the reference implementation: bare table names ---------------------------------
+
+def test_bare_table_names_validate_and_other_names_are_still_refused(tmp_path):
+    config = load_config(write_config(tmp_path / "config.csv", row("delta_table", "dummy_delta_table", "J1")))
+    assert config.rows[0].sensor_id == "dummy_delta_table"
+    problems = config_problems(tmp_path, row("delta_table", "dummy-table", "J1"), row("delta_table", "a.b.c.d", "J2"),
+                               row("lmu_delta_table", "orders;drop", "J3"))
+    assert [p.split(": ")[1] for p in problems] == ["line 2, column sensor_id", "line 3, column sensor_id",
+                                                    "line 4, column sensor_id"]
+    assert all("neither a table name" in p for p in problems)
+
+
+@pytest.mark.parametrize("env, schema", [({}, "default"), ({"HEARTBEAT_UPSTREAM_SCHEMA": "shop"}, "shop")])
+def test_a_bare_table_name_is_sensed_in_the_default_upstream_schema(tmp_path, env, schema):
+    from harness import Harness
+
+    with Harness(tmp_path, **env) as hb:
+        hb.create_table(f"{schema}.dummy_delta_table", "id bigint")
+        hb.jobs(J1=0)
+        hb.seed(row("delta_table", "dummy_delta_table", "J1"))
+        assert hb.tick().sensor_errors == []
+        hb.insert(f"{schema}.dummy_delta_table", "(1)")
+        assert hb.tick().triggered_job_ids == ["J1"]
+
+
+# -- 4. following another product's sensor state table --------------------------------------------
+
+def test_follow_a_product_by_table_name_asset_and_sensor_id_and_warn_on_a_key_that_matches_nothing(hb):
+    """The README's worked example, against a sensor state table built by the real tick path."""
+    state = hb.home / "warehouse" / "heartbeat" / "heartbeat_sensor_state"
+    follows = {"BY_TABLE": "sales.orders", "BY_ASSET": "Big orders", "BY_ID": "delta_table:sales.orders",
+               "TYPO": "sales.ordrs"}
+    hb.create_table("sales.orders", "id bigint")
+    hb.jobs(UPSTREAM=0, **{job: 0 for job in follows})
+    orders = row("delta_table", "sales.orders", "UPSTREAM").replace("sales.orders data", "Big orders")
+    hb.seed(orders, *(row("delta_upstream_sensor_table", f"{state}#{key}", job) for job, key in follows.items()))
+    hb.tick()
+    hb.insert("sales.orders", "(1)")
+    assert hb.tick().triggered_job_ids == ["UPSTREAM"]
+    hb.wait_for_jobs()
+    assets = hb.spark.read.format("delta").load(str(state)).collect()[0]["assets"]
+    assert assets == ["Big orders", "sales.orders"]  # the table as well as its description
+
+    result = hb.tick()
+
+    assert sorted(result.triggered_job_ids) == ["BY_ASSET", "BY_ID", "BY_TABLE"]
+    typo = next(s for s in result.sensed if s.target.sensor_id.endswith("#sales.ordrs"))
+    assert typo.error is None and "follow key 'sales.ordrs' matches no row" in typo.note
+    report = hb.app.store.read("heartbeat_run_report", Cond("run_id", result.run_id),
+                               Cond("trigger_job_ids", "TYPO"))
+    assert report[0]["outcome"] == "NO_NEW_DATA" and "matches no row" in report[0]["error"]
+    verdict = explain(hb.app.store, "TYPO")
+    assert "warning: follow key 'sales.ordrs' matches no row" in verdict.verdict
+    assert hb.job_status("TYPO") == {None} and hb.job_status("BY_TABLE") == {JobStatus.IN_PROGRESS.value}
+

@@ -1,0 +1,66 @@
+"""One vocabulary for states: the Python enums and the values the dbt tests accept are the same sets."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from heartbeat_runner.records import EventType, JobStatus, Outcome, TickStatus
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def accepted_values(file: str, section: str, relation: str, column: str) -> set[str]:
+    """The accepted_values test of ``relation.column`` in a dbt properties file."""
+    document = yaml.safe_load((ROOT / "models" / file).read_text())
+    if section == "sources":
+        relations = [t for s in document["sources"] for t in s["tables"]]
+    else:
+        relations = document["models"]
+    found = next(r for r in relations if r["name"] == relation)
+    col = next(c for c in found["columns"] if c["name"] == column)
+    test = next(t["accepted_values"] for t in col["data_tests"] if isinstance(t, dict) and "accepted_values" in t)
+    return set(test["values"])
+
+
+@pytest.mark.parametrize("enum, file, section, relation, column", [
+    (JobStatus, "schema.yml", "models", "heartbeat_control", "status"),
+    (JobStatus, "schema.yml", "models", "heartbeat_job_status", "status"),
+    (TickStatus, "schema.yml", "models", "heartbeat_run_overview", "status"),
+    (EventType, "sources.yml", "sources", "heartbeat_events", "event_type"),
+    (Outcome, "sources.yml", "sources", "heartbeat_run_report", "outcome"),
+])
+def test_enum_matches_the_sql_accepted_values(enum, file, section, relation, column):
+    assert {member.value for member in enum} == accepted_values(file, section, relation, column)
+
+
+def test_a_finished_tick_is_ok_or_error_only():
+    assert accepted_values("sources.yml", "sources", "heartbeat_runs", "status") == {"OK", "ERROR"} < {
+        s.value for s in TickStatus}
+
+
+def test_every_status_the_models_write_is_a_member():
+    """Each status literal in the control model's CASE is a JobStatus (a typo there fails here)."""
+    import re
+
+    sql = (ROOT / "models" / "heartbeat_control.sql").read_text()
+    case = sql[sql.index("case\n      when l.event_type in"):sql.index("end as status")]
+    assert set(re.findall(r"then '([A-Z_]+)'", case)) == {s.value for s in JobStatus}
+
+
+def test_the_dbt_tests_pass_on_a_lakehouse_that_went_through_a_lifecycle(hb):
+    """Every accepted_values/unique test runs on real rows: a value the runner or a model writes
+    outside its enum makes `dbt test` fail."""
+    from harness import config_row as row
+
+    hb.jobs(J1=0, J2=1)
+    hb.seed(row("trigger_file", "drop", "J1"), row("trigger_file", "other", "J2"))
+    hb.tick()
+    hb.drop_trigger_file("drop", "a.done")
+    hb.drop_trigger_file("other", "a.done")
+    assert sorted(hb.tick().triggered_job_ids) == ["J1", "J2"]
+    hb.wait_for_jobs()
+    assert hb.job_status("J1") == {JobStatus.COMPLETED.value} and hb.job_status("J2") == {JobStatus.FAILED.value}
+    hb.app.dbt.invoke(["test"])  # raises DbtError naming the failing test
