@@ -11,6 +11,7 @@ from heartbeat_runner.dbt_invoke import DbtProject
 from heartbeat_runner.engine import Engine, open_engine
 from heartbeat_runner.errors import HeartbeatError, describe
 from heartbeat_runner.jobs.base import JobsBackend
+from heartbeat_runner.maintenance import Maintenance
 from heartbeat_runner.records import Event, EventType, utcnow
 from heartbeat_runner.settings import Settings
 from heartbeat_runner.sources.base import SenseContext
@@ -89,7 +90,12 @@ class App:
         from heartbeat_runner.jobs.policy import load_retry_policies
 
         return Heartbeat(self.store, self.dbt, backend or self.jobs_backend(), self.sense_context(),
-                         progress=progress, policies=load_retry_policies(self.settings.retry_policy_file))
+                         progress=progress, policies=load_retry_policies(self.settings.retry_policy_file),
+                         maintenance=self.maintenance(progress) if self.settings.auto_maintenance else None)
+
+    def maintenance(self, progress: Callable[[str], None] | None = None) -> Maintenance:
+        """Maintenance of this lakehouse with the settings' policy."""
+        return Maintenance(self.store, self.settings.maintenance, progress=progress or (lambda message: None))
 
 
 @contextlib.contextmanager

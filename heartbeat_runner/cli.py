@@ -113,6 +113,11 @@ def build_parser() -> argparse.ArgumentParser:
     reset.add_argument("--job-id", required=True)
     reset.add_argument("--since", help="ISO date or timestamp (UTC unless it has a zone); default: from the beginning")
     reset.add_argument("--reason", required=True, help="why (kept in the audit event with who ran it)")
+    maintain = sub.add_parser("maintain", parents=[common],
+                              help="archive events the control table no longer needs, compact and vacuum now")
+    maintain.add_argument("--compact-all", action="store_true", help="compact every table, not only those with many files")
+    sub.add_parser("rebuild", parents=[common],
+                   help="re-derive the control table from every event ever recorded (hot log and archive)")
     dbt = sub.add_parser("dbt", parents=[common], help="run a dbt command inside the engine, e.g. `dbt test`")
     dbt.add_argument("dbt_args", nargs=argparse.REMAINDER)
     serve = sub.add_parser("serve", parents=[common],
@@ -226,13 +231,16 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
         with open_app(settings) as app:
             heartbeat = app.heartbeat(progress=_progress(args))
             heartbeat.before_trigger = lease.renew
-            if not getattr(args, "loop", False):
-                result = heartbeat.tick()
-                _print_tick(result, args)
-                return result.exit_code
-            lease.release()
-            app.dbt.manifest()  # parse the dbt project now, not when the first new data arrives
-            return _loop(lambda: _leased_tick(lease, heartbeat.tick, args), args, app.lakehouse_problem)
+            try:
+                if not getattr(args, "loop", False):
+                    result = heartbeat.tick()
+                    _print_tick(result, args)
+                    return result.exit_code
+                lease.release()
+                app.dbt.manifest()  # parse the dbt project now, not when the first new data arrives
+                return _loop(lambda: _leased_tick(lease, heartbeat.tick, args), args, app.lakehouse_problem)
+            finally:
+                heartbeat.close()  # the summary of a pending streak of idle ticks
     finally:
         lease.release()
 
@@ -443,6 +451,40 @@ def _print_reset(plan: ResetPlan, running_run: str | None, args: argparse.Namesp
         print(f"  note: run {running_run} of this job is still going; reset does not stop it")
 
 
+def cmd_maintain(args: argparse.Namespace, settings: Settings) -> int:
+    with tick_lease(settings.lakehouse_dir).held(_lease_wait(args)), open_app(settings) as app:
+        app.require_config()
+        app.ensure_views()
+        app.dbt.refresh_control(app.store.events_version())  # the live set is judged on current state
+        maintenance = app.maintenance(_progress(args))
+        built = app.dbt.built_version() == str(app.store.events_version())
+        done = maintenance.run(compact_all=args.compact_all)
+        if built:
+            app.dbt.mark_built(app.store.events_version())
+    if args.json:
+        emit_json(done.as_dict())
+        return 0
+    print(f"archived {done.archived_events} event(s), {done.archived_runs} run summary row(s) and "
+          f"{done.archived_report_rows} report row(s) in {done.duration_s:.1f}s")
+    if done.deleted_by_retention:
+        print(f"deleted {done.deleted_by_retention} archived row(s) past HEARTBEAT_ARCHIVE_RETENTION_DAYS")
+    for table, (before, after) in done.compacted.items():
+        print(f"  {table}: {before} -> {after} data file(s)")
+    return 0
+
+
+def cmd_rebuild(args: argparse.Namespace, settings: Settings) -> int:
+    with tick_lease(settings.lakehouse_dir).held(_lease_wait(args)), open_app(settings) as app:
+        app.require_config()
+        app.ensure_views()
+        _progress(args)("re-deriving the control table from the hot log and the archive")
+        app.dbt.rebuild_from_all_events()
+        app.dbt.mark_built(app.store.events_version())
+        rows = len(app.store.control_rows(include_retired=True))
+    print(f"rebuilt the control table from every recorded event ({rows} row(s))")
+    return 0
+
+
 def cmd_dbt(args: argparse.Namespace, settings: Settings) -> int:
     if not args.dbt_args:
         raise HeartbeatError("usage: python -m heartbeat_runner dbt <dbt command and options>, e.g. `dbt test`")
@@ -479,6 +521,8 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Settings], int]] = {
     "pause": cmd_pause,
     "resume": cmd_resume,
     "complete": cmd_complete,
+    "maintain": cmd_maintain,
+    "rebuild": cmd_rebuild,
     "dbt": cmd_dbt,
     "demo": cmd_demo,
     "serve": cmd_serve,

@@ -33,7 +33,8 @@ SENSOR_STATE_MODEL = "heartbeat_sensor_state"
 #: in dependency order: restore_views() re-creates them one after the other
 VIEW_MODELS = ("jobs_ready_to_trigger", "jobs_ready_to_trigger_rows", "heartbeat_job_status",
                "heartbeat_trigger_requests", "heartbeat_sensors_due", "heartbeat_sensors_skipped",
-               "jobs_trigger_explanation", "heartbeat_cursor_history", "heartbeat_run_overview")
+               "jobs_trigger_explanation", "heartbeat_cursor_history", "heartbeat_run_report_all",
+               "heartbeat_run_overview", "heartbeat_events_live")
 SEED_NAME = "heartbeat_sensor_config"
 #: what dbt parses, besides the seed: a change to any file under these re-parses the project
 PROJECT_INPUTS = ("dbt_project.yml", "models", "macros", "tests/dbt")
@@ -107,7 +108,8 @@ class DbtProject:
                 else:
                     os.environ[key] = value
 
-    def invoke(self, args: list[str], *, quiet: bool = True, reuse_manifest: bool = False) -> dbtRunnerResult:
+    def invoke(self, args: list[str], *, quiet: bool = True, reuse_manifest: bool = False,
+               extra_vars: dict[str, object] | None = None) -> dbtRunnerResult:
         """Run one dbt command; raise DbtError naming what failed.
 
         ``reuse_manifest`` skips dbt's parse by running on :meth:`manifest` (the runner's
@@ -125,7 +127,9 @@ class DbtProject:
             "--project-dir", str(self.settings.project_dir),
             "--profiles-dir", str(self._profiles_dir()),
             "--target", self.settings.target,
-            "--vars", json.dumps({"heartbeat_location_root": location_root}),
+            "--vars", json.dumps({"heartbeat_location_root": location_root,
+                                  "heartbeat_archive_margin_minutes": self.settings.archive_margin_minutes,
+                                  **(extra_vars or {})}),
             "--log-path", str(self.work_dir / "logs"),
         ]
         if quiet:
@@ -198,27 +202,36 @@ class DbtProject:
 
     def refresh_control(self, events_version: int | None, *, force: bool = False) -> bool:
         """Rebuild the control table unless it already includes ``events_version``. True if built."""
-        if not force and events_version is not None and self._built_version() == str(events_version):
+        if not force and events_version is not None and self.built_version() == str(events_version):
             return False
         crash_point("during_dbt_build")
         self.build_control()
-        self._mark_built(events_version)
+        self.mark_built(events_version)
         return True
+
+    def rebuild_from_all_events(self) -> None:
+        """The full-rebuild path: re-derive every row from every event ever recorded (hot log and
+        archive). It gives the same table as the normal build (tests/test_growth.py checks that);
+        use it after restoring an archive, or to check a lakehouse by hand."""
+        crash_point("during_dbt_build")
+        retry_lost_commits(lambda: self.invoke(["run", "--select", CONTROL_MODEL, SENSOR_STATE_MODEL],
+                                               extra_vars={"heartbeat_full_history": True}),
+                           "dbt rebuild from all events", also=TRANSIENT_ENGINE_ERRORS)
 
     def build_all(self, events_version: int | None = None) -> None:
         """Build the control table and (re)create the views; ``events_version``: what the build includes."""
         self._build(CONTROL_MODEL, SENSOR_STATE_MODEL, *VIEW_MODELS)
         if events_version is not None:
-            self._mark_built(events_version)
+            self.mark_built(events_version)
 
     @property
     def _marker(self) -> Path:
         return self.work_dir / "built_events_version"
 
-    def _built_version(self) -> str | None:
+    def built_version(self) -> str | None:
         return self._marker.read_text().strip() if self._marker.exists() else None
 
-    def _mark_built(self, events_version: int | None) -> None:
+    def mark_built(self, events_version: int | None) -> None:
         self._marker.parent.mkdir(parents=True, exist_ok=True)
         self._marker.write_text(str(events_version))
 

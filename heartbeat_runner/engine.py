@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
+from heartbeat_runner import delta_log
 from heartbeat_runner.names import is_table_name, qualify, sql_string
 from heartbeat_runner.settings import Settings, validate_identifier
 
@@ -90,6 +91,54 @@ class Engine:
                     self.ensure_registered(name)
                     names.append(name)
         return names
+
+    # -- table maintenance (the one place where engines differ for it) -------------------------
+
+    def table_version(self, name: str) -> int | None:
+        """The newest Delta version of ``name`` (``schema.table``), None when it does not exist."""
+        location = self.local_location(name)
+        if location is not None:
+            return delta_log.latest_version(location)
+        rows = self.spark.sql(f"DESCRIBE HISTORY {name} LIMIT 1").collect()
+        return int(rows[0]["version"]) if rows else None
+
+    def file_count(self, name: str) -> int:
+        """How many data files the current version of ``name`` references."""
+        location = self.local_location(name)
+        if location is not None:
+            from deltalake import DeltaTable
+
+            return len(DeltaTable(str(location)).file_uris())
+        return int(self.spark.sql(f"DESCRIBE DETAIL {name}").collect()[0]["numFiles"])
+
+    def compact(self, name: str) -> None:
+        """Rewrite small data files into few large ones (a commit without new data), then checkpoint.
+
+        Locally through the ``deltalake`` package (Sail has no OPTIMIZE); elsewhere Delta's OPTIMIZE.
+        """
+        location = self.local_location(name)
+        if location is None:
+            self.spark.sql(f"OPTIMIZE {name}")
+            return
+        from deltalake import DeltaTable
+
+        DeltaTable(str(location)).optimize.compact()
+        DeltaTable(str(location)).create_checkpoint()
+
+    def vacuum(self, name: str, *, retention_hours: float) -> None:
+        """Delete data files unreferenced for ``retention_hours`` and log files past their retention.
+
+        Databricks refuses a retention below 7 days unless its safety check is off: at least 168 hours there.
+        """
+        location = self.local_location(name)
+        if location is None:
+            self.spark.sql(f"VACUUM {name} RETAIN {max(168, int(retention_hours))} HOURS")
+            return
+        from deltalake import DeltaTable
+
+        table = DeltaTable(str(location))
+        table.vacuum(retention_hours=max(0, int(retention_hours)), enforce_retention_duration=False, dry_run=False)
+        table.cleanup_metadata()
 
     def table_exists(self, name: str) -> bool:
         return bool(self.spark.catalog.tableExists(name))

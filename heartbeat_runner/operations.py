@@ -21,11 +21,12 @@ from heartbeat_runner.jobs.policy import RetryPolicies
 from heartbeat_runner.lease import Lease
 from heartbeat_runner.records import Event, EventType, JobStatus, utcnow
 from heartbeat_runner.sources.base import dump_cursor
-from heartbeat_runner.store import CONTROL, RUN_REPORT, Cond, TableStore
+from heartbeat_runner.store import CONTROL, Cond, TableStore
 
 EXPLANATION_VIEW = "jobs_trigger_explanation"
 CURSOR_HISTORY_VIEW = "heartbeat_cursor_history"
 RUN_OVERVIEW_VIEW = "heartbeat_run_overview"
+RUN_REPORT_ALL_VIEW = "heartbeat_run_report_all"
 
 #: A cursor before the first item of any source: Delta version -1 (so version 0 is new);
 #: the other sources find none of their keys in it (no offset, file, key value or load
@@ -170,7 +171,7 @@ def run_details(store: TableStore, run_id: str) -> tuple[dict, list[dict]]:
     run = store.read(RUN_OVERVIEW_VIEW, Cond("run_id", run_id))
     if not run:
         raise HeartbeatError(f"run {run_id!r} not found (see `runs` for recent run ids)")
-    report = store.read(RUN_REPORT, Cond("run_id", run_id), order_by=["outcome", "source_key"])
+    report = store.read(RUN_REPORT_ALL_VIEW, Cond("run_id", run_id), order_by=["outcome", "source_key"])
     return run[0], report
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 TARGETS = ("local", "spark", "databricks")
@@ -21,6 +21,21 @@ def validate_identifier(value: str, what: str) -> str:
     if not _IDENTIFIER.match(value or ""):
         raise ValueError(f"{what} {value!r} is not a valid identifier (letters, digits, underscore)")
     return value
+
+
+@dataclass(frozen=True)
+class MaintenancePolicy:
+    """When and how much maintenance runs (HEARTBEAT_MAINTENANCE_* and friends, see load_settings)."""
+
+    #: maintenance is due once one of Heartbeat's tables references more data files than this;
+    #: every busy tick adds a few, so it also paces archiving (idle ticks write nothing)
+    compact_min_files: int = 32
+    #: files no longer referenced are removed after this long (readers on older snapshots finish first)
+    vacuum_retention_hours: float = 1.0
+    #: run summaries and report rows stay hot this long, then move to their archives
+    report_keep_hours: float = 24.0
+    #: archived rows older than this are deleted; None (the default) keeps history forever
+    archive_retention_days: float | None = None
 
 
 @dataclass(frozen=True)
@@ -49,6 +64,14 @@ class Settings:
     cancel_overdue_runs: bool = False
     #: YAML with automatic retry policies per job (off when absent)
     retry_policy_file: Path | None = None
+    #: idle ticks (nothing new, nothing done) are summarised in one run row at most this often
+    idle_flush_s: float = 600.0
+    #: how maintenance archives, compacts and expires (``maintain``, and ticks when auto_maintenance)
+    maintenance: MaintenancePolicy = field(default_factory=MaintenancePolicy)
+    #: ticks that wrote run maintenance when it is due (HEARTBEAT_MAINTENANCE=off: only ``maintain`` does)
+    auto_maintenance: bool = True
+    #: events younger than this always stay in the hot log (a margin for clocks of other writers)
+    archive_margin_minutes: float = 10.0
 
     @property
     def warehouse_dir(self) -> Path:
@@ -141,4 +164,18 @@ def load_settings(
         max_run_duration_s=float(env["HEARTBEAT_MAX_RUN_DURATION"]) if env.get("HEARTBEAT_MAX_RUN_DURATION") else None,
         cancel_overdue_runs=_flag(env.get("HEARTBEAT_CANCEL_OVERDUE_RUNS")),
         retry_policy_file=_path(env.get("HEARTBEAT_RETRY_POLICY")),
+        idle_flush_s=float(env.get("HEARTBEAT_IDLE_FLUSH", "600")),
+        maintenance=_maintenance_policy(env),
+        auto_maintenance=(env.get("HEARTBEAT_MAINTENANCE") or "on").strip().lower() not in ("off", "false", "0", "no"),
+        archive_margin_minutes=float(env.get("HEARTBEAT_ARCHIVE_MARGIN_MINUTES", "10")),
+    )
+
+
+def _maintenance_policy(env: dict[str, str]) -> MaintenancePolicy:
+    retention = env.get("HEARTBEAT_ARCHIVE_RETENTION_DAYS")
+    return MaintenancePolicy(
+        compact_min_files=int(env.get("HEARTBEAT_MAINTENANCE_MAX_FILES", "32")),
+        vacuum_retention_hours=float(env.get("HEARTBEAT_VACUUM_RETENTION_HOURS", "1")),
+        report_keep_hours=float(env.get("HEARTBEAT_REPORT_KEEP_HOURS", "24")),
+        archive_retention_days=float(retention) if retention else None,
     )

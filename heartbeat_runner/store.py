@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from heartbeat_runner import delta_log
 from heartbeat_runner.engine import Engine
@@ -20,11 +21,21 @@ from heartbeat_runner.records import Event, JobStatus, RunSummary, SensorEvaluat
 from heartbeat_runner.settings import validate_identifier
 from heartbeat_runner.sources.base import SensingTarget
 
+if TYPE_CHECKING:  # pragma: no cover
+    from pyspark.sql import DataFrame
+
 log = logging.getLogger(__name__)
 
 EVENTS = "heartbeat_events"
 RUN_REPORT = "heartbeat_run_report"
 RUNS = "heartbeat_runs"
+#: where maintenance moves what the hot tables no longer need (same columns)
+EVENTS_ARCHIVE = "heartbeat_events_archive"
+RUN_REPORT_ARCHIVE = "heartbeat_run_report_archive"
+RUNS_ARCHIVE = "heartbeat_runs_archive"
+#: the keys one archiving step moves (staged so that the copy and the delete agree)
+ARCHIVE_BATCH = "heartbeat_archive_batch"
+LIVE_EVENTS_VIEW = "heartbeat_events_live"
 CONTROL = "heartbeat_control"
 READY_VIEW = "jobs_ready_to_trigger"
 READY_ROWS_VIEW = "jobs_ready_to_trigger_rows"
@@ -44,7 +55,17 @@ TABLE_COLUMNS: dict[str, list[str]] = {
     EVENTS: Event.columns(),
     RUN_REPORT: SensorEvaluation.columns(),
     RUNS: RunSummary.columns(),
+    EVENTS_ARCHIVE: Event.columns(),
+    RUN_REPORT_ARCHIVE: SensorEvaluation.columns(),
+    RUNS_ARCHIVE: RunSummary.columns(),
+    ARCHIVE_BATCH: ["archive_key"],
 }
+#: the tables maintenance compacts: the runner's own and the control table (a MERGE per build)
+OWN_TABLES = (EVENTS, RUN_REPORT, RUNS, EVENTS_ARCHIVE, RUN_REPORT_ARCHIVE, RUNS_ARCHIVE, CONTROL)
+#: tables dbt replaces whole on every build: only vacuumed (their old files are garbage at once)
+REBUILT_TABLES = (SENSOR_STATE, "heartbeat_sensor_config")
+#: how a row of each archived table is identified (an SQL expression over its columns)
+ARCHIVE_KEYS = {EVENTS: "event_id", RUNS: "run_id", RUN_REPORT: "concat_ws('|', run_id, source_key)"}
 #: A write that lost a Delta commit race is retried this many times.
 WRITE_ATTEMPTS = 5
 #: How a Delta commit that lost a race with another writer reads (Sail 0.7, measured with two
@@ -148,8 +169,12 @@ class TableStore:
         self._append(EVENTS, Event.columns(), [e.as_tuple() for e in events])
 
     def append_run(self, summary: RunSummary, evaluations: list[SensorEvaluation]) -> None:
+        self.append_runs([summary], evaluations)
+
+    def append_runs(self, summaries: list[RunSummary], evaluations: list[SensorEvaluation]) -> None:
+        """The per-source rows, then the summaries (a run summary means its report rows are complete)."""
         self._append(RUN_REPORT, SensorEvaluation.columns(), [e.as_tuple() for e in evaluations])
-        self._append(RUNS, RunSummary.columns(), [summary.as_tuple()])
+        self._append(RUNS, RunSummary.columns(), [s.as_tuple() for s in summaries])
 
     # -- reads ------------------------------------------------------------------------------
 
@@ -180,6 +205,42 @@ class TableStore:
             sql += " LIMIT :limit"
             args["limit"] = int(limit)
         return [_utc(r.asDict()) for r in self.spark.sql(sql, args=args or None).collect()]
+
+    # -- archiving (see maintenance.py) -------------------------------------------------------
+
+    def stage_keys(self, keys: DataFrame) -> int:
+        """Replace the archive batch with ``keys`` (one string column); return how many."""
+        staged = keys.toDF("archive_key")
+        retry_lost_commits(lambda: staged.write.mode("overwrite").insertInto(self.name(ARCHIVE_BATCH)),
+                           "staging an archive batch")
+        return self.count(ARCHIVE_BATCH)
+
+    def copy_staged(self, table: str, archive: str) -> None:
+        """Append the rows of ``table`` whose key is staged to ``archive`` (one commit)."""
+        from pyspark.sql import functions as F
+
+        rows = self.spark.table(self.name(table))
+        staged = self.spark.table(self.name(ARCHIVE_BATCH))
+        keyed = rows.withColumn("archive_key", F.expr(ARCHIVE_KEYS[table]))
+        chosen = keyed.join(staged, "archive_key", "left_semi").select(*TABLE_COLUMNS[table])
+        retry_lost_commits(lambda: chosen.write.mode("append").insertInto(self.name(archive)), f"copy to {archive}")
+
+    def delete_staged(self, table: str) -> None:
+        """Delete the rows of ``table`` whose key is staged (one commit; rows appended meanwhile stay)."""
+        key = ARCHIVE_KEYS[table]
+        self.spark.sql(f"MERGE INTO {self.name(table)} t USING {self.name(ARCHIVE_BATCH)} b "
+                       f"ON {_prefixed(key, 't')} = b.archive_key WHEN MATCHED THEN DELETE")
+
+    def delete_older_than(self, table: str, column: str, cutoff: datetime) -> int:
+        """Delete rows of ``table`` with ``column`` before ``cutoff`` (retention); return how many."""
+        from pyspark.sql import functions as F
+
+        old = self.spark.table(self.name(table)).where(F.col(validate_identifier(column, "column")) < F.lit(cutoff))
+        count = old.count()
+        if count:
+            literal = sql_string(cutoff.strftime("%Y-%m-%d %H:%M:%S.%f"))
+            self.spark.sql(f"DELETE FROM {self.name(table)} WHERE {column} < CAST({literal} AS TIMESTAMP)")
+        return count
 
     def probe(self, relation: str) -> None:
         """Read one row of a table or view: raises when its files are gone or unreadable."""
@@ -255,6 +316,13 @@ class Cond:
         if self.op == "in":
             return f"array_contains(:{parameter}, {column})"
         return f"{column} {self.op} :{parameter}"
+
+
+def _prefixed(expression: str, alias: str) -> str:
+    """``run_id`` -> ``t.run_id`` in one of the fixed ARCHIVE_KEYS expressions."""
+    import re
+
+    return re.sub(r"\b(event_id|run_id|source_key)\b", rf"{alias}.\1", expression)
 
 
 def _order_term(term: str) -> str:

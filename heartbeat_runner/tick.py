@@ -35,6 +35,7 @@ from heartbeat_runner.errors import JobsBackendError
 from heartbeat_runner.faults import crash_point, fail_point
 from heartbeat_runner.jobs.base import JobsBackend, RunOutcome, RunStatus, TriggerRequest
 from heartbeat_runner.jobs.policy import RetryPolicies, overrun, retry_token
+from heartbeat_runner.maintenance import Maintenance, MaintenanceResult
 from heartbeat_runner.records import (
     Event,
     EventType,
@@ -96,6 +97,9 @@ class TickResult:
     overdue: list[JobProblem] = field(default_factory=list)  # runs past their maximum duration
     stage_timings: dict[str, float] = field(default_factory=dict)
     duration_s: float = 0.0
+    #: events this tick appended (0 for a tick that found and changed nothing)
+    events_written: int = 0
+    maintenance: MaintenanceResult | None = None
 
     @property
     def sensor_errors(self) -> list[SensingOutcome]:
@@ -115,6 +119,13 @@ class TickResult:
         return 2 if self.sensor_errors or self.trigger_errors else 0
 
     @property
+    def is_idle(self) -> bool:
+        """Nothing sensed, triggered, reconciled, written or failed: the run report coalesces such ticks."""
+        return (self.events_written == 0 and self.sources_with_new_data == 0 and self.exit_code == 0
+                and not (self.triggered or self.completed or self.failed or self.retried or self.overdue)
+                and not any(s.note for s in self.sensed))
+
+    @property
     def status(self) -> TickStatus:
         return TickStatus.ERROR if self.exit_code else TickStatus.OK
 
@@ -129,14 +140,44 @@ class TickResult:
             "retried": self.retried,
             "overdue": [p.as_dict("message") for p in self.overdue],
             "stage_timings": self.stage_timings, "exit_code": self.exit_code,
+            **({"maintenance": self.maintenance.as_dict()} if self.maintenance else {}),
         }
+
+
+@dataclass
+class IdleStreak:
+    """Consecutive idle ticks, written to the run summary as one row when the streak ends or grows old."""
+
+    first_run_id: str
+    first_snapshot: datetime
+    ticks: int = 0
+    duration_s: float = 0.0
+    sources_sensed: int = 0
+    began: float = field(default_factory=time.monotonic)
+
+    def add(self, result: TickResult) -> None:
+        self.ticks += 1
+        self.duration_s += result.duration_s
+        self.sources_sensed = len(result.sensed)
+
+    def summary(self) -> RunSummary:
+        return RunSummary(
+            run_id=self.first_run_id, snapshot_ts=self.first_snapshot, ended_ts=utcnow(),
+            duration_s=round(self.duration_s, 4), sources_sensed=self.sources_sensed, sources_with_new_data=0,
+            sensor_errors=0, jobs_triggered=0, jobs_completed=0, jobs_failed=0, trigger_errors=0,
+            status=TickStatus.OK,
+            message=f"{self.ticks} idle tick(s) coalesced: nothing new, triggered or reconciled",
+            stage_timings=json.dumps({"idle_ticks": self.ticks,
+                                      "mean_tick_s": round(self.duration_s / max(1, self.ticks), 4)}),
+        )
 
 
 class Heartbeat:
     """Runs ticks against one engine, store, dbt project and jobs backend."""
 
     def __init__(self, store: TableStore, dbt: DbtProject, backend: JobsBackend, ctx: SenseContext,
-                 *, progress: Callable[[str], None] | None = None, policies: RetryPolicies | None = None):
+                 *, progress: Callable[[str], None] | None = None, policies: RetryPolicies | None = None,
+                 maintenance: Maintenance | None = None):
         self.store = store
         self.policies = policies or RetryPolicies()
         self.dbt = dbt
@@ -146,6 +187,8 @@ class Heartbeat:
         self.progress = progress or (lambda message: None)
         #: called before any jobs API call; raising stops the tick there (e.g. a lost lease)
         self.before_trigger: Callable[[], None] = lambda: None
+        self.maintenance = maintenance
+        self._idle: IdleStreak | None = None
 
     # -- the tick ---------------------------------------------------------------------------
 
@@ -166,7 +209,7 @@ class Heartbeat:
         crash_point("after_sensing")
         fail_point("after_sensing")
         with _stage(timings, "events_write"):
-            self.store.append_events(self.sensed_events(result))
+            self._append(result, self.sensed_events(result))
         crash_point("after_new_data_events")
         with _stage(timings, "dbt"):
             self.refresh_models()
@@ -178,8 +221,27 @@ class Heartbeat:
             result.duration_s = time.monotonic() - began
             self._write_report(result)
             self.refresh_models()
+        if self.maintenance is not None and not result.is_idle and self.maintenance.due():
+            with _stage(timings, "maintenance"):
+                self.progress("maintenance: archiving and compacting Heartbeat's tables")
+                result.maintenance = self.run_maintenance()
         result.duration_s = time.monotonic() - began
         return result
+
+    def run_maintenance(self) -> MaintenanceResult:
+        """Archive and compact; the control table does not change, so its build marker moves along."""
+        assert self.maintenance is not None
+        built = self.dbt.built_version() == str(self.store.events_version())
+        done = self.maintenance.run()
+        if built:
+            self.dbt.mark_built(self.store.events_version())
+        return done
+
+    def close(self) -> None:
+        """Write the summary of a pending idle streak (call when the runner stops)."""
+        if self._idle is not None:
+            self.store.append_run(self._idle.summary(), [])
+            self._idle = None
 
     def refresh_models(self, force: bool = False) -> bool:
         """Rebuild the control table if events arrived since the last build."""
@@ -225,14 +287,14 @@ class Heartbeat:
             return
         self.before_trigger()
         requests = [self._request_for(job_id, rows, result.run_id) for job_id, rows in by_job.items()]
-        self.store.append_events(
+        self._append(result, [
             Event(event_type=EventType.TRIGGER_REQUESTED, run_id=result.run_id,
                   snapshot_ts=result.snapshot_ts, trigger_job_id=req.job_id,
                   idempotency_token=req.idempotency_token,
                   consumed_event_ids=by_job[req.job_id][0].consumed_event_ids,
                   payload=json.dumps(req.parameters, sort_keys=True))
             for req in requests
-        )
+        ])
         crash_point("after_trigger_requested")
         self.progress(f"triggering {len(requests)} job(s)")
         self._call_backend(requests, result)
@@ -271,7 +333,7 @@ class Heartbeat:
             result.triggered.append(TriggeredJob(request.job_id, run_id))
             answers.append(self._event(result, EventType.TRIGGERED, request.job_id, job_run_id=run_id,
                                        idempotency_token=request.idempotency_token))
-        self.store.append_events(answers)
+        self._append(result, answers)
         crash_point("after_triggered")
 
     # -- step 5: reconcile ------------------------------------------------------------------
@@ -301,7 +363,7 @@ class Heartbeat:
                                           idempotency_token=retry.idempotency_token,
                                           payload=json.dumps(retry.parameters, sort_keys=True),
                                           message=f"automatic retry after {row.consecutive_failures} failed run(s)"))
-        self.store.append_events(events)
+        self._append(result, events)
         if dangling or retries:
             self.before_trigger()
             if dangling:
@@ -379,6 +441,19 @@ class Heartbeat:
     # -- step 6: report ---------------------------------------------------------------------
 
     def _write_report(self, result: TickResult) -> None:
+        """The run summary and per-source rows of a tick; idle ticks are coalesced into one summary row,
+        written when the streak ends or is ``idle_flush_s`` old (bounded commits while nothing happens)."""
+        if result.is_idle:
+            if self._idle is None:
+                self._idle = IdleStreak(result.run_id, result.snapshot_ts)
+            self._idle.add(result)
+            if time.monotonic() - self._idle.began < self.settings.idle_flush_s:
+                return
+            streak, self._idle = self._idle, None
+            self.store.append_run(streak.summary(), [])
+            return
+        pending = [self._idle.summary()] if self._idle is not None else []
+        self._idle = None
         evaluations = [
             SensorEvaluation(
                 run_id=result.run_id, snapshot_ts=result.snapshot_ts, source_key=s.target.source_key,
@@ -399,7 +474,7 @@ class Heartbeat:
             )
             for s in result.skipped
         ]
-        summary = RunSummary(
+        summaries = pending + [RunSummary(
             run_id=result.run_id, snapshot_ts=result.snapshot_ts, ended_ts=utcnow(),
             duration_s=round(result.duration_s, 4), sources_sensed=len(result.sensed),
             sources_with_new_data=result.sources_with_new_data,
@@ -409,8 +484,12 @@ class Heartbeat:
             status=result.status,
             message="; ".join(map(str, result.trigger_errors + result.overdue)) or None,
             stage_timings=json.dumps({k: round(v, 4) for k, v in result.stage_timings.items()}),
-        )
-        self.store.append_run(summary, evaluations)
+        )]
+        self.store.append_runs(summaries, evaluations)
+
+    def _append(self, result: TickResult, events: list[Event]) -> None:
+        self.store.append_events(events)
+        result.events_written += len(events)
 
     @staticmethod
     def _event(result: TickResult, kind: EventType, job_id: str, **fields) -> Event:

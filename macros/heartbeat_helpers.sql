@@ -26,17 +26,27 @@
 {%- endmacro %}
 
 {#
-  Events recorded by the runner, one row per event id (a replayed append is harmless).
-  Copies of an event agree on its type, source and job, so partitioning by them too
-  changes nothing but lets the engine filter on them before this window, not after it
-  (on a long event history that is most of a build's time).
+  Events recorded by the runner, one row per event id (a replayed append, or an event
+  caught in both tables by a crash while archiving, is harmless). Copies of an event
+  agree on its type, source and job, so partitioning by them too changes nothing but
+  lets the engine filter on them before this window, not after it.
+
+  By default the hot log only: what the control table still needs (see
+  heartbeat_events_live). `all_history`, or the var heartbeat_full_history (the
+  full-rebuild path, `python -m heartbeat_runner rebuild`), adds the archive.
 #}
-{% macro heartbeat_events() -%}
+{% macro heartbeat_events(all_history=false) -%}
   (
     select * from (
       select e.*, row_number() over (partition by event_id, event_type, source_key, trigger_job_id
                                      order by event_ts) as heartbeat_copy
-      from {{ source('heartbeat', 'heartbeat_events') }} e
+      from (
+        select * from {{ source('heartbeat', 'heartbeat_events') }}
+        {%- if all_history or var('heartbeat_full_history', false) %}
+        union all
+        select * from {{ source('heartbeat', 'heartbeat_events_archive') }}
+        {%- endif %}
+      ) e
     ) numbered
     where heartbeat_copy = 1
   )
@@ -54,8 +64,8 @@
 {%- endmacro %}
 
 {# The events that set a source's cursor: NEW_DATA, CURSOR and RESET (of a source). #}
-{% macro heartbeat_cursor_events() -%}
-  (select * from {{ heartbeat_events() }} e
+{% macro heartbeat_cursor_events(all_history=false) -%}
+  (select * from {{ heartbeat_events(all_history) }} e
    where event_type in ('NEW_DATA', 'CURSOR', 'RESET') and source_key is not null)
 {%- endmacro %}
 

@@ -1,18 +1,22 @@
 {#
-  Runs for `python -m heartbeat_runner runs`: every finished tick (heartbeat_runs)
+  Runs for `python -m heartbeat_runner runs`: every finished tick (heartbeat_runs and its archive;
+  a streak of idle ticks is one row)
   with its number of skipped sources, plus ticks that wrote events but never
   finished (the runner stopped mid-tick, e.g. a crash) as status INCOMPLETE; the
   next tick carries on from what they wrote.
 #}
 {{ config(materialized='view') }}
 
+{# hot and archived summaries; a row in both after a crash while archiving is an exact copy #}
 with runs as (
   select * from {{ source('heartbeat', 'heartbeat_runs') }}
+  union
+  select * from {{ source('heartbeat', 'heartbeat_runs_archive') }}
 ),
 
 skipped as (
   select run_id, count(*) as sources_skipped
-  from {{ source('heartbeat', 'heartbeat_run_report') }}
+  from {{ ref('heartbeat_run_report_all') }}
   where outcome = 'SKIPPED'
   group by run_id
 ),
@@ -20,7 +24,7 @@ skipped as (
 {# Only ticks write these event types (CLI commands write others), so their run ids are ticks. #}
 unfinished as (
   select e.run_id, min(e.snapshot_ts) as snapshot_ts, count(*) as events_written
-  from {{ heartbeat_events() }} e
+  from {{ heartbeat_events(all_history=true) }} e
   left anti join runs r on r.run_id = e.run_id
   where e.event_type in ('NEW_DATA', 'CURSOR', 'TRIGGER_REQUESTED', 'TRIGGERED', 'TRIGGER_ERROR')
   group by e.run_id
