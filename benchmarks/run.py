@@ -166,10 +166,9 @@ def measure_size(workload: Workload, repeats: int, history: int = 0) -> dict[str
     with open_app(settings) as app:
         heartbeat = app.heartbeat()
         first = _tick_figures(heartbeat.tick())
-        if history:
-            _add_history(app, history)
-            heartbeat.refresh_models()
+        aged = _add_history(app, heartbeat, history) if history else None
         events = app.store.count("heartbeat_events")
+        archived = app.store.count("heartbeat_events_archive")
         steady = [_tick_figures(heartbeat.tick()) for _ in range(repeats)]
         busy = []
         for rep in range(repeats):
@@ -184,7 +183,9 @@ def measure_size(workload: Workload, repeats: int, history: int = 0) -> dict[str
         "delta_sources": sum(s.kind == "delta_table" for s in workload.sensors),
         "trigger_sources": sum(s.kind == "trigger_file" for s in workload.sensors),
         "first_tick": first,
+        "history": aged,
         "events_before_ticks": events,
+        "archived_before_ticks": archived,
         "steady": _summarise(steady),
         "busy": _summarise(busy),
         "peak_rss_mib": round(peak_rss_mib, 1),
@@ -192,29 +193,67 @@ def measure_size(workload: Workload, repeats: int, history: int = 0) -> dict[str
     }
 
 
-def _add_history(app, per_source: int) -> None:
-    """Age the lakehouse: per source ``per_source`` old NEW_DATA events, and per job as many
-    trigger-request/triggered/completed triples, all dated 2020 (before anything a tick writes)."""
+def _add_history(app, heartbeat, total_events: int) -> dict[str, Any]:
+    """Age the lakehouse as an old runner would have left it: ``total_events`` events dated 2020
+    written straight into the hot log (a quarter NEW_DATA of the sources, the rest trigger
+    request / triggered / completed triples of the jobs), then one maintenance run, which is
+    what moves such history to the archive (timed: the one-time catch-up of an old lakehouse)."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
     from heartbeat_runner.records import Event
-    from heartbeat_runner.store import CONTROL, EVENTS, column_type
+    from heartbeat_runner.store import CONTROL, EVENTS
 
-    store = app.store
+    began = time.monotonic()
+    rows = app.store.read(CONTROL, columns=["source_key", "sensor_source", "sensor_id", "trigger_job_id"])
+    sources = sorted({(r["source_key"], r["sensor_source"], r["sensor_id"]) for r in rows})
+    jobs = sorted({r["trigger_job_id"] for r in rows})
+    location = str(app.engine.own_location(EVENTS))
+    written, chunk = 0, 1_000_000
+    while written < total_events:
+        size = min(chunk, total_events - written)
+        write_deltalake(location, pa.Table.from_pylist(_history_rows(written, size, sources, jobs),
+                                                       schema=_event_schema(Event.columns())), mode="append")
+        written += size
+        print(f"  history: {written:,} of {total_events:,} events written", file=sys.stderr, flush=True)
+    generated_s = time.monotonic() - began
+    began = time.monotonic()
+    heartbeat.refresh_models()  # the old runner's last build, over the whole log
+    done = heartbeat.run_maintenance()
+    return {"events": total_events, "generated_s": round(generated_s, 1),
+            "catch_up_maintenance_s": round(time.monotonic() - began, 1), "archived": done.archived_events}
 
-    def insert(kind: str, keys: str, offset_s: int, values: dict[str, str]) -> None:
-        ts = f"timestamp '2020-01-01' + make_interval(0, 0, 0, 0, 0, 0, h.id * 60 + {offset_s})"
-        values = {"event_type": f"'{kind}'", "run_id": "'history'", "snapshot_ts": ts, "event_ts": ts,
-                  "event_id": "uuid()", **values}
-        select = ", ".join(f"cast({values.get(c, 'null')} as {column_type(c)}) AS {c}" for c in Event.columns())
-        store.spark.sql(f"INSERT INTO {store.name(EVENTS)} SELECT {select} "
-                        f"FROM ({keys}) k CROSS JOIN range({per_source}) h")
 
-    insert("NEW_DATA", f"SELECT DISTINCT source_key, sensor_source, sensor_id FROM {store.name(CONTROL)}", 0,
-           {"source_key": "k.source_key", "sensor_source": "k.sensor_source", "sensor_id": "k.sensor_id",
-            "cursor_to": "'{}'"})
-    run = {"trigger_job_id": "k.trigger_job_id", "idempotency_token": "concat(k.trigger_job_id, '-', h.id)",
-           "job_run_id": "concat('history-', k.trigger_job_id, '-', h.id)"}
-    for offset_s, kind in enumerate(("TRIGGER_REQUESTED", "TRIGGERED", "COMPLETED"), start=1):
-        insert(kind, f"SELECT DISTINCT trigger_job_id FROM {store.name(CONTROL)}", offset_s, run)
+def _event_schema(columns: list[str]):
+    import pyarrow as pa
+
+    from heartbeat_runner.store import column_type
+
+    arrow = {"timestamp": pa.timestamp("us", tz="UTC"), "bigint": pa.int64(), "string": pa.string()}
+    return pa.schema([(c, arrow[column_type(c)]) for c in columns])
+
+
+def _history_rows(start: int, size: int, sources: list[tuple[str, str, str]], jobs: list[str]) -> list[dict]:
+    """Events ``start`` .. ``start + size``: every fourth a NEW_DATA, the others runs of the jobs."""
+    from datetime import timedelta
+
+    origin = datetime(2020, 1, 1, tzinfo=timezone.utc)
+    kinds = ("TRIGGER_REQUESTED", "TRIGGERED", "COMPLETED")
+    out = []
+    for n in range(start, start + size):
+        ts = origin + timedelta(seconds=n)
+        row: dict[str, Any] = {"run_id": "history", "snapshot_ts": ts, "event_ts": ts, "event_id": f"h{n}"}
+        if n % 4 == 0:
+            key, source, sensor_id = sources[(n // 4) % len(sources)]
+            row.update(event_type="NEW_DATA", source_key=key, sensor_source=source, sensor_id=sensor_id,
+                       cursor_to="{}")
+        else:
+            run = n // 4
+            job = jobs[run % len(jobs)]
+            row.update(event_type=kinds[n % 4 - 1], trigger_job_id=job, idempotency_token=f"h-{run}",
+                       job_run_id=f"history-{run}")
+        out.append(row)
+    return out
 
 
 def _tick_figures(result) -> dict[str, Any]:
@@ -360,16 +399,11 @@ def summary(results: dict[str, Any]) -> list[dict[str, Any]]:
         "peak_rss_1000_mib": big and big["peak_rss_mib"],
         "baseline_speedup_1000": big and big["speedup"],
     }
-    rows = []
-    for metric, (target, kind) in TARGETS.items():
-        value = measured[metric]
-        met = None if value is None else (value <= target if kind == "max" else value >= target)
-        rows.append({"metric": metric, "target": target, "kind": kind, "measured": value, "met": met})
-    return rows
+    return _judge(TARGETS, measured)
 
 
 def print_report(results: dict[str, Any]) -> None:
-    stages = ["sensing", "events_write", "dbt", "triggering", "reconciliation", "report", "models"]
+    stages = ["sensing", "events_write", "dbt", "triggering", "reconciliation", "report", "models", "maintenance"]
     print(f"\n{'size':>5} {'tick':<7} {'wall s':>7} " + " ".join(f"{s[:8]:>8}" for s in stages)
           + f" {'sensed':>6} {'new':>4} {'trig':>4} {'RSS MiB':>8} {'baseline s':>10} {'speedup':>7}")
     for size, r in results["sizes"].items():
@@ -390,11 +424,140 @@ def print_report(results: dict[str, Any]) -> None:
           f"{cold['new_data_s']:.2f}s with new data")
     print(f"loop latency (--interval {loop['interval_s']:g}): median {loop['median_s']:.2f}s, "
           f"max {loop['max_s']:.2f}s over {len(loop['samples'])} commits")
+    _print_targets(results["summary"])
+
+
+# -- figures by history size (the same cost on day 400 as on day 1) ---------------------------------
+
+#: metric -> (target, "max"|"min"), measured at the largest size (1000 sensors) against history
+GROWTH_TARGETS: dict[str, tuple[float, str]] = {
+    "steady_tick_aged_s": (0.3, "max"),
+    "busy_tick_aged_s": (3.0, "max"),
+    "aged_over_fresh_steady": (1.3, "max"),
+    "aged_over_fresh_busy": (1.3, "max"),
+    "loop_latency_aged_s": (2.0, "max"),
+    "baseline_speedup_aged": (30.0, "min"),
+}
+
+
+def by_history_main(sizes: list[int], histories: list[int], quick: bool, out: Path, work_dir: Path | None) -> int:
+    """One full run per history size; a table by history, and the growth targets on the oldest."""
+    rows = []
+    for history in histories:
+        print(f"== history of {history:,} events", file=sys.stderr, flush=True)
+        result = run(sizes, quick, out.with_name(f"{out.stem}-history-{history}.json"), work_dir, history)
+        big = result["sizes"][str(max(sizes))]
+        rows.append({"history": history, "sensors": max(sizes), "steady_s": big["steady"]["wall_s"],
+                     "busy_s": big["busy"]["wall_s"], "loop_latency_s": result["loop_latency"]["median_s"],
+                     "cold_start_new_data_s": result["cold_start"]["new_data_s"], "speedup": big["speedup"],
+                     "hot_events": big["events_before_ticks"], "archived_events": big["archived_before_ticks"],
+                     "catch_up_s": (big["history"] or {}).get("catch_up_maintenance_s")})
+    fresh, aged = rows[0], rows[-1]
+    measured = {
+        "steady_tick_aged_s": aged["steady_s"], "busy_tick_aged_s": aged["busy_s"],
+        "aged_over_fresh_steady": round(aged["steady_s"] / fresh["steady_s"], 2),
+        "aged_over_fresh_busy": round(aged["busy_s"] / fresh["busy_s"], 2),
+        "loop_latency_aged_s": aged["loop_latency_s"], "baseline_speedup_aged": aged["speedup"],
+    }
+    summary_rows = _judge(GROWTH_TARGETS, measured)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_name("by_history.json").write_text(json.dumps({"rows": rows, "summary": summary_rows}, indent=2) + "\n")
+    print(f"\n{'events in history':>18} {'hot events':>10} {'archived':>10} {'steady s':>9} {'busy s':>7} "
+          f"{'loop s':>7} {'cold start s':>12} {'baseline/steady':>15} {'catch-up s':>10}")
+    for r in rows:
+        print(f"{r['history']:>18,} {r['hot_events']:>10,} {r['archived_events']:>10,} {r['steady_s']:>9.2f} "
+              f"{r['busy_s']:>7.2f} {r['loop_latency_s']:>7.2f} {r['cold_start_new_data_s']:>12.2f} "
+              f"{r['speedup']:>14.1f}x {r['catch_up_s'] if r['catch_up_s'] is not None else '-':>10}")
+    _print_targets(summary_rows)
+    return 0
+
+
+def _judge(targets: dict[str, tuple[float, str]], measured: dict[str, float | None]) -> list[dict[str, Any]]:
+    rows = []
+    for metric, (target, kind) in targets.items():
+        value = measured.get(metric)
+        met = None if value is None else (value <= target if kind == "max" else value >= target)
+        rows.append({"metric": metric, "target": target, "kind": kind, "measured": value, "met": met})
+    return rows
+
+
+def _print_targets(rows: list[dict[str, Any]]) -> None:
     print("\ntargets:")
-    for row in results["summary"]:
+    for row in rows:
         mark = {True: "met", False: "NOT MET", None: "not run"}[row["met"]]
         sign = "<=" if row["kind"] == "max" else ">="
         print(f"  {row['metric']:<24} {sign} {row['target']:<7g} measured {row['measured']!s:<9} {mark}")
+
+
+# -- soak: many consecutive ticks with a trickle of changes ------------------------------------
+
+def soak_main(n: int, ticks: int, out: Path, work_dir: Path | None) -> int:
+    root = Path(tempfile.mkdtemp(prefix="hb-soak-", dir=work_dir))
+    try:
+        workload = Workload(root / f"n{n}", n)
+        workload.generate()
+        _timed(workload.cli("seed"))
+        argv = [sys.executable, __file__, "--soak-measure", str(workload.root), str(n), str(ticks)]
+        done = subprocess.run(argv, env=_env(), stdout=subprocess.PIPE, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"the soak failed:\n{done.stdout[-4000:]}")
+        figures = json.loads(done.stdout.strip().splitlines()[-1])
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_name("soak.json").write_text(json.dumps(figures, indent=2) + "\n")
+    print(f"\nsoak: {figures['ticks']} ticks at {n} sensors, a change every {figures['change_every']} ticks, "
+          f"{figures['maintenance_runs']} maintenance runs")
+    print(f"  median tick: first 100 {figures['first_100_median_s']:.3f}s, last 100 {figures['last_100_median_s']:.3f}s"
+          f" -> drift {figures['drift']:.2f}x (target <= 1.2)")
+    print(f"  data files per table, most seen after any tick (bound: {figures['file_bound']}):")
+    for table, most in figures["max_files"].items():
+        print(f"    {table:<30} {most:>5} (now {figures['final_files'][table]})")
+    return 0
+
+
+SOAK_TABLES = ("heartbeat_events", "heartbeat_runs", "heartbeat_run_report", "heartbeat_control",
+               "heartbeat_events_archive", "heartbeat_runs_archive", "heartbeat_run_report_archive")
+
+
+def soak_measure(workload: Workload, ticks: int, change_every: int = 20) -> dict[str, Any]:
+    """In one runner process: ``ticks`` ticks back to back; every ``change_every``-th a source changes."""
+    from heartbeat_runner.app import open_app
+    from heartbeat_runner.settings import load_settings
+
+    settings = load_settings(lakehouse_dir=str(workload.lakehouse), config_csv=str(workload.config),
+                             jobs_file=str(workload.jobs_file), jobs_backend="local", env={})
+    walls, maintenance_runs = [], 0
+    max_files = dict.fromkeys(SOAK_TABLES, 0)
+    with open_app(settings) as app:
+        heartbeat = app.heartbeat()
+        heartbeat.tick()
+        for i in range(ticks):
+            if i % change_every == 0:
+                workload.change([workload.sensors[(i // change_every) % workload.n]], tag=1000 + i)
+            result = heartbeat.tick()
+            walls.append(result.duration_s)
+            maintenance_runs += result.maintenance is not None
+            if i % 50 == 0 or result.maintenance is not None:
+                for table in SOAK_TABLES:
+                    max_files[table] = max(max_files[table], app.engine.file_count(f"heartbeat.{table}"))
+            if i % 500 == 0:
+                print(f"  soak: {i:,} of {ticks:,} ticks", file=sys.stderr, flush=True)
+        final = {t: app.engine.file_count(f"heartbeat.{t}") for t in SOAK_TABLES}
+        heartbeat.close()
+    first, last = statistics.median(walls[:100]), statistics.median(walls[-100:])
+    return {"ticks": ticks, "sensors": workload.n, "change_every": change_every,
+            "first_100_median_s": round(first, 4), "last_100_median_s": round(last, 4),
+            "drift": round(last / first, 3), "maintenance_runs": maintenance_runs,
+            "file_bound": settings.maintenance.compact_min_files, "max_files": max_files, "final_files": final,
+            "tick_walls": [round(w, 4) for w in walls]}
+
+
+def _count(text: str) -> int:
+    """``5000000``, ``5M``, ``200k``."""
+    text = text.strip().lower().replace("_", "").replace(",", "")
+    scale = {"k": 1_000, "m": 1_000_000}.get(text[-1:], 1)
+    return int(float(text[:-1] if scale > 1 else text) * scale)
 
 
 # -- entry points ------------------------------------------------------------------------------
@@ -441,7 +604,7 @@ def _meta(quick: bool, repeats: int, history: int) -> dict[str, Any]:
         "when": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "cpus": os.cpu_count(), "python": platform.python_version(), "machine": platform.machine(),
         "versions": {p: version(p) for p in ("pysail", "pyspark", "dbt-core", "dbt-spark", "deltalake")},
-        "quick": quick, "repeats": repeats, "history_per_source": history, "figures": "medians over the repeats",
+        "quick": quick, "repeats": repeats, "history_events": history, "figures": "medians over the repeats",
         "targets": {k: v[0] for k, v in TARGETS.items()},
     }
 
@@ -452,14 +615,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="one repetition of everything")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="where to write the JSON")
     parser.add_argument("--work-dir", type=Path, help="parent of the temporary lakehouses")
-    parser.add_argument("--history", type=int, default=0, metavar="N",
-                        help="age the lakehouse first: N old NEW_DATA events per source and N runs per job")
+    parser.add_argument("--history", type=_count, default=0, metavar="N",
+                        help="age the lakehouse first with N events of history (e.g. 200k, 5M)")
+    parser.add_argument("--by-history", metavar="N,N,...",
+                        help="run once per history size (e.g. 0,1M,5M) and print the figures by history")
+    parser.add_argument("--soak", type=_count, metavar="TICKS",
+                        help="TICKS consecutive ticks at the smallest size with a trickle of changes: drift and files")
     parser.add_argument("--measure", nargs=4, metavar=("ROOT", "N", "REPEATS", "HISTORY"), help=argparse.SUPPRESS)
+    parser.add_argument("--soak-measure", nargs=3, metavar=("ROOT", "N", "TICKS"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.measure:
         root, n, repeats, history = args.measure
         print(json.dumps(measure_size(Workload(Path(root), int(n)), int(repeats), int(history))))
         return 0
+    if args.soak_measure:
+        root, n, ticks = args.soak_measure
+        print(json.dumps(soak_measure(Workload(Path(root), int(n)), int(ticks))))
+        return 0
+    if args.soak:
+        return soak_main(min(int(s) for s in args.sizes.split(",")), args.soak, args.out, args.work_dir)
+    if args.by_history:
+        return by_history_main([int(s) for s in args.sizes.split(",")], [_count(h) for h in args.by_history.split(",")],
+                               args.quick, args.out, args.work_dir)
     results = run([int(s) for s in args.sizes.split(",")], args.quick, args.out, args.work_dir, args.history)
     print_report(results)
     print(f"\nwritten to {args.out}")

@@ -14,7 +14,7 @@
   Scenario A: J1 hard + J2 hard -> both must be NEW_EVENT_AVAILABLE.
   Scenario B: J1 hard + J2 soft -> J1 alone suffices; J2's new data, if any, rides along.
 #}
-{{ config(materialized='ephemeral') }}
+{{ config(materialized='view') }}
 
 with counts as (
   select

@@ -12,13 +12,13 @@ from __future__ import annotations
 import random
 
 import pytest
-
 from harness import Harness
 from harness import config_row as row
+
 from heartbeat_runner.maintenance import Maintenance
-from heartbeat_runner.settings import MaintenancePolicy
 from heartbeat_runner.operations import plan_reset
 from heartbeat_runner.records import Event, EventType, utcnow
+from heartbeat_runner.settings import MaintenancePolicy
 
 #: columns that differ between two builds of the same state (build time)
 VOLATILE = {"updated_at"}

@@ -205,3 +205,22 @@ def test_follow_a_product_by_table_name_asset_and_sensor_id_and_warn_on_a_key_th
     assert "warning: follow key 'sales.ordrs' matches no row" in verdict.verdict
     assert hb.job_status("TYPO") == {None} and hb.job_status("BY_TABLE") == {JobStatus.IN_PROGRESS.value}
 
+
+
+# -- found on the way ------------------------------------------------------------------------------
+
+def test_the_loaded_seed_stays_the_config_and_reseeding_it_is_a_no_op(lake):
+    """dbt wrote its seed SQL over the loaded CSV (absolute seed path), so every `seed` reloaded."""
+    seed_csv = lake.home / "dbt" / "seed" / "heartbeat_sensor_config.csv"
+    assert seed_csv.read_text().startswith("sensor_source,sensor_id,")
+    again = lake.cli("seed")
+    assert "unchanged" in again.stdout
+
+
+def test_the_models_can_be_built_twice_in_one_process(hb):
+    """The dependency rule was an ephemeral model whose CTE a reused dbt manifest lost on the second build."""
+    hb.jobs(J1=0)
+    hb.seed(row("trigger_file", "drop", "J1"))
+    hb.app.dbt.build_all()
+    hb.app.dbt.build_all()
+    assert explain(hb.app.store, "J1").verdict.startswith("waiting for new data")

@@ -7,9 +7,9 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from harness import HEADER, CliLakehouse, Harness, marker_jobs_file
 from harness import config_row as row
+
 from heartbeat_runner.faults import CRASH_EXIT_CODE
 from heartbeat_runner.records import TickStatus
 
