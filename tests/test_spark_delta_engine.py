@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from heartbeat_runner.spark_jars import pyspark_jar_artifacts, spark_jars, _artifact
+from heartbeat_runner.spark_jars import (SparkJarsError, _artifact, delta_connect_available, pyspark_jar_artifacts,
+                                         spark_jars)
 from heartbeat_runner.spark_local import (DELTA_COMMIT_CONFLICTS, SparkConnectProcess, open_classic_session,
                                           stop_classic_session)
 
@@ -89,6 +90,21 @@ def test_jars_are_cached_and_do_not_shadow_pyspark():
     names = {_artifact(j.name) for j in jars}
     assert "delta-spark_2.13" in names and "delta-storage" in names and "postgresql" in names
     assert not names & pyspark_jar_artifacts()
+
+
+def test_missing_maven_is_a_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("HEARTBEAT_SPARK_JARS_DIR", str(tmp_path / "empty-cache"))
+    monkeypatch.setenv("PATH", str(tmp_path))  # no mvn, no java
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    with pytest.raises(SparkJarsError, match=r"Maven \(mvn\) and Java 17 \(java\) not found"):
+        spark_jars()
+
+
+def test_delta_connect_availability_is_remembered():
+    first = delta_connect_available()
+    started = time.monotonic()
+    assert delta_connect_available() == first
+    assert time.monotonic() - started < 1, "the second answer comes from the cache, not from Maven"
 
 
 def test_append_merge_time_travel_history(engine):
