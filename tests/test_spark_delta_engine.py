@@ -1,0 +1,222 @@
+"""Apache Spark 4 + Delta Lake 4 (the JVM inside PySpark), in both shapes production uses.
+
+``classic``: a py4j SparkSession in this process (a Databricks job cluster's driver);
+``connect``: a Spark Connect server JVM reached through ``sc://`` (serverless / shared clusters).
+One JVM at a time: the module-scoped fixture finishes one shape before it starts the other.
+"""
+
+from __future__ import annotations
+
+import itertools
+import shutil
+import threading
+import time
+from dataclasses import dataclass
+
+import pytest
+
+from heartbeat_runner.spark_jars import (
+    SparkJarsError,
+    _artifact,
+    delta_connect_available,
+    pyspark_jar_artifacts,
+    spark_jars,
+)
+from heartbeat_runner.spark_local import (
+    DELTA_COMMIT_CONFLICTS,
+    SparkConnectProcess,
+    open_classic_session,
+    stop_classic_session,
+)
+
+pytestmark = [
+    pytest.mark.spark,
+    pytest.mark.skipif(not (shutil.which("java") and shutil.which("mvn")), reason="needs Java 17 and Maven"),
+    pytest.mark.timeout(600),
+]
+delta_tables = pytest.importorskip("delta.tables", reason="needs delta-spark: pip install 'heartbeat-runner[spark]'")
+
+_names = itertools.count()
+
+
+@dataclass
+class DeltaSpark:
+    """One running shape: its session, and whether delta-spark's DeltaTable API is served."""
+
+    mode: str
+    spark: object
+    delta_table_api: bool
+    url: str | None = None
+
+    def new_table(self, columns: str = "id bigint, v string", properties: str = "") -> str:
+        """A fresh Delta table ``s.t<n>`` (identifiers generated here, never from input)."""
+        name = f"s.t{next(_names)}"
+        tblproperties = f" TBLPROPERTIES ({properties})" if properties else ""
+        self.spark.sql(f"CREATE TABLE {name} ({columns}) USING delta{tblproperties}")
+        return name
+
+
+@pytest.fixture(scope="module", params=["classic", "connect"])
+def engine(request, tmp_path_factory):
+    lakehouse = tmp_path_factory.mktemp(f"lakehouse-{request.param}")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.delenv("SPARK_REMOTE", raising=False)  # left behind by Sail tests in the same process
+        if request.param == "classic":
+            yield from _classic(lakehouse)
+        else:
+            yield from _connect(lakehouse)
+
+
+def _classic(lakehouse):
+    spark = open_classic_session(lakehouse)
+    try:
+        spark.sql("CREATE SCHEMA IF NOT EXISTS s")
+        yield DeltaSpark("classic", spark, delta_table_api=True)
+    finally:
+        stop_classic_session(spark)
+
+
+def _connect(lakehouse):
+    from pyspark.sql import SparkSession
+
+    with SparkConnectProcess(lakehouse) as server:
+        spark = SparkSession.builder.remote(server.url).create()
+        try:
+            spark.sql("CREATE SCHEMA IF NOT EXISTS s")
+            yield DeltaSpark("connect", spark, delta_table_api=server.plugins_loaded, url=server.url)
+        finally:
+            spark.stop()
+
+
+def _rows(spark, sql: str) -> list[tuple]:
+    return [tuple(r) for r in spark.sql(sql).collect()]
+
+
+def test_jars_are_cached_and_do_not_shadow_pyspark():
+    started = time.monotonic()
+    jars = spark_jars()
+    assert time.monotonic() - started < 5, "a cached jar set is listed, not resolved again"
+    names = {_artifact(j.name) for j in jars}
+    assert "delta-spark_2.13" in names and "delta-storage" in names and "postgresql" in names
+    assert not names & pyspark_jar_artifacts()
+
+
+def test_missing_maven_is_a_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("HEARTBEAT_SPARK_JARS_DIR", str(tmp_path / "empty-cache"))
+    monkeypatch.setenv("PATH", str(tmp_path))  # no mvn, no java
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    with pytest.raises(SparkJarsError, match=r"Maven \(mvn\) and Java 17 \(java\) not found"):
+        spark_jars()
+
+
+def test_delta_connect_availability_is_remembered():
+    first = delta_connect_available()
+    started = time.monotonic()
+    assert delta_connect_available() == first
+    assert time.monotonic() - started < 1, "the second answer comes from the cache, not from Maven"
+
+
+def test_append_merge_time_travel_history(engine):
+    spark = engine.spark
+    t = engine.new_table()
+    spark.sql(f"INSERT INTO {t} VALUES (1, 'a'), (2, 'b')")
+    spark.createDataFrame([(3, "c")], "id bigint, v string").write.mode("append").insertInto(t)
+    spark.sql(f"""MERGE INTO {t} AS tgt
+                  USING (SELECT * FROM VALUES (2, 'B'), (4, 'd') AS src(id, v)) AS src ON tgt.id = src.id
+                  WHEN MATCHED THEN UPDATE SET v = src.v
+                  WHEN NOT MATCHED THEN INSERT *""")
+    assert _rows(spark, f"SELECT * FROM {t} ORDER BY id") == [(1, "a"), (2, "B"), (3, "c"), (4, "d")]
+    assert _rows(spark, f"SELECT * FROM {t} VERSION AS OF 1 ORDER BY id") == [(1, "a"), (2, "b")]
+    # DESCRIBE HISTORY is a command, not a query: it cannot be a subquery
+    history = [tuple(r) for r in spark.sql(f"DESCRIBE HISTORY {t}").select("version", "operation")
+               .orderBy("version").collect()]
+    assert history == [(0, "CREATE TABLE"), (1, "WRITE"), (2, "WRITE"), (3, "MERGE")]
+
+
+def test_change_data_feed(engine):
+    spark = engine.spark
+    t = engine.new_table(properties="'delta.enableChangeDataFeed' = 'true'")
+    spark.sql(f"INSERT INTO {t} VALUES (1, 'a'), (2, 'b')")  # version 1
+    spark.sql(f"UPDATE {t} SET v = 'B' WHERE id = 2")          # version 2
+    spark.sql(f"DELETE FROM {t} WHERE id = 1")                 # version 3
+    changes = (spark.read.format("delta").option("readChangeFeed", "true")
+               .option("startingVersion", 2).option("endingVersion", 3).table(t))
+    got = sorted((r["id"], r["v"], r["_change_type"], r["_commit_version"]) for r in changes.collect())
+    assert got == [(1, "a", "delete", 3), (2, "B", "update_postimage", 2), (2, "b", "update_preimage", 2)]
+    via_sql = _rows(spark, f"SELECT count(*) FROM table_changes('{t}', 1, 3)")
+    assert via_sql == [(5,)]
+
+
+def test_delta_table_api(engine):
+    """delta-spark's DeltaTable: native in the classic shape; over Spark Connect it needs Delta's
+    Connect plugin on the server (io.delta:delta-connect-server), else the server rejects the plan."""
+    from delta.tables import DeltaTable
+
+    spark = engine.spark
+    t = engine.new_table()
+    spark.sql(f"INSERT INTO {t} VALUES (1, 'a'), (2, 'b')")
+    if not engine.delta_table_api:
+        with pytest.raises(Exception, match="No handler found for extension"):
+            DeltaTable.forName(spark, t).history().collect()
+        pytest.xfail("Delta Connect plugin (io.delta:delta-connect-server_2.13) not resolvable from Maven here")
+    table = DeltaTable.forName(spark, t)
+    source = spark.createDataFrame([(2, "B"), (3, "c")], "id bigint, v string")
+    (table.alias("tgt").merge(source.alias("src"), "tgt.id = src.id")
+     .whenMatchedUpdate(set={"v": "src.v"}).whenNotMatchedInsertAll().execute())
+    assert sorted(tuple(r) for r in table.toDF().collect()) == [(1, "a"), (2, "B"), (3, "c")]
+    assert [r["operation"] for r in table.history().orderBy("version").collect()] == ["CREATE TABLE", "WRITE", "MERGE"]
+    detail = table.detail().collect()[0]
+    assert detail["format"] == "delta" and detail["name"].endswith(t.split(".")[1])
+
+
+def test_version_as_of_after_1000_row_merge(engine):
+    spark = engine.spark
+    t = engine.new_table("id bigint, v bigint")
+    spark.sql(f"INSERT INTO {t} SELECT id, 0 FROM range(1000)")
+    spark.sql(f"""MERGE INTO {t} AS tgt USING (SELECT id, 1 AS v FROM range(500, 1500)) AS src ON tgt.id = src.id
+                  WHEN MATCHED THEN UPDATE SET v = src.v WHEN NOT MATCHED THEN INSERT *""")
+    assert _rows(spark, f"SELECT count(*), sum(v) FROM {t}") == [(1500, 1000)]
+    assert _rows(spark, f"SELECT count(*), sum(v) FROM {t} VERSION AS OF 1") == [(1000, 0)]
+
+
+def test_commit_conflict_error_text(engine):
+    """Two MERGEs of one table at once: the loser's error names the Delta conflict (the texts the
+    runner's retry must recognise, DELTA_COMMIT_CONFLICTS). Races are not forced, so bounded tries."""
+    t = engine.new_table("id bigint, v bigint")
+    engine.spark.sql(f"INSERT INTO {t} SELECT id, 0 FROM range(100)")
+    merge = (f"MERGE INTO {t} AS tgt USING (SELECT id, 1 AS v FROM range(100)) AS src ON tgt.id = src.id "
+             "WHEN MATCHED THEN UPDATE SET v = tgt.v + src.v")
+    for _ in range(5):
+        errors = _race(engine, merge)
+        if errors:
+            break
+    else:
+        pytest.skip("no commit conflict happened in 5 rounds of two concurrent MERGEs")
+    text = errors[0].lower()
+    assert "delta_concurrent_append" in text and "concurrent update" in text
+    assert any(marker in text for marker in DELTA_COMMIT_CONFLICTS)
+
+
+def _race(engine: DeltaSpark, sql: str) -> list[str]:
+    """Run ``sql`` in two threads at once (a session each on Connect); the errors' texts."""
+    from pyspark.sql import SparkSession
+
+    errors: list[str] = []
+    barrier = threading.Barrier(2)
+
+    def run(session) -> None:
+        barrier.wait()
+        try:
+            session.sql(sql)
+        except Exception as exc:  # noqa: BLE001 - the text is what is checked
+            errors.append(str(exc))
+
+    other = SparkSession.builder.remote(engine.url).create() if engine.url else engine.spark
+    threads = [threading.Thread(target=run, args=(s,)) for s in (engine.spark, other)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if other is not engine.spark:
+        other.stop()
+    return errors
