@@ -31,6 +31,7 @@ from heartbeat_runner.faults import crash_point
 from heartbeat_runner.records import utcnow
 from heartbeat_runner.settings import MaintenancePolicy
 from heartbeat_runner.store import (
+    ARCHIVE_KEYS,
     EVENTS,
     EVENTS_ARCHIVE,
     LIVE_EVENTS_VIEW,
@@ -126,7 +127,7 @@ class Maintenance:
         newest = Window.partitionBy("source_key").orderBy(F.col("snapshot_ts").desc())
         old_report = (report.withColumn("recency", F.row_number().over(newest))
                       .where((F.col("snapshot_ts") < F.lit(cutoff)) & (F.col("recency") > 1))
-                      .select(F.concat_ws("|", "run_id", "source_key").alias("report_key")).distinct())
+                      .select(F.expr(ARCHIVE_KEYS[RUN_REPORT])).distinct())
         moved_runs = self._move(RUNS, RUNS_ARCHIVE, old_runs, "runs")
         moved_report = self._move(RUN_REPORT, RUN_REPORT_ARCHIVE, old_report, "report")
         return moved_runs, moved_report

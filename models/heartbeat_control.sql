@@ -2,7 +2,8 @@
   The control table: one row per (sensor_source, sensor_id, trigger_job_id).
 
   Config columns come from the seed; status and timestamps are derived from the
-  append-only events table, so this model can always be rebuilt from the two and
+  events table (the hot log: maintenance moves only events this derivation can no
+  longer read to the archive, see heartbeat_events_live), so it can always be rebuilt and
   a crash between steps of a tick can never leave it inconsistent.
 
   Status of a row (its job's lifecycle first, then its own source's data):
