@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from heartbeat_runner import delta_log
 from heartbeat_runner.engine import Engine
 from heartbeat_runner.names import sql_string
 from heartbeat_runner.records import Event, JobStatus, RunSummary, SensorEvaluation, as_utc
@@ -180,11 +179,7 @@ class TableStore:
 
     def events_version(self) -> int | None:
         """Version of the events table: changes with every append (cheap change detection)."""
-        location = self.engine.own_location(EVENTS)
-        if location is not None:
-            return delta_log.latest_version(location)
-        rows = self.spark.sql(f"DESCRIBE HISTORY {self.name(EVENTS)} LIMIT 1").collect()
-        return int(rows[0]["version"]) if rows else None
+        return self.engine.table_version(self.name(EVENTS))
 
     def read(self, relation: str, *where: Cond, order_by: Sequence[str] = (),
              limit: int | None = None, columns: Sequence[str] = ("*",)) -> list[dict]:
