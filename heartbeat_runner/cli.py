@@ -457,10 +457,8 @@ def cmd_maintain(args: argparse.Namespace, settings: Settings) -> int:
         app.ensure_views()
         app.dbt.refresh_control(app.store.events_version())  # the live set is judged on current state
         maintenance = app.maintenance(_progress(args))
-        built = app.dbt.built_version() == str(app.store.events_version())
-        done = maintenance.run(compact_all=args.compact_all)
-        if built:
-            app.dbt.mark_built(app.store.events_version())
+        with app.dbt.keeping_built_marker(app.store.events_version):
+            done = maintenance.run(compact_all=args.compact_all)
     if args.json:
         emit_json(done.as_dict())
         return 0

@@ -13,7 +13,7 @@ import logging
 import os
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -230,6 +230,15 @@ class DbtProject:
     @property
     def _marker(self) -> Path:
         return self.work_dir / "built_events_version"
+
+    @contextlib.contextmanager
+    def keeping_built_marker(self, events_version: Callable[[], int | None]) -> Iterator[None]:
+        """For writes that change the events table's version but not what the control table derives
+        from it (maintenance): if the table was current before, it is marked current after."""
+        current = self.built_version() == str(events_version())
+        yield
+        if current:
+            self.mark_built(events_version())
 
     def built_version(self) -> str | None:
         return self._marker.read_text().strip() if self._marker.exists() else None

@@ -231,11 +231,8 @@ class Heartbeat:
     def run_maintenance(self) -> MaintenanceResult:
         """Archive and compact; the control table does not change, so its build marker moves along."""
         assert self.maintenance is not None
-        built = self.dbt.built_version() == str(self.store.events_version())
-        done = self.maintenance.run()
-        if built:
-            self.dbt.mark_built(self.store.events_version())
-        return done
+        with self.dbt.keeping_built_marker(self.store.events_version):
+            return self.maintenance.run()
 
     def close(self) -> None:
         """Write the summary of a pending idle streak (call when the runner stops)."""

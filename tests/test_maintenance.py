@@ -52,7 +52,7 @@ def test_a_pending_idle_streak_is_written_when_the_runner_stops(tmp_path):
         hb.tick()
         hb.tick()
         hb.heartbeat.close()
-        runs = hb.app.store.read("heartbeat_runs")
+        runs = hb.app.store.read("heartbeat_runs", order_by=["snapshot_ts"])
         assert len(runs) == before + 1 and "2 idle tick(s)" in runs[-1]["message"]
 
 

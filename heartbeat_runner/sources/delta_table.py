@@ -115,10 +115,9 @@ class DeltaRef:
         if self.local_dir is not None:
             return delta_log.latest_version(self.local_dir)
         try:
-            row = self.engine.spark.sql(f"DESCRIBE HISTORY {self.sql_name} LIMIT 1").collect()
+            return self.engine.table_version(self.sql_name)
         except Exception as exc:  # noqa: BLE001 - any engine error means we cannot see the table
             raise SourceError(f"cannot read the history of {self.sql_name}: {exc}") from exc
-        return int(row[0]["version"]) if row else None
 
     def added_data_between(self, after: int, up_to: int) -> bool:
         if self.local_dir is None:
