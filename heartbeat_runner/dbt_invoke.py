@@ -129,6 +129,7 @@ class DbtProject:
             "--target", self.settings.target,
             "--vars", json.dumps({"heartbeat_location_root": location_root,
                                   "heartbeat_archive_margin_minutes": self.settings.archive_margin_minutes,
+                                  "heartbeat_stage_events": self.engine.ops.stage_events,
                                   **(extra_vars or {})}),
             "--log-path", str(self.work_dir / "logs"),
         ]

@@ -15,7 +15,6 @@ from pathlib import Path
 from heartbeat_runner.app import App, open_app
 from heartbeat_runner.config import load_config
 from heartbeat_runner.errors import HeartbeatError
-from heartbeat_runner.names import sql_string
 from heartbeat_runner.output import STATUS_COLUMNS, emit
 from heartbeat_runner.records import JobStatus
 from heartbeat_runner.settings import Settings
@@ -65,10 +64,7 @@ def _create_upstreams(app: App) -> None:
     spark = app.engine.spark
     for schema, table, columns in (("demo_sales", "orders", "order_id bigint, amount double, customer string"),
                                    ("demo_uploads", "sales_targets", "region string, target double")):
-        location = app.engine.local_location(f"{schema}.{table}")
-        spark.sql(f"CREATE SCHEMA IF NOT EXISTS {schema}")
-        spark.sql(f"CREATE TABLE IF NOT EXISTS {schema}.{table} ({columns}) USING delta "
-                  f"LOCATION {sql_string(str(location))}")
+        app.engine.create_delta_table(f"{schema}.{table}", columns)
     spark.sql("INSERT INTO demo_sales.orders VALUES (1, 120.0, 'acme'), (2, 80.0, 'globex')")
     spark.sql("INSERT INTO demo_uploads.sales_targets VALUES ('emea', 1000.0)")
 

@@ -78,14 +78,20 @@ class Maintenance:
         self.engine = store.engine
         self.policy = policy
         self.progress = progress
+        self._next_check = 0.0  # monotonic time before which due() answers False without reading
 
     # -- when -----------------------------------------------------------------------------------
 
     def due(self) -> bool:
         """One of Heartbeat's tables references more than ``compact_min_files`` data files.
 
-        Reads table metadata only (the Delta log locally); the tick asks only after it wrote.
+        Reads table metadata only (the Delta log locally); the tick asks only after it wrote. Where
+        that costs a query per table, at most once per the engine's ``maintenance_check_interval_s``.
         """
+        now = time.monotonic()
+        if now < self._next_check:
+            return False
+        self._next_check = now + self.engine.ops.maintenance_check_interval_s
         return any(self.engine.file_count(self.store.name(t)) > self.policy.compact_min_files for t in OWN_TABLES)
 
     # -- what -----------------------------------------------------------------------------------

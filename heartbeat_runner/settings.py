@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-TARGETS = ("local", "spark", "databricks")
+TARGETS = ("local", "spark-local", "spark", "databricks")
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -58,6 +58,11 @@ class Settings:
     max_workers: int = 8
     sensor_timeout_s: float = 60.0
     replay_new_sensors: bool = False
+    #: the spark-local target: ``classic`` (a SparkSession in this process, as on a job cluster)
+    #: or ``connect`` (a local Spark Connect server, as serverless); where it keeps its metastore
+    #: and warehouse (default ``<lakehouse>/spark``)
+    spark_mode: str = "classic"
+    spark_dir: Path | None = None
     #: runs longer than this are reported each tick (None: no limit)
     max_run_duration_s: float | None = None
     #: ... and cancelled, when the backend can cancel runs
@@ -84,6 +89,10 @@ class Settings:
     @property
     def effective_trigger_dir(self) -> Path:
         return self.trigger_dir or self.lakehouse_dir / "triggers"
+
+    @property
+    def effective_spark_dir(self) -> Path:
+        return self.spark_dir or self.lakehouse_dir / "spark"
 
     @property
     def effective_jobs_file(self) -> Path:
@@ -161,6 +170,8 @@ def load_settings(
         max_workers=int(env.get("HEARTBEAT_MAX_WORKERS", "8")),
         sensor_timeout_s=float(env.get("HEARTBEAT_SENSOR_TIMEOUT", "60")),
         replay_new_sensors=_flag(env.get("HEARTBEAT_REPLAY_NEW_SENSORS")),
+        spark_mode=_choice(env.get("HEARTBEAT_SPARK_MODE") or "classic", ("classic", "connect"), "HEARTBEAT_SPARK_MODE"),
+        spark_dir=_path(env.get("HEARTBEAT_SPARK_DIR")),
         max_run_duration_s=float(env["HEARTBEAT_MAX_RUN_DURATION"]) if env.get("HEARTBEAT_MAX_RUN_DURATION") else None,
         cancel_overdue_runs=_flag(env.get("HEARTBEAT_CANCEL_OVERDUE_RUNS")),
         retry_policy_file=_path(env.get("HEARTBEAT_RETRY_POLICY")),
@@ -169,6 +180,12 @@ def load_settings(
         auto_maintenance=(env.get("HEARTBEAT_MAINTENANCE") or "on").strip().lower() not in ("off", "false", "0", "no"),
         archive_margin_minutes=float(env.get("HEARTBEAT_ARCHIVE_MARGIN_MINUTES", "10")),
     )
+
+
+def _choice(value: str, allowed: tuple[str, ...], what: str) -> str:
+    if value not in allowed:
+        raise ValueError(f"{what} {value!r} is not one of {', '.join(allowed)}")
+    return value
 
 
 def _maintenance_policy(env: dict[str, str]) -> MaintenancePolicy:

@@ -80,14 +80,21 @@ def delta_confs(lakehouse_dir: Path, *, cores: int = 2) -> dict[str, str]:
         "spark.hadoop.javax.jdo.option.ConnectionURL": f"jdbc:derby:;databaseName={metastore};create=true",
         "spark.driver.extraJavaOptions": java_options,
         "spark.sql.session.timeZone": "UTC",
-        "spark.sql.shuffle.partitions": str(cores),
+        # Heartbeat's tables are small: one shuffle partition and no adaptive re-planning make the
+        # control model's build ~2x faster here (measured: 6.5 s -> 2.5 s for its SELECT)
+        "spark.sql.shuffle.partitions": "1",
+        "spark.sql.adaptive.enabled": "false",
         "spark.default.parallelism": str(cores),
-        "spark.databricks.delta.snapshotPartitions": str(cores),
+        "spark.databricks.delta.snapshotPartitions": "1",
+        # MERGE sources here are deterministic reads of Delta tables: no need to copy them first
+        "spark.databricks.delta.merge.materializeSource": "none",
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.driver.host": "127.0.0.1",
         "spark.driver.bindAddress": "127.0.0.1",
         "spark.driver.memory": "1g",
+        # maintenance's retention (hours, HEARTBEAT_VACUUM_RETENTION_HOURS) applies as on the embedded engine
+        "spark.databricks.delta.retentionDurationCheck.enabled": "false",
     }
 
 
@@ -293,3 +300,93 @@ def _wait_or_kill(proc: subprocess.Popen, *, process_group: bool) -> None:
         log.warning("Spark JVM %s did not stop in %.0fs; killing it", proc.pid, STOP_GRACE_S)
         send(signal.SIGKILL)
         proc.wait(timeout=STOP_GRACE_S)
+
+
+# -- one local Spark per process (the spark-local target) ----------------------------------------
+
+#: the two shapes of the ``spark-local`` target (HEARTBEAT_SPARK_MODE)
+SPARK_MODES = ("classic", "connect")
+
+
+@dataclass
+class LocalSpark:
+    """A running local Spark + Delta: its session, and whether delta-spark's DeltaTable API works."""
+
+    mode: str
+    spark_dir: Path
+    spark: SparkSession
+    delta_table_api: bool
+    url: str | None = None
+    _stop: object = field(default=None, repr=False)
+
+    def stop(self) -> None:
+        stop, self._stop = self._stop, None
+        if callable(stop):
+            stop()
+
+
+_running: LocalSpark | None = None
+
+
+def local_spark(spark_dir: Path, mode: str) -> LocalSpark:
+    """The process's local Spark for ``spark_dir`` in ``mode``, started on first use and kept.
+
+    A JVM takes 8-20 s to start and holds the Derby metastore of ``spark_dir``, so it lives as
+    long as the process (stopped at exit), and every engine opened on the same ``spark_dir`` and
+    mode shares it; asking for another one stops the running one first. Classic mode drops
+    ``SPARK_REMOTE`` from this process's environment (dbt-spark must find the classic session);
+    connect mode points it at the server, as the embedded engine does.
+    """
+    global _running
+    if mode not in SPARK_MODES:
+        raise ValueError(f"HEARTBEAT_SPARK_MODE {mode!r} is not one of {', '.join(SPARK_MODES)}")
+    spark_dir = Path(spark_dir).resolve()
+    if _running is not None and (_running.spark_dir, _running.mode) == (spark_dir, mode):
+        if mode == "connect" and _running.url:
+            os.environ["SPARK_REMOTE"] = _running.url
+        else:
+            _leave_connect_mode()
+        return _running
+    stop_local_spark()
+    _running = _start_classic(spark_dir) if mode == "classic" else _start_connect(spark_dir)
+    atexit.register(stop_local_spark)
+    return _running
+
+
+def stop_local_spark() -> None:
+    """Stop the process's local Spark, if one runs (idempotent)."""
+    global _running
+    running, _running = _running, None
+    if running is not None:
+        running.stop()
+
+
+def _leave_connect_mode() -> None:
+    """PySpark decides classic vs Connect from the environment: a Connect session (the embedded
+    engine's) leaves SPARK_REMOTE and SPARK_CONNECT_MODE_ENABLED behind."""
+    os.environ.pop("SPARK_REMOTE", None)
+    os.environ.pop("SPARK_CONNECT_MODE_ENABLED", None)
+
+
+def _start_classic(spark_dir: Path) -> LocalSpark:
+    _leave_connect_mode()
+    spark = open_classic_session(spark_dir)
+    return LocalSpark("classic", spark_dir, spark, delta_table_api=True,
+                      _stop=lambda: stop_classic_session(spark))
+
+
+def _start_connect(spark_dir: Path) -> LocalSpark:
+    from pyspark.sql import SparkSession
+
+    server = SparkConnectProcess(spark_dir)
+    url = server.start()
+    os.environ["SPARK_REMOTE"] = url
+    spark = SparkSession.builder.remote(url).create()
+
+    def stop() -> None:
+        try:
+            spark.stop()
+        finally:
+            server.stop()
+
+    return LocalSpark("connect", spark_dir, spark, delta_table_api=server.plugins_loaded, url=url, _stop=stop)

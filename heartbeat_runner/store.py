@@ -19,6 +19,7 @@ from heartbeat_runner.names import sql_string
 from heartbeat_runner.records import Event, JobStatus, RunSummary, SensorEvaluation, as_utc
 from heartbeat_runner.settings import validate_identifier
 from heartbeat_runner.sources.base import SensingTarget
+from heartbeat_runner.spark_local import DELTA_COMMIT_CONFLICTS
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame
@@ -70,10 +71,12 @@ WRITE_ATTEMPTS = 5
 #: How a Delta commit that lost a race with another writer reads (Sail 0.7, measured with two
 #: processes writing one table, e.g. two MERGEs): "Failed to commit transaction: 0" and, on a
 #: new table, "Missing commit file: expected version 0, found 7". Sail retries plain appends
-#: itself (it logs "The transaction N already exists, will retry!"); the rest are delta-rs' names.
+#: itself (it logs "The transaction N already exists, will retry!"); then delta-rs' names, and
+#: Delta on Apache Spark's (spark_local.DELTA_COMMIT_CONFLICTS).
 COMMIT_CONFLICTS = ("failed to commit transaction", "transaction failed", "missing commit file",
                     "already exists, will retry", "version already exists", "max commit attempts",
-                    "concurrent transaction", "commit conflict", "metadata changed since last commit")
+                    "concurrent transaction", "commit conflict", "metadata changed since last commit",
+                    *DELTA_COMMIT_CONFLICTS)
 
 
 def column_type(name: str) -> str:
@@ -223,8 +226,7 @@ class TableStore:
     def delete_staged(self, table: str) -> None:
         """Delete the rows of ``table`` whose key is staged (one commit; rows appended meanwhile stay)."""
         key = ARCHIVE_KEYS[table]
-        self.spark.sql(f"MERGE INTO {self.name(table)} t USING {self.name(ARCHIVE_BATCH)} b "
-                       f"ON {_prefixed(key, 't')} = b.archive_key WHEN MATCHED THEN DELETE")
+        self.engine.delete_matched(self.name(table), self.name(ARCHIVE_BATCH), f"{_prefixed(key, 't')} = b.archive_key")
 
     def delete_older_than(self, table: str, column: str, cutoff: datetime) -> int:
         """Delete rows of ``table`` with ``column`` before ``cutoff`` (retention); return how many."""
@@ -233,8 +235,7 @@ class TableStore:
         old = self.spark.table(self.name(table)).where(F.col(validate_identifier(column, "column")) < F.lit(cutoff))
         count = old.count()
         if count:
-            literal = sql_string(cutoff.strftime("%Y-%m-%d %H:%M:%S.%f"))
-            self.spark.sql(f"DELETE FROM {self.name(table)} WHERE {column} < CAST({literal} AS TIMESTAMP)")
+            self.engine.delete_before(self.name(table), column, cutoff)
         return count
 
     def probe(self, relation: str) -> None:

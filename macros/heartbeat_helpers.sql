@@ -52,6 +52,35 @@
   )
 {%- endmacro %}
 
+{#
+  The events a build of heartbeat_control reads: heartbeat_events(), or, when the engine
+  asks for it (var heartbeat_stage_events, set by the runner's engine adapter), a cached
+  temporary view of them made by the model's pre-hook. Apache Spark inlines a deterministic
+  CTE at every reference, so the control model's dozen references to `events` become a
+  dozen copies of the window over the log, and the optimizer spends seconds on them; read
+  from one cached relation the plan is small (measured: planning 2.6 s -> 0.9 s).
+#}
+{% macro heartbeat_build_events() -%}
+  {%- if var('heartbeat_stage_events', false) -%}
+  (select * from heartbeat_events_staged)
+  {%- else -%}
+  {{ heartbeat_events() }}
+  {%- endif -%}
+{%- endmacro %}
+
+{% macro heartbeat_stage_events() -%}
+  {%- if var('heartbeat_stage_events', false) -%}
+  cache table heartbeat_events_staged as select * from {{ heartbeat_events() }} staged
+  {%- endif -%}
+{%- endmacro %}
+
+{# Drops the cached view (a failed build may have left one behind): before staging and after the build. #}
+{% macro heartbeat_unstage_events() -%}
+  {%- if var('heartbeat_stage_events', false) -%}
+  drop view if exists heartbeat_events_staged
+  {%- endif -%}
+{%- endmacro %}
+
 {# The latest event of each partition (ties broken by event id), from a CTE or subquery of events. #}
 {% macro heartbeat_latest(events_relation, partition_by) -%}
   (

@@ -22,6 +22,8 @@
     materialized='incremental',
     incremental_strategy='merge',
     unique_key=['sensor_source', 'sensor_id', 'trigger_job_id'],
+    pre_hook=["{{ heartbeat_unstage_events() }}", "{{ heartbeat_stage_events() }}"],
+    post_hook="{{ heartbeat_unstage_events() }}",
   )
 }}
 
@@ -53,7 +55,7 @@ previous as (
 ),
 {% endif %}
 
-events as {{ heartbeat_events() }},
+events as {{ heartbeat_build_events() }},
 
 trigger_errors as (
   select * from events where event_type = 'TRIGGER_ERROR'

@@ -19,6 +19,9 @@ from heartbeat_runner.store import Cond
 from heartbeat_runner.tick import Heartbeat, TickResult
 
 HEADER = ",".join(COLUMNS)
+#: the engines a test marked ``engines`` runs on: the embedded default, then Apache Spark + Delta
+#: in its two shapes (a classic session in this process; a local Spark Connect server)
+ENGINES = ("sail", "spark-classic", "spark-connect")
 
 
 def config_row(source: str, sensor_id: str, job: str, *, hard: str = "TRUE", state: str = "UNPAUSED",
@@ -32,8 +35,15 @@ def config_row(source: str, sensor_id: str, job: str, *, hard: str = "TRUE", sta
 class Harness:
     """Drives Heartbeat in-process on a temporary lakehouse."""
 
-    def __init__(self, root: Path, **settings_env: str):
+    def __init__(self, root: Path, *, engine: str = "sail", spark_dir: Path | None = None, **settings_env: str):
+        """``engine``: one of ENGINES. The Spark ones share one JVM per process (``spark_dir``) and a
+        persistent metastore: a harness drops the schemas it used (its own and the upstream ones) at exit."""
         self.root = root
+        self.engine_kind = engine
+        self._schemas: set[str] = set()
+        if engine != "sail":
+            settings_env = {"HEARTBEAT_TARGET": "spark-local", "HEARTBEAT_SPARK_MODE": engine.removeprefix("spark-"),
+                            "HEARTBEAT_SPARK_DIR": str(spark_dir or root / "spark"), **settings_env}
         self.home = root / "lakehouse"
         self.config_path = root / "config.csv"
         self.jobs_path = root / "heartbeat_jobs.yml"
@@ -49,10 +59,21 @@ class Harness:
 
     def __enter__(self) -> Harness:
         self.app = self._stack.enter_context(open_app(self.settings))
+        if self.engine_kind != "sail":
+            self._schemas.add(self.settings.schema)
+            self._stack.callback(self._drop_schemas)
         return self
 
     def __exit__(self, *exc) -> None:
         self._stack.close()
+
+    def _drop_schemas(self) -> None:
+        for schema in sorted(self._schemas):
+            if schema == "default":
+                for table in self.spark.catalog.listTables("default"):
+                    self.spark.sql(f"DROP TABLE IF EXISTS default.{table.name}")
+            else:
+                self.spark.sql(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
 
     @property
     def spark(self):
@@ -85,11 +106,10 @@ class Harness:
 
     # -- upstream data ------------------------------------------------------------------------
 
-    def create_table(self, name: str, columns: str) -> None:
-        schema = name.split(".")[0]
-        location = self.app.engine.local_location(name)
-        self.spark.sql(f"CREATE SCHEMA IF NOT EXISTS {schema}")
-        self.spark.sql(f"CREATE TABLE IF NOT EXISTS {name} ({columns}) USING delta LOCATION '{location}'")
+    def create_table(self, name: str, columns: str, properties: str = "") -> None:
+        """An upstream Delta table (at a fixed location on Sail, managed on Spark)."""
+        self._schemas.add(name.split(".")[0] if "." in name else "default")
+        self.app.engine.create_delta_table(name, columns, properties)
 
     def insert(self, name: str, values: str) -> None:
         self.spark.sql(f"INSERT INTO {name} VALUES {values}")

@@ -1,9 +1,15 @@
 """The status lifecycle and the dependency rule, end to end on the embedded lakehouse."""
 
+import pytest
 from harness import config_row as row
 from harness import sense_and_record
 
+#: the dependency rule and the lifecycle on both Spark shapes; the rest on Sail and Spark classic
+ALL = pytest.mark.engines
+CLASSIC = pytest.mark.engines("sail", "spark-classic")
 
+
+@ALL
 def test_full_lifecycle_null_new_event_in_progress_completed(hb):
     hb.create_table("sales.orders", "id int, amount double")
     hb.insert("sales.orders", "(1, 10.0)")
@@ -51,6 +57,7 @@ def test_scenario_a_two_hard_dependencies_both_needed(hb):
     assert hb.runs_of("J3") == 1
 
 
+@ALL
 def test_scenario_b_hard_plus_soft_hard_alone_suffices_soft_never_alone(hb):
     for name in ("up.j1", "up.j2"):
         hb.create_table(name, "id int")
@@ -70,6 +77,7 @@ def test_scenario_b_hard_plus_soft_hard_alone_suffices_soft_never_alone(hb):
     assert hb.runs_of("J3") == 1
 
 
+@CLASSIC
 def test_paused_job_is_neither_sensed_nor_triggered(hb):
     hb.create_table("up.t", "id int")
     hb.jobs(J1=0)

@@ -144,3 +144,41 @@ def test_unknown_connection_and_bad_url(engine):
         sense(sense_context(engine, {"jdbc": {"warehouse": {"url": "not a url"}}}), "orders")
     with pytest.raises(SourceError, match=r"jdbc\.warehouse: unknown setting\(s\) connect_timeout; expected url"):
         sense(sense_context(engine, {"jdbc": {"warehouse": {"url": "sqlite://", "connect_timeout": 3}}}), "orders")
+
+
+# --- reader: spark, settings and the embedded engine (the Spark reader itself: test_source_jdbc_spark.py) ---
+
+def spark_entry(postgres, **settings):
+    return {"reader": "spark", "jdbc_url": f"jdbc:postgresql://127.0.0.1:{postgres.port}/postgres", "user": "reader",
+            "password": {"env": "TEST_PG_PASSWORD"}, **settings}
+
+
+@pytest.mark.parametrize("settings, problem", [
+    ({"reader": "odbc"}, "jdbc.warehouse: reader 'odbc' is not one of sqlalchemy, spark"),
+    ({"password": "reader-secret"}, "jdbc.warehouse: the password must come from the environment"),
+    ({"fetch_size": 10}, "jdbc.warehouse: unknown setting(s) fetch_size; expected reader, jdbc_url, user"),
+    ({"jdbc_url": "postgresql://h/db"}, "reader spark needs jdbc_url, a JDBC URL"),
+    ({"jdbc_url": "jdbc:postgresql://h/db?user=reader&password=reader-secret"}, "must not carry the password"),
+    ({"options": {"password": "x"}}, "options must map JDBC option names to values, other than dbtable"),
+])
+def test_spark_reader_settings_are_checked(engine, postgres, monkeypatch, settings, problem):
+    monkeypatch.setenv("TEST_PG_PASSWORD", "reader-secret")
+    ctx = sense_context(engine, {"jdbc": {"warehouse": spark_entry(postgres, **settings)}})
+    with pytest.raises(SourceError) as caught:
+        sense(ctx, "orders")
+    assert problem in str(caught.value) and "reader-secret" not in str(caught.value)
+
+
+def test_spark_reader_on_the_embedded_engine_is_a_clear_error(engine, postgres, monkeypatch):
+    monkeypatch.setenv("TEST_PG_PASSWORD", "reader-secret")
+    ctx = sense_context(engine, {"jdbc": {"warehouse": spark_entry(postgres)}})
+    with pytest.raises(SourceError, match=r"jdbc 'warehouse:public.orders': the Spark JDBC reader \(reader: spark\) "
+                                          r"needs Apache Spark or Databricks; the embedded engine \(Sail\)"):
+        sense(ctx, "orders")
+
+
+def test_reader_from_the_environment_fallback(engine, postgres, monkeypatch):
+    monkeypatch.setenv("HEARTBEAT_JDBC_WAREHOUSE_READER", "spark")
+    monkeypatch.setenv("HEARTBEAT_JDBC_WAREHOUSE_JDBC_URL", "jdbc:postgresql://127.0.0.1:1/postgres")
+    with pytest.raises(SourceError, match="needs Apache Spark or Databricks"):
+        sense(sense_context(engine), "orders")

@@ -1,8 +1,12 @@
 """delta_table / lmu_delta_table and trigger_file sources through full ticks."""
 
+import pytest
 from harness import config_row as row
 
 from heartbeat_runner.store import Cond
+
+#: runs on Sail and on Apache Spark + Delta (classic); see tests/conftest.py
+ON_SPARK = pytest.mark.engines("sail", "spark-classic")
 
 
 def test_preprocess_query_filters_new_rows(hb):
@@ -21,6 +25,7 @@ def test_preprocess_query_filters_new_rows(hb):
     assert event["rows"] == 1
 
 
+@ON_SPARK
 def test_upstream_key_cursor_advances_across_ticks(hb):
     hb.create_table("shop.loads", "load_id bigint, note string")
     hb.insert("shop.loads", "(10, 'old')")
@@ -52,6 +57,7 @@ def test_new_commit_without_new_keys_is_not_new_data(hb):
     assert hb.tick().triggered == []
 
 
+@ON_SPARK
 def test_trigger_file_new_file_since_cursor(hb):
     hb.jobs(T=0)
     hb.drop_trigger_file("landing", "old.done")

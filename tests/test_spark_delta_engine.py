@@ -2,7 +2,7 @@
 
 ``classic``: a py4j SparkSession in this process (a Databricks job cluster's driver);
 ``connect``: a Spark Connect server JVM reached through ``sc://`` (serverless / shared clusters).
-One JVM at a time: the module-scoped fixture finishes one shape before it starts the other.
+Each shape is the test session's shared JVM (tests/conftest.py orders the tests: Connect, then classic).
 """
 
 from __future__ import annotations
@@ -22,12 +22,7 @@ from heartbeat_runner.spark_jars import (
     pyspark_jar_artifacts,
     spark_jars,
 )
-from heartbeat_runner.spark_local import (
-    DELTA_COMMIT_CONFLICTS,
-    SparkConnectProcess,
-    open_classic_session,
-    stop_classic_session,
-)
+from heartbeat_runner.spark_local import DELTA_COMMIT_CONFLICTS, local_spark
 
 pytestmark = [
     pytest.mark.spark,
@@ -56,36 +51,15 @@ class DeltaSpark:
         return name
 
 
-@pytest.fixture(scope="module", params=["classic", "connect"])
-def engine(request, tmp_path_factory):
-    lakehouse = tmp_path_factory.mktemp(f"lakehouse-{request.param}")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.delenv("SPARK_REMOTE", raising=False)  # left behind by Sail tests in the same process
-        if request.param == "classic":
-            yield from _classic(lakehouse)
-        else:
-            yield from _connect(lakehouse)
-
-
-def _classic(lakehouse):
-    spark = open_classic_session(lakehouse)
+@pytest.fixture(scope="module", params=["spark-classic", "spark-connect"])
+def engine(request, spark_dir):
+    """The session's shared local Spark of this shape (see conftest.py), with a scratch schema ``s``."""
+    running = local_spark(spark_dir / request.param, request.param.removeprefix("spark-"))
+    running.spark.sql("CREATE SCHEMA IF NOT EXISTS s")
     try:
-        spark.sql("CREATE SCHEMA IF NOT EXISTS s")
-        yield DeltaSpark("classic", spark, delta_table_api=True)
+        yield DeltaSpark(running.mode, running.spark, delta_table_api=running.delta_table_api, url=running.url)
     finally:
-        stop_classic_session(spark)
-
-
-def _connect(lakehouse):
-    from pyspark.sql import SparkSession
-
-    with SparkConnectProcess(lakehouse) as server:
-        spark = SparkSession.builder.remote(server.url).create()
-        try:
-            spark.sql("CREATE SCHEMA IF NOT EXISTS s")
-            yield DeltaSpark("connect", spark, delta_table_api=server.plugins_loaded, url=server.url)
-        finally:
-            spark.stop()
+        running.spark.sql("DROP SCHEMA IF EXISTS s CASCADE")
 
 
 def _rows(spark, sql: str) -> list[tuple]:

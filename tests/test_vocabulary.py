@@ -9,6 +9,9 @@ import yaml
 
 from heartbeat_runner.records import EventType, JobStatus, Outcome, TickStatus
 
+#: runs on Sail and on Apache Spark + Delta (classic); see tests/conftest.py
+ON_SPARK = pytest.mark.engines("sail", "spark-classic")
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -50,6 +53,7 @@ def test_every_status_the_models_write_is_a_member():
     assert set(re.findall(r"then '([A-Z_]+)'", case)) == {s.value for s in JobStatus}
 
 
+@ON_SPARK
 def test_the_dbt_tests_pass_on_a_lakehouse_that_went_through_a_lifecycle(hb):
     """Every accepted_values/unique test runs on real rows: a value the runner or a model writes
     outside its enum makes `dbt test` fail."""

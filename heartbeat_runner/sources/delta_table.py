@@ -5,13 +5,18 @@ the stored version; with ``upstream_key`` it means rows whose key is greater tha
 the stored value. Either way ``preprocess_query`` can filter the new rows (seen as
 ``sensor_new_data``), and an event is recorded only when it returns rows.
 
+Unkeyed, the new rows are read from the table's change data feed when it records one
+(``delta.enableChangeDataFeed``): the rows inserted or updated to since the stored
+version. Otherwise they are the current version minus the stored one (``exceptAll``),
+which reads both versions whole.
+
 Cursor: ``{"version": int}`` plus ``"value"`` (the key reached) when keyed.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from heartbeat_runner import delta_log
 from heartbeat_runner.engine import Engine
@@ -19,6 +24,9 @@ from heartbeat_runner.errors import SourceError
 from heartbeat_runner.names import check_table_reference, is_path
 from heartbeat_runner.sources.base import SenseContext, SenseResult, SensingTarget, dump_cursor, load_cursor
 from heartbeat_runner.sources.common import keyed_result
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pyspark.sql import DataFrame
 
 
 class DeltaTableSource:
@@ -64,12 +72,21 @@ class DeltaTableSource:
                                detail="commits without new data")
         if not target.preprocess_query:
             return SenseResult(new_data=True, cursor_to=cursor_to, window_from=window_from, window_to=window_to)
-        new_rows = table.read(current)
-        if seen >= 0:
-            new_rows = new_rows.exceptAll(table.read(seen))
+        new_rows, how = self._new_rows(table, seen, current)
         rows = ctx.count_preprocessed(new_rows, target)
         return SenseResult(new_data=rows > 0, cursor_to=cursor_to, window_from=window_from, window_to=window_to,
-                           rows=rows)
+                           rows=rows, detail=how)
+
+    @staticmethod
+    def _new_rows(table: DeltaRef, seen: int, current: int) -> tuple[DataFrame, str]:
+        """The rows versions ``seen+1``..``current`` added (inserted or updated to), with the table's
+        own columns, and how they were found (the result's detail)."""
+        if seen < 0:
+            return table.read(current), f"every row of version {current} (new sensor replayed)"
+        from_feed = table.changes(seen, current)
+        if from_feed is not None:
+            return from_feed, "new rows from the change data feed"
+        return table.read(current).exceptAll(table.read(seen)), "new rows by comparing versions"
 
     def _sense_keyed(self, table: DeltaRef, target: SensingTarget, ctx: SenseContext,
                      cursor: dict, current: int, key: str) -> SenseResult:
@@ -124,5 +141,13 @@ class DeltaRef:
             return True
         return delta_log.added_data_between(self.local_dir, after, up_to)
 
-    def read(self, version: int):
+    def read(self, version: int) -> DataFrame:
         return self.engine.spark.sql(f"SELECT * FROM {self.sql_name} VERSION AS OF {int(version)}")
+
+    def changes(self, after: int, up_to: int) -> DataFrame | None:
+        """The rows versions ``after+1``..``up_to`` inserted or updated to, from the table's change
+        data feed; None when the table records no feed for that range (read the versions instead)."""
+        try:
+            return self.engine.changes(self.sql_name, after + 1, up_to)
+        except Exception as exc:  # noqa: BLE001 - any engine error means we cannot read the feed
+            raise SourceError(f"cannot read the change data feed of {self.sql_name}: {exc}") from exc

@@ -1,21 +1,31 @@
-"""``jdbc``: any relational table reachable through a SQLAlchemy URL.
+"""``jdbc``: any relational table, read through SQLAlchemy or through Spark's own JDBC source.
 
 sensor_id is ``<connection>:<table>`` or ``<connection>:<schema>.<table>``; the
-connection's URL comes from ``jdbc.<connection>`` in heartbeat_sources.yml (or
-``HEARTBEAT_JDBC_<CONNECTION>_URL``). ``upstream_key`` (required) is the column whose
-growing values mark new rows, e.g. a load timestamp or an increasing id.
+connection's settings come from ``jdbc.<connection>`` in heartbeat_sources.yml (or
+``HEARTBEAT_JDBC_<CONNECTION>_<SETTING>``). Their ``reader`` chooses how the table is read:
+``sqlalchemy`` (the default: a SQLAlchemy ``url``, the runner connects itself) or ``spark``
+(a ``jdbc_url``, the engine reads with ``spark.read.format("jdbc")``, see ``spark_jdbc``).
+``upstream_key`` (required) is the column whose growing values mark new rows, e.g. a load
+timestamp or an increasing id.
 
 Cursor: ``{"value": {"type": ..., "value": ...}}``, the largest key seen (None while the
-table is empty).
+table is empty). Both readers write and read the same cursor, so a connection can switch
+readers without losing its place.
 """
 
 from __future__ import annotations
 
-from typing import ClassVar
+import contextlib
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
+from heartbeat_runner.connections import env_name, resolve_secrets
 from heartbeat_runner.errors import SourceError
 from heartbeat_runner.sources.base import SenseContext, SenseResult, SensingTarget, dump_cursor, load_cursor
 from heartbeat_runner.sources.common import check_connection_name, keyed_result, split_reference
+from heartbeat_runner.sources.spark_jdbc import SparkJdbcReader
 from heartbeat_runner.sources.sql_common import (
     check_sql_name,
     check_table_name,
@@ -27,6 +37,104 @@ from heartbeat_runner.sources.sql_common import (
     sql_settings,
     table_clause,
 )
+
+if TYPE_CHECKING:  # pragma: no cover
+    import sqlalchemy as sa
+
+DEFAULT_READER = "sqlalchemy"
+
+
+class KeyedTable(Protocol):
+    """What the source asks a table during one sense; each reader answers it its own way."""
+
+    def max_key(self) -> Any:
+        """The largest key (None for an empty table)."""
+        ...
+
+    def after(self, previous: Any) -> tuple[Any, int]:
+        """Largest key and number of rows with a key after ``previous`` (any non-null key when None)."""
+        ...
+
+    def count_preprocessed(self, previous: Any, top: Any, target: SensingTarget, ctx: SenseContext) -> int:
+        """How many rows with a key in (``previous``, ``top``] the target's preprocess_query keeps."""
+        ...
+
+
+class JdbcReader(Protocol):
+    def open(self, ctx: SenseContext, schema: str | None, name: str, key: str,
+             where: str) -> contextlib.AbstractContextManager[KeyedTable]:
+        """The table for one sense; failures inside the block become SourceError naming ``where``."""
+        ...
+
+
+class SqlAlchemyReader:
+    """``reader: sqlalchemy``: one connection per sense from the runner (``sql_common``)."""
+
+    def __init__(self, settings: dict[str, Any]):
+        self.settings = settings
+
+    @classmethod
+    def for_connection(cls, ctx: SenseContext, name: str) -> SqlAlchemyReader:
+        return cls(sql_settings(ctx, "jdbc", name, ("reader",)))
+
+    @contextlib.contextmanager
+    def open(self, ctx: SenseContext, schema: str | None, name: str, key: str,
+             where: str) -> Iterator[SqlKeyedTable]:
+        table = table_clause(name, schema, [key])
+        with connect(self.settings, where) as conn:
+            yield SqlKeyedTable(conn, table, key)
+
+
+@dataclass
+class SqlKeyedTable:
+    conn: sa.Connection
+    table: sa.TableClause
+    key: str
+
+    def max_key(self) -> Any:
+        import sqlalchemy as sa
+
+        return self.conn.execute(sa.select(sa.func.max(self.table.c[self.key]))).scalar()
+
+    def after(self, previous: Any) -> tuple[Any, int]:
+        import sqlalchemy as sa
+
+        query = sa.select(sa.func.max(self.table.c[self.key]), sa.func.count()).where(self._after(previous))
+        row = self.conn.execute(query).one()
+        return row[0], int(row[1])
+
+    def count_preprocessed(self, previous: Any, top: Any, target: SensingTarget, ctx: SenseContext) -> int:
+        import sqlalchemy as sa
+
+        new_rows: sa.Select = sa.select(sa.literal_column("*")).select_from(self.table).where(
+            self._after(previous), self.table.c[self.key] <= sa.bindparam("top", top))
+        return count_preprocessed_rows(self.conn, new_rows, target, ctx)
+
+    def _after(self, previous: Any) -> sa.ColumnElement[bool]:
+        import sqlalchemy as sa
+
+        key = self.table.c[self.key]
+        return key > sa.bindparam("previous", previous) if previous is not None else key.is_not(None)
+
+
+#: ``reader`` setting -> how to build that reader for a connection
+READERS: dict[str, Callable[[SenseContext, str], JdbcReader]] = {
+    "sqlalchemy": SqlAlchemyReader.for_connection,
+    "spark": SparkJdbcReader.for_connection,
+}
+
+
+def jdbc_reader(ctx: SenseContext, connection: str) -> JdbcReader:
+    """The reader the connection's ``reader`` setting names (file entry, else ``HEARTBEAT_JDBC_<NAME>_READER``)."""
+    where = f"jdbc.{connection}"
+    entry = ctx.connections.get("jdbc", {}).get(connection)
+    if isinstance(entry, dict) and "reader" in entry:
+        kind = resolve_secrets({"reader": entry["reader"]}, where)["reader"]
+    else:
+        kind = os.environ.get(f"HEARTBEAT_JDBC_{env_name(connection)}_READER", DEFAULT_READER)
+    if kind not in READERS:
+        raise SourceError(f"{where}: reader {kind!r} is not one of {', '.join(READERS)}")
+    return READERS[kind](ctx, connection)
 
 
 class JdbcSource:
@@ -42,8 +150,6 @@ class JdbcSource:
                 or check_sql_name(upstream_key, "upstream_key"))
 
     def sense(self, target: SensingTarget, ctx: SenseContext) -> SenseResult:
-        import sqlalchemy as sa
-
         problem = self.check_config(target.sensor_id, target.upstream_key)
         if problem:
             raise SourceError(problem)
@@ -52,24 +158,17 @@ class JdbcSource:
         if connection is None or not key_name:  # check_config refuses both
             raise SourceError(f"jdbc {target.sensor_id!r} needs a connection and an upstream_key")
         schema, name = split_table(qualified)
-        table = table_clause(name, schema, [key_name])
-        key = table.c[key_name]
-        where = f"jdbc {target.sensor_id!r}"
         cursor = load_cursor(target.cursor)
-        with connect(sql_settings(ctx, "jdbc", connection), where) as conn:
+        with jdbc_reader(ctx, connection).open(ctx, schema, name, key_name, f"jdbc {target.sensor_id!r}") as table:
             if cursor is None and not ctx.replay_new_sensors:
-                top = conn.execute(sa.select(sa.func.max(key))).scalar()
+                top = table.max_key()
                 return SenseResult(new_data=False, cursor_to=dump_cursor({"value": encode_value(top)}),
                                    window_to=f"{key_name} <= {top}",
                                    detail="new sensor: baseline at the current end of the table")
             previous = decode_value((cursor or {}).get("value"))
-            after = key > sa.bindparam("previous", previous) if previous is not None else key.is_not(None)
-            # tuples(): the same result, typed as (max, count) rather than as a Row of objects
-            top, rows = conn.execute(sa.select(sa.func.max(key), sa.func.count()).where(after)).tuples().one()
+            top, rows = table.after(previous)
             if top is None:
                 return SenseResult(new_data=False, detail=f"no {key_name} after {previous}")
             if target.preprocess_query:
-                new_rows: sa.Select = sa.select(sa.literal_column("*")).select_from(table).where(
-                    after, key <= sa.bindparam("top", top))
-                rows = count_preprocessed_rows(conn, new_rows, target, ctx)
+                rows = table.count_preprocessed(previous, top, target, ctx)
         return keyed_result(key_name, previous, top, rows, dump_cursor({"value": encode_value(top)}))
