@@ -16,8 +16,8 @@ import pytest
 from harness import Harness
 from harness import config_row as row
 
-#: the feed on Sail (deltalake) and on Spark classic (readChangeFeed); Spark Connect reads it with
-#: the same code as classic's SQL path, and a Spark test costs ~1 min, so the rest run on Sail only
+#: the feed on Sail (deltalake) and on Spark classic (readChangeFeed); a Spark test costs 1-2 min, so
+#: the other cases (update, no feed, feed turned on later) run on Sail only
 ON_SPARK = pytest.mark.engines("sail", "spark-classic")
 
 COLUMNS = "id int, amount double"
@@ -129,7 +129,6 @@ def test_without_the_change_feed_versions_are_compared(hb):
     assert hb.events("NEW_DATA")[0]["message"] == BY_VERSIONS
 
 
-@ON_SPARK
 def test_a_feed_enabled_after_the_cursor_is_used_from_the_next_range_on(hb):
     """The range since the cursor includes a commit the feed did not record: compare versions once."""
     orders = start(hb, change_feed=False)

@@ -4,15 +4,11 @@ from __future__ import annotations
 
 import json
 
-import pytest
 from harness import CliLakehouse, sense_and_record
 from harness import config_row as row
 
 from heartbeat_runner.operations import explain, plan_reset, recent_runs, run_details
 from heartbeat_runner.records import Event, EventType, utcnow
-
-#: runs on Sail and on Apache Spark + Delta (classic); see tests/conftest.py
-ON_SPARK = pytest.mark.engines("sail", "spark-classic")
 
 
 def explained(hb, job: str):
@@ -71,7 +67,6 @@ def test_explain_names_the_reason_for_each_state(hb):
     assert j2.rows[0]["row_state"] == "retired: no longer in the config, ignored"
 
 
-@ON_SPARK
 def test_reset_replays_from_a_point_in_time_and_retriggers_the_jobs_sharing_the_source(hb):
     hb.create_table("up.t", "id int")  # version 0
     hb.jobs(J1=0, J2=0)
@@ -84,18 +79,10 @@ def test_reset_replays_from_a_point_in_time_and_retriggers_the_jobs_sharing_the_
         if value == 1:
             since = utcnow()
 
-    if hb.engine_kind == "sail":  # the CLI, a second process (on Spark it would need a second JVM on the metastore)
-        lake = CliLakehouse(hb.home, config=hb.config_path, jobs_file=hb.jobs_path)
-        out = lake.cli("reset", "--job-id", "J1", "--since", since.isoformat(), "--reason", "bad join fixed").stdout
-        assert 'delta_table:up.t: cursor {"version":2} -> {"version":1}' in out
-        assert "also re-triggered, as they read the same sources: J2" in out
-    else:  # what the CLI runs, in this process
-        hb.app.dbt.refresh_control(hb.app.store.events_version())
-        plan = plan_reset(hb.app.store, "J1", since, "bad join fixed")
-        hb.app.store.append_events(plan.events())
-        assert [(m.source_key, m.cursor_from, m.cursor_to) for m in plan.moves] == [
-            ("delta_table:up.t", '{"version":2}', '{"version":1}')]
-        assert plan.shared_with == ["J2"]
+    lake = CliLakehouse(hb.home, config=hb.config_path, jobs_file=hb.jobs_path)
+    out = lake.cli("reset", "--job-id", "J1", "--since", since.isoformat(), "--reason", "bad join fixed").stdout
+    assert 'delta_table:up.t: cursor {"version":2} -> {"version":1}' in out
+    assert "also re-triggered, as they read the same sources: J2" in out
     (audit,) = [e for e in hb.events("RESET") if e["trigger_job_id"] == "J1"]
     assert audit["message"] == "bad join fixed" and json.loads(audit["payload"])["by"]
 

@@ -25,7 +25,6 @@ def test_preprocess_query_filters_new_rows(hb):
     assert event["rows"] == 1
 
 
-@ON_SPARK
 def test_upstream_key_cursor_advances_across_ticks(hb):
     hb.create_table("shop.loads", "load_id bigint, note string")
     hb.insert("shop.loads", "(10, 'old')")
