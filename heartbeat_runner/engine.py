@@ -16,11 +16,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from heartbeat_runner import delta_log
 from heartbeat_runner.names import is_table_name, qualify, sql_string
 from heartbeat_runner.settings import Settings, validate_identifier
+from heartbeat_runner.spark_local import make_default_connect_session
 
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
@@ -62,6 +63,10 @@ class TableOps:
     #: seconds between two checks whether maintenance is due after busy ticks: a check reads the
     #: file count of each of Heartbeat's tables, a query per table here, a file read locally
     maintenance_check_interval_s: float = 600.0
+
+    def location(self, name: str) -> Path | None:
+        """Where ``schema.table`` lives on local disk, when the engine manages the files (else None)."""
+        return None
 
     def table_version(self, spark: SparkSession, name: str) -> int | None:
         rows = spark.sql(f"DESCRIBE HISTORY {name} LIMIT 1").collect()
@@ -283,10 +288,9 @@ class Engine:
 
     def local_location(self, table_name: str) -> Path | None:
         """Where a ``schema.table`` lives on local disk, when the engine manages the files."""
-        if not self.is_local or not is_table_name(table_name) or "." not in table_name:
+        if not is_table_name(table_name) or "." not in table_name:
             return None
-        parts = table_name.split(".")
-        return self.settings.warehouse_dir.joinpath(*parts[-2:])
+        return self.ops.location(table_name)
 
     def own_location(self, name: str) -> Path | None:
         return self.local_location(f"{self.settings.schema}.{name}")
@@ -411,7 +415,7 @@ def _open_local(settings: Settings, port: int = 0, session_id: str | None = None
     # engines would share one. dbt-spark's getOrCreate() must then find *this* session, but
     # create() only becomes the default when none is set yet, so set it explicitly.
     spark = SparkSession.builder.remote(url).create()
-    _make_default_session(spark)
+    make_default_connect_session(spark)
     spark.conf.set("spark.sql.session.timeZone", "UTC")
     spark.sql(f"CREATE SCHEMA IF NOT EXISTS {settings.schema}")
 
@@ -423,16 +427,6 @@ def _open_local(settings: Settings, port: int = 0, session_id: str | None = None
         server.stop()
 
     return Engine(spark=spark, settings=settings, ops=EmbeddedOps(warehouse_dir=settings.warehouse_dir), closer=close)
-
-
-def _make_default_session(spark: SparkSession) -> None:
-    from pyspark.sql.connect.session import SparkSession as ConnectSession
-
-    # builder.remote(url).create() returns a Spark Connect session that pyspark types (by its own cast) as classic.
-    session = cast(ConnectSession, spark)
-    with ConnectSession._lock:
-        ConnectSession._default_session = session
-    ConnectSession._active_session.session = session
 
 
 def _open_spark_local(settings: Settings) -> Engine:

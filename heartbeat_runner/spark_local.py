@@ -25,10 +25,10 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from heartbeat_runner.errors import HeartbeatError
 from heartbeat_runner.spark_jars import delta_connect_available, spark_jars
@@ -317,11 +317,11 @@ class LocalSpark:
     spark: SparkSession
     delta_table_api: bool
     url: str | None = None
-    _stop: object = field(default=None, repr=False)
+    _stop: Callable[[], None] | None = field(default=None, repr=False)
 
     def stop(self) -> None:
         stop, self._stop = self._stop, None
-        if callable(stop):
+        if stop is not None:
             stop()
 
 
@@ -344,6 +344,7 @@ def local_spark(spark_dir: Path, mode: str) -> LocalSpark:
     if _running is not None and (_running.spark_dir, _running.mode) == (spark_dir, mode):
         if mode == "connect" and _running.url:
             os.environ["SPARK_REMOTE"] = _running.url
+            make_default_connect_session(_running.spark)
         else:
             _leave_connect_mode()
         return _running
@@ -359,6 +360,19 @@ def stop_local_spark() -> None:
     running, _running = _running, None
     if running is not None:
         running.stop()
+
+
+def make_default_connect_session(spark: SparkSession) -> None:
+    """Make ``spark`` (a Spark Connect session) the one ``SparkSession.builder.getOrCreate()`` returns,
+    as dbt-spark's ``session`` method calls it. ``builder.remote(url).create()`` becomes the default
+    only when none is set yet, so two engines in one process would otherwise share the first one."""
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    # builder.remote(url).create() returns a Spark Connect session that pyspark types (by its own cast) as classic.
+    session = cast(ConnectSession, spark)
+    with ConnectSession._lock:
+        ConnectSession._default_session = session
+    ConnectSession._active_session.session = session
 
 
 def _leave_connect_mode() -> None:
@@ -382,6 +396,7 @@ def _start_connect(spark_dir: Path) -> LocalSpark:
     url = server.start()
     os.environ["SPARK_REMOTE"] = url
     spark = SparkSession.builder.remote(url).create()
+    make_default_connect_session(spark)
 
     def stop() -> None:
         try:

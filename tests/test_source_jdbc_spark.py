@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import json
 import shutil
-import uuid
 
 import pytest
+from jdbc_orders import SOURCE, baseline_then_two_new_rows, insert, sense, table  # noqa: F401 (fixture)
 from services import PG_READER_PASSWORD, postgres, sense_context, sensing_target  # noqa: F401 (fixtures)
 
 from heartbeat_runner.errors import SourceError
-from heartbeat_runner.sources.jdbc import JdbcSource
 
 pytestmark = [
     pytest.mark.spark,
@@ -26,7 +25,6 @@ pytest.importorskip("delta", reason="needs delta-spark: pip install 'heartbeat-r
 
 #: runs with the other Spark classic tests, on their JVM (see conftest.py)
 ENGINE_KIND = "spark-classic"
-SOURCE = JdbcSource()
 PASSWORD_VAR = "TEST_SPARK_JDBC_PASSWORD"
 
 
@@ -55,36 +53,8 @@ def ctx(spark_engine, postgres, monkeypatch):
     return sense_context(spark_engine, {"jdbc": {"warehouse": spark_connection(postgres)}})
 
 
-@pytest.fixture
-def table(postgres) -> str:
-    name = f"orders_{uuid.uuid4().hex[:8]}"
-    postgres.execute(f"CREATE TABLE public.{name} (id serial, region text, loaded_at timestamp, amount numeric(10,2))",
-                     f"GRANT SELECT ON public.{name} TO reader")
-    return name
-
-
-def insert(postgres, table: str, *rows: tuple[str, str]) -> None:
-    for region, loaded_at in rows:
-        postgres.execute(f"INSERT INTO {table} (region, loaded_at, amount) VALUES (:r, :t, 1.5)",
-                         params={"r": region, "t": loaded_at})
-
-
-def sense(ctx, table: str, cursor: str | None = None, upstream_key: str = "loaded_at", **fields):
-    return SOURCE.sense(sensing_target("jdbc", f"warehouse:public.{table}", cursor, upstream_key, **fields), ctx)
-
-
 def test_baseline_then_new_rows_by_key(ctx, postgres, table):
-    insert(postgres, table, ("eu", "2026-01-01 10:00:00"), ("us", "2026-01-02 10:00:00"))
-    baseline = sense(ctx, table)
-    assert not baseline.new_data
-    assert json.loads(baseline.cursor_to) == {"value": {"type": "datetime", "value": "2026-01-02T10:00:00"}}
-
-    assert not sense(ctx, table, baseline.cursor_to).new_data
-    insert(postgres, table, ("eu", "2026-01-03 08:00:00"), ("eu", "2026-01-03 09:00:00"))
-    first = sense(ctx, table, baseline.cursor_to)
-    assert first.new_data and first.rows == 2
-    assert first.window_from == "loaded_at > 2026-01-02 10:00:00"
-    assert first.window_to == "loaded_at <= 2026-01-03 09:00:00"
+    first = baseline_then_two_new_rows(ctx, postgres, table)
     assert not sense(ctx, table, first.cursor_to).new_data
 
     by_id = sense(ctx, table, upstream_key="id")
