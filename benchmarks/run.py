@@ -35,6 +35,8 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
+#: Reports a step of the run: a progress bar on a terminal (``plain=False``: not logged elsewhere).
+Step = Callable[..., None]
 DEFAULT_OUT = REPO / "benchmarks" / "results" / "latest.json"
 UPSTREAM_SCHEMA = "bench_up"
 ROWS_PER_TABLE = 1000
@@ -301,11 +303,16 @@ def _baseline(spark, workload: Workload) -> float:
 
 # -- new processes: cold start and loop latency ----------------------------------------------
 
-def cold_start(workload: Workload, repeats: int) -> dict[str, Any]:
+def _no_step(message: str, **_: Any) -> None:
+    """A Step that reports nothing."""
+
+
+def cold_start(workload: Workload, repeats: int, step: Step = _no_step) -> dict[str, Any]:
     """Wall time of ``python -m heartbeat_runner`` (one tick), without and with new data."""
     probe = workload.sensors[0]
     steady, busy = [], []
     for rep in range(repeats):
+        step(f"[{workload.n} sensors] cold start {rep + 1} of {repeats}", plain=False)
         steady.append(_timed(workload.cli("run")))
         before = len(_stamps(workload.stamp(probe.job)))
         workload.change([probe], tag=100 + rep)
@@ -316,7 +323,7 @@ def cold_start(workload: Workload, repeats: int) -> dict[str, Any]:
             "runs": {"no_new_data": steady, "new_data": busy}}
 
 
-def loop_latency(workload: Workload, samples: int, interval_s: float = 1.0) -> dict[str, Any]:
+def loop_latency(workload: Workload, samples: int, interval_s: float = 1.0, step: Step = _no_step) -> dict[str, Any]:
     """Seconds from an upstream Delta commit (this process) to the job's process starting."""
     probe = workload.sensors[0]
     stamp = workload.stamp(probe.job)
@@ -328,13 +335,15 @@ def loop_latency(workload: Workload, samples: int, interval_s: float = 1.0) -> d
     try:
         _wait_line(lines, lambda line: line.startswith("run "))
         for sample in range(samples):
+            step(f"[{workload.n} sensors] loop latency: commit {sample + 1} of {samples}", plain=False)
             time.sleep(interval_s * ((sample * 0.37) % 1))  # spread commits over the tick's phase
             before = len(_stamps(stamp))
             workload.change([probe], tag=200 + sample)
             committed = time.time()
             started = _wait_stamp(stamp, after=committed, count=before + 1)
             latencies.append(round(started - committed, 3))
-            _wait_line(lines, lambda line: re.search(r"completed [1-9]", line) is not None)
+            # the tick's own line on stdout (stderr's status line repeats the figures: `tick 3 · OK · ...`)
+            _wait_line(lines, lambda line: line.startswith("run ") and re.search(r"completed [1-9]", line) is not None)
     finally:
         process.terminate()
         process.wait(timeout=60)
@@ -563,24 +572,29 @@ def _count(text: str) -> int:
 # -- entry points ------------------------------------------------------------------------------
 
 def run(sizes: list[int], quick: bool, out: Path, work_dir: Path | None, history: int = 0) -> dict[str, Any]:
-    repeats = 1 if quick else 3
+    from heartbeat_runner.output import Steps
+
+    repeats, samples = (1, 2) if quick else (3, 5)
     root = Path(tempfile.mkdtemp(prefix="hb-bench-", dir=work_dir))
     results: dict[str, Any] = {"meta": _meta(quick, repeats, history), "sizes": {}}
+    # per size: generate, seed, measure; then the cold starts and the loop's commits
     try:
-        for n in sorted(sizes):
-            workload = Workload(root / f"n{n}", n)
-            print(f"[{n} sensors] generating upstreams and config", file=sys.stderr, flush=True)
-            workload.generate()
-            seed_s = _timed(workload.cli("seed"))
-            print(f"[{n} sensors] seeded in {seed_s:.1f}s; measuring ticks", file=sys.stderr, flush=True)
-            figures = _in_subprocess(workload, repeats, history)
-            figures["seed_s"] = seed_s
-            figures["speedup"] = round(figures["baseline"]["wall_s"] / figures["steady"]["wall_s"], 1)
-            results["sizes"][str(n)] = figures
-        small = Workload(root / f"n{min(sizes)}", min(sizes))
-        print(f"[{small.n} sensors] cold start and loop latency", file=sys.stderr, flush=True)
-        results["cold_start"] = cold_start(small, repeats)
-        results["loop_latency"] = loop_latency(small, samples=2 if quick else 5)
+        with Steps(3 * len(sizes) + 1 + repeats + samples, prefix="") as step:
+            for n in sorted(sizes):
+                workload = Workload(root / f"n{n}", n)
+                step(f"[{n} sensors] generating upstreams and config")
+                workload.generate()
+                step(f"[{n} sensors] seeding", plain=False)
+                seed_s = _timed(workload.cli("seed"))
+                step(f"[{n} sensors] seeded in {seed_s:.1f}s; measuring ticks")
+                figures = _in_subprocess(workload, repeats, history)
+                figures["seed_s"] = seed_s
+                figures["speedup"] = round(figures["baseline"]["wall_s"] / figures["steady"]["wall_s"], 1)
+                results["sizes"][str(n)] = figures
+            small = Workload(root / f"n{min(sizes)}", min(sizes))
+            step(f"[{small.n} sensors] cold start and loop latency")
+            results["cold_start"] = cold_start(small, repeats, step)
+            results["loop_latency"] = loop_latency(small, samples=samples, step=step)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     results["summary"] = summary(results)

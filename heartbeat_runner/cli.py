@@ -20,6 +20,8 @@ import time
 import traceback
 from collections.abc import Callable
 
+from rich.text import Text
+
 from heartbeat_runner import __version__
 from heartbeat_runner.app import App, open_app
 from heartbeat_runner.config import load_config
@@ -32,14 +34,15 @@ from heartbeat_runner.operations import (
     check_removals,
     explain,
     parse_since,
-    plan_reset,
     recent_runs,
+    record_job_event,
     refresh_if_idle,
+    reset_job,
     retry_outlook,
     run_details,
 )
-from heartbeat_runner.output import STATUS_COLUMNS, emit, emit_json
-from heartbeat_runner.records import Event, EventType, JobStatus, utcnow
+from heartbeat_runner.output import STATUS_COLUMNS, LiveLine, Snapshot, Steps, emit, emit_json, watch
+from heartbeat_runner.records import EventType
 from heartbeat_runner.settings import Settings, load_settings
 from heartbeat_runner.tick import TickResult
 
@@ -56,6 +59,8 @@ EXIT_LAKEHOUSE_UNUSABLE = 3
 #: After failed ticks the loop waits interval x 2^(failures-1), at least this long and at most MAX_BACKOFF_S.
 MIN_BACKOFF_S = 1.0
 MAX_BACKOFF_S = 300.0
+#: Seconds between tables of ``status --watch`` without a value.
+DEFAULT_WATCH_S = 5.0
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -93,7 +98,11 @@ def build_parser() -> argparse.ArgumentParser:
     seed.add_argument("--allow-removals", action="store_true",
                       help="load even if it retires more than $HEARTBEAT_MAX_REMOVAL_SHARE (default 0.5) of the active rows")
     sub.add_parser("validate", parents=[common], help="check the config CSV; write nothing")
-    sub.add_parser("status", parents=[common], help="the control table")
+    status = sub.add_parser("status", parents=[common], help="the control table")
+    status.add_argument("--watch", nargs="?", type=_seconds, const=DEFAULT_WATCH_S, metavar="SECONDS",
+                        help=f"redraw it every SECONDS (default {DEFAULT_WATCH_S:g}) until Ctrl-C; with --json or "
+                             "when not on a terminal, print a fresh one each time")
+    status.add_argument("--watch-count", type=int, help=argparse.SUPPRESS)  # stop after this many (for tests)
     for name, text in (("pause", "stop sensing and triggering a job"), ("resume", "undo pause")):
         p = sub.add_parser(name, parents=[common], help=text)
         p.add_argument("--job-id", required=True)
@@ -123,9 +132,28 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", parents=[common],
                            help="keep the embedded engine running so plain `dbt` commands work locally")
     serve.add_argument("--port", type=int, default=15002, help="Spark Connect port (default 15002)")
+    ui = sub.add_parser("ui", parents=[common], help="the status page (overview, graph, job pages, ticks)")
+    ui.add_argument("--port", type=int, default=None,
+                    help="port (default 8080; in a Databricks App, $DATABRICKS_APP_PORT)")
+    ui.add_argument("--host", default=None,
+                    help="address to bind (default 127.0.0.1; in a Databricks App, 0.0.0.0 behind its proxy)")
+    ui.add_argument("--allow-actions", action="store_true",
+                    help="offer pause/resume/complete/reset on job pages (each confirmed and audited)")
+    ui.add_argument("--refresh", type=float, default=5.0, help="seconds between the page's refreshes (default 5)")
     demo = sub.add_parser("demo", parents=[common], help="a self-contained demo on the embedded lakehouse")
     demo.add_argument("--keep", action="store_true", help="keep an existing demo lakehouse instead of starting afresh")
     return parser
+
+
+def _seconds(text: str) -> float:
+    """A positive number of seconds (an argparse type)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
+    return value
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -138,7 +166,7 @@ def _settings(args: argparse.Namespace) -> Settings:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=_CurrentStderr(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     command = args.command or "run"
     handler: Callable[[argparse.Namespace, Settings], int] = COMMANDS[command]
@@ -163,11 +191,19 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
-def _progress(args: argparse.Namespace) -> Callable[[str], None]:
-    def report(message: str) -> None:
-        if not args.json:
-            print(f"  … {message}", file=sys.stderr, flush=True)
-    return report
+class _CurrentStderr:
+    """stderr as it is at each write: log lines then go above a progress bar or live line, not through it."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
+def _progress(args: argparse.Namespace, total: int | None = None) -> Steps:
+    """Steps of a command on stderr: a spinner (and a bar over ``total``) on a terminal, else ``  … step`` lines."""
+    return Steps(total, quiet=args.json)
 
 
 # -- commands ------------------------------------------------------------------------------
@@ -185,33 +221,41 @@ def cmd_validate(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+#: The steps `seed` reports: validating the CSV, opening the lakehouse, dbt seed, dbt build.
+SEED_STEPS = 4
+
+
 def cmd_seed(args: argparse.Namespace, settings: Settings) -> int:
-    config = load_config(settings.effective_config_csv)  # validate before touching anything
     retiring: list[tuple[str, str, str]] = []
-    with tick_lease(settings.lakehouse_dir).held(_lease_wait(args)), open_app(settings) as app:
-        normalized = config.to_csv()
-        unchanged = app.dbt.has_seed and app.dbt.seed_csv.read_text(encoding="utf-8") == normalized \
-            and app.store.exists("heartbeat_control")
-        if unchanged:
-            app.ensure_views()
-            message = f"{config.path}: unchanged ({len(config.rows)} rows); nothing to load"
-        else:
-            if app.store.exists("heartbeat_control"):
-                active = [(r["sensor_source"], r["sensor_id"], r["trigger_job_id"]) for r in app.store.control_rows()]
-                share = 1.0 if args.allow_removals else float(
-                    os.environ.get("HEARTBEAT_MAX_REMOVAL_SHARE", DEFAULT_MAX_REMOVAL_SHARE))
-                retiring = check_removals(active, [r.key for r in config.rows], share)
-            app.load_config(config, progress=_progress(args))
-            message = f"{config.path}: loaded {len(config.rows)} row(s)"
-        if args.json:
-            emit_json({"file": str(config.path), "rows": len(config.rows), "changed": not unchanged,
-                       "retired": [list(key) for key in retiring]})
-        else:
-            print(message)
-            for source, sensor_id, job in retiring:
-                print(f"  retired: {source}:{sensor_id} -> job {job} (its history is kept)")
-            if config.defaulted_columns:
-                print(f"  columns not in the file, defaults used: {', '.join(config.defaulted_columns)}")
+    with _progress(args, SEED_STEPS) as progress:
+        progress(f"validating {settings.effective_config_csv.name}")
+        config = load_config(settings.effective_config_csv)  # validate before touching anything
+        progress(f"opening the lakehouse ({len(config.rows)} valid row(s))")
+        with tick_lease(settings.lakehouse_dir).held(_lease_wait(args)), open_app(settings) as app:
+            normalized = config.to_csv()
+            unchanged = app.dbt.has_seed and app.dbt.seed_csv.read_text(encoding="utf-8") == normalized \
+                and app.store.exists("heartbeat_control")
+            if unchanged:
+                app.ensure_views()
+                message = f"{config.path}: unchanged ({len(config.rows)} rows); nothing to load"
+            else:
+                if app.store.exists("heartbeat_control"):
+                    active = [(r["sensor_source"], r["sensor_id"], r["trigger_job_id"])
+                              for r in app.store.control_rows()]
+                    share = 1.0 if args.allow_removals else float(
+                        os.environ.get("HEARTBEAT_MAX_REMOVAL_SHARE", DEFAULT_MAX_REMOVAL_SHARE))
+                    retiring = check_removals(active, [r.key for r in config.rows], share)
+                app.load_config(config, progress=progress)  # its two steps: dbt seed, dbt build
+                message = f"{config.path}: loaded {len(config.rows)} row(s)"
+    if args.json:
+        emit_json({"file": str(config.path), "rows": len(config.rows), "changed": not unchanged,
+                   "retired": [list(key) for key in retiring]})
+    else:
+        print(message)
+        for source, sensor_id, job in retiring:
+            print(f"  retired: {source}:{sensor_id} -> job {job} (its history is kept)")
+        if config.defaulted_columns:
+            print(f"  columns not in the file, defaults used: {', '.join(config.defaulted_columns)}")
     return 0
 
 
@@ -229,16 +273,19 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
         return 0
     try:
         with open_app(settings) as app:
-            heartbeat = app.heartbeat(progress=_progress(args))
+            status = _LoopStatus(args) if getattr(args, "loop", False) else None
+            steps = _progress(args)
+            heartbeat = app.heartbeat(progress=status.progress if status else steps)
             heartbeat.before_trigger = lease.renew
             try:
-                if not getattr(args, "loop", False):
-                    result = heartbeat.tick()
+                if status is None:
+                    with steps:
+                        result = heartbeat.tick()
                     _print_tick(result, args)
                     return result.exit_code
                 lease.release()
                 app.dbt.manifest()  # parse the dbt project now, not when the first new data arrives
-                return _loop(lambda: _leased_tick(lease, heartbeat.tick, args), args, app.lakehouse_problem)
+                return _loop(lambda: _leased_tick(lease, heartbeat.tick, args), args, app.lakehouse_problem, status)
             finally:
                 heartbeat.close()  # the summary of a pending streak of idle ticks
     finally:
@@ -263,39 +310,90 @@ def _print_skipped(exc: LeaseHeld, args: argparse.Namespace) -> None:
 
 
 def _loop(tick: Callable[[], TickResult | None], args: argparse.Namespace,
-          lakehouse_problem: Callable[[], str | None]) -> int:
+          lakehouse_problem: Callable[[], str | None], status: _LoopStatus | None = None) -> int:
     """Tick every ``args.interval`` seconds until SIGINT/SIGTERM.
 
     A failing tick never ends the loop: its error is logged (with the traceback the first
     time it is seen), the loop backs off and ticks again. It stops early only when the
-    lakehouse itself is unusable, with EXIT_LAKEHOUSE_UNUSABLE.
+    lakehouse itself is unusable, with EXIT_LAKEHOUSE_UNUSABLE. After each tick ``status``
+    shows its figures and the time to the next one on stderr.
     """
+    status = status or _LoopStatus(args)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     ticks, failures, last_error = 0, 0, ""
-    while not stop.is_set():
-        started = time.monotonic()
-        try:
-            result = tick()
-            if result is not None:
-                _print_tick(result, args)
-            failures, last_error = 0, ""
-        except Exception as exc:  # noqa: BLE001 - the loop survives any single tick
-            failures += 1
-            last_error = _report_failed_tick(exc, last_error, failures)
-            problem = _safely(lakehouse_problem)
-            if problem is not None:
-                print(f"stopping: the lakehouse is unusable ({problem}); exit code {EXIT_LAKEHOUSE_UNUSABLE}",
-                      file=sys.stderr, flush=True)
-                return EXIT_LAKEHOUSE_UNUSABLE
-        ticks += 1
-        wait = args.interval if not failures else min(MAX_BACKOFF_S, max(MIN_BACKOFF_S, args.interval)
-                                                      * 2 ** (failures - 1))
-        stop.wait(max(0.0, wait - (time.monotonic() - started)))
+    with status.line:
+        while not stop.is_set():
+            started = time.monotonic()
+            status.starting(ticks + 1)
+            result: TickResult | None = None
+            try:
+                result = tick()
+                if result is not None:
+                    _print_tick(result, args)
+                failures, last_error = 0, ""
+            except Exception as exc:  # noqa: BLE001 - the loop survives any single tick
+                failures += 1
+                last_error = _report_failed_tick(exc, last_error, failures)
+                problem = _safely(lakehouse_problem)
+                if problem is not None:
+                    print(f"stopping: the lakehouse is unusable ({problem}); exit code {EXIT_LAKEHOUSE_UNUSABLE}",
+                          file=sys.stderr, flush=True)
+                    return EXIT_LAKEHOUSE_UNUSABLE
+            ticks += 1
+            wait = args.interval if not failures else min(MAX_BACKOFF_S, max(MIN_BACKOFF_S, args.interval)
+                                                          * 2 ** (failures - 1))
+            status.finished(result, failures, time.monotonic() - started, started + wait)
+            stop.wait(max(0.0, wait - (time.monotonic() - started)))
     if not args.json:
         print(f"stopped after {ticks} tick(s)")
     return 0
+
+
+class _LoopStatus:
+    """The status line of ``run --loop`` on stderr: what the running tick does, then its figures and a
+    countdown to the next one. Redrawn in place when stderr is a terminal; elsewhere one plain line per
+    tick (and the usual ``  … step`` lines), none of them with --json."""
+
+    def __init__(self, args: argparse.Namespace):
+        self.line = LiveLine(quiet=args.json)
+        self._steps = _progress(args)
+        self._tick, self._started = 0, time.monotonic()
+
+    def starting(self, number: int) -> None:
+        self._tick, self._started = number, time.monotonic()
+        if self.line.is_live:
+            self.progress("starting")
+
+    def progress(self, message: str) -> None:
+        """A step of the running tick (the heartbeat's progress callback)."""
+        if not self.line.is_live:
+            self._steps(message)
+            return
+        number, started = self._tick, self._started
+        self.line.show(lambda: Text(f"tick {number} · {message} · {time.monotonic() - started:.1f} s", style="dim"),
+                       plain=False)
+
+    def finished(self, result: TickResult | None, failures: int, took_s: float, next_at: float) -> None:
+        summary = _tick_summary(self._tick, result, failures, took_s)
+        backing_off = " (backing off)" if failures else ""
+        self.line.show(lambda: summary + f" · next in {max(0.0, next_at - time.monotonic()):.1f} s{backing_off}")
+
+
+def _tick_summary(number: int, result: TickResult | None, failures: int, took_s: float) -> Text:
+    """``tick 12 · OK · 0.8 s · sensed 5 · new 1 · triggered 1 · completed 0 · failed 0`` (without the countdown)."""
+    if failures:
+        return Text.assemble(f"tick {number} · ", (f"FAILED ({failures} in a row)", "bold red"), f" · {took_s:.1f} s")
+    if result is None:
+        return Text.assemble(f"tick {number} · ", ("SKIPPED", "dim"), " (another runner is ticking)")
+    errors = len(result.sensor_errors) + len(result.trigger_errors)
+    figures = [f"{result.duration_s:.1f} s", f"sensed {len(result.sensed)}", f"new {result.sources_with_new_data}",
+               f"triggered {len(result.triggered)}", f"completed {len(result.completed)}",
+               f"failed {len(result.failed)}"] + ([f"errors {errors}"] if errors else [])
+    state = result.status.value
+    return Text.assemble(f"tick {number} · ", (state, "green" if state == "OK" else "bold red"),
+                         " · " + " · ".join(figures))
 
 
 def _report_failed_tick(exc: Exception, last_error: str, failures: int) -> str:
@@ -346,21 +444,40 @@ def _open_fresh(app: App, settings: Settings) -> None:
 
 def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
     with open_app(settings) as app:
+        if getattr(args, "watch", None) is not None:
+            return _watch_status(app, settings, args)
         _open_fresh(app, settings)
         rows = app.store.control_rows()
-        emit(rows, STATUS_COLUMNS if not args.json else list(rows[0].keys()) if rows else STATUS_COLUMNS,
-             as_json=args.json)
+        emit(rows, _status_columns(rows, args), as_json=args.json)
     return 0
 
 
-def _record_job_event(settings: Settings, job_id: str, kind: EventType, **fields) -> None:
-    """Append one job-level event, after checking the job is in the control table."""
+def _status_columns(rows: list[dict], args: argparse.Namespace) -> list[str]:
+    """The table shows STATUS_COLUMNS; JSON has every column."""
+    return STATUS_COLUMNS if not args.json else list(rows[0].keys()) if rows else STATUS_COLUMNS
+
+
+def _watch_status(app: App, settings: Settings, args: argparse.Namespace) -> int:
+    """``status --watch``: the control table every ``args.watch`` seconds, rebuilt first unless a runner is ticking."""
+    app.require_config()
+    app.ensure_views()
+    lease = tick_lease(settings.lakehouse_dir)
+
+    def read() -> Snapshot:
+        fresh = refresh_if_idle(app, lease)
+        rows = app.store.control_rows()
+        return rows, _status_columns(rows, args), None if fresh else "a runner is ticking: as of its last build"
+
+    watch(read, title="Control table", interval=args.watch, count=getattr(args, "watch_count", None),
+          as_json=args.json)
+    return 0
+
+
+def _record_job_event(settings: Settings, job_id: str, kind: EventType, *, job_run_id: str | None = None,
+                      message: str | None = None) -> None:
+    """Append one job-level event (audited with who ran the command), after checking the job exists."""
     with open_app(settings) as app:
-        app.require_config()
-        if not app.store.control_rows(job_id):
-            raise HeartbeatError(f"job {job_id!r} is not in the control table")
-        app.store.append_events([Event(event_type=kind, run_id=kind.value.lower(), snapshot_ts=utcnow(),
-                                       trigger_job_id=job_id, **fields)])
+        record_job_event(app, job_id, kind, job_run_id=job_run_id, message=message)
 
 
 def cmd_pause(args: argparse.Namespace, settings: Settings) -> int:
@@ -419,14 +536,8 @@ def cmd_explain(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_reset(args: argparse.Namespace, settings: Settings) -> int:
     since = parse_since(args.since) if args.since else None
     with tick_lease(settings.lakehouse_dir).held(_lease_wait(args)), open_app(settings) as app:
-        app.require_config()
-        app.ensure_views()
-        app.dbt.refresh_control(app.store.events_version())
-        running = [r["job_run_id"] for r in app.store.control_rows(args.job_id)
-                   if r["status"] == JobStatus.IN_PROGRESS]
-        plan = plan_reset(app.store, args.job_id, since, args.reason)
-        app.store.append_events(plan.events())
-    _print_reset(plan, running[0] if running else None, args)
+        done = reset_job(app, args.job_id, since, args.reason)
+    _print_reset(done.plan, done.running_run, args)
     return 0
 
 
@@ -456,9 +567,8 @@ def cmd_maintain(args: argparse.Namespace, settings: Settings) -> int:
         app.require_config()
         app.ensure_views()
         app.dbt.refresh_control(app.store.events_version())  # the live set is judged on current state
-        maintenance = app.maintenance(_progress(args))
-        with app.dbt.keeping_built_marker(app.store.events_version):
-            done = maintenance.run(compact_all=args.compact_all)
+        with _progress(args) as progress, app.dbt.keeping_built_marker(app.store.events_version):
+            done = app.maintenance(progress).run(compact_all=args.compact_all)
     if args.json:
         emit_json(done.as_dict())
         return 0
@@ -466,8 +576,10 @@ def cmd_maintain(args: argparse.Namespace, settings: Settings) -> int:
           f"{done.archived_report_rows} report row(s) in {done.duration_s:.1f}s")
     if done.deleted_by_retention:
         print(f"deleted {done.deleted_by_retention} archived row(s) past HEARTBEAT_ARCHIVE_RETENTION_DAYS")
-    for table, (before, after) in done.compacted.items():
-        print(f"  {table}: {before} -> {after} data file(s)")
+    if done.compacted:
+        emit([{"table": table, "files_before": before, "files_after": after}
+              for table, (before, after) in done.compacted.items()],
+             ["table", "files_before", "files_after"], as_json=False, title="Compacted (data files)")
     return 0
 
 
@@ -475,9 +587,10 @@ def cmd_rebuild(args: argparse.Namespace, settings: Settings) -> int:
     with tick_lease(settings.lakehouse_dir).held(_lease_wait(args)), open_app(settings) as app:
         app.require_config()
         app.ensure_views()
-        _progress(args)("re-deriving the control table from the hot log and the archive")
-        app.dbt.rebuild_from_all_events()
-        app.dbt.mark_built(app.store.events_version())
+        with _progress(args) as progress:
+            progress("re-deriving the control table from the hot log and the archive")
+            app.dbt.rebuild_from_all_events()
+            app.dbt.mark_built(app.store.events_version())
         rows = len(app.store.control_rows(include_retired=True))
     print(f"rebuilt the control table from every recorded event ({rows} row(s))")
     return 0
@@ -499,6 +612,15 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     prepare_environment()
     with open_app(settings, port=args.port, session_id=session_id_for(settings)) as app:
         serve(app, args.port)
+    return 0
+
+
+def cmd_ui(args: argparse.Namespace, settings: Settings) -> int:
+    from heartbeat_runner.ui import run_ui
+
+    if args.refresh <= 0:
+        raise HeartbeatError("--refresh must be a positive number of seconds")
+    run_ui(settings, host=args.host, port=args.port, allow_actions=args.allow_actions, refresh_s=args.refresh)
     return 0
 
 
@@ -524,4 +646,5 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Settings], int]] = {
     "dbt": cmd_dbt,
     "demo": cmd_demo,
     "serve": cmd_serve,
+    "ui": cmd_ui,
 }

@@ -15,11 +15,13 @@ from pathlib import Path
 from heartbeat_runner.app import App, open_app
 from heartbeat_runner.config import load_config
 from heartbeat_runner.errors import HeartbeatError
-from heartbeat_runner.output import STATUS_COLUMNS, emit
+from heartbeat_runner.output import STATUS_COLUMNS, Steps, emit
 from heartbeat_runner.records import JobStatus
 from heartbeat_runner.settings import Settings
 
 MARKER = ".heartbeat-demo"
+#: The numbered steps of the story (a progress bar over them on a terminal).
+STEPS = 6
 
 CONFIG = """\
 sensor_source,sensor_id,sensor_read_type,asset_description,upstream_key,preprocess_query,trigger_job_id,trigger_job_name,job_state,dependency_flag
@@ -74,13 +76,19 @@ def run_demo(settings: Settings, *, keep: bool = False, as_json: bool = False) -
     if settings.lakehouse_dir == Path(".heartbeat").resolve():
         settings = settings.with_(lakehouse_dir=Path(".heartbeat-demo").resolve())
     settings = _prepare(settings, keep)
-    say = (lambda *a: print(*a, file=sys.stderr, flush=True)) if as_json else (lambda *a: print(*a, flush=True))
-    say(f"Demo lakehouse: {settings.lakehouse_dir}")
+    story = sys.stderr if as_json else sys.stdout
+    print(f"Demo lakehouse: {settings.lakehouse_dir}", file=story, flush=True)
     config = load_config(settings.effective_config_csv)
-    with open_app(settings) as app:
-        say("1. Creating upstream Delta tables demo_sales.orders and demo_uploads.sales_targets")
+    # the story is the plain report; on a terminal a bar over its steps runs beneath it (on stderr)
+    with Steps(STEPS, quiet=True) as steps, open_app(settings) as app:
+        def say(text: str, step: str | None = None) -> None:
+            print(text, file=story, flush=True)
+            if step:
+                steps(step)
+
+        say("1. Creating upstream Delta tables demo_sales.orders and demo_uploads.sales_targets", "upstream tables")
         _create_upstreams(app)
-        say(f"2. Loading the sensor config ({len(config.rows)} rows, 3 jobs)")
+        say(f"2. Loading the sensor config ({len(config.rows)} rows, 3 jobs)", "dbt seed and build")
         app.load_config(config)
         heartbeat = app.heartbeat()
 
@@ -91,19 +99,19 @@ def run_demo(settings: Settings, *, keep: bool = False, as_json: bool = False) -
                 f"triggered: {triggered}"
                 f"; completed: {', '.join(result.completed) or 'none'} ({result.duration_s:.1f}s) - {label}")
 
-        say("3. First tick: new sensors record where their sources are (no history replayed)")
+        say("3. First tick: new sensors record where their sources are (no history replayed)", "baseline tick")
         tick("baseline")
-        say("4. New orders arrive (one of them >= 1000) and a new sales target is uploaded")
+        say("4. New orders arrive (one of them >= 1000) and a new sales target is uploaded", "new data, tick")
         app.engine.spark.sql("INSERT INTO demo_sales.orders VALUES (3, 2500.0, 'initech'), (4, 40.0, 'acme')")
         app.engine.spark.sql("INSERT INTO demo_uploads.sales_targets VALUES ('apac', 800.0)")
         tick("101 (scenario B: hard orders + soft targets) and 103 (filtered big orders) trigger; "
              "102 waits for its second hard dependency (scenario A)")
-        say("5. The warehouse drops its inventory trigger file")
+        say("5. The warehouse drops its inventory trigger file", "trigger file, tick")
         folder = settings.effective_trigger_dir / "inventory_drop"
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "inventory_2024-01-01.done").write_text("ok\n")
         tick("102 now has both hard dependencies")
-        say("6. Waiting for the jobs to finish, then reconciling")
+        say("6. Waiting for the jobs to finish, then reconciling", "waiting for the jobs")
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             time.sleep(1.0)
@@ -112,7 +120,7 @@ def run_demo(settings: Settings, *, keep: bool = False, as_json: bool = False) -
             if statuses <= {JobStatus.COMPLETED.value}:
                 break
         rows = app.store.control_rows()
-    emit(rows, STATUS_COLUMNS, as_json=as_json, title="\nControl table:")
+    emit(rows, STATUS_COLUMNS, as_json=as_json, title="\nControl table")
     if not as_json:
         print(f"\nJob output: {settings.lakehouse_dir / 'jobs' / 'runs'}/*/output.log")
         print(f"Explore: python -m heartbeat_runner status --lakehouse-dir {settings.lakehouse_dir}")

@@ -11,7 +11,7 @@ import getpass
 import json
 import socket
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from typing import overload
 
@@ -36,6 +36,11 @@ BEGINNING_CURSOR = dump_cursor({"version": -1})
 DEFAULT_MAX_REMOVAL_SHARE = 0.5
 
 ConfigKey = tuple[str, str, str]
+
+
+def local_operator() -> str:
+    """Who runs this process, as the audit trail names them: ``user@host``."""
+    return f"{getpass.getuser()}@{socket.gethostname()}"
 
 
 def refresh_if_idle(app: App, lease: Lease) -> bool:
@@ -68,6 +73,44 @@ def explain(store: TableStore, job_id: str) -> Explanation:
     return Explanation(job_id, rows[0]["verdict"], bool(rows[0]["is_ready"]), rows)
 
 
+# -- job-level operator events (pause, resume, complete) ---------------------------------------
+
+def record_job_event(app: App, job_id: str, kind: EventType, *, by: str | None = None, via: str = "cli",
+                     job_run_id: str | None = None, message: str | None = None) -> Event:
+    """Append one operator event of ``job_id`` after checking the job is in the control table.
+
+    The payload names who did it and through what (``cli`` or ``ui``): the audit trail.
+    """
+    app.require_config()
+    if not app.store.control_rows(job_id):
+        raise HeartbeatError(f"job {job_id!r} is not in the control table")
+    event = Event(event_type=kind, run_id=kind.value.lower(), snapshot_ts=utcnow(), trigger_job_id=job_id,
+                  job_run_id=job_run_id, message=message,
+                  payload=json.dumps({"by": by or local_operator(), "via": via}, sort_keys=True))
+    app.store.append_events([event])
+    return event
+
+
+@dataclass(frozen=True)
+class ResetDone:
+    plan: ResetPlan
+    #: the run of the job still going when it was reset (reset does not stop it)
+    running_run: str | None
+
+
+def reset_job(app: App, job_id: str, since: datetime | None, reason: str, *, by: str | None = None) -> ResetDone:
+    """Plan and record a reset of ``job_id``; the caller holds the tick lease."""
+    app.require_config()
+    app.ensure_views()
+    app.dbt.refresh_control(app.store.events_version())
+    running = [r["job_run_id"] for r in app.store.control_rows(job_id) if r["status"] == JobStatus.IN_PROGRESS]
+    plan = plan_reset(app.store, job_id, since, reason)
+    if by is not None:
+        plan = replace(plan, by=by)
+    app.store.append_events(plan.events())
+    return ResetDone(plan, running[0] if running else None)
+
+
 # -- reset -----------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -95,7 +138,7 @@ class ResetPlan:
     #: other active jobs reading the sources moved back: they see the replayed data as new too
     shared_with: list[str]
     reason: str
-    by: str = field(default_factory=lambda: f"{getpass.getuser()}@{socket.gethostname()}")
+    by: str = field(default_factory=lambda: local_operator())
 
     def events(self) -> list[Event]:
         now = utcnow()

@@ -33,7 +33,8 @@ unfinished as (
 select
   r.run_id, r.snapshot_ts, r.ended_ts, r.duration_s, r.status,
   r.sources_sensed, r.sources_with_new_data, coalesce(s.sources_skipped, 0) as sources_skipped,
-  r.sensor_errors, r.jobs_triggered, r.jobs_completed, r.jobs_failed, r.trigger_errors, r.message
+  r.sensor_errors, r.jobs_triggered, r.jobs_completed, r.jobs_failed, r.trigger_errors, r.message,
+  r.stage_timings
 from runs r
 left join skipped s on s.run_id = r.run_id
 
@@ -43,5 +44,6 @@ select
   u.run_id, u.snapshot_ts, cast(null as timestamp), cast(null as double), 'INCOMPLETE',
   cast(null as int), cast(null as int), cast(null as bigint),
   cast(null as int), cast(null as int), cast(null as int), cast(null as int), cast(null as int),
-  concat(cast(u.events_written as string), ' event(s) written, then the runner stopped before the end of the tick')
+  concat(cast(u.events_written as string), ' event(s) written, then the runner stopped before the end of the tick'),
+  cast(null as string)
 from unfinished u

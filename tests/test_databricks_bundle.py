@@ -33,17 +33,19 @@ TEST_VALUES = {"warehouse_id": "0123456789abcdef"}  # variables without a defaul
 
 
 def load_bundle() -> tuple[dict[str, Any], dict[str, Path]]:
-    """databricks.yml with its includes merged in; also which file defined each job."""
+    """databricks.yml with its includes merged in; also which file defined each resource (job or app)."""
     root = yaml.safe_load((REPO / "databricks.yml").read_text())
     origin: dict[str, Path] = {}
     for pattern in root.get("include", []):
         for path in sorted(glob.glob(str(REPO / pattern))):
             part = yaml.safe_load(Path(path).read_text())
             assert set(part) <= {"resources", "variables", "targets"}, f"{path}: unexpected top-level keys"
-            for name, job in part["resources"]["jobs"].items():
-                assert name not in origin, f"job {name} defined twice"
-                origin[name] = Path(path)
-                root.setdefault("resources", {}).setdefault("jobs", {})[name] = job
+            assert set(part["resources"]) <= {"jobs", "apps"}, f"{path}: unexpected resource kinds"
+            for kind, resources in part["resources"].items():
+                for name, spec in resources.items():
+                    assert name not in origin, f"resource {name} defined twice"
+                    origin[name] = Path(path)
+                    root.setdefault("resources", {}).setdefault(kind, {})[name] = spec
     return root, origin
 
 
@@ -63,12 +65,17 @@ def merge(base: Any, override: Any, key: str | None = None) -> Any:
     return override
 
 
-def resolved_jobs(target: str) -> dict[str, dict[str, Any]]:
+def resolved(kind: str, target: str) -> dict[str, dict[str, Any]]:
+    """The resources of one kind (jobs, apps) for ``target``: overrides merged, variables substituted."""
     bundle, _ = load_bundle()
-    jobs = merge(bundle["resources"]["jobs"], bundle["targets"][target].get("resources", {}).get("jobs", {}))
+    specs = merge(bundle["resources"][kind], bundle["targets"][target].get("resources", {}).get(kind, {}))
     values = {name: spec.get("default", TEST_VALUES.get(name)) for name, spec in bundle["variables"].items()}
-    text = VARIABLE.sub(lambda m: str(values[m.group(1)]), json.dumps(jobs))
+    text = VARIABLE.sub(lambda m: str(values[m.group(1)]), json.dumps(specs))
     return json.loads(text)
+
+
+def resolved_jobs(target: str) -> dict[str, dict[str, Any]]:
+    return resolved("jobs", target)
 
 
 BUNDLE, ORIGIN = load_bundle()
@@ -185,3 +192,50 @@ def test_example_plans_reads_from_the_windows_heartbeat_sends():
     assert orders_etl.plan_reads(orders_etl.parse_windows("[]"), ["sales.orders"]) == [orders_etl.Read("sales.orders")]
     with pytest.raises(ValueError):
         orders_etl.parse_windows('{"not": "a list"}')
+
+
+# -- the status page app -------------------------------------------------------------------------
+
+APP_DIR = REPO / "app"
+
+
+def app_yaml() -> dict[str, Any]:
+    return yaml.safe_load((APP_DIR / "app.yaml").read_text())
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_app_loads_as_a_typed_databricks_app_and_its_code_is_the_app_folder(target):
+    apps_model = pytest.importorskip("databricks.bundles.apps", reason="pip install databricks-bundles")
+    apps = resolved("apps", target)
+    assert set(apps) == {"heartbeat_ui"}
+    app = apps_model.App.from_dict(copy.deepcopy(apps["heartbeat_ui"]))  # raises on an unknown field
+    assert (ORIGIN["heartbeat_ui"].parent / app.source_code_path).resolve() == APP_DIR
+    assert all(p.group_name for p in app.permissions)
+
+
+def test_app_yaml_is_a_valid_app_config_running_the_ui_command():
+    apps_model = pytest.importorskip("databricks.bundles.apps", reason="pip install databricks-bundles")
+    config = apps_model.AppConfig.from_dict(copy.deepcopy(app_yaml()))  # command + env, typed
+    assert config.command[:3] == ["python", "-m", "heartbeat_runner"]
+    parsed = build_parser().parse_args(config.command[3:])
+    assert parsed.command == "ui" and parsed.target == "databricks"
+    assert not getattr(parsed, "allow_actions", False), "the deployed page is read-only by default"
+
+
+def test_app_reads_the_schema_the_runner_writes_and_keeps_no_secret():
+    env = {e["name"]: e.get("value") for e in app_yaml()["env"]}
+    variables = BUNDLE["variables"]
+    assert env["HEARTBEAT_CATALOG"] == variables["catalog"]["default"]
+    assert env["HEARTBEAT_SCHEMA"] == variables["schema"]["default"]
+    assert not any(k in env for k in ("DATABRICKS_TOKEN", "DATABRICKS_CLIENT_SECRET")), "the app's own identity only"
+    assert env["HEARTBEAT_UI_OPERATORS"] == ""
+
+
+def test_app_installs_heartbeat_from_the_wheel_the_artifact_build_copies():
+    lines = [x.strip() for x in (APP_DIR / "requirements.txt").read_text().splitlines()
+             if x.strip() and not x.startswith("#")]
+    assert lines[0] == "--find-links ./wheels"
+    extras = distribution("heartbeat-runner").metadata.get_all("Provides-Extra") or []
+    assert lines[1] == "heartbeat-runner[app]" and "app" in extras
+    assert "--wheel-dir app/wheels" in BUNDLE["artifacts"]["heartbeat_runner_wheel"]["build"]
+    assert "app/wheels/*.whl" in BUNDLE["sync"]["include"]

@@ -45,6 +45,14 @@ class RunStatus:
     end_time: datetime | None = None
 
 
+@dataclass(frozen=True)
+class RunOutput:
+    """Where a run's output can be seen: a page of the jobs service, or the text it captured."""
+
+    url: str | None = None
+    text: str | None = None
+
+
 class JobsBackend(Protocol):
     """Starts jobs and reports on their runs. Implementations subclass it to inherit the defaults."""
 
@@ -63,6 +71,10 @@ class JobsBackend(Protocol):
     def successful_run_after(self, job_id: str, after: datetime) -> RunStatus | None:
         """A successful run of the job that ended after ``after`` (e.g. a manual rerun), if any."""
         ...
+
+    def run_output(self, job_id: str, run_id: str) -> RunOutput | None:
+        """Where to see the output of one run; None when the backend keeps none."""
+        return None
 
     def cancel_run(self, job_id: str, run_id: str) -> None:
         """Ask the backend to stop a run. Only backends with ``can_cancel`` implement it."""

@@ -34,7 +34,7 @@ from databricks.sdk.errors import (
 from databricks.sdk.service.jobs import BaseRun, Run
 
 from heartbeat_runner.errors import AuthError, JobNotFoundError, JobsBackendError, describe, first_line
-from heartbeat_runner.jobs.base import JobsBackend, RunOutcome, RunStatus, TriggerRequest
+from heartbeat_runner.jobs.base import JobsBackend, RunOutcome, RunOutput, RunStatus, TriggerRequest
 from heartbeat_runner.records import as_utc
 
 #: Seconds one HTTP call may take (``HEARTBEAT_DATABRICKS_HTTP_TIMEOUT``).
@@ -100,6 +100,11 @@ class DatabricksJobsBackend(JobsBackend):
         return cls(WorkspaceClient(config=cfg))
 
     # -- JobsBackend ------------------------------------------------------------------------
+
+    def run_output(self, job_id: str, run_id: str) -> RunOutput | None:
+        """The run's page in the workspace (no API call: the URL is built from the host)."""
+        host = (self.client.config.host or "").rstrip("/")
+        return RunOutput(url=f"{host}/jobs/{parse_job_id(job_id)}/runs/{_run_number(run_id)}") if host else None
 
     def trigger(self, request: TriggerRequest) -> str:
         job = parse_job_id(request.job_id)

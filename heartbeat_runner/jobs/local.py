@@ -35,8 +35,11 @@ from pathlib import Path
 import yaml
 
 from heartbeat_runner.errors import ConfigError, JobNotFoundError, JobsBackendError
-from heartbeat_runner.jobs.base import JobsBackend, RunOutcome, RunStatus, TriggerRequest
+from heartbeat_runner.jobs.base import JobsBackend, RunOutcome, RunOutput, RunStatus, TriggerRequest
 from heartbeat_runner.processes import pid_alive
+
+#: How much of the end of a run's output.log ``run_output`` returns.
+OUTPUT_TAIL_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -100,6 +103,15 @@ class LocalJobsBackend(JobsBackend):
             if not (run_dir / "launched").exists():
                 self._launch(job, request, run_id, run_dir)
         return run_id
+
+    def run_output(self, job_id: str, run_id: str) -> RunOutput | None:
+        """The end of the run's ``output.log`` (at most OUTPUT_TAIL_BYTES)."""
+        log_path = self._run_dir(run_id) / "output.log"
+        if not log_path.is_file():
+            return None
+        with open(log_path, "rb") as log:
+            log.seek(max(0, log_path.stat().st_size - OUTPUT_TAIL_BYTES))
+            return RunOutput(text=log.read().decode("utf-8", errors="replace"))
 
     def run_status(self, job_id: str, run_id: str) -> RunStatus:
         run_dir = self._run_dir(run_id)

@@ -1,0 +1,71 @@
+{#
+  One row per run Heartbeat requested of a job (the trigger request, its retries too),
+  with what the jobs API answered and how the run ended: the job page's timeline and the
+  overview's "last run". `parameters` is the JSON the job received, including the windows
+  it consumed (`heartbeat_windows`). A run recorded by `complete` or found through the
+  jobs API without a request of ours has no row here.
+#}
+{{ config(materialized='view') }}
+
+with job_events as (
+  select * from {{ heartbeat_events(all_history=true) }} e
+  where e.trigger_job_id is not null
+),
+
+requests as (
+  select
+    trigger_job_id, idempotency_token,
+    min(event_ts) as requested_at,
+    max(run_id) as tick_run_id,
+    max(payload) as parameters,
+    max(case when event_type = 'RETRY_REQUESTED' then 1 else 0 end) = 1 as is_retry
+  from job_events
+  where event_type in ('TRIGGER_REQUESTED', 'RETRY_REQUESTED')
+  group by trigger_job_id, idempotency_token
+),
+
+answers as (
+  select
+    trigger_job_id, idempotency_token,
+    max(case when event_type = 'TRIGGERED' then job_run_id end) as job_run_id,
+    min(case when event_type = 'TRIGGERED' then event_ts end) as triggered_at,
+    max(case when event_type = 'TRIGGER_ERROR' then message end) as trigger_error
+  from job_events
+  where event_type in ('TRIGGERED', 'TRIGGER_ERROR')
+  group by trigger_job_id, idempotency_token
+),
+
+{# the first COMPLETED or FAILED event of each run id ends it #}
+endings as (
+  select * from (
+    select
+      trigger_job_id, job_run_id, event_type as outcome, event_ts as ended_at, message,
+      row_number() over (partition by trigger_job_id, job_run_id order by event_ts) as nth
+    from job_events
+    where event_type in ('COMPLETED', 'FAILED') and job_run_id is not null
+  ) ranked
+  where nth = 1
+)
+
+select
+  r.trigger_job_id,
+  r.idempotency_token,
+  r.tick_run_id,
+  r.is_retry,
+  r.requested_at,
+  a.triggered_at,
+  a.job_run_id,
+  d.ended_at,
+  case
+    when d.outcome is not null then d.outcome
+    when a.trigger_error is not null then 'TRIGGER_ERROR'
+    when a.job_run_id is not null then 'RUNNING'
+    else 'REQUESTED'
+  end as outcome,
+  cast(unix_millis(d.ended_at) - unix_millis(coalesce(a.triggered_at, r.requested_at)) as double) / 1000
+    as duration_s,
+  coalesce(d.message, a.trigger_error) as message,
+  r.parameters
+from requests r
+left join answers a on a.trigger_job_id = r.trigger_job_id and a.idempotency_token = r.idempotency_token
+left join endings d on d.trigger_job_id = r.trigger_job_id and d.job_run_id = a.job_run_id

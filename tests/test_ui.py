@@ -1,0 +1,302 @@
+"""The status page in a real browser: headless Chromium (Debian's chromium + chromium-driver) driven
+by Selenium, against a lakehouse built through the real tick path (Sail, Delta, dbt, local jobs).
+
+Screenshots of every page go to pytest's temp dir; with HEARTBEAT_SCREENSHOT_DIR set they are
+also written there (that is how docs/images/ui-*.png, shown in the README, are made).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from harness import Harness
+from harness import config_row as row
+
+from heartbeat_runner.store import Cond
+from heartbeat_runner.ui.actions import ActionPolicy
+from heartbeat_runner.ui.server import StatusPage, make_server
+
+CHROMIUM = shutil.which("chromium")
+CHROMEDRIVER = shutil.which("chromedriver")
+# In CI (.ci/run installs them) a missing browser is a failure, not a skip.
+pytestmark = pytest.mark.skipif(not (CHROMIUM and CHROMEDRIVER) and not os.environ.get("CI"),
+                                reason="needs Debian's chromium and chromium-driver (.ci/run installs them)")
+
+#: the config of the scenario: job -> (hard sources, soft sources)
+CONFIG = [
+    row("delta_table", "sales.orders", "orders_etl", name="Orders ETL"),
+    row("delta_table", "sales.customers", "orders_etl", hard="FALSE", name="Orders ETL"),
+    row("delta_table", "sales.orders", "customer_360", name="Customer 360"),
+    row("delta_table", "sales.customers", "customer_360", name="Customer 360"),
+    row("trigger_file", "finance/close", "finance_close", name="Finance close"),
+    row("delta_table", "sales.customers", "marketing_daily", state="PAUSED", name="Marketing daily"),
+]
+
+
+@pytest.fixture(scope="module")
+def lakehouse(tmp_path_factory) -> Iterator[Harness]:
+    """orders_etl ran and completed, customer_360 waits for customers, finance_close failed,
+    marketing_daily is paused: every phase the page colours, reached by real ticks."""
+    root = tmp_path_factory.mktemp("ui")
+    with Harness(root) as hb:
+        hb.create_table("sales.orders", "id INT")
+        hb.create_table("sales.customers", "id INT")
+        hb.seed(*CONFIG)
+        hb.jobs(orders_etl=0, customer_360=0, finance_close=3, marketing_daily=0)
+        hb.tick()  # baseline
+        hb.insert("sales.orders", "(1), (2), (3)")
+        hb.drop_trigger_file("finance/close", "ready")
+        hb.tick()
+        hb.wait_for_jobs()
+        hb.tick()
+        yield hb
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator:
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1400,900"):
+        options.add_argument(arg)
+    driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
+    driver.implicitly_wait(0)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def serve(hb: Harness, policy: ActionPolicy) -> tuple[str, object]:
+    """The page over the harness's open app on a free port; returns its URL and the server."""
+    server = make_server(StatusPage(hb.app, policy, refresh_s=60), "127.0.0.1", 0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return f"http://127.0.0.1:{server.server_address[1]}", server
+
+
+@pytest.fixture
+def page(lakehouse) -> Iterator[str]:
+    url, server = serve(lakehouse, ActionPolicy(enabled=False))
+    yield url
+    server.shutdown()
+
+
+@pytest.fixture
+def operator_page(lakehouse) -> Iterator[str]:
+    url, server = serve(lakehouse, ActionPolicy(enabled=True, operators=frozenset({"ops@example.com"})))
+    yield url
+    server.shutdown()
+
+
+def wait_for(driver, css: str, timeout: float = 20):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return WebDriverWait(driver, timeout).until(ec.presence_of_element_located((By.CSS_SELECTOR, css)))
+
+
+def screenshot(driver, tmp_path: Path, name: str) -> None:
+    driver.save_screenshot(str(tmp_path / f"{name}.png"))
+    target = os.environ.get("HEARTBEAT_SCREENSHOT_DIR")
+    if target:
+        Path(target).mkdir(parents=True, exist_ok=True)
+        driver.save_screenshot(str(Path(target) / f"{name}.png"))
+
+
+def texts(driver, css: str) -> list[str]:
+    from selenium.webdriver.common.by import By
+
+    return [e.text for e in driver.find_elements(By.CSS_SELECTOR, css)]
+
+
+# -- overview -> job page ---------------------------------------------------------------------
+
+def test_overview_lists_every_job_with_its_phase_and_clicks_through_to_the_verdict(page, browser, lakehouse,
+                                                                                 tmp_path):
+    from selenium.webdriver.common.by import By
+
+    browser.get(page + "/#/")
+    wait_for(browser, "#jobs tr[data-job='orders_etl']")
+    phases = {r.get_attribute("data-job"): r.find_element(By.CSS_SELECTOR, ".badge").text
+              for r in browser.find_elements(By.CSS_SELECTOR, "#jobs tbody tr[data-job]")}
+    assert phases == {"orders_etl": "IDLE", "customer_360": "WAITING", "finance_close": "FAILED",
+                      "marketing_daily": "PAUSED"}
+    orders = browser.find_element(By.CSS_SELECTOR, "#jobs tr[data-job='orders_etl']").text
+    assert "COMPLETED" in orders and "version" in orders  # last run and the window it consumed
+    screenshot(browser, tmp_path, "ui-overview")
+
+    search = browser.find_element(By.ID, "search")
+    search.send_keys("finance")
+    wait_for(browser, "#jobs tr[data-job='finance_close']")
+    assert [r.get_attribute("data-job") for r in browser.find_elements(By.CSS_SELECTOR, "#jobs tr[data-job]")] \
+        == ["finance_close"]
+    browser.find_element(By.CSS_SELECTOR, "#jobs tr[data-job='finance_close'] a.job-link").click()
+
+    verdict = wait_for(browser, "#verdict").text
+    expected = lakehouse.app.store.read("jobs_trigger_explanation", Cond("trigger_job_id", "finance_close"),
+                                        Cond("is_active", True))[0]["verdict"]
+    assert verdict == expected and verdict.startswith("blocked by failure")
+    runs = texts(browser, "#runs tbody tr")
+    assert len(runs) == 1 and "FAILED" in runs[0] and "exit code 3" in runs[0]
+    assert any("TRIGGERED" in e for e in texts(browser, "#events tbody tr"))
+    screenshot(browser, tmp_path, "ui-job")
+    browser.execute_script("document.getElementById('search') && (document.getElementById('search').value = '')")
+
+
+def test_run_output_link_serves_the_jobs_output(page, lakehouse):
+    run = lakehouse.app.store.read("heartbeat_job_runs", Cond("trigger_job_id", "orders_etl"))[0]
+    with urllib.request.urlopen(f"{page}/api/jobs/orders_etl/runs/{run['job_run_id']}/output") as answer:
+        assert answer.status == 200 and answer.headers["Content-Type"].startswith("text/plain")
+
+
+# -- graph ------------------------------------------------------------------------------------
+
+def test_graph_nodes_and_edges_match_the_config(page, browser, tmp_path):
+    from selenium.webdriver.common.by import By
+
+    browser.get(page + "/#/graph")
+    wait_for(browser, "#graph .node")
+    nodes = {n.get_attribute("data-id") for n in browser.find_elements(By.CSS_SELECTOR, "#graph .node")}
+    edges = {(e.get_attribute("data-from"), e.get_attribute("data-to"), e.get_attribute("class").split()[-1])
+             for e in browser.find_elements(By.CSS_SELECTOR, "#graph .edge")}
+    expected_edges = set()
+    for line in CONFIG:
+        cells = line.split(",")
+        expected_edges.add((f"source:{cells[0]}:{cells[1]}", f"job:{cells[6]}",
+                            "hard" if cells[9] == "TRUE" else "soft"))
+    assert edges == expected_edges
+    # each source once, however many jobs read it
+    assert nodes == {e[0] for e in expected_edges} | {e[1] for e in expected_edges}
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#graph .node.source")) == 3
+    assert browser.find_element(By.CSS_SELECTOR, "#graph .node[data-id='job:finance_close']") \
+        .get_attribute("data-status") == "FAILED"
+    screenshot(browser, tmp_path, "ui-graph")
+
+    browser.find_element(By.ID, "search").send_keys("finance")
+    wait_for(browser, "#graph[data-nodes='2']")
+    assert {n.get_attribute("data-id") for n in browser.find_elements(By.CSS_SELECTOR, "#graph .node")} \
+        == {"job:finance_close", "source:trigger_file:finance/close"}
+
+
+# -- ticks ------------------------------------------------------------------------------------
+
+def test_ticks_chart_stage_durations_and_list_skipped_sources(page, browser, tmp_path):
+    from selenium.webdriver.common.by import By
+
+    browser.get(page + "/#/ticks")
+    wait_for(browser, "#stage-chart rect.stage")
+    stages = {r.get_attribute("data-stage") for r in browser.find_elements(By.CSS_SELECTOR, "#stage-chart rect.stage")}
+    assert {"sensing", "dbt", "triggering"} <= stages
+    assert len(texts(browser, "#ticks tbody tr")) >= 3
+    assert any("SKIPPED" in p for p in texts(browser, "#problems tbody tr"))
+    screenshot(browser, tmp_path, "ui-ticks")
+
+
+# -- actions ----------------------------------------------------------------------------------
+
+def test_actions_are_absent_without_the_flag_and_refused_by_the_api(page, browser):
+    from selenium.webdriver.common.by import By
+
+    browser.get(page + "/#/jobs/orders_etl")
+    wait_for(browser, "#verdict")
+    assert browser.find_elements(By.CSS_SELECTOR, "#actions, [data-action]") == []
+    request = urllib.request.Request(f"{page}/api/actions/pause", method="POST",
+                                     data=json.dumps({"job_id": "orders_etl"}).encode(),
+                                     headers={"Content-Type": "application/json", "X-Heartbeat-Action": "confirm"})
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request)
+    assert refused.value.code == 403 and "--allow-actions" in json.loads(refused.value.read())["error"]
+
+
+def test_an_operator_pauses_a_job_after_confirming_and_it_is_audited(operator_page, browser, lakehouse, tmp_path):
+    from selenium.webdriver.common.by import By
+
+    browser.get(operator_page + "/#/jobs/customer_360")
+    wait_for(browser, "#actions [data-action='pause']").click()
+    dialog = wait_for(browser, "dialog#confirm[open]")
+    assert "Pause job customer_360?" in dialog.text
+    screenshot(browser, tmp_path, "ui-confirm")
+    browser.find_element(By.ID, "confirm-ok").click()
+    assert "paused by" in wait_for(browser, "#action-result .notice", timeout=90).text
+    wait_for(browser, "#actions [data-action='resume']")  # the page re-read the job: it is paused now
+
+    paused = lakehouse.events("JOB_PAUSED")
+    assert [e["trigger_job_id"] for e in paused] == ["customer_360"]
+    audit = json.loads(paused[0]["payload"])
+    assert audit["via"] == "ui" and "@" in audit["by"]
+    assert {r["job_state"] for r in lakehouse.rows("customer_360")} == {"PAUSED"}
+
+
+def test_behind_the_app_proxy_only_named_operators_may_act(operator_page, lakehouse):
+    def pause(user: str) -> int:
+        request = urllib.request.Request(
+            f"{operator_page}/api/actions/resume", method="POST", data=json.dumps({"job_id": "marketing_daily"}).encode(),
+            headers={"Content-Type": "application/json", "X-Heartbeat-Action": "confirm", "X-Forwarded-Email": user})
+        try:
+            with urllib.request.urlopen(request) as answer:
+                return answer.status
+        except urllib.error.HTTPError as exc:
+            return exc.code
+
+    assert pause("analyst@example.com") == 403
+    assert lakehouse.events("JOB_RESUMED") == []
+    assert pause("ops@example.com") == 200
+    resumed = lakehouse.events("JOB_RESUMED")
+    assert [json.loads(e["payload"])["by"] for e in resumed] == ["ops@example.com"]
+
+
+# -- the command ------------------------------------------------------------------------------
+
+def test_ui_command_serves_the_page_read_only_and_sees_what_another_process_writes(lakehouse, tmp_path):
+    """`python -m heartbeat_runner ui` in its own process (its own engine session) next to the
+    runner's: the page, its files, and a change the runner's process makes after the page started."""
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {**os.environ, "HEARTBEAT_HOME": str(lakehouse.home), "HEARTBEAT_CONFIG": str(lakehouse.config_path),
+           "HEARTBEAT_JOBS_FILE": str(lakehouse.jobs_path)}
+    server = subprocess.Popen([sys.executable, "-m", "heartbeat_runner", "ui", "--port", str(port)], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        first = server.stdout.readline()
+        assert f"http://127.0.0.1:{port}/" in first and "read-only" in first, first
+
+        def get(path: str) -> bytes:
+            with urllib.request.urlopen(base + path, timeout=60) as answer:
+                return answer.read()
+
+        assert b'src="/static/app.js"' in get("/")
+        assert b"renderOverview" in get("/static/app.js")
+        assert json.loads(get("/api/meta"))["actions_enabled"] is False
+        jobs = {j["job_id"]: j for j in json.loads(get("/api/overview"))["jobs"]}
+        assert set(jobs) == {"orders_etl", "customer_360", "finance_close", "marketing_daily"}
+        before = jobs["orders_etl"]["last_run"]["job_run_id"]
+
+        lakehouse.insert("sales.orders", "(7)")
+        lakehouse.tick()  # in the runner's process: orders_etl has new data -> triggered again
+        deadline, latest = time.monotonic() + 30, before
+        while latest == before and time.monotonic() < deadline:
+            time.sleep(1.5)  # past the page's one-second cache
+            latest = {j["job_id"]: j for j in json.loads(get("/api/overview"))["jobs"]}["orders_etl"]["last_run"][
+                "job_run_id"]
+        assert latest != before, "the page does not see the runner's new trigger"
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
