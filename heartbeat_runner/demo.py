@@ -124,4 +124,5 @@ def run_demo(settings: Settings, *, keep: bool = False, as_json: bool = False) -
     if not as_json:
         print(f"\nJob output: {settings.lakehouse_dir / 'jobs' / 'runs'}/*/output.log")
         print(f"Explore: python -m heartbeat_runner status --lakehouse-dir {settings.lakehouse_dir}")
+        print(f"See it:  python -m heartbeat_runner ui --lakehouse-dir {settings.lakehouse_dir}   (http://127.0.0.1:8080/)")
     return 0 if {r["status"] for r in rows} <= {JobStatus.COMPLETED.value} else 1
