@@ -50,6 +50,7 @@ EXPLAIN_COLUMNS = ["sensor_source", "sensor_id", "dependency", "status", "row_st
                    "last_outcome"]
 RUNS_COLUMNS = ["run_id", "snapshot_ts", "duration_s", "status", "sources_sensed", "sources_with_new_data",
                 "sources_skipped", "sensor_errors", "jobs_triggered", "jobs_completed", "jobs_failed", "message"]
+SEQUENCE_COLUMNS = ["trigger_job_id", "run", "runs", "last_lifecycle_event", "next_run_due", "windows"]
 REPORT_COLUMNS = ["source_key", "outcome", "window_from", "window_until", "rows", "duration_s", "trigger_job_ids",
                   "error"]
 #: Seconds a command waits for the tick lease before giving up (HEARTBEAT_LEASE_WAIT).
@@ -449,6 +450,9 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
         _open_fresh(app, settings)
         rows = app.store.control_rows()
         emit(rows, _status_columns(rows, args), as_json=args.json)
+        sequences = [] if args.json else app.store.open_sequences()
+    if sequences:
+        emit(sequences, SEQUENCE_COLUMNS, as_json=False, title="\nCatch-up sequences (run k of n; windows of run k)")
     return 0
 
 

@@ -17,6 +17,7 @@ class EventType(str, enum.Enum):
     CURSOR = "CURSOR"                # the cursor moved without new data (baseline, filtered rows)
     TRIGGER_REQUESTED = "TRIGGER_REQUESTED"  # written before the jobs API call, with the token
     RETRY_REQUESTED = "RETRY_REQUESTED"  # an automatic retry of a failed run (same data, new token)
+    NEXT_WINDOW_REQUESTED = "NEXT_WINDOW_REQUESTED"  # the next run of a sequence (catch-up), after a success
     TRIGGERED = "TRIGGERED"          # the jobs API answered with a run id
     TRIGGER_ERROR = "TRIGGER_ERROR"  # the jobs API refused; the request is void
     COMPLETED = "COMPLETED"
@@ -137,6 +138,11 @@ def new_data_event_id(source_key: str, parent_event_id: str | None, cursor_from:
     with the event that first recorded it.
     """
     return _digest("NEW_DATA", source_key, parent_event_id or "", cursor_from or "", cursor_to or "")
+
+
+def sequence_event_id(idempotency_token: str) -> str:
+    """Deterministic id of the NEXT_WINDOW_REQUESTED event of the request with this token."""
+    return _digest("NEXT_WINDOW_REQUESTED", idempotency_token)
 
 
 def idempotency_token(job_id: str, consumed_event_ids: list[str]) -> str:

@@ -12,11 +12,11 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from heartbeat_runner.engine import Engine
 from heartbeat_runner.names import sql_string
-from heartbeat_runner.records import Event, JobStatus, RunSummary, SensorEvaluation, as_utc
+from heartbeat_runner.records import Event, EventType, JobStatus, RunSummary, SensorEvaluation, as_utc
 from heartbeat_runner.settings import validate_identifier
 from heartbeat_runner.sources.base import SensingTarget
 from heartbeat_runner.spark_local import DELTA_COMMIT_CONFLICTS
@@ -44,6 +44,7 @@ TRIGGER_REQUESTS_VIEW = "heartbeat_trigger_requests"
 DUE_VIEW = "heartbeat_sensors_due"
 SKIPPED_VIEW = "heartbeat_sensors_skipped"
 SENSOR_STATE = "heartbeat_sensor_state"
+SEQUENCES_VIEW = "heartbeat_job_sequences"
 
 _TYPES = {
     "event_ts": "timestamp", "snapshot_ts": "timestamp", "ended_ts": "timestamp",
@@ -101,6 +102,7 @@ class ReadyRow:
     sensor_source: str
     sensor_id: str
     source_key: str
+    upstream_key: str | None
     pending_window_from: str | None
     pending_window_to: str | None
 
@@ -291,8 +293,30 @@ class TableStore:
 
     def trigger_payload(self, idempotency_token: str) -> dict[str, str]:
         """The job parameters first sent with a trigger request (empty when none was recorded)."""
+        return {k: v for k, v in self.request_payload(idempotency_token).items() if not k.startswith("_")}
+
+    def request_payload(self, idempotency_token: str) -> dict[str, Any]:
+        """The whole payload of a trigger request: the job parameters and Heartbeat's own ``_`` keys
+        (a catch-up sequence's plan)."""
         found = self.read(TRIGGER_REQUESTS_VIEW, Cond("idempotency_token", idempotency_token), columns=["payload"])
         return json.loads(found[0]["payload"]) if found and found[0]["payload"] else {}
+
+    def new_data_events(self, event_ids: list[str]) -> list[dict]:
+        """The NEW_DATA events with these ids: their source, cursors and windows (a backlog's bounds)."""
+        if not event_ids:
+            return []
+        return self.read(EVENTS, Cond("event_id", event_ids, "in"), Cond("event_type", EventType.NEW_DATA.value),
+                         columns=["event_id", "event_ts", "source_key", "cursor_from", "cursor_to",
+                                  "window_from", "window_to"])
+
+    def open_sequences(self) -> list[dict]:
+        """Catch-up sequences not finished yet: running, failed, or with a run due (``status`` shows them)."""
+        return self.read(SEQUENCES_VIEW, Cond("is_finished", False), order_by=["trigger_job_id"])
+
+    def next_windows_due(self) -> list[dict]:
+        """Sequences whose latest run succeeded with runs left, of jobs not paused (heartbeat_job_sequences)."""
+        return self.read(SEQUENCES_VIEW, Cond("next_run_due", True), Cond("is_paused", False),
+                         order_by=["trigger_job_id"])
 
 
 @dataclass(frozen=True)

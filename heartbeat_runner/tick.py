@@ -31,7 +31,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from heartbeat_runner.dbt_invoke import DbtProject
-from heartbeat_runner.errors import JobsBackendError
+from heartbeat_runner.errors import JobsBackendError, SourceError
 from heartbeat_runner.faults import crash_point, fail_point
 from heartbeat_runner.jobs.base import JobsBackend, RunOutcome, RunStatus, TriggerRequest
 from heartbeat_runner.jobs.policy import RetryPolicies, overrun, retry_token
@@ -51,6 +51,7 @@ from heartbeat_runner.records import (
     utcnow,
 )
 from heartbeat_runner.sensing import SensingOutcome, sense_all
+from heartbeat_runner.sequences import NextRun, Sequences
 from heartbeat_runner.sources.base import SenseContext
 from heartbeat_runner.store import ControlRow, ReadyRow, SkippedSource, TableStore
 
@@ -177,9 +178,10 @@ class Heartbeat:
 
     def __init__(self, store: TableStore, dbt: DbtProject, backend: JobsBackend, ctx: SenseContext,
                  *, progress: Callable[[str], None] | None = None, policies: RetryPolicies | None = None,
-                 maintenance: Maintenance | None = None):
+                 maintenance: Maintenance | None = None, sequences: Sequences | None = None):
         self.store = store
         self.policies = policies or RetryPolicies()
+        self.sequences = sequences or Sequences(store, {})
         self.dbt = dbt
         self.backend = backend
         self.ctx = ctx
@@ -283,32 +285,36 @@ class Heartbeat:
         if not by_job:
             return
         self.before_trigger()
-        requests = [self._request_for(job_id, rows, result.run_id) for job_id, rows in by_job.items()]
+        planned: list[tuple[TriggerRequest, dict[str, Any]]] = []
+        for job_id, rows in by_job.items():
+            try:
+                planned.append(self._request_for(job_id, rows, result.run_id))
+            except SourceError as exc:  # a catch-up policy the source cannot apply: this job waits
+                result.trigger_errors.append(JobProblem(job_id, f"catch-up plan: {exc}"))
+        if not planned:
+            return
+        requests = [req for req, _ in planned]
         self._append(result, [
             Event(event_type=EventType.TRIGGER_REQUESTED, run_id=result.run_id,
                   snapshot_ts=result.snapshot_ts, trigger_job_id=req.job_id,
                   idempotency_token=req.idempotency_token,
                   consumed_event_ids=by_job[req.job_id][0].consumed_event_ids,
-                  payload=json.dumps(req.parameters, sort_keys=True))
-            for req in requests
+                  payload=json.dumps(payload, sort_keys=True))
+            for req, payload in planned
         ])
         crash_point("after_trigger_requested")
         self.progress(f"triggering {len(requests)} job(s)")
         self._call_backend(requests, result)
 
-    def _request_for(self, job_id: str, rows: list[ReadyRow], run_id: str) -> TriggerRequest:
+    def _request_for(self, job_id: str, rows: list[ReadyRow], run_id: str) -> tuple[TriggerRequest, dict[str, Any]]:
+        """The request of a ready job and the payload recorded with it (its parameters, and the plan of a
+        catch-up sequence when its policy cuts the backlog into several runs)."""
         consumed = [i for i in rows[0].consumed_event_ids.split(",") if i]
-        windows = [
-            {"sensor_source": r.sensor_source, "sensor_id": r.sensor_id,
-             "from": r.pending_window_from, "to": r.pending_window_to}
-            for r in rows
-        ]
-        return TriggerRequest(
-            job_id=job_id,
-            job_name=rows[0].trigger_job_name,
-            idempotency_token=idempotency_token(job_id, consumed),
-            parameters={"heartbeat_run_id": run_id, "heartbeat_windows": json.dumps(windows, sort_keys=True)},
-        )
+        token = idempotency_token(job_id, consumed)
+        payload = self.sequences.first_request(job_id, rows, token, {"heartbeat_run_id": run_id})
+        parameters = {k: v for k, v in payload.items() if not k.startswith("_")}
+        return TriggerRequest(job_id=job_id, job_name=rows[0].trigger_job_name, idempotency_token=token,
+                              parameters=parameters), payload
 
     def _call_backend(self, requests: list[TriggerRequest], result: TickResult) -> None:
         """Call the jobs API for each request and record what it answered (one commit)."""
@@ -339,6 +345,7 @@ class Heartbeat:
         just_triggered = set(result.triggered_job_ids)
         events: list[Event] = []
         dangling: list[TriggerRequest] = []
+        next_runs: list[NextRun] = self.sequences.due(result.run_id, result.snapshot_ts)
         for row in self.store.jobs_with_status(JobStatus.IN_PROGRESS):
             if row.trigger_job_id in just_triggered:
                 continue
@@ -347,12 +354,15 @@ class Heartbeat:
                 if request is not None:
                     dangling.append(request)
                 continue
-            events.extend(self._finished_run_events(row, row.job_run_id, result))
+            finished = self._finished_run_events(row, row.job_run_id, result)
+            events.extend(finished)
+            next_runs.extend(self._next_run(row, finished, result))
         retries: list[TriggerRequest] = []
         for row in self.store.jobs_with_status(JobStatus.FAILED):
             recovered = self._recovery_events(row, result)
             retry = None if recovered else self._retry_request(row)
             events.extend(recovered)
+            next_runs.extend(self._next_run(row, recovered, result))
             if retry is not None:
                 retries.append(retry)
                 result.retried.append(row.trigger_job_id)
@@ -360,12 +370,24 @@ class Heartbeat:
                                           idempotency_token=retry.idempotency_token,
                                           payload=json.dumps(retry.parameters, sort_keys=True),
                                           message=f"automatic retry after {row.consecutive_failures} failed run(s)"))
+        # the next run of a sequence goes into the same commit as the success before it
+        events.extend(step.event for step in next_runs)
         self._append(result, events)
-        if dangling or retries:
+        if next_runs:
+            crash_point("after_next_window_requested")
+        if dangling or retries or next_runs:
             self.before_trigger()
             if dangling:
                 self.progress(f"resuming {len(dangling)} trigger request(s) left by an earlier tick")
-            self._call_backend(dangling + retries, result)
+            self._call_backend(dangling + retries + [step.request for step in next_runs], result)
+
+    def _next_run(self, row: ControlRow, finished: list[Event], result: TickResult) -> list[NextRun]:
+        """The next run of the job's catch-up sequence if ``finished`` records its current run's success."""
+        if not any(e.event_type is EventType.COMPLETED for e in finished):
+            return []
+        step = self.sequences.after_success(row.trigger_job_id, row.trigger_job_name, row.base_idempotency_token,
+                                            result.run_id, result.snapshot_ts)
+        return [step] if step is not None else []
 
     def _requested(self, row: ControlRow, token: str | None = None) -> TriggerRequest | None:
         """Rebuild a recorded request (by default the latest, e.g. one that never got a run id)."""

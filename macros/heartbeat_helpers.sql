@@ -92,6 +92,30 @@
   )
 {%- endmacro %}
 
+{#
+  The job lifecycle events that count (a relation): trigger requests of every kind, COMPLETED,
+  FAILED, RESET. A request the jobs API refused (a TRIGGER_ERROR with its token after it) never
+  happened, unless an attempt with the same token did start a run (the job was fixed and the
+  retry of the same request went through).
+#}
+{% macro heartbeat_lifecycle(events_relation) -%}
+  (
+    select e.*
+    from {{ events_relation }} e
+    left anti join (
+      select distinct r.event_id
+      from {{ events_relation }} r
+      join (select idempotency_token, event_ts from {{ events_relation }} where event_type = 'TRIGGER_ERROR') x
+        on x.idempotency_token = r.idempotency_token and x.event_ts > r.event_ts
+      left anti join (select idempotency_token from {{ events_relation }} where event_type = 'TRIGGERED') t
+        on t.idempotency_token = r.idempotency_token
+      where r.event_type in ('TRIGGER_REQUESTED', 'RETRY_REQUESTED', 'NEXT_WINDOW_REQUESTED')
+    ) v on v.event_id = e.event_id
+    where e.event_type in ('TRIGGER_REQUESTED', 'RETRY_REQUESTED', 'NEXT_WINDOW_REQUESTED', 'COMPLETED', 'FAILED',
+                           'RESET')
+  )
+{%- endmacro %}
+
 {# The events that set a source's cursor: NEW_DATA, CURSOR and RESET (of a source). #}
 {% macro heartbeat_cursor_events(all_history=false) -%}
   (select * from {{ heartbeat_events(all_history) }} e
@@ -114,4 +138,13 @@
     when status = 'FAILED' then 'failed, waits for a successful run'
     when status = 'NEW_EVENT_AVAILABLE' then 'new data waiting to trigger'
   end
+{%- endmacro %}
+
+{#
+  ", catch-up run 3 of 7, window [...]" for a job in a bounded catch-up sequence (alias of a
+  heartbeat_job_sequences row, joined on the job), else ''.
+#}
+{% macro heartbeat_sequence_note(alias) -%}
+  coalesce(concat(', catch-up run ', cast({{ alias }}.run as string), ' of ', cast({{ alias }}.runs as string),
+                  ', windows ', {{ alias }}.windows), '')
 {%- endmacro %}

@@ -61,26 +61,7 @@ trigger_errors as (
   select * from events where event_type = 'TRIGGER_ERROR'
 ),
 
-{#
-  A trigger request the jobs API refused (a TRIGGER_ERROR with its token after it)
-  never happened, unless an attempt with the same token did start a run (the job
-  was fixed and the retry of the same request went through).
-#}
-void_requests as (
-  select distinct r.event_id
-  from events r
-  join trigger_errors x on x.idempotency_token = r.idempotency_token and x.event_ts > r.event_ts
-  left anti join (select idempotency_token from events where event_type = 'TRIGGERED') t
-    on t.idempotency_token = r.idempotency_token
-  where r.event_type in ('TRIGGER_REQUESTED', 'RETRY_REQUESTED')
-),
-
-lifecycle as (
-  select e.*
-  from events e
-  left anti join void_requests v on v.event_id = e.event_id
-  where e.event_type in ('TRIGGER_REQUESTED', 'RETRY_REQUESTED', 'COMPLETED', 'FAILED', 'RESET')
-),
+lifecycle as {{ heartbeat_lifecycle('events') }},
 
 latest_lifecycle as {{ heartbeat_latest('lifecycle', 'trigger_job_id') }},
 
@@ -92,16 +73,19 @@ consumed_until as (
   group by trigger_job_id
 ),
 
-{# The run in flight: the latest request, first try or automatic retry. #}
+{# The run in flight: the latest request: first try, automatic retry, or the next run of a sequence. #}
 trigger_requests as (
-  select * from lifecycle where event_type in ('TRIGGER_REQUESTED', 'RETRY_REQUESTED')
+  select * from lifecycle where event_type in ('TRIGGER_REQUESTED', 'RETRY_REQUESTED', 'NEXT_WINDOW_REQUESTED')
 ),
 
 latest_trigger as {{ heartbeat_latest('trigger_requests', 'trigger_job_id') }},
 
-{# The request that consumed the data (retries re-run it), and how often it failed since. #}
+{#
+  The request a retry re-runs, and how often it failed since: the one that consumed the data,
+  or in a catch-up sequence the run of it now due (NEXT_WINDOW_REQUESTED consumes nothing new).
+#}
 base_requests as (
-  select * from lifecycle where event_type = 'TRIGGER_REQUESTED'
+  select * from lifecycle where event_type in ('TRIGGER_REQUESTED', 'NEXT_WINDOW_REQUESTED')
 ),
 
 latest_base as {{ heartbeat_latest('base_requests', 'trigger_job_id') }},
@@ -193,7 +177,7 @@ derived as (
     r.trigger_job_id,
     r.trigger_job_name,
     case
-      when l.event_type in ('TRIGGER_REQUESTED', 'RETRY_REQUESTED') then 'IN_PROGRESS'
+      when l.event_type in ('TRIGGER_REQUESTED', 'RETRY_REQUESTED', 'NEXT_WINDOW_REQUESTED') then 'IN_PROGRESS'
       when l.event_type = 'FAILED' then 'FAILED'
       when p.pending_events > 0 then 'NEW_EVENT_AVAILABLE'
       when l.event_type = 'COMPLETED' then 'COMPLETED'

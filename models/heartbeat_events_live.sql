@@ -39,7 +39,7 @@ job_events as (
 settled as (
   select * from job_events
   where event_type in ('COMPLETED', 'FAILED', 'RESET')
-     or (event_type in ('TRIGGER_REQUESTED', 'RETRY_REQUESTED') and answered)
+     or (event_type in ('TRIGGER_REQUESTED', 'RETRY_REQUESTED', 'NEXT_WINDOW_REQUESTED') and answered)
 ),
 
 keep_from as (
@@ -112,7 +112,7 @@ where e.event_ts >= m.since
    or (e.trigger_job_id is not null and (k.keep_ts is null or e.event_ts >= k.keep_ts))
    or (u.from_ts is not null and e.event_ts > u.from_ts)
    or e.event_type not in ('CONFIG_LOADED', 'NEW_DATA', 'CURSOR', 'RESET', 'TRIGGER_REQUESTED', 'RETRY_REQUESTED',
-                           'TRIGGERED', 'TRIGGER_ERROR', 'COMPLETED', 'FAILED', 'JOB_PAUSED', 'JOB_RESUMED')
+                           'NEXT_WINDOW_REQUESTED', 'TRIGGERED', 'TRIGGER_ERROR', 'COMPLETED', 'FAILED', 'JOB_PAUSED', 'JOB_RESUMED')
 
 union
 

@@ -9,7 +9,9 @@
     - no row is IN_PROGRESS (it is already running),
     - no row is FAILED (a failed job waits for a successful run),
     - no row is PAUSED (pausing never leads to a surprise trigger),
-    - it has at least one hard row (soft rows never trigger alone).
+    - it has at least one hard row (soft rows never trigger alone),
+    - no run of a catch-up sequence is due (heartbeat_job_sequences: the backlog it
+      consumed is run first, one window after the other).
 
   Scenario A: J1 hard + J2 hard -> both must be NEW_EVENT_AVAILABLE.
   Scenario B: J1 hard + J2 soft -> J1 alone suffices; J2's new data, if any, rides along.
@@ -36,7 +38,9 @@ with counts as (
 )
 
 select
-  *,
-  (rows_with_new_events >= 1 and hard_rows_waiting = 0 and rows_in_progress = 0 and rows_failed = 0
-   and rows_paused = 0 and hard_rows >= 1) as is_ready
-from counts
+  c.*,
+  coalesce(s.next_run_due, false) as next_window_due,
+  (c.rows_with_new_events >= 1 and c.hard_rows_waiting = 0 and c.rows_in_progress = 0 and c.rows_failed = 0
+   and c.rows_paused = 0 and c.hard_rows >= 1 and not coalesce(s.next_run_due, false)) as is_ready
+from counts c
+left join {{ ref('heartbeat_job_sequences') }} s on s.trigger_job_id = c.trigger_job_id

@@ -7,7 +7,7 @@
 
 select
   r.trigger_job_id, r.trigger_job_name, r.consumed_event_ids,
-  c.sensor_source, c.sensor_id, c.source_key, c.pending_window_from, c.pending_window_to
+  c.sensor_source, c.sensor_id, c.source_key, c.upstream_key, c.pending_window_from, c.pending_window_to
 from {{ ref('jobs_ready_to_trigger') }} r
 join {{ ref('heartbeat_control') }} c
   on c.trigger_job_id = r.trigger_job_id and c.is_active and c.status = 'NEW_EVENT_AVAILABLE'

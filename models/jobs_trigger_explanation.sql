@@ -76,6 +76,10 @@ hard_rows_waiting as (
   group by trigger_job_id
 ),
 
+sequences as (
+  select * from {{ ref('heartbeat_job_sequences') }}
+),
+
 job_runs as (
   select trigger_job_id, max(job_run_id) as job_run_id, max(last_error) as failure
   from control_rows
@@ -90,11 +94,16 @@ verdicts as (
     case
       when j.rows_paused > 0 then 'paused: not sensed or triggered until resumed'
       when j.rows_in_progress > 0 and r.job_run_id is null
-        then 'trigger requested, no run id yet: the next tick asks the jobs API again (same idempotency token)'
+        then concat('trigger requested', {{ heartbeat_sequence_note('s') }},
+                    ', no run id yet: the next tick asks the jobs API again (same idempotency token)')
       when j.rows_in_progress > 0
-        then concat('already running (run ', r.job_run_id, '): not triggered again until it finishes')
+        then concat('already running (run ', r.job_run_id, {{ heartbeat_sequence_note('s') }},
+                    '): not triggered again until it finishes')
       when j.rows_failed > 0
         then concat('blocked by failure: ', coalesce(r.failure, 'the last run failed'), '; waits for a successful run')
+      when j.next_window_due
+        then concat('catch-up: run ', cast(s.run as string), ' of ', cast(s.runs as string),
+                    ' succeeded; run ', cast(s.run + 1 as string), ' is requested at the next tick')
       when j.hard_rows = 0 then 'config error: no hard dependency (soft rows never trigger alone)'
       when j.is_ready then 'ready: triggers at the next tick'
       when w.waiting_count = 1 then concat('waiting for new data on hard dependency ', w.waiting_for)
@@ -104,6 +113,7 @@ verdicts as (
   from {{ ref('heartbeat_job_rollup') }} j
   left join job_runs r on r.trigger_job_id = j.trigger_job_id
   left join hard_rows_waiting w on w.trigger_job_id = j.trigger_job_id
+  left join sequences s on s.trigger_job_id = j.trigger_job_id
 )
 
 select

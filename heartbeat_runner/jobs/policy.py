@@ -54,6 +54,8 @@ class RetryPolicy:
         Values are numbers or numeric strings (YAML); anything else fails int()/float().
         """
         values = dict(values or {})
+        # catch_up: the bounded catch-up policy of the same job (jobs/catch_up.py reads it)
+        values.pop("catch_up", None)
         unknown = set(values) - {"max_retries", "backoff_s", "multiplier", "max_backoff_s"}
         if unknown:
             raise ValueError(f"unknown retry policy setting(s): {', '.join(sorted(unknown))}")

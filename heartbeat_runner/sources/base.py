@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from heartbeat_runner.preprocess import render_preprocess_query
+from heartbeat_runner.windows import SourceWindow, WindowLimit
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame, SparkSession
@@ -128,3 +129,12 @@ class Source(Protocol):
     def sense(self, target: SensingTarget, ctx: SenseContext) -> SenseResult:
         """Answer: is there new data after ``target.cursor``? Raise SourceError on failure."""
         ...
+
+    def split(self, window: SourceWindow, limit: WindowLimit, upstream_key: str | None) -> list[SourceWindow]:
+        """Cut pending data (``window``, from the earliest pending cursor to the latest) into consecutive
+        pieces no larger than ``limit``, oldest first, in the source's own terms (bounded catch-up).
+
+        No I/O: only the cursors. SourceError when ``limit`` does not fit the source (a span for
+        Delta versions). The default cannot cut: the whole backlog is one piece.
+        """
+        return [window]

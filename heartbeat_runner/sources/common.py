@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import date, datetime
 from typing import Any
 
+from heartbeat_runner.errors import SourceError
 from heartbeat_runner.sources.base import SenseResult
+from heartbeat_runner.windows import SourceWindow, WindowLimit
 
 _CONNECTION_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 
@@ -44,3 +49,41 @@ def keyed_result(key: str, previous: Any, top: Any, rows: int, cursor_to: str) -
         window_to=f"{key} <= {top}",
         rows=rows,
     )
+
+
+def split_key_span(window: SourceWindow, limit: WindowLimit, key: str, low: Any, high: Any,
+                   cursor_of: Callable[[str], str]) -> list[SourceWindow]:
+    """Pieces ``key > lo`` .. ``key <= hi`` of at most ``limit`` between the key values ``low`` and
+    ``high`` (texts of dates, timestamps or numbers, as the cursors hold them)."""
+    if low is None:
+        raise SourceError(f"{window.sensor_source}:{window.sensor_id}: the backlog has no lower {key} bound "
+                          "(a sensor replayed from the beginning) to cut into windows of " + str(limit))
+    lo, hi = _key_value(low, limit, key), _key_value(high, limit, key)
+    step = limit.span if limit.span is not None else limit.count
+    pieces = []
+    while lo < hi:
+        top = min(lo + step, hi)
+        pieces.append(replace(window, cursor_to=cursor_of(_key_text(top)),
+                              window_from=f"{key} > {_key_text(lo)}", window_to=f"{key} <= {_key_text(top)}"))
+        lo = top
+    return pieces or [window]
+
+
+def _key_value(text: Any, limit: WindowLimit, key: str) -> Any:
+    """A key bound as a date/datetime (span limits) or a number (count limits)."""
+    raw = str(text)
+    try:
+        if limit.span is not None:
+            if len(raw) == 10:
+                return datetime.combine(date.fromisoformat(raw), datetime.min.time())
+            return datetime.fromisoformat(raw)
+        return int(raw) if raw.lstrip("-").isdigit() else float(raw)
+    except ValueError:
+        kind = "a date or timestamp" if limit.span is not None else "a number"
+        raise SourceError(f"max_window {limit} needs {kind} in {key}, which holds {raw!r}") from None
+
+
+def _key_text(value: Any) -> str:
+    if isinstance(value, datetime) and value.time() == datetime.min.time() and value.tzinfo is None:
+        return value.date().isoformat()
+    return str(value)

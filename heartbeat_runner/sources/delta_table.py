@@ -22,14 +22,15 @@ from heartbeat_runner import delta_log
 from heartbeat_runner.engine import Engine
 from heartbeat_runner.errors import SourceError
 from heartbeat_runner.names import check_table_reference, is_path
-from heartbeat_runner.sources.base import SenseContext, SenseResult, SensingTarget, dump_cursor, load_cursor
-from heartbeat_runner.sources.common import keyed_result
+from heartbeat_runner.sources.base import SenseContext, SenseResult, SensingTarget, Source, dump_cursor, load_cursor
+from heartbeat_runner.sources.common import keyed_result, split_key_span
+from heartbeat_runner.windows import SourceWindow, WindowLimit
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame
 
 
-class DeltaTableSource:
+class DeltaTableSource(Source):
     source_types: ClassVar[tuple[str, ...]] = ("delta_table", "lmu_delta_table")
 
     def check_config(self, sensor_id: str, upstream_key: str | None) -> str | None:
@@ -54,6 +55,25 @@ class DeltaTableSource:
         if target.upstream_key:
             return self._sense_keyed(table, target, ctx, cursor, current, target.upstream_key)
         return self._sense_versions(table, target, ctx, seen, current)
+
+    def split(self, window: SourceWindow, limit: WindowLimit, upstream_key: str | None) -> list[SourceWindow]:
+        """Keyed: spans of the key (``7d`` for a date or timestamp key, a count for a numeric one).
+        Unkeyed: runs of at most ``limit`` Delta versions."""
+        before, after = load_cursor(window.cursor_from) or {}, load_cursor(window.cursor_to) or {}
+        if upstream_key:
+            version = after.get("version")
+            return split_key_span(window, limit, upstream_key, before.get("value"), after.get("value"),
+                                  lambda top: dump_cursor({"version": version, "value": top}))
+        if limit.count is None:
+            raise SourceError(f"max_window {limit} is a time span, but {window.sensor_id} has no upstream_key: "
+                              "its windows are Delta versions, so give a number of versions (e.g. 10)")
+        low, high = int(before.get("version", -1)), int(after["version"])
+        pieces = []
+        for lo in range(low, high, limit.count):
+            hi = min(lo + limit.count, high)
+            pieces.append(SourceWindow(window.sensor_source, window.sensor_id, dump_cursor({"version": lo}),
+                                       dump_cursor({"version": hi}), f"version {lo + 1}", f"version {hi}"))
+        return pieces or [window]
 
     def _baseline(self, table: DeltaRef, target: SensingTarget, current: int) -> SenseResult:
         cursor: dict[str, int | str | None] = {"version": current}

@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from heartbeat_runner.connections import env_name, resolve_secrets
 from heartbeat_runner.errors import SourceError
-from heartbeat_runner.sources.base import SenseContext, SenseResult, SensingTarget, dump_cursor, load_cursor
-from heartbeat_runner.sources.common import check_connection_name, keyed_result, split_reference
+from heartbeat_runner.sources.base import SenseContext, SenseResult, SensingTarget, Source, dump_cursor, load_cursor
+from heartbeat_runner.sources.common import check_connection_name, keyed_result, split_key_span, split_reference
 from heartbeat_runner.sources.spark_jdbc import SparkJdbcReader
 from heartbeat_runner.sources.sql_common import (
     check_sql_name,
@@ -37,6 +37,7 @@ from heartbeat_runner.sources.sql_common import (
     sql_settings,
     table_clause,
 )
+from heartbeat_runner.windows import SourceWindow, WindowLimit
 
 if TYPE_CHECKING:  # pragma: no cover
     import sqlalchemy as sa
@@ -137,8 +138,16 @@ def jdbc_reader(ctx: SenseContext, connection: str) -> JdbcReader:
     return READERS[kind](ctx, connection)
 
 
-class JdbcSource:
+class JdbcSource(Source):
     source_types: ClassVar[tuple[str, ...]] = ("jdbc",)
+
+    def split(self, window: SourceWindow, limit: WindowLimit, upstream_key: str | None) -> list[SourceWindow]:
+        """Spans of the key column: ``7d`` for a date or timestamp key, a count for a numeric one."""
+        before = (load_cursor(window.cursor_from) or {}).get("value") or {}
+        after = (load_cursor(window.cursor_to) or {}).get("value") or {}
+        kind = after.get("type", "str")
+        return split_key_span(window, limit, upstream_key or "key", before.get("value"), after.get("value"),
+                              lambda top: dump_cursor({"value": {"type": kind, "value": top}}))
 
     def check_config(self, sensor_id: str, upstream_key: str | None) -> str | None:
         connection, table = split_reference(sensor_id)

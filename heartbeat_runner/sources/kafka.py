@@ -28,8 +28,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from heartbeat_runner.connections import connection_settings
 from heartbeat_runner.errors import SourceError
-from heartbeat_runner.sources.base import SenseContext, SenseResult, SensingTarget, dump_cursor, load_cursor
+from heartbeat_runner.sources.base import SenseContext, SenseResult, SensingTarget, Source, dump_cursor, load_cursor
 from heartbeat_runner.sources.common import check_connection_name, check_upstream_key, split_reference
+from heartbeat_runner.windows import SourceWindow, WindowLimit
 
 if TYPE_CHECKING:  # pragma: no cover
     from confluent_kafka import Consumer, KafkaError
@@ -49,8 +50,25 @@ _POLL_S = 0.25
 log = logging.getLogger(__name__)
 
 
-class KafkaSource:
+class KafkaSource(Source):
     source_types: ClassVar[tuple[str, ...]] = ("kafka",)
+
+    def split(self, window: SourceWindow, limit: WindowLimit, upstream_key: str | None) -> list[SourceWindow]:
+        """Runs of at most ``limit`` offsets per partition, oldest first."""
+        if limit.count is None:
+            raise SourceError(f"max_window {limit} is a time span, but Kafka windows are offsets: "
+                              "give a number of messages per partition (e.g. 10000)")
+        before = {int(p): int(o) for p, o in (load_cursor(window.cursor_from) or {}).items()}
+        after = {int(p): int(o) for p, o in (load_cursor(window.cursor_to) or {}).items()}
+        if not before:
+            return [window]  # replayed from the start of the topic: the earliest offsets are not recorded
+        step, pieces, lo = limit.count, [], dict(before)
+        while any(lo.get(p, 0) < o for p, o in after.items()):
+            hi = {p: min(lo.get(p, 0) + step, o) for p, o in after.items()}
+            pieces.append(SourceWindow(window.sensor_source, window.sensor_id, _dump(lo), _dump(hi),
+                                       _offsets(lo), _offsets(hi)))
+            lo = hi
+        return pieces or [window]
 
     def check_config(self, sensor_id: str, upstream_key: str | None) -> str | None:
         product, topic = split_reference(sensor_id)

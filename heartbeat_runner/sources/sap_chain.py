@@ -21,7 +21,7 @@ from datetime import date, datetime, time
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from heartbeat_runner.errors import SourceError
-from heartbeat_runner.sources.base import SenseContext, SenseResult, SensingTarget, dump_cursor, load_cursor
+from heartbeat_runner.sources.base import SenseContext, SenseResult, SensingTarget, Source, dump_cursor, load_cursor
 from heartbeat_runner.sources.common import check_connection_name, check_upstream_key, keyed_result, split_reference
 from heartbeat_runner.sources.sql_common import connect, split_table, sql_settings, table_clause
 
@@ -61,7 +61,7 @@ class ChainLog:
         return table_clause(self.table, self.schema, [self.chain_id, self.date, self.time, self.status])
 
 
-class SapChainSource:
+class SapChainSource(Source):
     source_types: ClassVar[tuple[str, ...]] = ("sap_bw", "sap_b4")
 
     def check_config(self, sensor_id: str, upstream_key: str | None) -> str | None:

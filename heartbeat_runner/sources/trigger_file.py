@@ -12,10 +12,10 @@ import os
 from pathlib import Path, PurePosixPath
 from typing import ClassVar
 
-from heartbeat_runner.sources.base import SenseContext, SenseResult, SensingTarget, dump_cursor, load_cursor
+from heartbeat_runner.sources.base import SenseContext, SenseResult, SensingTarget, Source, dump_cursor, load_cursor
 
 
-class TriggerFileSource:
+class TriggerFileSource(Source):
     source_types: ClassVar[tuple[str, ...]] = ("trigger_file",)
 
     def check_config(self, sensor_id: str, upstream_key: str | None) -> str | None:

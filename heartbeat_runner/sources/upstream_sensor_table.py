@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from heartbeat_runner.errors import SourceError
 from heartbeat_runner.names import check_table_reference
-from heartbeat_runner.sources.base import SenseContext, SenseResult, SensingTarget, dump_cursor, load_cursor
+from heartbeat_runner.sources.base import SenseContext, SenseResult, SensingTarget, Source, dump_cursor, load_cursor
 from heartbeat_runner.sources.common import check_upstream_key, keyed_result
 from heartbeat_runner.sources.delta_table import DeltaRef
 
@@ -46,7 +46,7 @@ def split_sensor_id(sensor_id: str) -> tuple[str, str | None]:
     return table.strip(), (name.strip() if hash_sign else None)
 
 
-class UpstreamSensorTableSource:
+class UpstreamSensorTableSource(Source):
     source_types: ClassVar[tuple[str, ...]] = ("delta_upstream_sensor_table",)
 
     def check_config(self, sensor_id: str, upstream_key: str | None) -> str | None:

@@ -74,6 +74,8 @@ class RunRecord:
     is_retry: bool
     message: str | None
     windows: list[dict[str, Any]] = field(default_factory=list)
+    #: "2 of 3" for a run of a bounded catch-up sequence
+    catch_up: str | None = None
 
 
 @dataclass(frozen=True)
@@ -162,7 +164,17 @@ def _dependency(row: dict) -> Dependency:
 def _run_record(row: dict) -> RunRecord:
     return RunRecord(job_run_id=row["job_run_id"], outcome=row["outcome"], requested_at=row["requested_at"],
                      triggered_at=row["triggered_at"], ended_at=row["ended_at"], duration_s=row["duration_s"],
-                     is_retry=bool(row["is_retry"]), message=row["message"], windows=windows_of(row["parameters"]))
+                     is_retry=bool(row["is_retry"]), message=row["message"], windows=windows_of(row["parameters"]),
+                     catch_up=catch_up_of(row["parameters"]))
+
+
+def catch_up_of(parameters: str | None) -> str | None:
+    """"k of n" when the run is run k of a catch-up sequence of n runs."""
+    try:
+        position = json.loads(json.loads(parameters or "{}").get("heartbeat_catch_up") or "null")
+    except (ValueError, AttributeError):
+        return None
+    return f"{position['run']} of {position['runs']}" if isinstance(position, dict) else None
 
 
 def windows_of(parameters: str | None) -> list[dict[str, Any]]:

@@ -126,7 +126,7 @@ async function renderJob(view, jobId) {
     <h3>Runs</h3>
     ${timeline(job.runs)}
     <table id="runs"><thead><tr><th>Run</th><th>Outcome</th><th>Requested</th><th>Duration</th><th>Windows consumed</th><th>Message</th><th>Output</th></tr></thead><tbody>
-    ${job.runs.map((r) => `<tr><td>${esc(r.job_run_id ?? "-")}${r.is_retry ? ' <span class="muted">(retry)</span>' : ""}</td><td>${badge(r.outcome)}</td>
+    ${job.runs.map((r) => `<tr><td>${esc(r.job_run_id ?? "-")}${r.is_retry ? ' <span class="muted">(retry)</span>' : ""}${r.catch_up ? ` <span class="muted">(catch-up ${esc(r.catch_up)})</span>` : ""}</td><td>${badge(r.outcome)}</td>
       <td>${when(r.requested_at)}</td><td>${secs(r.duration_s)}</td><td class="windows">${windowsText(r.windows)}</td><td>${esc(r.message ?? "")}</td>
       <td>${r.job_run_id ? `<a target="_blank" rel="noopener" href="/api/jobs/${encodeURIComponent(job.job_id)}/runs/${encodeURIComponent(r.job_run_id)}/output">output</a>` : ""}</td></tr>`).join("")
       || `<tr><td colspan="7" class="muted">Not triggered yet.</td></tr>`}

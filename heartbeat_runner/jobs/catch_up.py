@@ -1,0 +1,120 @@
+"""Bounded catch-up: a job's backlog becomes a sequence of runs, each over at most ``max_window``.
+
+A job that was paused or failing for a week wakes up to a week of data. With a catch-up
+policy its next trigger covers only the oldest piece of each source's backlog; when that
+run succeeds the next piece is requested (NEXT_WINDOW_REQUESTED), and so on, oldest
+first, until the backlog is consumed. The trigger request that starts the sequence
+consumes the whole backlog (as any trigger does) and records the plan, so the pieces are
+fixed once: a crash anywhere in the sequence neither skips nor repeats a window.
+
+The policy lives in the run-policy YAML beside the retry policy::
+
+    jobs:
+      "123": {max_retries: 2, catch_up: {max_window: 7d}}      # a key span (date/timestamp key)
+      "456": {catch_up: {max_window: 10}}                        # 10 Delta versions / Kafka offsets
+
+Pure functions and records only; the sources cut their own windows (``Source.split``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from heartbeat_runner.errors import ConfigError
+from heartbeat_runner.windows import SourceWindow, WindowLimit
+
+#: The keys of the run-policy YAML's per-job mapping that are a catch-up policy.
+CATCH_UP_KEYS = {"max_window", "max_in_flight"}
+#: Payload keys of a sequence request that are Heartbeat's own (not sent to the job).
+PLAN_KEY, RUN_KEY, RUNS_KEY = "_plan", "_run", "_runs"
+
+
+@dataclass(frozen=True)
+class CatchUpPolicy:
+    max_window: WindowLimit
+    #: runs of one sequence in flight at once; only 1 (strictly one after the other) is supported
+    max_in_flight: int = 1
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any]) -> CatchUpPolicy:
+        unknown = set(values) - CATCH_UP_KEYS
+        if unknown:
+            raise ValueError(f"unknown catch_up setting(s): {', '.join(sorted(unknown))}")
+        if "max_window" not in values:
+            raise ValueError("catch_up needs max_window (a count such as 10, or a span such as 7d)")
+        in_flight = int(values.get("max_in_flight", 1))
+        if in_flight != 1:
+            raise ValueError(f"catch_up max_in_flight {in_flight}: only 1 is supported (each run of the "
+                             "sequence starts after the previous one succeeded)")
+        return cls(WindowLimit.parse(values["max_window"]), in_flight)
+
+
+@dataclass(frozen=True)
+class SequencePlan:
+    """The runs a backlog becomes, oldest first; run k (1-based) covers ``runs[k-1]``."""
+
+    runs: list[list[SourceWindow]] = field(default_factory=list)
+
+    def parameters(self, run: int, base: Mapping[str, str]) -> dict[str, Any]:
+        """The payload of run ``run``: the job's parameters plus the plan (private keys, not sent)."""
+        windows = [w.parameter() for w in self.runs[run - 1]]
+        return {**base, "heartbeat_windows": json.dumps(windows, sort_keys=True),
+                "heartbeat_catch_up": json.dumps({"run": run, "runs": len(self.runs)}, sort_keys=True),
+                RUN_KEY: run, RUNS_KEY: len(self.runs), PLAN_KEY: self.dump()}
+
+    def dump(self) -> list[list[dict[str, str | None]]]:
+        return [[vars(w) for w in run] for run in self.runs]
+
+    @classmethod
+    def load(cls, payload: Mapping[str, Any]) -> SequencePlan | None:
+        """The plan a request's payload recorded, or None for a plain request."""
+        runs = payload.get(PLAN_KEY)
+        if not runs:
+            return None
+        return cls([[SourceWindow(**w) for w in run] for run in runs])
+
+
+def plan_sequence(pieces: Mapping[str, list[SourceWindow]]) -> SequencePlan:
+    """Runs from each source's pieces: run k takes the k-th piece of every source that has one."""
+    depth = max((len(p) for p in pieces.values()), default=0)
+    return SequencePlan([[p[k] for _, p in sorted(pieces.items()) if k < len(p)] for k in range(depth)])
+
+
+def job_parameters(payload: Mapping[str, Any]) -> dict[str, str]:
+    """What the job receives: the payload without Heartbeat's private keys."""
+    return {k: v for k, v in payload.items() if not k.startswith("_")}
+
+
+def next_window_token(base_token: str, run: int) -> str:
+    """Idempotency token of run ``run`` of a sequence started by ``base_token``: deterministic and distinct."""
+    if run <= 1:
+        return base_token
+    return hashlib.sha256(f"{base_token}\x1fwindow\x1f{run}".encode()).hexdigest()[:36]
+
+
+def load_catch_up_policies(path: Path | None) -> dict[str, CatchUpPolicy]:
+    """``jobs: {<job id>: {catch_up: {...}}}`` of the run-policy YAML (``default`` may hold one too)."""
+    if path is None or not Path(path).exists():
+        return {}
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+        jobs = (data.get("jobs") or {}) if isinstance(data, dict) else {}
+        found = {str(job): CatchUpPolicy.from_mapping(values["catch_up"])
+                 for job, values in jobs.items() if isinstance(values, dict) and values.get("catch_up")}
+        default = data.get("default") if isinstance(data, dict) else None
+        if isinstance(default, dict) and default.get("catch_up"):
+            found["*"] = CatchUpPolicy.from_mapping(default["catch_up"])
+        return found
+    except (yaml.YAMLError, ValueError, TypeError) as exc:
+        raise ConfigError([f"{path}: invalid catch_up policy: {exc}"]) from exc
+
+
+def policy_for(policies: Mapping[str, CatchUpPolicy], job_id: str) -> CatchUpPolicy | None:
+    return policies.get(job_id, policies.get("*"))

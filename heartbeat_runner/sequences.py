@@ -1,0 +1,122 @@
+"""Sequences of runs: how the tick turns a job's backlog into runs of at most ``max_window``.
+
+The tick asks three things of a ``Sequences``:
+
+- ``first_request``: the parameters of the trigger request of a ready job. With a
+  catch-up policy and a backlog larger than its ``max_window``, the request covers the
+  first window only and records the whole plan (``jobs.catch_up.SequencePlan``) in its
+  payload. The request consumes the whole backlog, as any trigger does.
+- ``after_success``: when run k of a sequence succeeded, the NEXT_WINDOW_REQUESTED event
+  of run k+1 and its request. The tick appends that event *in the same commit* as the
+  COMPLETED event, so no tick ever sees the job COMPLETED with runs left, and then calls
+  the jobs API (a crash in between is resumed as any request without a run id).
+- ``due``: the next runs of sequences whose last run succeeded some other way (``complete``,
+  a manual run found after a failure): the view ``heartbeat_job_sequences`` lists them.
+
+Tokens are deterministic (``next_window_token``), so a window is triggered exactly once.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from heartbeat_runner.jobs.base import TriggerRequest
+from heartbeat_runner.jobs.catch_up import (
+    RUN_KEY,
+    RUNS_KEY,
+    CatchUpPolicy,
+    SequencePlan,
+    job_parameters,
+    next_window_token,
+    plan_sequence,
+    policy_for,
+)
+from heartbeat_runner.records import Event, EventType, sequence_event_id
+from heartbeat_runner.sources.registry import source_for
+from heartbeat_runner.store import ReadyRow, TableStore
+from heartbeat_runner.windows import SourceWindow
+
+#: The payload key naming the token of the request that started a sequence.
+SEQUENCE_KEY = "_sequence"
+
+
+@dataclass(frozen=True)
+class NextRun:
+    """The next run of a sequence: its event (to append) and its request (to send after)."""
+
+    event: Event
+    request: TriggerRequest
+
+
+class Sequences:
+    def __init__(self, store: TableStore, policies: Mapping[str, CatchUpPolicy]):
+        self.store = store
+        self.policies = policies
+
+    # -- the first run ------------------------------------------------------------------------
+
+    def first_request(self, job_id: str, rows: Sequence[ReadyRow], token: str, base: dict[str, str]) -> dict[str, Any]:
+        """The payload of the trigger request consuming ``rows``: ``base`` with all their windows, or,
+        under a catch-up policy with a larger backlog, run 1 of a sequence. SourceError when a
+        source cannot cut its backlog as the policy asks (the job is then not triggered)."""
+        policy = policy_for(self.policies, job_id)
+        if policy is not None:
+            plan = self.plan(rows, policy)
+            if len(plan.runs) > 1:
+                return {**plan.parameters(1, base), SEQUENCE_KEY: token}
+        windows = [{"sensor_source": r.sensor_source, "sensor_id": r.sensor_id,
+                    "from": r.pending_window_from, "to": r.pending_window_to} for r in rows]
+        return {**base, "heartbeat_windows": json.dumps(windows, sort_keys=True)}
+
+    def plan(self, rows: Sequence[ReadyRow], policy: CatchUpPolicy) -> SequencePlan:
+        """Each source's backlog (its earliest pending cursor to its latest) cut by its source type."""
+        ids = sorted({i for r in rows for i in r.consumed_event_ids.split(",") if i})
+        events = self.store.new_data_events(ids)
+        pieces: dict[str, list[SourceWindow]] = {}
+        for row in rows:
+            mine = sorted((e for e in events if e["source_key"] == row.source_key), key=lambda e: e["event_ts"])
+            if not mine:
+                continue
+            backlog = SourceWindow(row.sensor_source, row.sensor_id, mine[0]["cursor_from"], mine[-1]["cursor_to"],
+                                   row.pending_window_from, row.pending_window_to)
+            pieces[row.source_key] = source_for(row.sensor_source).split(backlog, policy.max_window,
+                                                                        row.upstream_key)
+        return plan_sequence(pieces)
+
+    # -- the next runs ------------------------------------------------------------------------
+
+    def after_success(self, job_id: str, job_name: str | None, token: str | None, tick_run_id: str,
+                      snapshot_ts) -> NextRun | None:
+        """Run k+1 when the request ``token`` (run k of a sequence) has just succeeded; else None."""
+        if token is None:
+            return None
+        payload = self.store.request_payload(token)
+        return self._next(job_id, job_name, payload, tick_run_id, snapshot_ts)
+
+    def due(self, tick_run_id: str, snapshot_ts) -> list[NextRun]:
+        """The next runs of sequences whose latest run succeeded without the runner seeing it."""
+        found = []
+        for row in self.store.next_windows_due():
+            payload = self.store.request_payload(row["idempotency_token"])
+            step = self._next(row["trigger_job_id"], None, payload, tick_run_id, snapshot_ts)
+            if step is not None:
+                found.append(step)
+        return found
+
+    def _next(self, job_id: str, job_name: str | None, payload: Mapping[str, Any], tick_run_id: str,
+              snapshot_ts) -> NextRun | None:
+        plan = SequencePlan.load(payload)
+        if plan is None or int(payload[RUN_KEY]) >= int(payload[RUNS_KEY]):
+            return None
+        run, first = int(payload[RUN_KEY]) + 1, str(payload[SEQUENCE_KEY])
+        token = next_window_token(first, run)
+        parameters = {**plan.parameters(run, {"heartbeat_run_id": tick_run_id}), SEQUENCE_KEY: first}
+        event = Event(event_type=EventType.NEXT_WINDOW_REQUESTED, run_id=tick_run_id, snapshot_ts=snapshot_ts,
+                      event_id=sequence_event_id(token),
+                      trigger_job_id=job_id, idempotency_token=token,
+                      message=f"catch-up run {run} of {len(plan.runs)}",
+                      payload=json.dumps(parameters, sort_keys=True))
+        return NextRun(event, TriggerRequest(job_id, job_name, token, job_parameters(parameters)))

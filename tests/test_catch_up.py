@@ -1,0 +1,231 @@
+"""Bounded catch-up: a backlog becomes a sequence of runs of at most ``max_window``, oldest first,
+each triggered exactly once with its own window, the next only after the previous succeeded.
+
+Real Sail + Delta + dbt and real local job processes; the crash tests kill real runner
+processes (``python -m heartbeat_runner run``) between the steps of a sequence.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from harness import HEADER, CliLakehouse, Harness
+from harness import config_row as row
+
+from heartbeat_runner.errors import SourceError
+from heartbeat_runner.faults import CRASH_EXIT_CODE
+from heartbeat_runner.jobs.catch_up import CatchUpPolicy, load_catch_up_policies
+from heartbeat_runner.operations import explain, record_job_event
+from heartbeat_runner.records import EventType
+from heartbeat_runner.sources.delta_table import DeltaTableSource
+from heartbeat_runner.sources.kafka import KafkaSource
+from heartbeat_runner.windows import SourceWindow, WindowLimit
+
+#: A local job that records the parameters of each run it gets (and fails once when told to).
+RECORDER = (
+    "import json, os, pathlib, sys, time; out = pathlib.Path(sys.argv[1]); out.mkdir(parents=True, exist_ok=True); "
+    "p = json.loads(os.environ['HEARTBEAT_PARAMETERS']); "
+    "(out / f'{time.time_ns()}.json').write_text(json.dumps(p)); "
+    "flag = out.parent / 'fail_run'; "
+    "run = json.loads(p.get('heartbeat_catch_up', '{}')).get('run'); "
+    "sys.exit(1 if flag.exists() and flag.read_text() == str(run) and not flag.unlink() else 0)"
+)
+
+
+def recorder_jobs(path: Path, out: Path, *jobs: str) -> None:
+    lines = ["jobs:"]
+    for job in jobs:
+        lines += [f"  {job!r}:", f"    command: [{sys.executable!r}, '-c', {RECORDER!r}, {str(out / job)!r}]"]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def recorded(out: Path, job: str) -> list[dict]:
+    """The parameters of every run of ``job``, in the order they started."""
+    return [json.loads(p.read_text()) for p in sorted((out / job).glob("*.json"), key=lambda p: int(p.stem))]
+
+
+def windows(params: dict) -> list[tuple[str, str]]:
+    return [(w["from"], w["to"]) for w in json.loads(params["heartbeat_windows"])]
+
+
+def settle(hb: Harness, ticks: int = 12) -> None:
+    """Tick until nothing runs and no run of a sequence is due (bounded)."""
+    for _ in range(ticks):
+        hb.wait_for_jobs()
+        hb.tick()
+        if not hb.app.store.next_windows_due() and "IN_PROGRESS" not in set(hb.status().values()):
+            return
+    raise AssertionError(f"not settled: {hb.status()}")
+
+
+def policy_file(root: Path, text: str) -> Path:
+    path = root / "policies.yml"
+    path.write_text(text)
+    return path
+
+
+# -- cutting backlogs (no engine) ----------------------------------------------------------------
+
+def test_sources_cut_a_backlog_into_windows_in_their_own_terms():
+    delta = SourceWindow("delta_table", "up.t", '{"version":3}', '{"version":8}', "version 4", "version 8")
+    assert [(w.window_from, w.window_to) for w in DeltaTableSource().split(delta, WindowLimit.parse(2), None)] == \
+        [("version 4", "version 5"), ("version 6", "version 7"), ("version 8", "version 8")]
+    keyed = SourceWindow("delta_table", "up.t", '{"value":"2026-05-01","version":1}',
+                         '{"value":"2026-05-18","version":4}', "day > 2026-05-01", "day <= 2026-05-18")
+    pieces = DeltaTableSource().split(keyed, WindowLimit.parse("7d"), "day")
+    assert [(w.window_from, w.window_to) for w in pieces] == [
+        ("day > 2026-05-01", "day <= 2026-05-08"), ("day > 2026-05-08", "day <= 2026-05-15"),
+        ("day > 2026-05-15", "day <= 2026-05-18")]
+    kafka = SourceWindow("kafka", "p: t", '{"0":10,"1":0}', '{"0":35,"1":5}', "0:10,1:0", "0:35,1:5")
+    assert [(w.window_from, w.window_to) for w in KafkaSource().split(kafka, WindowLimit.parse(10), None)] == [
+        ("0:10,1:0", "0:20,1:5"), ("0:20,1:5", "0:30,1:5"), ("0:30,1:5", "0:35,1:5")]
+    with pytest.raises(SourceError, match="Delta versions"):
+        DeltaTableSource().split(delta, WindowLimit.parse("7d"), None)
+
+
+def test_a_bad_policy_is_a_clear_error_naming_the_file(tmp_path):
+    from heartbeat_runner.errors import ConfigError
+
+    assert load_catch_up_policies(policy_file(tmp_path, 'jobs: {"7": {catch_up: {max_window: 7d}}}'))["7"] == \
+        CatchUpPolicy(WindowLimit.parse("7d"))
+    for text, words in [('jobs: {"7": {catch_up: {max_window: soon}}}', "max_window 'soon'"),
+                        ('jobs: {"7": {catch_up: {max_window: 3, max_in_flight: 2}}}', "only 1 is supported"),
+                        ('jobs: {"7": {catch_up: {size: 3}}}', "unknown catch_up setting")]:
+        with pytest.raises(ConfigError, match="policies.yml") as raised:
+            load_catch_up_policies(policy_file(tmp_path, text))
+        assert words in str(raised.value)
+
+
+# -- sequences on a real lakehouse ---------------------------------------------------------------
+
+@contextlib.contextmanager
+def events_lakehouse(tmp_path: Path, policy: str) -> Iterator[Harness]:
+    """Job J reads the Delta table up.events under ``policy``; its runs are recorded in <tmp>/out/J."""
+    with Harness(tmp_path, HEARTBEAT_RETRY_POLICY=str(policy_file(tmp_path, policy))) as hb:
+        hb.create_table("up.events", "id INT")
+        hb.seed(row("delta_table", "up.events", "J"))
+        recorder_jobs(hb.jobs_path, tmp_path / "out", "J")
+        hb.tick()  # baseline
+        yield hb
+
+
+def test_a_backlog_of_delta_versions_after_a_pause_runs_window_by_window_in_order(tmp_path):
+    out = tmp_path / "out"
+    with events_lakehouse(tmp_path, 'jobs: {"J": {max_retries: 1, backoff_s: 0, catch_up: {max_window: 2}}}') as hb:
+        record_job_event(hb.app, "J", EventType.JOB_PAUSED)
+        for i in range(5):
+            hb.insert("up.events", f"({i})")
+        hb.tick()  # paused: nothing sensed, nothing triggered
+        record_job_event(hb.app, "J", EventType.JOB_RESUMED)
+        out.mkdir()
+        (out / "fail_run").write_text("2")  # run 2 fails once; its automatic retry succeeds
+        first = hb.tick()
+        assert first.triggered_job_ids == ["J"]
+        verdict = explain(hb.app.store, "J").verdict
+        assert "catch-up run 1 of 3" in verdict and "version 1" in verdict, verdict
+        settle(hb)
+
+        runs = recorded(out, "J")
+        assert [windows(p) for p in runs] == [[("version 1", "version 2")], [("version 3", "version 4")],
+                                              [("version 3", "version 4")], [("version 5", "version 5")]]
+        assert [json.loads(p["heartbeat_catch_up"])["run"] for p in runs] == [1, 2, 2, 3]
+        assert not any(k.startswith("_") for p in runs for k in p), "the plan is Heartbeat's, not the job's"
+        assert len(hb.events("TRIGGER_REQUESTED")) == 1 and len(hb.events("NEXT_WINDOW_REQUESTED")) == 2
+        assert len(hb.events("RETRY_REQUESTED")) == 1 and len(hb.events("FAILED")) == 1
+        assert hb.job_status("J") == {"COMPLETED"}
+
+        hb.insert("up.events", "(9)")  # after the sequence, new data triggers as usual: one run
+        settle(hb)
+        assert windows(recorded(out, "J")[-1]) == [("version 6", "version 6")]
+        assert "heartbeat_catch_up" not in recorded(out, "J")[-1]
+
+
+def test_a_failure_stops_the_sequence_until_the_window_succeeds(tmp_path):
+    out = tmp_path / "out"
+    with events_lakehouse(tmp_path, 'jobs: {"J": {catch_up: {max_window: 1}}}') as hb:
+        for i in range(3):
+            hb.insert("up.events", f"({i})")
+        out.mkdir()
+        (out / "fail_run").write_text("2")
+        hb.tick()
+        for _ in range(4):
+            hb.wait_for_jobs()
+            hb.tick()
+        assert hb.job_status("J") == {"FAILED"}
+        assert [json.loads(p["heartbeat_catch_up"])["run"] for p in recorded(out, "J")] == [1, 2]  # no run 3
+        assert explain(hb.app.store, "J").verdict.startswith("blocked by failure")
+        status = subprocess.run([sys.executable, "-m", "heartbeat_runner", "status"], capture_output=True, text=True,
+                                timeout=180, env={**os.environ, "HEARTBEAT_HOME": str(hb.home),
+                                                  "HEARTBEAT_CONFIG": str(hb.config_path)})
+        assert "Catch-up sequences" in status.stdout and "version 2" in status.stdout, status.stdout + status.stderr
+
+        record_job_event(hb.app, "J", EventType.COMPLETED, message="window 2 fixed by hand")  # the operator
+        hb.app.dbt.refresh_control(hb.app.store.events_version())
+        assert "run 3 is requested at the next tick" in explain(hb.app.store, "J").verdict
+        settle(hb)
+        assert [windows(p) for p in recorded(out, "J")][-1] == [("version 3", "version 3")]
+        assert len(recorded(out, "J")) == 3
+
+
+def test_a_date_key_backlog_runs_in_spans_of_seven_days(tmp_path):
+    out = tmp_path / "out"
+    policy = policy_file(tmp_path, 'jobs: {"D": {catch_up: {max_window: 7d}}}')
+    with Harness(tmp_path, HEARTBEAT_RETRY_POLICY=str(policy)) as hb:
+        hb.create_table("up.daily", "day DATE, amount INT")
+        hb.insert("up.daily", "(DATE'2026-05-01', 1)")
+        hb.seed(row("delta_table", "up.daily", "D", key="day"))
+        recorder_jobs(hb.jobs_path, out, "D")
+        hb.tick()  # baseline: day 2026-05-01
+        hb.insert("up.daily", ", ".join(f"(DATE'2026-05-{d:02d}', {d})" for d in range(2, 20)))
+        settle(hb)
+        assert [windows(p) for p in recorded(out, "D")] == [
+            [("day > 2026-05-01", "day <= 2026-05-08")], [("day > 2026-05-08", "day <= 2026-05-15")],
+            [("day > 2026-05-15", "day <= 2026-05-19")]]
+
+
+def test_a_policy_the_source_cannot_apply_leaves_the_job_waiting_with_the_reason(tmp_path):
+    with events_lakehouse(tmp_path, 'jobs: {"J": {catch_up: {max_window: 7d}}}') as hb:
+        hb.insert("up.events", "(1)")
+        result = hb.tick()
+        assert result.triggered_job_ids == [] and recorded(tmp_path / "out", "J") == []
+        assert "time span" in str(result.trigger_errors[0]) and result.exit_code == 2
+        assert hb.job_status("J") == {"NEW_EVENT_AVAILABLE"}  # nothing consumed: fix the policy and it runs
+
+
+# -- crashes inside a sequence (real runner processes) -------------------------------------------
+
+@pytest.mark.parametrize("point", ["after_next_window_requested", "after_trigger_call"])
+def test_a_crash_inside_a_sequence_neither_skips_nor_repeats_a_window(tmp_path, point):
+    out = tmp_path / "out"
+    config, jobs = tmp_path / "config.csv", tmp_path / "jobs.yml"
+    config.write_text("\n".join([HEADER, row("delta_table", "up.orders", "101")]) + "\n")
+    recorder_jobs(jobs, out, "101")
+    policy = policy_file(tmp_path, 'jobs: {"101": {catch_up: {max_window: 1}}}')
+    lake = CliLakehouse(tmp_path / "lakehouse", config=config, jobs_file=jobs,
+                        env={"HEARTBEAT_RETRY_POLICY": str(policy)})
+    lake.home.mkdir(parents=True)
+    lake.append_ids("up.orders", 1)
+    lake.cli("seed")
+    lake.cli("run")  # baseline
+    for i in (2, 3, 4):
+        lake.append_ids("up.orders", i)
+    lake.cli("run")  # run 1 of 3
+    lake.wait_local_runs()
+    crashed = lake.cli("run", check=False, env={"HEARTBEAT_CRASH_AT": point})  # run 1 done -> run 2 requested
+    assert crashed.returncode == CRASH_EXIT_CODE, crashed.stderr
+    for _ in range(6):
+        lake.cli("run")
+        lake.wait_local_runs()
+    runs = recorded(out, "101")
+    assert [windows(p) for p in runs] == [[("version 1", "version 1")], [("version 2", "version 2")],
+                                          [("version 3", "version 3")]]
+    tokens = [e["idempotency_token"] for e in lake.events() if e["event_type"] in
+              ("TRIGGER_REQUESTED", "NEXT_WINDOW_REQUESTED")]
+    assert len(tokens) == len(set(tokens)) == 3
