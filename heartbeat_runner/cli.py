@@ -33,6 +33,7 @@ from heartbeat_runner.operations import (
     ResetPlan,
     check_removals,
     explain,
+    late_data,
     parse_since,
     recent_runs,
     record_job_event,
@@ -526,13 +527,17 @@ def cmd_explain(args: argparse.Namespace, settings: Settings) -> int:
         _open_fresh(app, settings)
         found = explain(app.store, args.job_id)
         retry = retry_outlook(app.store, load_retry_policies(settings.retry_policy_file), args.job_id)
+        late = late_data(app.store, settings.retry_policy_file, args.job_id)
     if args.json:
         emit_json({"job_id": found.job_id, "verdict": found.verdict, "ready": found.is_ready, "rows": found.rows,
-                   "automatic_retry": retry})
+                   "automatic_retry": retry, "late_data": late})
         return 0
     print(f"job {found.job_id}: {found.verdict}")
     if retry:
         print(f"automatic retry: {retry}")
+    for item in late:
+        print(f"late data: {item['source_key']} window from {item['window_start']}: {item['rows']} row(s) "
+              "arrived after the window was final")
     emit(found.rows, EXPLAIN_COLUMNS, as_json=False)
     return 0
 

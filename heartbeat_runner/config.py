@@ -16,6 +16,7 @@ from pathlib import Path
 
 from heartbeat_runner.errors import ConfigError
 from heartbeat_runner.preprocess import check_preprocess_query
+from heartbeat_runner.records import JobState
 from heartbeat_runner.sources.registry import source_for, source_types
 
 COLUMNS = (
@@ -36,7 +37,7 @@ COLUMN_ALIASES = {"dependancy_flag": "dependency_flag"}
 DEFAULTS = {"sensor_read_type": "batch", "job_state": "UNPAUSED", "dependency_flag": "TRUE"}
 
 READ_TYPES = ("batch", "streaming")
-JOB_STATES = ("UNPAUSED", "PAUSED")
+JOB_STATES = tuple(state.value for state in JobState)
 _TRUE = ("TRUE", "T", "1", "YES", "Y")
 _FALSE = ("FALSE", "F", "0", "NO", "N")
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 CONTROL_MODEL = "heartbeat_control"
 SENSOR_STATE_MODEL = "heartbeat_sensor_state"
 #: in dependency order: restore_views() re-creates them one after the other
-VIEW_MODELS = ("heartbeat_job_sequences", "heartbeat_job_rollup", "jobs_ready_to_trigger", "jobs_ready_to_trigger_rows", "heartbeat_job_status",
+VIEW_MODELS = ("heartbeat_job_sequences", "heartbeat_job_rollup", "heartbeat_job_windows", "jobs_ready_to_trigger", "jobs_ready_to_trigger_rows", "heartbeat_job_status",
                "heartbeat_trigger_requests", "heartbeat_sensors_due", "heartbeat_sensors_skipped",
                "jobs_trigger_explanation", "heartbeat_cursor_history", "heartbeat_run_report_all",
                "heartbeat_run_overview", "heartbeat_events_live", "heartbeat_job_runs",

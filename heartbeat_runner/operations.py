@@ -13,6 +13,7 @@ import socket
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 from typing import overload
 
 from heartbeat_runner.app import App
@@ -234,6 +235,16 @@ def check_removals(active: Iterable[ConfigKey], new: Iterable[ConfigKey], max_sh
             "(or raise HEARTBEAT_MAX_REMOVAL_SHARE)."
         ])
     return retiring
+
+
+def late_data(store: TableStore, policy_file: Path | None, job_id: str) -> list[dict]:
+    """Rows that arrived for already finalized event-time windows of ``job_id``, per source and window."""
+    from heartbeat_runner.jobs.event_windows import load_window_policies
+    from heartbeat_runner.sequences import Sequences
+    from heartbeat_runner.windows import iso
+
+    found = Sequences(store, {}, load_window_policies(policy_file)).late_data(job_id)
+    return [{"source_key": r.source_key, "window_start": iso(r.window_start_s), "rows": r.rows} for r in found]
 
 
 def retry_outlook(store: TableStore, policies: RetryPolicies, job_id: str) -> str | None:

@@ -28,6 +28,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 from rich.table import Table
 from rich.text import Text
 
+from heartbeat_runner.records import JobState, JobStatus, Outcome, TickStatus
+
 #: The control-table columns `status` and the demo print.
 STATUS_COLUMNS = ["trigger_job_id", "trigger_job_name", "sensor_source", "sensor_id", "dependency_flag", "job_state",
                   "status", "status_change_timestamp", "job_run_id", "last_error"]
@@ -38,11 +40,11 @@ MAX_CELL_WIDTH = 48
 #: Columns whose values are coloured by what they say.
 STATE_COLUMNS = frozenset({"status", "job_state", "outcome", "last_outcome"})
 STATE_STYLES = {
-    "COMPLETED": "green", "OK": "green",
-    "FAILED": "bold red", "ERROR": "bold red", "INCOMPLETE": "red",
-    "IN_PROGRESS": "cyan",
-    "NEW_EVENT_AVAILABLE": "yellow", "NEW_DATA": "yellow",
-    "PAUSED": "dim", "SKIPPED": "dim", "NO_NEW_DATA": "dim",
+    JobStatus.COMPLETED.value: "green", TickStatus.OK.value: "green",
+    JobStatus.FAILED.value: "bold red", Outcome.ERROR.value: "bold red", TickStatus.INCOMPLETE.value: "red",
+    JobStatus.IN_PROGRESS.value: "cyan",
+    JobStatus.NEW_EVENT_AVAILABLE.value: "yellow", Outcome.NEW_DATA.value: "yellow",
+    JobState.PAUSED.value: "dim", Outcome.SKIPPED.value: "dim", Outcome.NO_NEW_DATA.value: "dim",
 }
 
 #: What :func:`watch` reads each time: the rows, the columns to show and a note for the caption (or None).

@@ -18,6 +18,7 @@ class EventType(str, enum.Enum):
     TRIGGER_REQUESTED = "TRIGGER_REQUESTED"  # written before the jobs API call, with the token
     RETRY_REQUESTED = "RETRY_REQUESTED"  # an automatic retry of a failed run (same data, new token)
     NEXT_WINDOW_REQUESTED = "NEXT_WINDOW_REQUESTED"  # the next run of a sequence (catch-up), after a success
+    WINDOW_SKIPPED = "WINDOW_SKIPPED"  # a final event-time window with no data in any source: no run
     TRIGGERED = "TRIGGERED"          # the jobs API answered with a run id
     TRIGGER_ERROR = "TRIGGER_ERROR"  # the jobs API refused; the request is void
     COMPLETED = "COMPLETED"
@@ -34,6 +35,13 @@ class JobStatus(str, enum.Enum):
     IN_PROGRESS = "IN_PROGRESS"
     COMPLETED = "COMPLETED"
     FAILED = "FAILED"
+
+
+class JobState(str, enum.Enum):
+    """A control row's ``job_state``: from the config's column, or pause/resume since the last seed."""
+
+    UNPAUSED = "UNPAUSED"
+    PAUSED = "PAUSED"
 
 
 class TickStatus(str, enum.Enum):

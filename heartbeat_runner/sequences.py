@@ -34,13 +34,36 @@ from heartbeat_runner.jobs.catch_up import (
     plan_sequence,
     policy_for,
 )
+from heartbeat_runner.jobs.event_windows import (
+    LateData,
+    LateRows,
+    Window,
+    WindowPolicy,
+    final_windows,
+    late_rows,
+    rows_in,
+    window_token,
+)
 from heartbeat_runner.records import Event, EventType, sequence_event_id
 from heartbeat_runner.sources.registry import source_for
 from heartbeat_runner.store import ReadyRow, TableStore
-from heartbeat_runner.windows import SourceWindow
+from heartbeat_runner.windows import EventTimes, SourceWindow, iso
 
 #: The payload key naming the token of the request that started a sequence.
 SEQUENCE_KEY = "_sequence"
+#: The payload key of a window plan (trigger request, WINDOW_SKIPPED): the end of its last window.
+UNTIL_KEY = "_windows_until_s"
+
+
+@dataclass(frozen=True)
+class WindowPlan:
+    """What one windowed job's final windows become: skip events, and the request of the first window with
+    data (a sequence over every window with data), with the payload recorded with it."""
+
+    job_id: str
+    skipped: list[Event]
+    request: TriggerRequest | None
+    payload: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -52,9 +75,11 @@ class NextRun:
 
 
 class Sequences:
-    def __init__(self, store: TableStore, policies: Mapping[str, CatchUpPolicy]):
+    def __init__(self, store: TableStore, policies: Mapping[str, CatchUpPolicy],
+                 windows: Mapping[str, WindowPolicy] | None = None):
         self.store = store
         self.policies = policies
+        self.windows = dict(windows or {})
 
     # -- the first run ------------------------------------------------------------------------
 
@@ -120,3 +145,79 @@ class Sequences:
                       message=f"catch-up run {run} of {len(plan.runs)}",
                       payload=json.dumps(parameters, sort_keys=True))
         return NextRun(event, TriggerRequest(job_id, job_name, token, job_parameters(parameters)))
+
+    # -- event-time windows -------------------------------------------------------------------
+
+    def window_plans(self, tick_run_id: str, snapshot_ts) -> list[WindowPlan]:
+        """For each windowed job whose next window is final (heartbeat_job_windows): its final windows,
+        the empty ones skipped (recorded), the others one run each, oldest first."""
+        plans = []
+        for due in self.store.windows_due():
+            windows = final_windows(int(due["next_window_start_s"]), int(due["watermark_s"]), int(due["size_s"]))
+            if windows:
+                plans.append(self._plan_windows(due["trigger_job_id"], windows, tick_run_id, snapshot_ts))
+        return plans
+
+    def _plan_windows(self, job_id: str, windows: list[Window], tick_run_id: str, snapshot_ts) -> WindowPlan:
+        sources = self._sources(job_id)
+        seen = self._event_times(sorted(sources))
+        with_data = [w for w in windows if rows_in(w, seen) > 0]
+        skipped = [self._skip_event(job_id, w, tick_run_id, snapshot_ts) for w in windows if w not in with_data]
+        if not with_data:
+            return WindowPlan(job_id, skipped, None, {})
+        plan = SequencePlan(
+            [[SourceWindow(src, sid, None, None, iso(w.start_s), iso(w.end_s)) for src, sid in sources.values()]
+             for w in with_data],
+            [{"window_start": iso(w.start_s), "window_end": iso(w.end_s), "heartbeat_window_correction": "false"}
+             for w in with_data])
+        token = window_token(job_id, with_data[0])
+        payload = {**plan.parameters(1, {"heartbeat_run_id": tick_run_id}), SEQUENCE_KEY: token,
+                   UNTIL_KEY: windows[-1].end_s}
+        return WindowPlan(job_id, skipped, TriggerRequest(job_id, None, token, job_parameters(payload)), payload)
+
+    def correction(self, job_id: str, tick_run_id: str) -> WindowPlan | None:
+        """Under ``late_data: rerun``: the one correction run of the oldest window that got late rows and
+        has not been corrected yet; None when there is none."""
+        policy = self.windows.get(job_id)
+        if policy is None or policy.late_data is not LateData.RERUN:
+            return None
+        for late in self.late_data(job_id):
+            window = Window(late.window_start_s, late.window_start_s + policy.size_s)
+            token = window_token(job_id, window, correction=True)
+            if self.store.request_payload(token):
+                continue  # corrected once already
+            sources = self._sources(job_id)
+            windows = [{"sensor_source": src, "sensor_id": sid, "from": iso(window.start_s), "to": iso(window.end_s)}
+                       for src, sid in sources.values()]
+            payload = {"heartbeat_run_id": tick_run_id, "heartbeat_windows": json.dumps(windows, sort_keys=True),
+                       "window_start": iso(window.start_s), "window_end": iso(window.end_s),
+                       "heartbeat_window_correction": "true"}
+            return WindowPlan(job_id, [], TriggerRequest(job_id, None, token, payload), payload)
+        return None
+
+    def late_data(self, job_id: str) -> list[LateRows]:
+        """Rows that arrived for windows of ``job_id`` already planned (finalized) when they arrived."""
+        policy = self.windows.get(job_id)
+        if policy is None:
+            return []
+        plans = [(p["event_ts"], int(json.loads(p["payload"])[UNTIL_KEY])) for p in self.store.window_plans(job_id)
+                 if p["payload"] and UNTIL_KEY in json.loads(p["payload"])]
+        arrivals = [(e["event_ts"], e["source_key"], t) for e in self.store.event_time_events(sorted(self._sources(job_id)))
+                    if (t := EventTimes.from_payload(json.loads(e["payload"]))) is not None]
+        return late_rows(arrivals, plans, policy.size_s)
+
+    def _sources(self, job_id: str) -> dict[str, tuple[str, str]]:
+        """source_key -> (sensor_source, sensor_id) of the job's active rows."""
+        return {r["source_key"]: (r["sensor_source"], r["sensor_id"]) for r in self.store.control_rows(job_id)}
+
+    def _event_times(self, source_keys: list[str]) -> list[EventTimes]:
+        found = (EventTimes.from_payload(json.loads(e["payload"])) for e in self.store.event_time_events(source_keys))
+        return [t for t in found if t is not None]
+
+    @staticmethod
+    def _skip_event(job_id: str, window: Window, tick_run_id: str, snapshot_ts) -> Event:
+        return Event(event_type=EventType.WINDOW_SKIPPED, run_id=tick_run_id, snapshot_ts=snapshot_ts,
+                     event_id=sequence_event_id(window_token(job_id, window)), trigger_job_id=job_id,
+                     message=f"window [{iso(window.start_s)}, {iso(window.end_s)}) had no data in any source",
+                     payload=json.dumps({UNTIL_KEY: window.end_s, "window_start": iso(window.start_s),
+                                         "window_end": iso(window.end_s)}, sort_keys=True))

@@ -45,12 +45,16 @@ DUE_VIEW = "heartbeat_sensors_due"
 SKIPPED_VIEW = "heartbeat_sensors_skipped"
 SENSOR_STATE = "heartbeat_sensor_state"
 SEQUENCES_VIEW = "heartbeat_job_sequences"
+WINDOWS_VIEW = "heartbeat_job_windows"
+#: the event-time window policies, copied from the run-policy file for the SQL rule
+WINDOW_POLICIES = "heartbeat_window_policies"
 
 _TYPES = {
     "event_ts": "timestamp", "snapshot_ts": "timestamp", "ended_ts": "timestamp",
     "rows": "bigint", "duration_s": "double",
     "sources_sensed": "int", "sources_with_new_data": "int", "sensor_errors": "int", "jobs_triggered": "int",
     "jobs_completed": "int", "jobs_failed": "int", "trigger_errors": "int",
+    "size_s": "bigint", "lateness_s": "bigint",
 }
 TABLE_COLUMNS: dict[str, list[str]] = {
     EVENTS: Event.columns(),
@@ -60,6 +64,7 @@ TABLE_COLUMNS: dict[str, list[str]] = {
     RUN_REPORT_ARCHIVE: SensorEvaluation.columns(),
     RUNS_ARCHIVE: RunSummary.columns(),
     ARCHIVE_BATCH: ["archive_key"],
+    WINDOW_POLICIES: ["trigger_job_id", "size_s", "lateness_s", "late_data"],
 }
 #: the tables maintenance compacts: the runner's own and the control table (a MERGE per build)
 OWN_TABLES = (EVENTS, RUN_REPORT, RUNS, EVENTS_ARCHIVE, RUN_REPORT_ARCHIVE, RUNS_ARCHIVE, CONTROL)
@@ -312,6 +317,43 @@ class TableStore:
     def open_sequences(self) -> list[dict]:
         """Catch-up sequences not finished yet: running, failed, or with a run due (``status`` shows them)."""
         return self.read(SEQUENCES_VIEW, Cond("is_finished", False), order_by=["trigger_job_id"])
+
+    def sync_window_policies(self, policies: dict[str, tuple[int, int, str]]) -> bool:
+        """Make heartbeat_window_policies hold ``policies`` (job -> size_s, lateness_s, late_data); True if changed."""
+        current = {r["trigger_job_id"]: (r["size_s"], r["lateness_s"], r["late_data"])
+                   for r in self.read(WINDOW_POLICIES)}
+        if current == policies:
+            return False
+        rows = [(job, *values) for job, values in sorted(policies.items())]
+        frame = self.spark.createDataFrame(rows, _struct(TABLE_COLUMNS[WINDOW_POLICIES]))
+        retry_lost_commits(lambda: frame.write.mode("overwrite").insertInto(self.name(WINDOW_POLICIES)),
+                           "writing the window policies")
+        return True
+
+    def event_time_events(self, source_keys: list[str]) -> list[dict]:
+        """The NEW_DATA events of these sources that recorded event times (hot log and archive)."""
+        if not source_keys:
+            return []
+        where = (Cond("source_key", source_keys, "in"), Cond("event_type", EventType.NEW_DATA.value))
+        columns = ["event_id", "event_ts", "source_key", "payload"]
+        found = {e["event_id"]: e for table in (EVENTS, EVENTS_ARCHIVE) for e in self.read(table, *where, columns=columns)}
+        return [e for e in found.values() if e["payload"]]
+
+    def window_plans(self, job_id: str) -> list[dict]:
+        """The job's window plans: trigger requests and WINDOW_SKIPPED events (hot log and archive)."""
+        where = (Cond("trigger_job_id", job_id),
+                 Cond("event_type", [EventType.TRIGGER_REQUESTED.value, EventType.WINDOW_SKIPPED.value], "in"))
+        found = {e["event_id"]: e for table in (EVENTS, EVENTS_ARCHIVE)
+                 for e in self.read(table, *where, columns=["event_id", "event_ts", "idempotency_token", "payload"])}
+        return sorted(found.values(), key=lambda e: e["event_ts"])
+
+    def windowed_jobs_free(self) -> list[str]:
+        """Windowed jobs not paused, running, failed or inside a sequence (a correction run may start)."""
+        return [r["trigger_job_id"] for r in self.read(WINDOWS_VIEW, Cond("is_free", True), columns=["trigger_job_id"])]
+
+    def windows_due(self) -> list[dict]:
+        """Windowed jobs whose next event-time window is final and that are free to run it (heartbeat_job_windows)."""
+        return self.read(WINDOWS_VIEW, Cond("windows_due", True), order_by=["trigger_job_id"])
 
     def next_windows_due(self) -> list[dict]:
         """Sequences whose latest run succeeded with runs left, of jobs not paused (heartbeat_job_sequences)."""

@@ -34,6 +34,7 @@ from heartbeat_runner.dbt_invoke import DbtProject
 from heartbeat_runner.errors import JobsBackendError, SourceError
 from heartbeat_runner.faults import crash_point, fail_point
 from heartbeat_runner.jobs.base import JobsBackend, RunOutcome, RunStatus, TriggerRequest
+from heartbeat_runner.jobs.event_windows import source_grains
 from heartbeat_runner.jobs.policy import RetryPolicies, overrun, retry_token
 from heartbeat_runner.maintenance import Maintenance, MaintenanceResult
 from heartbeat_runner.records import (
@@ -191,6 +192,7 @@ class Heartbeat:
         self.before_trigger: Callable[[], None] = lambda: None
         self.maintenance = maintenance
         self._idle: IdleStreak | None = None
+        self._windows_synced = False
 
     # -- the tick ---------------------------------------------------------------------------
 
@@ -200,6 +202,7 @@ class Heartbeat:
         result = TickResult(run_id=new_run_id(snapshot), snapshot_ts=snapshot)
         timings = result.stage_timings
 
+        self._prepare_windows()
         with _stage(timings, "models"):
             self.refresh_models()
         with _stage(timings, "sensing"):
@@ -217,6 +220,7 @@ class Heartbeat:
             self.refresh_models()
         with _stage(timings, "triggering"):
             self._trigger_ready(result)
+            self._trigger_windows(result)
         with _stage(timings, "reconciliation"):
             self._reconcile(result)
         with _stage(timings, "report"):
@@ -273,6 +277,7 @@ class Heartbeat:
                 cursor_from=target.cursor, cursor_to=cursor_to,
                 window_from=outcome.window_from, window_to=outcome.window_to, rows=outcome.rows,
                 message=outcome.detail,
+                payload=json.dumps(outcome.event_times.payload()) if outcome.event_times else None,
             ))
         return events
 
@@ -305,6 +310,41 @@ class Heartbeat:
         crash_point("after_trigger_requested")
         self.progress(f"triggering {len(requests)} job(s)")
         self._call_backend(requests, result)
+
+    def _prepare_windows(self) -> None:
+        """Copy the window policies to their table (once per runner) and tell sensing which sources'
+        event times to record, in buckets of the smallest window size reading each."""
+        windows = self.sequences.windows
+        if not self._windows_synced:
+            self.store.sync_window_policies({job: (p.size_s, p.lateness_s, p.late_data.value)
+                                             for job, p in windows.items()})
+            self._windows_synced = True
+        if windows:
+            pairs = [(r["trigger_job_id"], r["source_key"]) for r in self.store.control_rows()]
+            self.ctx.event_time_grains = source_grains(windows, pairs)
+
+    def _trigger_windows(self, result: TickResult) -> None:
+        """Step 4 for jobs with an event-time window policy: each final window runs once, in order
+        (a sequence), empty ones are skipped and recorded; late rows may earn a window one correction run."""
+        if not self.sequences.windows:
+            return
+        plans = self.sequences.window_plans(result.run_id, result.snapshot_ts)
+        planned = {p.job_id for p in plans}
+        for job_id in self.store.windowed_jobs_free():
+            correction = None if job_id in planned else self.sequences.correction(job_id, result.run_id)
+            if correction is not None:
+                plans.append(correction)
+        events = [e for p in plans for e in p.skipped] + [
+            Event(event_type=EventType.TRIGGER_REQUESTED, run_id=result.run_id, snapshot_ts=result.snapshot_ts,
+                  trigger_job_id=p.job_id, idempotency_token=p.request.idempotency_token,
+                  payload=json.dumps(p.payload, sort_keys=True))
+            for p in plans if p.request is not None]
+        if not events:
+            return
+        self.before_trigger()
+        self._append(result, events)
+        crash_point("after_trigger_requested")
+        self._call_backend([p.request for p in plans if p.request is not None], result)
 
     def _request_for(self, job_id: str, rows: list[ReadyRow], run_id: str) -> tuple[TriggerRequest, dict[str, Any]]:
         """The request of a ready job and the payload recorded with it (its parameters, and the plan of a

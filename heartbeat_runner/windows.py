@@ -58,3 +58,62 @@ class SourceWindow:
                 "from": self.window_from, "to": self.window_to}
 
 
+
+
+@dataclass(frozen=True)
+class EventTimes:
+    """What sensing saw of the event times of a source's new rows (epoch seconds, UTC): the earliest and
+    latest, and how many rows fell in each bucket of ``grain`` seconds (keyed by the bucket's start).
+
+    Recorded in the NEW_DATA (or baseline CURSOR) event's payload; the event-time window rule
+    (``heartbeat_job_windows``) reads the maximum, the planner and the late-data count the buckets.
+    """
+
+    min_s: int | None
+    max_s: int | None
+    buckets: dict[int, int]
+
+    @classmethod
+    def of(cls, seconds: list[int], grain: int) -> EventTimes:
+        buckets: dict[int, int] = {}
+        for second in seconds:
+            start = second - second % grain
+            buckets[start] = buckets.get(start, 0) + 1
+        return cls(min(seconds, default=None), max(seconds, default=None), buckets)
+
+    def payload(self) -> dict[str, object]:
+        return {"event_time_min_s": self.min_s, "event_time_max_s": self.max_s,
+                "event_time_buckets": {str(k): v for k, v in sorted(self.buckets.items())}}
+
+    @classmethod
+    def from_payload(cls, payload: dict[str, object] | None) -> EventTimes | None:
+        if not payload or payload.get("event_time_max_s") is None:
+            return None
+        raw = payload.get("event_time_buckets") or {}
+        buckets = {int(k): int(v) for k, v in raw.items()} if isinstance(raw, dict) else {}
+        low, high = payload.get("event_time_min_s"), payload["event_time_max_s"]
+        return cls(int(low) if isinstance(low, (int, str)) else None, int(high) if isinstance(high, (int, str)) else None,
+                   buckets)
+
+
+def epoch_seconds(value: object) -> int | None:
+    """A date, datetime (naive = UTC) or ISO text as epoch seconds; None when it is none of those."""
+    from datetime import date, datetime, timezone
+
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value) if len(value) > 10 else date.fromisoformat(value)
+        except ValueError:
+            return None
+    if isinstance(value, datetime):
+        return int((value if value.tzinfo else value.replace(tzinfo=timezone.utc)).timestamp())
+    if isinstance(value, date):
+        return int(datetime(value.year, value.month, value.day, tzinfo=timezone.utc).timestamp())
+    return None
+
+
+def iso(seconds: int) -> str:
+    """Epoch seconds as ISO 8601 UTC (``2026-05-01T10:00:00Z``): how jobs receive window bounds."""
+    from datetime import datetime, timezone
+
+    return datetime.fromtimestamp(seconds, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -131,12 +131,13 @@
   Why a control row does not ask for its source to be sensed, or NULL when it does
   (the row is eligible: job UNPAUSED, status NULL or COMPLETED).
 #}
-{% macro heartbeat_not_sensed_reason() -%}
+{% macro heartbeat_not_sensed_reason(windowed='false') -%}
   case
     when job_state <> 'UNPAUSED' then 'paused'
     when status = 'IN_PROGRESS' then 'in progress'
     when status = 'FAILED' then 'failed, waits for a successful run'
-    when status = 'NEW_EVENT_AVAILABLE' then 'new data waiting to trigger'
+    {# a job with an event-time window policy keeps sensing: its watermarks must move #}
+    when status = 'NEW_EVENT_AVAILABLE' and not ({{ windowed }}) then 'new data waiting to trigger'
   end
 {%- endmacro %}
 

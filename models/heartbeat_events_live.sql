@@ -112,7 +112,7 @@ where e.event_ts >= m.since
    or (e.trigger_job_id is not null and (k.keep_ts is null or e.event_ts >= k.keep_ts))
    or (u.from_ts is not null and e.event_ts > u.from_ts)
    or e.event_type not in ('CONFIG_LOADED', 'NEW_DATA', 'CURSOR', 'RESET', 'TRIGGER_REQUESTED', 'RETRY_REQUESTED',
-                           'NEXT_WINDOW_REQUESTED', 'TRIGGERED', 'TRIGGER_ERROR', 'COMPLETED', 'FAILED', 'JOB_PAUSED', 'JOB_RESUMED')
+                           'NEXT_WINDOW_REQUESTED', 'WINDOW_SKIPPED', 'TRIGGERED', 'TRIGGER_ERROR', 'COMPLETED', 'FAILED', 'JOB_PAUSED', 'JOB_RESUMED')
 
 union
 

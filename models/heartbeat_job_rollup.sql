@@ -11,7 +11,9 @@
     - no row is PAUSED (pausing never leads to a surprise trigger),
     - it has at least one hard row (soft rows never trigger alone),
     - no run of a catch-up sequence is due (heartbeat_job_sequences: the backlog it
-      consumed is run first, one window after the other).
+      consumed is run first, one window after the other),
+    - it has no event-time window policy (such a job runs per final window instead:
+      heartbeat_job_windows).
 
   Scenario A: J1 hard + J2 hard -> both must be NEW_EVENT_AVAILABLE.
   Scenario B: J1 hard + J2 soft -> J1 alone suffices; J2's new data, if any, rides along.
@@ -40,7 +42,10 @@ with counts as (
 select
   c.*,
   coalesce(s.next_run_due, false) as next_window_due,
+  w.trigger_job_id is not null as is_windowed,
   (c.rows_with_new_events >= 1 and c.hard_rows_waiting = 0 and c.rows_in_progress = 0 and c.rows_failed = 0
-   and c.rows_paused = 0 and c.hard_rows >= 1 and not coalesce(s.next_run_due, false)) as is_ready
+   and c.rows_paused = 0 and c.hard_rows >= 1 and not coalesce(s.next_run_due, false)
+   and w.trigger_job_id is null) as is_ready
 from counts c
 left join {{ ref('heartbeat_job_sequences') }} s on s.trigger_job_id = c.trigger_job_id
+left join {{ source('heartbeat', 'heartbeat_window_policies') }} w on w.trigger_job_id = c.trigger_job_id

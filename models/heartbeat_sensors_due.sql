@@ -11,9 +11,10 @@
 {{ config(materialized='view') }}
 
 with eligible as (
-  select *
-  from {{ ref('heartbeat_control') }}
-  where is_active and {{ heartbeat_not_sensed_reason() }} is null
+  select c.*
+  from {{ ref('heartbeat_control') }} c
+  left join {{ source('heartbeat', 'heartbeat_window_policies') }} w on w.trigger_job_id = c.trigger_job_id
+  where c.is_active and {{ heartbeat_not_sensed_reason('w.trigger_job_id is not null') }} is null
 ),
 
 cursors as {{ heartbeat_latest_cursors() }}

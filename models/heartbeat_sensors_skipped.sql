@@ -8,10 +8,11 @@
 
 with active_rows as (
   select
-    source_key, sensor_source, sensor_id, trigger_job_id,
-    {{ heartbeat_not_sensed_reason() }} as not_sensed_reason
-  from {{ ref('heartbeat_control') }}
-  where is_active
+    c.source_key, c.sensor_source, c.sensor_id, c.trigger_job_id,
+    {{ heartbeat_not_sensed_reason('w.trigger_job_id is not null') }} as not_sensed_reason
+  from {{ ref('heartbeat_control') }} c
+  left join {{ source('heartbeat', 'heartbeat_window_policies') }} w on w.trigger_job_id = c.trigger_job_id
+  where c.is_active
 )
 
 select

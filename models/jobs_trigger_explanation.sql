@@ -80,6 +80,14 @@ sequences as (
   select * from {{ ref('heartbeat_job_sequences') }}
 ),
 
+event_windows as (
+  select
+    *,
+    concat('[', cast(from_unixtime(next_window_start_s) as string), ', ',
+           cast(from_unixtime(next_window_end_s) as string), ')') as next_window
+  from {{ ref('heartbeat_job_windows') }}
+),
+
 job_runs as (
   select trigger_job_id, max(job_run_id) as job_run_id, max(last_error) as failure
   from control_rows
@@ -105,6 +113,18 @@ verdicts as (
         then concat('catch-up: run ', cast(s.run as string), ' of ', cast(s.runs as string),
                     ' succeeded; run ', cast(s.run + 1 as string), ' is requested at the next tick')
       when j.hard_rows = 0 then 'config error: no hard dependency (soft rows never trigger alone)'
+      when j.is_windowed and ew.next_window_start_s is null
+        then concat('event-time windows of ', cast(ew.size_s as string), ' s: no event time recorded yet (',
+                    coalesce(ew.source_event_times, 'no source'), ')')
+      when j.is_windowed and ew.next_window_final
+        then concat('event-time window ', ew.next_window, ' is final: triggers at the next tick')
+      when j.is_windowed and ew.watermark_s is null
+        then concat('event-time window ', ew.next_window, ' waits for an event time from every hard source (',
+                    ew.source_event_times, ')')
+      when j.is_windowed
+        then concat('event-time window ', ew.next_window, ' waits for the watermark (now ',
+                    cast(from_unixtime(ew.watermark_s) as string), ', lateness ', cast(ew.lateness_s as string),
+                    ' s) to pass its end; latest event times: ', ew.source_event_times)
       when j.is_ready then 'ready: triggers at the next tick'
       when w.waiting_count = 1 then concat('waiting for new data on hard dependency ', w.waiting_for)
       when w.waiting_count > 1 then concat('waiting for new data on hard dependencies ', w.waiting_for)
@@ -114,6 +134,7 @@ verdicts as (
   left join job_runs r on r.trigger_job_id = j.trigger_job_id
   left join hard_rows_waiting w on w.trigger_job_id = j.trigger_job_id
   left join sequences s on s.trigger_job_id = j.trigger_job_id
+  left join event_windows ew on ew.trigger_job_id = j.trigger_job_id
 )
 
 select

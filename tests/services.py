@@ -198,12 +198,15 @@ class KafkaBroker:
         for future in admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)]).values():
             future.result(10)
 
-    def produce(self, topic: str, *values: str, partition: int = 0, key: str | None = None) -> None:
+    def produce(self, topic: str, *values: str, partition: int = 0, key: str | None = None,
+                timestamps_ms: list[int] | None = None) -> None:
+        """One record per value; ``timestamps_ms`` sets each record's own timestamp (event time)."""
         from confluent_kafka import Producer
 
         producer = Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 0})
-        for value in values:
-            producer.produce(topic, value=value.encode(), key=key, partition=partition)
+        for i, value in enumerate(values):
+            stamp = {"timestamp": timestamps_ms[i]} if timestamps_ms else {}
+            producer.produce(topic, value=value.encode(), key=key, partition=partition, **stamp)
             producer.flush(10)  # one record per batch: Tansu miscounts the high watermark otherwise
 
     def stop(self) -> None:

@@ -34,7 +34,7 @@ RECORDER = (
     "p = json.loads(os.environ['HEARTBEAT_PARAMETERS']); "
     "(out / f'{time.time_ns()}.json').write_text(json.dumps(p)); "
     "flag = out.parent / 'fail_run'; "
-    "run = json.loads(p.get('heartbeat_catch_up', '{}')).get('run'); "
+    "run = json.loads(p.get('heartbeat_catch_up', '{}')).get('run') or p.get('window_start', '')[11:16]; "
     "sys.exit(1 if flag.exists() and flag.read_text() == str(run) and not flag.unlink() else 0)"
 )
 

@@ -173,7 +173,8 @@ def test_nothing_secret_in_the_bundle():
 
 def test_example_job_receives_heartbeat_parameters_and_ends_with_complete():
     job = resolved_jobs("prod")["example_orders_etl"]
-    assert {p["name"] for p in job["parameters"]} == {"heartbeat_run_id", "heartbeat_windows", "heartbeat_catch_up"}
+    assert {p["name"] for p in job["parameters"]} == {"heartbeat_run_id", "heartbeat_windows", "heartbeat_catch_up",
+                                                      "window_start", "window_end", "heartbeat_window_correction"}
     etl = job["tasks"][0]["spark_python_task"]["parameters"]
     assert "{{job.parameters.heartbeat_windows}}" in etl and "{{job.parameters.heartbeat_run_id}}" in etl
     last = job["tasks"][-1]

@@ -106,6 +106,12 @@ def wait_for(driver, css: str, timeout: float = 20):
     return WebDriverWait(driver, timeout).until(ec.presence_of_element_located((By.CSS_SELECTOR, css)))
 
 
+def wait_until(driver, condition, timeout: float = 20):
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return WebDriverWait(driver, timeout).until(condition)
+
+
 def screenshot(driver, tmp_path: Path, name: str) -> None:
     driver.save_screenshot(str(tmp_path / f"{name}.png"))
     target = os.environ.get("HEARTBEAT_SCREENSHOT_DIR")
@@ -138,7 +144,7 @@ def test_overview_lists_every_job_with_its_phase_and_clicks_through_to_the_verdi
 
     search = browser.find_element(By.ID, "search")
     search.send_keys("finance")
-    wait_for(browser, "#jobs tr[data-job='finance_close']")
+    wait_until(browser, lambda d: d.find_element(By.ID, "shown").text == "1 shown")
     assert [r.get_attribute("data-job") for r in browser.find_elements(By.CSS_SELECTOR, "#jobs tr[data-job]")] \
         == ["finance_close"]
     browser.find_element(By.CSS_SELECTOR, "#jobs tr[data-job='finance_close'] a.job-link").click()
@@ -151,7 +157,18 @@ def test_overview_lists_every_job_with_its_phase_and_clicks_through_to_the_verdi
     assert len(runs) == 1 and "FAILED" in runs[0] and "exit code 3" in runs[0]
     assert any("TRIGGERED" in e for e in texts(browser, "#events tbody tr"))
     screenshot(browser, tmp_path, "ui-job")
-    browser.execute_script("document.getElementById('search') && (document.getElementById('search').value = '')")
+    browser.execute_script("state.filter.q = ''")  # the next test starts unfiltered
+
+
+def test_the_page_styles_every_phase_the_server_names(page):
+    """The page takes its phases from the server (JobPhase); each has a colour in the style sheet."""
+    from heartbeat_runner.ui.data import JobPhase
+
+    with urllib.request.urlopen(page + "/api/meta") as answer:
+        assert json.loads(answer.read())["phases"] == [p.value for p in JobPhase]
+    with urllib.request.urlopen(page + "/static/app.css") as answer:
+        css = answer.read().decode()
+    assert all(f".badge.{p.value}" in css for p in JobPhase)
 
 
 def test_run_output_link_serves_the_jobs_output(page, lakehouse):
@@ -300,3 +317,4 @@ def test_ui_command_serves_the_page_read_only_and_sees_what_another_process_writ
     finally:
         server.terminate()
         server.wait(timeout=30)
+

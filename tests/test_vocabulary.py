@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from heartbeat_runner.records import EventType, JobStatus, Outcome, TickStatus
+from heartbeat_runner.records import EventType, JobState, JobStatus, Outcome, TickStatus
 
 #: runs on Sail and on Apache Spark + Delta (classic); see tests/conftest.py
 ON_SPARK = pytest.mark.engines("sail", "spark-classic")
@@ -31,6 +31,7 @@ def accepted_values(file: str, section: str, relation: str, column: str) -> set[
 @pytest.mark.parametrize("enum, file, section, relation, column", [
     (JobStatus, "schema.yml", "models", "heartbeat_control", "status"),
     (JobStatus, "schema.yml", "models", "heartbeat_job_status", "status"),
+    (JobState, "schema.yml", "models", "heartbeat_control", "job_state"),
     (TickStatus, "schema.yml", "models", "heartbeat_run_overview", "status"),
     (EventType, "sources.yml", "sources", "heartbeat_events", "event_type"),
     (Outcome, "sources.yml", "sources", "heartbeat_run_report", "outcome"),

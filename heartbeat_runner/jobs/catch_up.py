@@ -25,15 +25,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from heartbeat_runner.errors import ConfigError
+from heartbeat_runner.jobs.policy import check_section, load_policy_section
 from heartbeat_runner.windows import SourceWindow, WindowLimit
 
 #: The keys of the run-policy YAML's per-job mapping that are a catch-up policy.
 CATCH_UP_KEYS = {"max_window", "max_in_flight"}
 #: Payload keys of a sequence request that are Heartbeat's own (not sent to the job).
-PLAN_KEY, RUN_KEY, RUNS_KEY = "_plan", "_run", "_runs"
+PLAN_KEY, RUN_KEY, RUNS_KEY, EXTRA_KEY = "_plan", "_run", "_runs", "_extra"
 
 
 @dataclass(frozen=True)
@@ -44,11 +42,7 @@ class CatchUpPolicy:
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> CatchUpPolicy:
-        unknown = set(values) - CATCH_UP_KEYS
-        if unknown:
-            raise ValueError(f"unknown catch_up setting(s): {', '.join(sorted(unknown))}")
-        if "max_window" not in values:
-            raise ValueError("catch_up needs max_window (a count such as 10, or a span such as 7d)")
+        check_section("catch_up", values, CATCH_UP_KEYS, "max_window", "a count such as 10, or a span such as 7d")
         in_flight = int(values.get("max_in_flight", 1))
         if in_flight != 1:
             raise ValueError(f"catch_up max_in_flight {in_flight}: only 1 is supported (each run of the "
@@ -58,16 +52,22 @@ class CatchUpPolicy:
 
 @dataclass(frozen=True)
 class SequencePlan:
-    """The runs a backlog becomes, oldest first; run k (1-based) covers ``runs[k-1]``."""
+    """The runs a backlog becomes, oldest first; run k (1-based) covers ``runs[k-1]``.
+
+    ``extra[k-1]``, when given, are parameters of run k of their own (an event-time window's
+    ``window_start``/``window_end``); without them a run is a catch-up run and says so.
+    """
 
     runs: list[list[SourceWindow]] = field(default_factory=list)
+    extra: list[dict[str, str]] = field(default_factory=list)
 
     def parameters(self, run: int, base: Mapping[str, str]) -> dict[str, Any]:
         """The payload of run ``run``: the job's parameters plus the plan (private keys, not sent)."""
         windows = [w.parameter() for w in self.runs[run - 1]]
-        return {**base, "heartbeat_windows": json.dumps(windows, sort_keys=True),
-                "heartbeat_catch_up": json.dumps({"run": run, "runs": len(self.runs)}, sort_keys=True),
-                RUN_KEY: run, RUNS_KEY: len(self.runs), PLAN_KEY: self.dump()}
+        own = self.extra[run - 1] if self.extra else {
+            "heartbeat_catch_up": json.dumps({"run": run, "runs": len(self.runs)}, sort_keys=True)}
+        return {**base, "heartbeat_windows": json.dumps(windows, sort_keys=True), **own,
+                RUN_KEY: run, RUNS_KEY: len(self.runs), PLAN_KEY: self.dump(), EXTRA_KEY: self.extra}
 
     def dump(self) -> list[list[dict[str, str | None]]]:
         return [[vars(w) for w in run] for run in self.runs]
@@ -78,7 +78,7 @@ class SequencePlan:
         runs = payload.get(PLAN_KEY)
         if not runs:
             return None
-        return cls([[SourceWindow(**w) for w in run] for run in runs])
+        return cls([[SourceWindow(**w) for w in run] for run in runs], list(payload.get(EXTRA_KEY) or []))
 
 
 def plan_sequence(pieces: Mapping[str, list[SourceWindow]]) -> SequencePlan:
@@ -101,19 +101,7 @@ def next_window_token(base_token: str, run: int) -> str:
 
 def load_catch_up_policies(path: Path | None) -> dict[str, CatchUpPolicy]:
     """``jobs: {<job id>: {catch_up: {...}}}`` of the run-policy YAML (``default`` may hold one too)."""
-    if path is None or not Path(path).exists():
-        return {}
-    try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
-        jobs = (data.get("jobs") or {}) if isinstance(data, dict) else {}
-        found = {str(job): CatchUpPolicy.from_mapping(values["catch_up"])
-                 for job, values in jobs.items() if isinstance(values, dict) and values.get("catch_up")}
-        default = data.get("default") if isinstance(data, dict) else None
-        if isinstance(default, dict) and default.get("catch_up"):
-            found["*"] = CatchUpPolicy.from_mapping(default["catch_up"])
-        return found
-    except (yaml.YAMLError, ValueError, TypeError) as exc:
-        raise ConfigError([f"{path}: invalid catch_up policy: {exc}"]) from exc
+    return load_policy_section(path, "catch_up", CatchUpPolicy.from_mapping)
 
 
 def policy_for(policies: Mapping[str, CatchUpPolicy], job_id: str) -> CatchUpPolicy | None:

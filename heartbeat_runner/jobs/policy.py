@@ -7,15 +7,18 @@ and every decision is reproducible from the events table.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any, TypeVar
 
 import yaml
 
 from heartbeat_runner.errors import ConfigError
 from heartbeat_runner.jobs.base import RunOutcome, RunStatus
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,7 @@ class RetryPolicy:
         values = dict(values or {})
         # catch_up: the bounded catch-up policy of the same job (jobs/catch_up.py reads it)
         values.pop("catch_up", None)
+        values.pop("window", None)  # the event-time window policy (jobs/event_windows.py)
         unknown = set(values) - {"max_retries", "backoff_s", "multiplier", "max_backoff_s"}
         if unknown:
             raise ValueError(f"unknown retry policy setting(s): {', '.join(sorted(unknown))}")
@@ -114,6 +118,36 @@ def load_retry_policies(path: Path | None) -> RetryPolicies:
                              jobs={str(job): RetryPolicy.from_mapping(values) for job, values in jobs.items()})
     except (yaml.YAMLError, ValueError, TypeError) as exc:
         raise ConfigError([f"{path}: invalid retry policy: {exc}"]) from exc
+
+
+def check_section(name: str, values: Mapping[str, Any], allowed: set[str], required: str, example: str) -> None:
+    """ValueError when a policy section has keys other than ``allowed`` or lacks ``required``."""
+    unknown = set(values) - allowed
+    if unknown:
+        raise ValueError(f"unknown {name} setting(s): {', '.join(sorted(unknown))}")
+    if required not in values:
+        raise ValueError(f"{name} needs {required} ({example})")
+
+
+def load_policy_section(path: Path | None, key: str, parse: Callable[[Any], T]) -> dict[str, T]:
+    """``parse`` of each job's ``key`` section of the run-policy YAML (``"*"``: the one under ``default``).
+
+    A missing file has none; a malformed one is a ConfigError naming the file and the policy.
+    """
+    if path is None or not Path(path).exists():
+        return {}
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+        if not isinstance(data, dict):
+            raise ValueError("expected the keys 'default' and 'jobs'")
+        jobs = data.get("jobs") or {}
+        sections = {str(job): values[key] for job, values in jobs.items() if isinstance(values, dict) and values.get(key)}
+        default = data.get("default")
+        if isinstance(default, dict) and default.get(key):
+            sections["*"] = default[key]
+        return {job: parse(section) for job, section in sections.items()}
+    except (yaml.YAMLError, ValueError, TypeError, AttributeError) as exc:
+        raise ConfigError([f"{path}: invalid {key} policy: {exc}"]) from exc
 
 
 def retry_token(base_token: str, attempt: int) -> str:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from heartbeat_runner.preprocess import render_preprocess_query
-from heartbeat_runner.windows import SourceWindow, WindowLimit
+from heartbeat_runner.windows import EventTimes, SourceWindow, WindowLimit
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame, SparkSession
@@ -62,6 +62,8 @@ class SenseResult:
     detail: str | None = None
     #: something the operator should fix although sensing worked (shown in the run report and explain)
     warning: str | None = None
+    #: event times of the new rows, for sources read by a job with an event-time window policy
+    event_times: EventTimes | None = None
 
 
 @dataclass
@@ -72,6 +74,8 @@ class SenseContext:
     trigger_dir: Path
     replay_new_sensors: bool = False
     connections: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: source_key -> bucket (seconds) in which to count event times (sources read by windowed jobs)
+    event_time_grains: dict[str, int] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property

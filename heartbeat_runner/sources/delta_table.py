@@ -24,7 +24,7 @@ from heartbeat_runner.errors import SourceError
 from heartbeat_runner.names import check_table_reference, is_path
 from heartbeat_runner.sources.base import SenseContext, SenseResult, SensingTarget, Source, dump_cursor, load_cursor
 from heartbeat_runner.sources.common import keyed_result, split_key_span
-from heartbeat_runner.windows import SourceWindow, WindowLimit
+from heartbeat_runner.windows import EventTimes, SourceWindow, WindowLimit, epoch_seconds
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame
@@ -44,7 +44,7 @@ class DeltaTableSource(Source):
         cursor = load_cursor(target.cursor)
         if cursor is None:
             if not ctx.replay_new_sensors:
-                return self._baseline(table, target, current)
+                return self._baseline(table, target, current, ctx)
             cursor = {"version": -1, "value": None}
         seen = int(cursor["version"])
         if current == seen:
@@ -52,6 +52,9 @@ class DeltaTableSource(Source):
         if current < seen:
             raise SourceError(f"Delta table {target.sensor_id!r} is at version {current}, behind the cursor {seen} "
                               "(table re-created?); use `reset` to re-process it")
+        grain = ctx.event_time_grains.get(target.source_key)
+        if target.upstream_key and grain:
+            return self._sense_event_times(table, target, ctx, cursor, current, target.upstream_key, grain)
         if target.upstream_key:
             return self._sense_keyed(table, target, ctx, cursor, current, target.upstream_key)
         return self._sense_versions(table, target, ctx, seen, current)
@@ -75,13 +78,16 @@ class DeltaTableSource(Source):
                                        dump_cursor({"version": hi}), f"version {lo + 1}", f"version {hi}"))
         return pieces or [window]
 
-    def _baseline(self, table: DeltaRef, target: SensingTarget, current: int) -> SenseResult:
+    def _baseline(self, table: DeltaRef, target: SensingTarget, current: int, ctx: SenseContext) -> SenseResult:
         cursor: dict[str, int | str | None] = {"version": current}
+        times = None
         if target.upstream_key:
             top = table.read(current).agg({target.upstream_key: "max"}).collect()[0][0]
             cursor["value"] = None if top is None else str(top)
+            if target.source_key in ctx.event_time_grains and epoch_seconds(top) is not None:
+                times = EventTimes(None, epoch_seconds(top), {})  # the watermark starts at the end of the table
         return SenseResult(new_data=False, cursor_to=dump_cursor(cursor), window_to=f"version {current}",
-                           detail="new sensor: baseline at the current end of the table")
+                           detail="new sensor: baseline at the current end of the table", event_times=times)
 
     def _sense_versions(self, table: DeltaRef, target: SensingTarget, ctx: SenseContext,
                         seen: int, current: int) -> SenseResult:
@@ -108,6 +114,31 @@ class DeltaTableSource(Source):
             return from_feed, "new rows from the change data feed"
         return table.read(current).exceptAll(table.read(seen)), "new rows by comparing versions"
 
+    def _sense_event_times(self, table: DeltaRef, target: SensingTarget, ctx: SenseContext, cursor: dict,
+                           current: int, key: str, grain: int) -> SenseResult:
+        """For a job with an event-time window policy: the rows the new versions added, whatever their key
+        (a row for an hour already final is late data, not nothing), with their event times by ``key``."""
+        kind = dict(table.read(current).dtypes).get(key)
+        if kind not in ("date", "timestamp", "timestamp_ntz"):
+            raise SourceError(f"upstream_key {key!r} of {target.sensor_id!r} is {kind or 'not a column'}: an event-time "
+                              "window policy needs a date or timestamp column")
+        seen = int(cursor["version"])
+        new_rows, how = self._new_rows(table, seen, current)
+        times = _event_times(new_rows, key, grain)
+        previous = cursor.get("value")
+        top = previous
+        if times is not None and times.max_s is not None:
+            latest = iso_key(times.max_s, previous)
+            top = latest if previous is None or latest > previous else previous
+        cursor_to = dump_cursor({"version": current, "value": top})
+        window_from, window_to = f"version {seen + 1}", f"version {current}"
+        if times is None:
+            return SenseResult(new_data=False, cursor_to=cursor_to, window_from=window_from, window_to=window_to,
+                               detail="commits without new rows")
+        rows = ctx.count_preprocessed(new_rows, target)
+        return SenseResult(new_data=rows > 0, cursor_to=cursor_to, window_from=window_from, window_to=window_to,
+                           rows=rows, detail=how, event_times=times)
+
     def _sense_keyed(self, table: DeltaRef, target: SensingTarget, ctx: SenseContext,
                      cursor: dict, current: int, key: str) -> SenseResult:
         """New rows by ``key``, the target's upstream_key."""
@@ -126,7 +157,31 @@ class DeltaTableSource(Source):
             return SenseResult(new_data=False, cursor_to=dump_cursor({"version": current, "value": previous}),
                                detail=f"no {key} after {previous}")
         rows = ctx.count_preprocessed(new_rows, target)
-        return keyed_result(key, previous, top, rows, dump_cursor({"version": current, "value": str(top)}))
+        result = keyed_result(key, previous, top, rows, dump_cursor({"version": current, "value": str(top)}))
+        return result
+
+
+def iso_key(seconds: int, like: str | None) -> str:
+    """Epoch seconds as key text in the shape the cursor already holds (``2026-05-01 10:00:00``)."""
+    from datetime import datetime, timezone
+
+    value = datetime.fromtimestamp(seconds, timezone.utc).replace(tzinfo=None)
+    return value.date().isoformat() if like is not None and len(like) == 10 else str(value)
+
+
+def _event_times(rows: DataFrame, key: str, grain: int) -> EventTimes | None:
+    """Event times of ``rows`` by ``key`` (a date or timestamp column), counted per bucket of ``grain`` s;
+    None when there are no rows."""
+    from pyspark.sql import functions as F
+
+    seconds = F.unix_timestamp(F.col(key).cast("timestamp"))
+    found = (rows.select(seconds.alias("t")).where(F.col("t").isNotNull())
+             .groupBy((F.floor(F.col("t") / grain) * grain).cast("long").alias("bucket"))
+             .agg(F.count(F.lit(1)).alias("n"), F.min("t").alias("lo"), F.max("t").alias("hi")).collect())
+    if not found:
+        return None
+    return EventTimes(min(int(r["lo"]) for r in found), max(int(r["hi"]) for r in found),
+                      {int(r["bucket"]): int(r["n"]) for r in found})
 
 
 class DeltaRef:

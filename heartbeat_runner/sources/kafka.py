@@ -30,7 +30,7 @@ from heartbeat_runner.connections import connection_settings
 from heartbeat_runner.errors import SourceError
 from heartbeat_runner.sources.base import SenseContext, SenseResult, SensingTarget, Source, dump_cursor, load_cursor
 from heartbeat_runner.sources.common import check_connection_name, check_upstream_key, split_reference
-from heartbeat_runner.windows import SourceWindow, WindowLimit
+from heartbeat_runner.windows import EventTimes, SourceWindow, WindowLimit, epoch_seconds
 
 if TYPE_CHECKING:  # pragma: no cover
     from confluent_kafka import Consumer, KafkaError
@@ -97,14 +97,16 @@ class KafkaSource(Source):
             new = {p: high[p] - start[p] for p in high if high[p] > start[p]}
             if not new:
                 return SenseResult(new_data=False, detail=f"no message after {_offsets(start)}")
-            if not target.preprocess_query:
+            grain = ctx.event_time_grains.get(target.source_key)
+            if not target.preprocess_query and grain is None:
                 return SenseResult(new_data=True, cursor_to=_dump(high), window_from=_offsets(start),
                                    window_to=_offsets(high), rows=sum(new.values()))
             records, reached = broker.read(start, high)
         rows = ctx.count_preprocessed_records(records, target)
         return SenseResult(new_data=rows > 0, cursor_to=_dump(reached), window_from=_offsets(start),
                            window_to=_offsets(reached), rows=rows,
-                           detail=None if reached == high else f"read {len(records)} messages (capped)")
+                           detail=None if reached == high else f"read {len(records)} messages (capped)",
+                           event_times=_event_times(records, grain) if grain else None)
 
 
 def _start_offsets(cursor: dict[str, int], low: dict[int, int], high: dict[int, int], sensor_id: str) -> dict[int, int]:
@@ -117,6 +119,12 @@ def _start_offsets(cursor: dict[str, int], low: dict[int, int], high: dict[int, 
                               f"behind the cursor {stored} (topic re-created?); use `reset` to re-process it")
         start[partition] = max(low[partition], stored if stored is not None else low[partition])
     return start
+
+
+def _event_times(records: list[dict[str, Any]], grain: int) -> EventTimes | None:
+    """The messages' own timestamps (event time), counted per bucket of ``grain`` seconds."""
+    seconds = [s for s in (epoch_seconds(r["timestamp"]) for r in records) if s is not None]
+    return EventTimes.of(seconds, grain) if seconds else None
 
 
 def _dump(offsets: dict[int, int]) -> str:

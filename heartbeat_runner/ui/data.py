@@ -14,11 +14,12 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from heartbeat_runner.jobs.base import JobsBackend, RunOutput
-from heartbeat_runner.operations import EXPLANATION_VIEW, RUN_REPORT_ALL_VIEW, explain, recent_runs
-from heartbeat_runner.records import JobStatus, Outcome
+from heartbeat_runner.operations import EXPLANATION_VIEW, RUN_REPORT_ALL_VIEW, explain, late_data, recent_runs
+from heartbeat_runner.records import JobState, JobStatus, Outcome
 from heartbeat_runner.store import EVENTS, Cond, TableStore
 
 JOB_RUNS_VIEW = "heartbeat_job_runs"
@@ -128,7 +129,7 @@ def job_phase(rows: Iterable[dict]) -> JobPhase:
     """The phase of a job from its active explanation rows (see JobPhase for the order)."""
     rows = list(rows)
     statuses = {r["status"] for r in rows}
-    if any(r["job_state"] == "PAUSED" for r in rows):
+    if any(r["job_state"] == JobState.PAUSED for r in rows):
         return JobPhase.PAUSED
     if JobStatus.IN_PROGRESS in statuses:
         return JobPhase.RUNNING
@@ -221,8 +222,9 @@ def _worse(a: SourceHealth, b: SourceHealth) -> SourceHealth:
 
 # -- job page ----------------------------------------------------------------------------------
 
-def job_page(store: TableStore, job_id: str) -> dict[str, Any]:
-    """The explain verdict, the run timeline and the recent events of one job (HeartbeatError if unknown)."""
+def job_page(store: TableStore, job_id: str, policy_file: Path | None = None) -> dict[str, Any]:
+    """The explain verdict, the run timeline, the recent events and any late data of one job
+    (HeartbeatError if unknown)."""
     found = explain(store, job_id)
     active = [r for r in found.rows if r["is_active"]]
     runs = [_run_record(r) for r in store.read(JOB_RUNS_VIEW, Cond("trigger_job_id", job_id),
@@ -236,6 +238,7 @@ def job_page(store: TableStore, job_id: str) -> dict[str, Any]:
         "rows": [_explain_row(r) for r in found.rows],
         "runs": runs,
         "events": recent_events(store, job_id, sorted({r["source_key"] for r in active})),
+        "late_data": late_data(store, policy_file, job_id),
     })
 
 

@@ -168,7 +168,8 @@ class Handler(BaseHTTPRequestHandler):
         if route == ["ticks"]:
             return self._json(page.read(lambda: data.ticks(page.app.store)))
         if len(route) == 2 and route[0] == "jobs":
-            return self._json(page.read(lambda: data.job_page(page.app.store, route[1])))
+            return self._json(page.read(lambda: data.job_page(page.app.store, route[1],
+                                                              page.app.settings.retry_policy_file)))
         if len(route) == 5 and route[0] == "jobs" and route[2] == "runs" and route[4] == "output":
             return self._run_output(route[1], route[3])
         return self._error(HTTPStatus.NOT_FOUND, f"no API at /{'/'.join(parts)}")
@@ -177,7 +178,7 @@ class Handler(BaseHTTPRequestHandler):
         policy = self.page.policy
         return {"version": __version__, "refresh_s": self.page.refresh_s, "actions_enabled": policy.enabled,
                 "can_act": policy.can_act(self.headers), "user": forwarded_user(self.headers),
-                "schema": self.page.app.settings.schema}
+                "schema": self.page.app.settings.schema, "phases": [phase.value for phase in data.JobPhase]}
 
     def _static(self, name: str) -> None:
         suffix = name[name.rfind("."):] if "." in name else ""

@@ -3,8 +3,8 @@
 // lakehouse is escaped before it goes into the DOM (job ids come from a config file).
 "use strict";
 
+let PHASES = [];  // the job phases the server names (JobPhase), set at start
 const state = { meta: null, timer: null, notice: null, filter: { phase: "", q: "" }, graph: { scale: 1, x: 0, y: 0 } };
-const PHASES = ["PAUSED", "RUNNING", "FAILED", "READY", "WAITING", "IDLE"];
 const COLORS = {
   RUNNING: "#1c7ed6", FAILED: "#e03131", READY: "#f08c00", WAITING: "#fab005", IDLE: "#adb5bd",
   PAUSED: "#868e96", ERROR: "#e03131", NEW_DATA: "#f08c00", QUIET: "#dee2e6",
@@ -63,30 +63,39 @@ async function refresh() {
 // -- overview --------------------------------------------------------------------------------
 
 async function renderOverview(view) {
-  const { jobs } = await api("/api/overview");
-  const counts = Object.fromEntries(PHASES.map((p) => [p, jobs.filter((j) => j.phase === p).length]));
-  const q = state.filter.q.toLowerCase();
+  state.jobs = (await api("/api/overview")).jobs;
+  if (!view.querySelector("#jobs-page")) {  // build the page once; refreshes and filters redraw its parts
+    view.innerHTML = `<div id="jobs-page">
+      <h2>Jobs <span class="muted" id="job-count"></span></h2>
+      <div class="counts" id="counts"></div>
+      <div class="toolbar" style="margin-top:12px">
+        <input type="search" id="search" placeholder="Search job or source…" value="${esc(state.filter.q)}">
+        <select id="phase"><option value="">every status</option>${PHASES.map((p) => `<option>${p}</option>`).join("")}</select>
+        <span class="muted" id="shown"></span>
+      </div>
+      <table id="jobs"><thead><tr><th>Job</th><th>Status</th><th>Dependencies (hard ▭ / soft ┅)</th><th>Since</th>
+        <th>Last run</th><th>Window consumed</th><th>Verdict</th></tr></thead><tbody></tbody></table></div>`;
+    document.getElementById("search").addEventListener("input", (e) => { state.filter.q = e.target.value; drawOverview(); });
+    document.getElementById("phase").addEventListener("change", (e) => { state.filter.phase = e.target.value; drawOverview(); });
+    document.getElementById("counts").addEventListener("click", (e) => {
+      const count = e.target.closest(".count");
+      if (count) { state.filter.phase = state.filter.phase === count.dataset.phase ? "" : count.dataset.phase; drawOverview(); }
+    });
+  }
+  drawOverview();
+}
+
+function drawOverview() {
+  const jobs = state.jobs, q = state.filter.q.toLowerCase();
   const shown = jobs.filter((j) => (!state.filter.phase || j.phase === state.filter.phase)
     && (!q || [j.job_id, j.job_name, ...j.dependencies.map((d) => d.label)].some((t) => String(t ?? "").toLowerCase().includes(q))));
-  view.innerHTML = `
-    <h2>Jobs <span class="muted">(${jobs.length})</span></h2>
-    <div class="counts">${PHASES.map((p) => `<span class="count" data-phase="${p}"><b>${counts[p]}</b>${badge(p)}</span>`).join("")}</div>
-    <div class="toolbar" style="margin-top:12px">
-      <input type="search" id="search" placeholder="Search job or source…" value="${esc(state.filter.q)}">
-      <select id="phase"><option value="">every status</option>${PHASES.map((p) => `<option ${p === state.filter.phase ? "selected" : ""}>${p}</option>`).join("")}</select>
-      <span class="muted">${shown.length} shown</span>
-    </div>
-    <table id="jobs"><thead><tr><th>Job</th><th>Status</th><th>Dependencies (hard ▭ / soft ┅)</th><th>Since</th>
-      <th>Last run</th><th>Window consumed</th><th>Verdict</th></tr></thead><tbody>
-    ${shown.map(jobRow).join("") || `<tr><td colspan="7" class="muted">No job matches.</td></tr>`}
-    </tbody></table>`;
-  const search = document.getElementById("search");
-  search.addEventListener("input", () => { state.filter.q = search.value; renderOverview(view); });
-  if (q) { search.focus(); search.setSelectionRange(search.value.length, search.value.length); }
-  document.getElementById("phase").addEventListener("change", (e) => { state.filter.phase = e.target.value; renderOverview(view); });
-  view.querySelectorAll(".count").forEach((c) => c.addEventListener("click", () => {
-    state.filter.phase = state.filter.phase === c.dataset.phase ? "" : c.dataset.phase; renderOverview(view);
-  }));
+  document.getElementById("job-count").textContent = `(${jobs.length})`;
+  document.getElementById("counts").innerHTML = PHASES.map((p) =>
+    `<span class="count" data-phase="${p}"><b>${jobs.filter((j) => j.phase === p).length}</b>${badge(p)}</span>`).join("");
+  document.getElementById("phase").value = state.filter.phase;
+  document.getElementById("shown").textContent = `${shown.length} shown`;
+  document.querySelector("#jobs tbody").innerHTML =
+    shown.map(jobRow).join("") || `<tr><td colspan="7" class="muted">No job matches.</td></tr>`;
 }
 
 function depChip(d) {
@@ -131,6 +140,10 @@ async function renderJob(view, jobId) {
       <td>${r.job_run_id ? `<a target="_blank" rel="noopener" href="/api/jobs/${encodeURIComponent(job.job_id)}/runs/${encodeURIComponent(r.job_run_id)}/output">output</a>` : ""}</td></tr>`).join("")
       || `<tr><td colspan="7" class="muted">Not triggered yet.</td></tr>`}
     </tbody></table>
+    ${job.late_data.length ? `<h3>Late data</h3>
+    <table id="late"><thead><tr><th>Source</th><th>Window from</th><th>Rows that arrived after it was final</th></tr></thead><tbody>
+    ${job.late_data.map((l) => `<tr><td>${esc(l.source_key)}</td><td>${esc(l.window_start)}</td><td>${esc(l.rows)}</td></tr>`).join("")}
+    </tbody></table>` : ""}
     <h3>Recent events</h3>
     <table id="events"><thead><tr><th>When</th><th>Event</th><th>Source</th><th>Run</th><th>Rows</th><th>Message</th></tr></thead><tbody>
     ${job.events.map((e) => `<tr><td>${when(e.event_ts)}</td><td>${esc(e.event_type)}</td><td>${esc(e.source_key ?? "")}</td>
@@ -192,39 +205,50 @@ function confirmAction(action, jobId) {
 // -- graph -----------------------------------------------------------------------------------
 
 async function renderGraph(view) {
-  const g = await api("/api/graph");
-  const q = state.filter.q.toLowerCase();
+  state.graphData = await api("/api/graph");
+  if (!view.querySelector("#graph-page")) {  // build the page once; refreshes and filters redraw the drawing
+    view.innerHTML = `<div id="graph-page">
+      <h2>Dependency graph <span class="muted" id="graph-count"></span></h2>
+      <div class="toolbar">
+        <input type="search" id="search" placeholder="Filter by job or source…" value="${esc(state.filter.q)}">
+        <select id="phase"><option value="">every status</option>${PHASES.map((p) => `<option>${p}</option>`).join("")}</select>
+        <button id="zoom-in">+</button><button id="zoom-out">−</button><button id="zoom-fit">fit</button>
+        <span class="muted">drag to pan, wheel to zoom, click a node to highlight its edges, double-click a job to open it</span>
+      </div>
+      <div class="graph-legend">
+        <span><svg width="30" height="8"><line x1="0" y1="4" x2="30" y2="4" stroke="#9aa3b5" stroke-width="2"/></svg> hard</span>
+        <span><svg width="30" height="8"><line x1="0" y1="4" x2="30" y2="4" stroke="#9aa3b5" stroke-width="2" stroke-dasharray="5 4"/></svg> soft</span>
+        ${PHASES.map((p) => `<span><span class="legend-swatch" style="background:${COLORS[p]}"></span>${p}</span>`).join("")}
+        <span><span class="legend-swatch" style="background:${COLORS.NEW_DATA}"></span>source with new data</span>
+        <span><span class="legend-swatch" style="background:${COLORS.ERROR}"></span>sensing error</span>
+      </div>
+      <div class="graph-wrap"><svg id="graph"><g id="viewport"></g></svg></div></div>`;
+    document.getElementById("search").addEventListener("input", (e) => { state.filter.q = e.target.value; drawGraph(); });
+    document.getElementById("phase").addEventListener("change", (e) => { state.filter.phase = e.target.value; drawGraph(); });
+    panZoom();
+  }
+  drawGraph();
+}
+
+function drawGraph() {
+  const g = state.graphData, q = state.filter.q.toLowerCase();
   const jobs = g.nodes.filter((n) => n.kind === "job" && (!state.filter.phase || n.phase === state.filter.phase));
-  const edgesAll = g.edges;
   const matchSources = new Set(g.nodes.filter((n) => n.kind === "source" && q && n.label.toLowerCase().includes(q)).map((n) => n.id));
   const keepJobs = new Set(jobs.filter((j) => !q || j.label.toLowerCase().includes(q) || j.job_id.toLowerCase().includes(q)
-    || edgesAll.some((e) => e.to === j.id && matchSources.has(e.from))).map((j) => j.id));
-  const edges = edgesAll.filter((e) => keepJobs.has(e.to));
+    || g.edges.some((e) => e.to === j.id && matchSources.has(e.from))).map((j) => j.id));
+  const edges = g.edges.filter((e) => keepJobs.has(e.to));
   const keepSources = new Set(edges.map((e) => e.from));
   const sources = g.nodes.filter((n) => n.kind === "source" && keepSources.has(n.id));
   const layout = layoutGraph(sources, jobs.filter((j) => keepJobs.has(j.id)), edges);
-  view.innerHTML = `
-    <h2>Dependency graph <span class="muted">(${sources.length} sources → ${keepJobs.size} jobs)</span></h2>
-    <div class="toolbar">
-      <input type="search" id="search" placeholder="Filter by job or source…" value="${esc(state.filter.q)}">
-      <select id="phase"><option value="">every status</option>${PHASES.map((p) => `<option ${p === state.filter.phase ? "selected" : ""}>${p}</option>`).join("")}</select>
-      <button id="zoom-in">+</button><button id="zoom-out">−</button><button id="zoom-fit">fit</button>
-      <span class="muted">drag to pan, wheel to zoom, click a node to highlight its edges</span>
-    </div>
-    <div class="graph-legend">
-      <span><svg width="30" height="8"><line x1="0" y1="4" x2="30" y2="4" stroke="#9aa3b5" stroke-width="2"/></svg> hard</span>
-      <span><svg width="30" height="8"><line x1="0" y1="4" x2="30" y2="4" stroke="#9aa3b5" stroke-width="2" stroke-dasharray="5 4"/></svg> soft</span>
-      ${PHASES.map((p) => `<span><span class="legend-swatch" style="background:${COLORS[p]}"></span>${p}</span>`).join("")}
-      <span><span class="legend-swatch" style="background:${COLORS.NEW_DATA}"></span>source with new data</span>
-      <span><span class="legend-swatch" style="background:${COLORS.ERROR}"></span>sensing error</span>
-    </div>
-    <div class="graph-wrap"><svg id="graph" data-nodes="${layout.nodes.length}" data-edges="${edges.length}">
-      <g id="viewport">${layout.svg}</g></svg></div>`;
-  const search = document.getElementById("search");
-  search.addEventListener("input", () => { state.filter.q = search.value; renderGraph(view); });
-  if (q) { search.focus(); search.setSelectionRange(search.value.length, search.value.length); }
-  document.getElementById("phase").addEventListener("change", (e) => { state.filter.phase = e.target.value; renderGraph(view); });
-  panZoom(layout);
+  const svg = document.getElementById("graph");
+  document.getElementById("graph-count").textContent = `(${sources.length} sources → ${keepJobs.size} jobs)`;
+  document.getElementById("viewport").innerHTML = layout.svg;
+  svg.dataset.nodes = layout.nodes.length;
+  svg.dataset.edges = edges.length;
+  state.layout = layout;
+  if (!state.graph.fitted) { fitGraph(); state.graph.fitted = true; }
+  svg.querySelectorAll(".node").forEach((node) => node.addEventListener("click", () => highlight(svg, node.dataset.id)));
+  svg.querySelectorAll(".node.job").forEach((node) => node.addEventListener("dblclick", () => { location.hash = jobHref(node.dataset.id.slice(4)); }));
 }
 
 function layoutGraph(sources, jobs, edges) {
@@ -263,24 +287,27 @@ function layoutGraph(sources, jobs, edges) {
   return { svg: parts.join("") + edgeSvg + nodeSvg, nodes: [...sources, ...jobs], width: colX.job + nodeW + 20, height: Math.max(y, jy) + 10 };
 }
 
-function panZoom(layout) {
-  const svg = document.getElementById("graph"), vp = document.getElementById("viewport"), gs = state.graph;
-  const apply = () => vp.setAttribute("transform", `translate(${gs.x},${gs.y}) scale(${gs.scale})`);
-  const fit = () => {
-    const box = svg.getBoundingClientRect();
-    gs.scale = Math.min(1, box.width / layout.width) || 1; gs.x = 0; gs.y = 0; apply();  // fit the width; pan for the rest
-  };
-  if (!gs.fitted) { fit(); gs.fitted = true; } else apply();
-  document.getElementById("zoom-in").onclick = () => { gs.scale *= 1.25; apply(); };
-  document.getElementById("zoom-out").onclick = () => { gs.scale /= 1.25; apply(); };
-  document.getElementById("zoom-fit").onclick = fit;
-  svg.addEventListener("wheel", (e) => { e.preventDefault(); gs.scale *= e.deltaY < 0 ? 1.1 : 1 / 1.1; apply(); }, { passive: false });
+function applyZoom() {
+  const gs = state.graph;
+  document.getElementById("viewport").setAttribute("transform", `translate(${gs.x},${gs.y}) scale(${gs.scale})`);
+}
+
+function fitGraph() {
+  const box = document.getElementById("graph").getBoundingClientRect(), gs = state.graph;
+  gs.scale = Math.min(1, box.width / state.layout.width) || 1; gs.x = 0; gs.y = 0;  // fit the width; pan for the rest
+  applyZoom();
+}
+
+function panZoom() {
+  const svg = document.getElementById("graph"), gs = state.graph;
+  document.getElementById("zoom-in").onclick = () => { gs.scale *= 1.25; applyZoom(); };
+  document.getElementById("zoom-out").onclick = () => { gs.scale /= 1.25; applyZoom(); };
+  document.getElementById("zoom-fit").onclick = fitGraph;
+  svg.addEventListener("wheel", (e) => { e.preventDefault(); gs.scale *= e.deltaY < 0 ? 1.1 : 1 / 1.1; applyZoom(); }, { passive: false });
   let drag = null;
   svg.addEventListener("mousedown", (e) => { drag = { x: e.clientX - gs.x, y: e.clientY - gs.y }; });
   window.onmouseup = () => { drag = null; };
-  svg.addEventListener("mousemove", (e) => { if (drag) { gs.x = e.clientX - drag.x; gs.y = e.clientY - drag.y; apply(); } });
-  svg.querySelectorAll(".node").forEach((node) => node.addEventListener("click", () => highlight(svg, node.dataset.id)));
-  svg.querySelectorAll(".node.job").forEach((node) => node.addEventListener("dblclick", () => { location.hash = jobHref(node.dataset.id.slice(4)); }));
+  svg.addEventListener("mousemove", (e) => { if (drag) { gs.x = e.clientX - drag.x; gs.y = e.clientY - drag.y; applyZoom(); } });
 }
 
 function highlight(svg, id) {
@@ -340,6 +367,7 @@ function stageChart(runs, stages) {
 
 async function start() {
   state.meta = await api("/api/meta");
+  PHASES = state.meta.phases;  // ui/data.py JobPhase, in its order
   window.addEventListener("hashchange", () => { state.graph.fitted = false; state.notice = null; refresh(); });
   refresh();
 }

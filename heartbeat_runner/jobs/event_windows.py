@@ -1,0 +1,145 @@
+"""Triggers per finalized event-time window: a job runs once per window of ``size``, when that
+window is complete in every hard input.
+
+Each source's **watermark** is the latest event time sensing has seen in it, minus the job's
+``lateness``. A window ``[t, t + size)`` is **final** for a job when the smallest watermark over
+its hard sources has passed ``t + size`` (soft sources never hold a window back). That rule is
+SQL (``heartbeat_job_windows``); this module holds the policy, the planning of final windows into
+runs (one run per window with data, oldest first, through the same sequence machinery as bounded
+catch-up) and the late-data count. Pure functions and records.
+
+    jobs:
+      "hourly_sales": {window: {size: 1h, lateness: 10m, late_data: rerun}}
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from heartbeat_runner.errors import ConfigError
+from heartbeat_runner.jobs.policy import check_section, load_policy_section
+from heartbeat_runner.windows import EventTimes, WindowLimit
+
+#: The keys of a job's ``window`` policy.
+WINDOW_KEYS = {"size", "lateness", "late_data"}
+#: At most this many windows are planned at once (a longer backlog continues at the next plan).
+MAX_WINDOWS_PER_PLAN = 500
+
+
+class LateData(str, enum.Enum):
+    """What rows arriving for an already finalized window cause."""
+
+    REPORT = "report"  # counted and shown per source and window
+    RERUN = "rerun"    # also: the window runs once more, as a correction run
+
+
+@dataclass(frozen=True)
+class WindowPolicy:
+    size_s: int
+    lateness_s: int = 0
+    late_data: LateData = LateData.REPORT
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any]) -> WindowPolicy:
+        check_section("window", values, WINDOW_KEYS, "size", "a span such as 1h")
+        size = _seconds(values["size"], "size")
+        lateness = _seconds(values.get("lateness", "0s"), "lateness", allow_zero=True)
+        try:
+            late = LateData(str(values.get("late_data", "report")))
+        except ValueError:
+            raise ValueError(f"window late_data {values.get('late_data')!r}: expected report or rerun") from None
+        return cls(size, lateness, late)
+
+
+def _seconds(value: object, name: str, allow_zero: bool = False) -> int:
+    if allow_zero and str(value).strip() in ("0", "0s"):
+        return 0
+    limit = WindowLimit.parse(value)
+    if limit.span is None:
+        raise ValueError(f"window {name} {value!r}: expected a span such as 1h, 10m or 1d")
+    return int(limit.span.total_seconds())
+
+
+def load_window_policies(path: Path | None) -> dict[str, WindowPolicy]:
+    """``jobs: {<job id>: {window: {...}}}`` of the run-policy YAML."""
+    found = load_policy_section(path, "window", WindowPolicy.from_mapping)
+    if "*" in found:
+        raise ConfigError([f"{path}: invalid window policy: a window belongs to a job, not under 'default'"])
+    both = sorted(set(found) & set(load_policy_section(path, "catch_up", lambda section: section)))
+    if both:
+        raise ConfigError([f"{path}: invalid window policy: job(s) {', '.join(both)} have both a window and a "
+                           "catch_up policy; a job has one or the other"])
+    return found
+
+
+def source_grains(policies: Mapping[str, WindowPolicy], sources: Iterable[tuple[str, str]]) -> dict[str, int]:
+    """Per source read by a windowed job, the bucket (seconds) sensing counts event times in: the
+    smallest window size among the jobs reading it. ConfigError when another size is no multiple of it."""
+    sizes: dict[str, set[int]] = {}
+    for job_id, source_key in sources:
+        if job_id in policies:
+            sizes.setdefault(source_key, set()).add(policies[job_id].size_s)
+    problems = [f"{key}: window sizes {sorted(found)} s are read from one source, so each must be a multiple "
+                f"of the smallest" for key, found in sorted(sizes.items()) if any(s % min(found) for s in found)]
+    if problems:
+        raise ConfigError(problems)
+    return {key: min(found) for key, found in sizes.items()}
+
+
+@dataclass(frozen=True)
+class Window:
+    start_s: int
+    end_s: int
+
+
+def final_windows(next_start_s: int, watermark_s: int, size_s: int) -> list[Window]:
+    """The windows from ``next_start_s`` whose end the watermark has passed (at most MAX_WINDOWS_PER_PLAN)."""
+    windows: list[Window] = []
+    start = next_start_s
+    while start + size_s <= watermark_s and len(windows) < MAX_WINDOWS_PER_PLAN:
+        windows.append(Window(start, start + size_s))
+        start += size_s
+    return windows
+
+
+def rows_in(window: Window, seen: Iterable[EventTimes]) -> int:
+    """How many rows the sources recorded with an event time inside ``window``."""
+    return sum(n for times in seen for start, n in times.buckets.items() if window.start_s <= start < window.end_s)
+
+
+@dataclass(frozen=True)
+class LateRows:
+    source_key: str
+    window_start_s: int
+    rows: int
+
+
+def late_rows(arrivals: Iterable[tuple[datetime, str, EventTimes]], plans: Iterable[tuple[datetime, int]],
+              size_s: int) -> list[LateRows]:
+    """Rows that arrived (NEW_DATA at ``event_ts``) for a window the job had already planned by then.
+
+    ``plans``: (when, windows planned until) for each plan of the job (a trigger request or a skip).
+    """
+    ordered = sorted(plans)
+    late: dict[tuple[str, int], int] = {}
+    for arrived, source_key, times in arrivals:
+        until = max((u for when, u in ordered if when < arrived), default=None)
+        if until is None:
+            continue
+        for bucket, n in times.buckets.items():
+            if bucket < until:
+                start = bucket - bucket % size_s
+                late[(source_key, start)] = late.get((source_key, start), 0) + n
+    return [LateRows(key, start, n) for (key, start), n in sorted(late.items())]
+
+
+def window_token(job_id: str, window: Window, correction: bool = False) -> str:
+    """Idempotency token of the run of ``window`` (or of its one correction run): exactly once per window."""
+    kind = "correction" if correction else "window"
+    return hashlib.sha256(f"{job_id}\x1f{kind}\x1f{window.start_s}\x1f{window.end_s}".encode()).hexdigest()[:36]
