@@ -159,3 +159,27 @@ def test_missing_hana_driver_says_what_to_install(engine, chain):
             sense(ctx, chain)
     else:
         pytest.skip("the hana driver is installed")
+
+
+def test_green_runs_are_event_times_for_jobs_with_a_window_policy(ctx, postgres, chain):
+    """A chain read by a windowed job: each green run's LOAD_DATE is an event time, counted per hour."""
+    from dataclasses import replace
+    from datetime import datetime, timezone
+
+    from services import sensing_target
+
+    def epoch(text: str) -> int:
+        return int(datetime.strptime(text, "%Y%m%d%H%M%S").replace(tzinfo=timezone.utc).timestamp())
+
+    run(postgres, chain, "20260101", "230000")
+    target = sensing_target("sap_b4", chain)
+    ctx.event_time_grains = {target.source_key: 3600}
+    baseline = SOURCE.sense(target, ctx)
+    assert baseline.event_times.max_s == epoch("20260101230000")  # the watermark starts at the last green run
+    for zeit in ("001500", "004500", "011000"):
+        run(postgres, chain, "20260102", zeit)
+    found = SOURCE.sense(replace(target, cursor=baseline.cursor_to), ctx)
+    assert found.event_times.buckets == {epoch("20260102000000"): 2, epoch("20260102010000"): 1}
+    assert found.event_times.max_s == epoch("20260102011000")
+    ctx.event_time_grains = {}
+    assert SOURCE.sense(replace(target, cursor=baseline.cursor_to), ctx).event_times is None

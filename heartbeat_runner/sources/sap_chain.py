@@ -16,7 +16,7 @@ Cursor: ``{"load_date": "YYYYMMDDHHMMSS"}`` (None before the first green run).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import date, datetime, time
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -24,6 +24,7 @@ from heartbeat_runner.errors import SourceError
 from heartbeat_runner.sources.base import SenseContext, SenseResult, SensingTarget, Source, dump_cursor, load_cursor
 from heartbeat_runner.sources.common import check_connection_name, check_upstream_key, keyed_result, split_reference
 from heartbeat_runner.sources.sql_common import connect, split_table, sql_settings, table_clause
+from heartbeat_runner.windows import EventTimes, epoch_seconds
 
 if TYPE_CHECKING:  # pragma: no cover
     import sqlalchemy as sa
@@ -89,7 +90,8 @@ class SapChainSource(Source):
                 top = max((r["LOAD_DATE"] for r in runs), default=None)
                 return SenseResult(new_data=False, cursor_to=dump_cursor({"load_date": _text(top)}),
                                    window_to=f"LOAD_DATE <= {_text(top)}",
-                                   detail="new sensor: baseline at the last green run")
+                                   detail="new sensor: baseline at the last green run",
+                                   event_times=_event_times([top] if top else [], target, ctx, baseline=True))
             previous = (cursor or {}).get("load_date")
             runs = _green_runs(conn, log, chain_id, since=previous[:8] if previous else None)
         new_runs = [r for r in runs if previous is None or _text(r["LOAD_DATE"]) > previous]
@@ -97,7 +99,19 @@ class SapChainSource(Source):
             return SenseResult(new_data=False, detail=f"no green run after {previous}")
         top = _text(max(r["LOAD_DATE"] for r in new_runs))
         rows = ctx.count_preprocessed_records(new_runs, target)
-        return keyed_result("LOAD_DATE", previous, top, rows, dump_cursor({"load_date": top}))
+        result = keyed_result("LOAD_DATE", previous, top, rows, dump_cursor({"load_date": top}))
+        return replace(result, event_times=_event_times([r["LOAD_DATE"] for r in new_runs], target, ctx))
+
+
+def _event_times(load_dates: list[datetime], target: SensingTarget, ctx: SenseContext,
+                 baseline: bool = False) -> EventTimes | None:
+    """The runs' LOAD_DATE as event times, when a job with an event-time window policy reads the chain
+    (a baseline records only the latest: the watermark starts there)."""
+    grain = ctx.event_time_grains.get(target.source_key)
+    seconds = [s for s in (epoch_seconds(d) for d in load_dates) if s is not None]
+    if not grain or not seconds:
+        return None
+    return EventTimes(None, max(seconds), {}) if baseline else EventTimes.of(seconds, grain)
 
 
 def _last_green_day(conn: sa.Connection, log: ChainLog, chain_id: str) -> str | None:
