@@ -177,7 +177,8 @@ class Sequences:
 
     def correction(self, job_id: str, tick_run_id: str) -> WindowPlan | None:
         """Under ``late_data: rerun``: the one correction run of the oldest window that got late rows and
-        has not been corrected yet; None when there is none."""
+        has not been corrected yet; None when there is none. (Reads the job's sources' NEW_DATA history,
+        archive included, each tick the job is free: a cost that grows with age, for rerun jobs only.)"""
         policy = self.windows.get(job_id)
         if policy is None or policy.late_data is not LateData.RERUN:
             return None

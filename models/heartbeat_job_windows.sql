@@ -11,10 +11,14 @@
   sources recorded after its rows were created. It is FINAL when the watermark has passed
   its end; `windows_due` adds that the job is free to run it (not paused, running, failed,
   or in the middle of a sequence). Times are epoch seconds (UTC).
+
+  It reads the hot log only, so its cost does not grow with the lakehouse's age: a source's
+  latest NEW_DATA/CURSOR and a job's plans since its latest settled request always stay there
+  (heartbeat_events_live).
 #}
 {{ config(materialized='view') }}
 
-with events as {{ heartbeat_events(all_history=true) }},
+with events as {{ heartbeat_events() }},
 
 policies as (
   select * from {{ source('heartbeat', 'heartbeat_window_policies') }}
