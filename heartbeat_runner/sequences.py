@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from heartbeat_runner.jobs.base import TriggerRequest
@@ -75,6 +76,9 @@ class NextRun:
 
 
 class Sequences:
+    """Plans and continues sequences of runs: bounded catch-up (``policies``) and event-time windows
+    (``windows``), for the tick."""
+
     def __init__(self, store: TableStore, policies: Mapping[str, CatchUpPolicy],
                  windows: Mapping[str, WindowPolicy] | None = None):
         self.store = store
@@ -114,14 +118,14 @@ class Sequences:
     # -- the next runs ------------------------------------------------------------------------
 
     def after_success(self, job_id: str, job_name: str | None, token: str | None, tick_run_id: str,
-                      snapshot_ts) -> NextRun | None:
+                      snapshot_ts: datetime) -> NextRun | None:
         """Run k+1 when the request ``token`` (run k of a sequence) has just succeeded; else None."""
         if token is None:
             return None
         payload = self.store.request_payload(token)
         return self._next(job_id, job_name, payload, tick_run_id, snapshot_ts)
 
-    def due(self, tick_run_id: str, snapshot_ts) -> list[NextRun]:
+    def due(self, tick_run_id: str, snapshot_ts: datetime) -> list[NextRun]:
         """The next runs of sequences whose latest run succeeded without the runner seeing it."""
         found = []
         for row in self.store.next_windows_due():
@@ -132,7 +136,7 @@ class Sequences:
         return found
 
     def _next(self, job_id: str, job_name: str | None, payload: Mapping[str, Any], tick_run_id: str,
-              snapshot_ts) -> NextRun | None:
+              snapshot_ts: datetime) -> NextRun | None:
         plan = SequencePlan.load(payload)
         if plan is None or int(payload[RUN_KEY]) >= int(payload[RUNS_KEY]):
             return None
@@ -148,7 +152,7 @@ class Sequences:
 
     # -- event-time windows -------------------------------------------------------------------
 
-    def window_plans(self, tick_run_id: str, snapshot_ts) -> list[WindowPlan]:
+    def window_plans(self, tick_run_id: str, snapshot_ts: datetime) -> list[WindowPlan]:
         """For each windowed job whose next window is final (heartbeat_job_windows): its final windows,
         the empty ones skipped (recorded), the others one run each, oldest first."""
         plans = []
@@ -158,7 +162,7 @@ class Sequences:
                 plans.append(self._plan_windows(due["trigger_job_id"], windows, tick_run_id, snapshot_ts))
         return plans
 
-    def _plan_windows(self, job_id: str, windows: list[Window], tick_run_id: str, snapshot_ts) -> WindowPlan:
+    def _plan_windows(self, job_id: str, windows: list[Window], tick_run_id: str, snapshot_ts: datetime) -> WindowPlan:
         sources = self._sources(job_id)
         seen = self._event_times(sorted(sources))
         with_data = [w for w in windows if rows_in(w, seen) > 0]
@@ -216,7 +220,7 @@ class Sequences:
         return [t for t in found if t is not None]
 
     @staticmethod
-    def _skip_event(job_id: str, window: Window, tick_run_id: str, snapshot_ts) -> Event:
+    def _skip_event(job_id: str, window: Window, tick_run_id: str, snapshot_ts: datetime) -> Event:
         return Event(event_type=EventType.WINDOW_SKIPPED, run_id=tick_run_id, snapshot_ts=snapshot_ts,
                      event_id=sequence_event_id(window_token(job_id, window)), trigger_job_id=job_id,
                      message=f"window [{iso(window.start_s)}, {iso(window.end_s)}) had no data in any source",

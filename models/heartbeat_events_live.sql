@@ -12,7 +12,8 @@
       with a run) and its latest settled (else latest) TRIGGER_REQUESTED. A request
       without an answer can still be voided by a TRIGGER_ERROR, which brings the
       earlier state back; settled events never change, so what is older is dead;
-    - a job's latest TRIGGER_ERROR and latest pause/resume;
+    - a job's latest TRIGGER_ERROR, latest pause/resume and latest WINDOW_SKIPPED (where its
+      event-time windows were planned until, when the last plan skipped every window);
     - of a source: its latest cursor event (the cursor), its latest NEW_DATA (the
       latest fetch), and every NEW_DATA that a control row reading it (active or
       retired) has not consumed for good: newer than the row's creation and than its
@@ -70,7 +71,7 @@ latest_of_kind as (
         order by event_ts desc, event_id desc
       ) as recency
     from events
-    where event_type in ('CONFIG_LOADED', 'TRIGGER_ERROR', 'JOB_PAUSED', 'JOB_RESUMED')
+    where event_type in ('CONFIG_LOADED', 'TRIGGER_ERROR', 'JOB_PAUSED', 'JOB_RESUMED', 'WINDOW_SKIPPED')
   ) ranked
   where recency = 1
 ),

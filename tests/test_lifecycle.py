@@ -78,7 +78,6 @@ def test_scenario_b_hard_plus_soft_hard_alone_suffices_soft_never_alone(hb):
     assert hb.runs_of("J3") == 1
 
 
-@CLASSIC
 def test_paused_job_is_neither_sensed_nor_triggered(hb):
     hb.create_table("up.t", "id int")
     hb.jobs(J1=0)

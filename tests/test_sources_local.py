@@ -1,12 +1,8 @@
 """delta_table / lmu_delta_table and trigger_file sources through full ticks."""
 
-import pytest
 from harness import config_row as row
 
 from heartbeat_runner.store import Cond
-
-#: runs on Sail and on Apache Spark + Delta (classic); see tests/conftest.py
-ON_SPARK = pytest.mark.engines("sail", "spark-classic")
 
 
 def test_preprocess_query_filters_new_rows(hb):
@@ -56,7 +52,6 @@ def test_new_commit_without_new_keys_is_not_new_data(hb):
     assert hb.tick().triggered == []
 
 
-@ON_SPARK
 def test_trigger_file_new_file_since_cursor(hb):
     hb.jobs(T=0)
     hb.drop_trigger_file("landing", "old.done")
