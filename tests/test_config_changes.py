@@ -3,9 +3,6 @@
 import pytest
 from harness import config_row as row
 
-#: runs on Sail and on Apache Spark + Delta (classic); see tests/conftest.py
-ON_SPARK = pytest.mark.engines("sail", "spark-classic")
-
 
 def _seed_rows(hb):
     return hb.app.store.read("heartbeat_sensor_config")
@@ -24,7 +21,6 @@ def test_reseeding_the_same_csv_changes_nothing(hb):
         [(r["sensor_id"], r["status"], r["row_created_timestamp"]) for r in before]
 
 
-@ON_SPARK
 def test_config_edits_merge_without_losing_untouched_state(hb):
     for name in ("db.a", "db.b", "db.c"):
         hb.create_table(name, "id int")
