@@ -334,18 +334,23 @@ class TableStore:
         """The NEW_DATA events of these sources that recorded event times (hot log and archive)."""
         if not source_keys:
             return []
-        where = (Cond("source_key", source_keys, "in"), Cond("event_type", EventType.NEW_DATA.value))
-        columns = ["event_id", "event_ts", "source_key", "payload"]
-        found = {e["event_id"]: e for table in (EVENTS, EVENTS_ARCHIVE) for e in self.read(table, *where, columns=columns)}
-        return [e for e in found.values() if e["payload"]]
+        found = self._read_history(Cond("source_key", source_keys, "in"), Cond("event_type", EventType.NEW_DATA.value),
+                                   columns=["event_id", "event_ts", "source_key", "payload"])
+        return [e for e in found if e["payload"]]
 
     def window_plans(self, job_id: str) -> list[dict]:
         """The job's window plans: trigger requests and WINDOW_SKIPPED events (hot log and archive)."""
-        where = (Cond("trigger_job_id", job_id),
-                 Cond("event_type", [EventType.TRIGGER_REQUESTED.value, EventType.WINDOW_SKIPPED.value], "in"))
-        found = {e["event_id"]: e for table in (EVENTS, EVENTS_ARCHIVE)
-                 for e in self.read(table, *where, columns=["event_id", "event_ts", "idempotency_token", "payload"])}
-        return sorted(found.values(), key=lambda e: e["event_ts"])
+        found = self._read_history(
+            Cond("trigger_job_id", job_id),
+            Cond("event_type", [EventType.TRIGGER_REQUESTED.value, EventType.WINDOW_SKIPPED.value], "in"),
+            columns=["event_id", "event_ts", "idempotency_token", "payload"])
+        return sorted(found, key=lambda e: e["event_ts"])
+
+    def _read_history(self, *where: Cond, columns: Sequence[str]) -> list[dict]:
+        """Events from the hot log and its archive, once each (a row caught in both by a crash while
+        archiving is an exact copy)."""
+        return list({e["event_id"]: e for table in (EVENTS, EVENTS_ARCHIVE)
+                     for e in self.read(table, *where, columns=columns)}.values())
 
     def windowed_jobs_free(self) -> list[str]:
         """Windowed jobs not paused, running, failed or inside a sequence (a correction run may start)."""

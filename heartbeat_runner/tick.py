@@ -34,6 +34,7 @@ from heartbeat_runner.dbt_invoke import DbtProject
 from heartbeat_runner.errors import JobsBackendError, SourceError
 from heartbeat_runner.faults import crash_point, fail_point
 from heartbeat_runner.jobs.base import JobsBackend, RunOutcome, RunStatus, TriggerRequest
+from heartbeat_runner.jobs.catch_up import job_parameters
 from heartbeat_runner.jobs.event_windows import source_grains
 from heartbeat_runner.jobs.policy import RetryPolicies, overrun, retry_token
 from heartbeat_runner.maintenance import Maintenance, MaintenanceResult
@@ -352,9 +353,8 @@ class Heartbeat:
         consumed = [i for i in rows[0].consumed_event_ids.split(",") if i]
         token = idempotency_token(job_id, consumed)
         payload = self.sequences.first_request(job_id, rows, token, {"heartbeat_run_id": run_id})
-        parameters = {k: v for k, v in payload.items() if not k.startswith("_")}
         return TriggerRequest(job_id=job_id, job_name=rows[0].trigger_job_name, idempotency_token=token,
-                              parameters=parameters), payload
+                              parameters=job_parameters(payload)), payload
 
     def _call_backend(self, requests: list[TriggerRequest], result: TickResult) -> None:
         """Call the jobs API for each request and record what it answered (one commit)."""
