@@ -22,6 +22,7 @@ import queue
 import re
 import resource
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -345,10 +346,27 @@ def loop_latency(workload: Workload, samples: int, interval_s: float = 1.0, step
             # the tick's own line on stdout (stderr's status line repeats the figures: `tick 3 · OK · ...`)
             _wait_line(lines, lambda line: line.startswith("run ") and re.search(r"completed [1-9]", line) is not None)
     finally:
-        process.terminate()
-        process.wait(timeout=60)
+        _stop(process, lines)
     return {"sensors": workload.n, "interval_s": interval_s, "median_s": _median(latencies),
             "max_s": max(latencies), "samples": latencies}
+
+
+def _stop(process: subprocess.Popen[str], lines: queue.Queue[str], grace_s: float = 60.0) -> None:
+    """SIGTERM the loop; if it has not ended after ``grace_s``, fail with its stacks (SIGUSR1) and output."""
+    process.terminate()
+    try:
+        process.wait(timeout=grace_s)
+        return
+    except subprocess.TimeoutExpired:
+        process.send_signal(signal.SIGUSR1)
+        time.sleep(2)
+        process.kill()
+        process.wait()
+    output = []
+    while not lines.empty():
+        output.append(lines.get())
+    raise RuntimeError(f"the loop did not stop within {grace_s:.0f}s of SIGTERM; its last output:\n"
+                       + "".join(output[-200:]))
 
 
 def _timed(argv: list[str]) -> float:

@@ -13,9 +13,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import signal
 import sys
-import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -45,6 +43,7 @@ from heartbeat_runner.operations import (
 from heartbeat_runner.output import STATUS_COLUMNS, LiveLine, Snapshot, Steps, emit, emit_json, watch
 from heartbeat_runner.records import EventType
 from heartbeat_runner.settings import Settings, load_settings
+from heartbeat_runner.stopping import StopRequest
 from heartbeat_runner.tick import TickResult
 
 EXPLAIN_COLUMNS = ["sensor_source", "sensor_id", "dependency", "status", "row_state", "last_evaluated_at",
@@ -321,9 +320,7 @@ def _loop(tick: Callable[[], TickResult | None], args: argparse.Namespace,
     shows its figures and the time to the next one on stderr.
     """
     status = status or _LoopStatus(args)
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
+    stop = StopRequest().install()
     ticks, failures, last_error = 0, 0, ""
     with status.line:
         while not stop.is_set():

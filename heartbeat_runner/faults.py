@@ -2,13 +2,15 @@
 
 ``HEARTBEAT_CRASH_AT=<point>`` kills the process there (crash tests);
 ``HEARTBEAT_FAIL_AT=<point>[:N]`` raises an unexpected (non-Heartbeat) exception there,
-the first N times in this process (default 1), as an engine failure would (loop tests).
+the first N times in this process (default 1), as an engine failure would (loop tests);
+``HEARTBEAT_HANG_AT=<point>`` blocks there for good, as a stuck engine call would (stop tests).
 """
 
 from __future__ import annotations
 
 import os
 import threading
+import time
 
 #: Named step boundaries of a tick (see tick.py for the order).
 CRASH_POINTS = (
@@ -37,7 +39,10 @@ _lock = threading.Lock()
 
 
 def fail_point(name: str) -> None:
-    """Raise InjectedFault here while HEARTBEAT_FAIL_AT=<name>[:N] has failures left."""
+    """Raise InjectedFault here while HEARTBEAT_FAIL_AT=<name>[:N] has failures left; never return
+    when HEARTBEAT_HANG_AT=<name>."""
+    while os.environ.get("HEARTBEAT_HANG_AT") == name:
+        time.sleep(1)
     point, _, count = os.environ.get("HEARTBEAT_FAIL_AT", "").partition(":")
     if point != name:
         return

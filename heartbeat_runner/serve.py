@@ -9,12 +9,12 @@ Analysts can then run ``dbt seed``, ``dbt build`` or ``dbt show`` as usual.
 from __future__ import annotations
 
 import os
-import signal
 import threading
 import uuid
 
 from heartbeat_runner.app import App
 from heartbeat_runner.settings import Settings
+from heartbeat_runner.stopping import StopRequest
 
 #: Sail ends idle sessions after this many seconds; a served session must outlive its clients.
 SESSION_TIMEOUT_S = str(365 * 24 * 3600)
@@ -40,16 +40,13 @@ def serve(app: App, port: int, stop: threading.Event | None = None) -> None:
     if app.store.exists("heartbeat_control"):
         app.ensure_views()
     app.dbt.write_profiles()
-    stop = stop or threading.Event()
-    if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, lambda *_: stop.set())
+    stopped = StopRequest(stop).install()
     print("Serving the embedded lakehouse. In another shell:", flush=True)
     for key, value in client_environment(app.settings, port).items():
         print(f"  export {key}='{value}'", flush=True)
     print(f"  cd {app.settings.project_dir} && dbt seed && dbt build", flush=True)
     print("Ctrl-C to stop.", flush=True)
-    stop.wait()
+    stopped.wait()
 
 
 def prepare_environment() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 import signal
+import threading
 import time
 from pathlib import Path
 
@@ -148,6 +149,36 @@ def test_loop_stops_with_its_own_exit_code_when_the_lakehouse_is_unusable(lake):
             loop.kill()
     assert loop.returncode == 3, err
     assert "stopping: the lakehouse is unusable (table heartbeat.heartbeat_events" in err
+
+
+@pytest.mark.slow
+def test_a_stuck_loop_tells_where_it_is_and_a_second_signal_ends_it(lake):
+    """SIGTERM lets the running tick finish; when it never does, SIGUSR1 shows the stack and a second
+    SIGTERM ends the process."""
+    loop = lake.start("run", "--loop", "--interval", "0.2", env={"HEARTBEAT_HANG_AT": "after_sensing"})
+    err: list[str] = []
+    reading = threading.Thread(target=lambda: err.extend(loop.stderr), daemon=True)
+    reading.start()
+    try:
+        _wait(lambda: err or loop.poll() is not None, 120, "the first tick to start")  # handlers are installed
+        assert loop.poll() is None, "".join(err)
+
+        def stuck_in_the_tick() -> bool:
+            loop.send_signal(signal.SIGUSR1)
+            time.sleep(0.5)
+            return any("in fail_point" in line for line in err)
+        _wait(stuck_in_the_tick, 120, "a stack dump inside the hanging tick")
+        assert loop.poll() is None and any("in tick" in line for line in err)
+
+        loop.send_signal(signal.SIGTERM)
+        time.sleep(2)
+        assert loop.poll() is None, "the first signal waits for the running tick"
+        loop.send_signal(signal.SIGTERM)
+        loop.wait(timeout=30)
+    finally:
+        if loop.poll() is None:
+            loop.kill()
+    assert loop.returncode == -signal.SIGTERM
 
 
 # -- 3. configs of the reference implementation: bare table names ---------------------------------

@@ -8,11 +8,11 @@ an open app and blocks until interrupted.
 from __future__ import annotations
 
 import os
-import signal
 import threading
 from collections.abc import Mapping
 
 from heartbeat_runner.settings import Settings
+from heartbeat_runner.stopping import StopRequest
 
 #: Where a Databricks App must listen (set by Databricks Apps); the page then binds to every interface.
 APP_PORT_VARIABLE = "DATABRICKS_APP_PORT"
@@ -35,10 +35,7 @@ def run_ui(settings: Settings, *, host: str | None, port: int | None, allow_acti
     from heartbeat_runner.ui.server import StatusPage, make_server
 
     bind_host, bind_port = listen_address(host, port)
-    stop = stop or threading.Event()
-    if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, lambda *_: stop.set())
+    stopped = StopRequest(stop).install()
     with open_app(settings) as app:
         app.require_config()
         app.ensure_views()
@@ -52,7 +49,7 @@ def run_ui(settings: Settings, *, host: str | None, port: int | None, allow_acti
         if ready is not None:
             ready.set()
         try:
-            stop.wait()
+            stopped.wait()
         finally:
             server.shutdown()
             server.server_close()
