@@ -345,6 +345,7 @@ def _loop(tick: Callable[[], TickResult | None], args: argparse.Namespace,
                                                           * 2 ** (failures - 1))
             status.finished(result, failures, time.monotonic() - started, started + wait)
             stop.wait(max(0.0, wait - (time.monotonic() - started)))
+    stop.shutting_down()
     if not args.json:
         print(f"stopped after {ticks} tick(s)")
     return 0

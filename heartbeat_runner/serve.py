@@ -47,6 +47,7 @@ def serve(app: App, port: int, stop: threading.Event | None = None) -> None:
     print(f"  cd {app.settings.project_dir} && dbt seed && dbt build", flush=True)
     print("Ctrl-C to stop.", flush=True)
     stopped.wait()
+    stopped.shutting_down()
 
 
 def prepare_environment() -> None:

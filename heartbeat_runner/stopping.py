@@ -9,6 +9,10 @@ Invariants:
 - The first signal asks for a graceful stop (the loop finishes its tick); it also puts the
   default handlers back, so a second Ctrl-C or SIGTERM ends the process at once. A tick is
   safe to abort anywhere: that is what the exactly-once tick is built for.
+- After a stop signal, the command calls ``shutting_down()`` before it closes the engine: from
+  then on the process has ``HEARTBEAT_SHUTDOWN_GRACE_S`` (default 30) seconds to end, else it
+  writes every thread's stack to stderr and exits with status 1. A shutdown stuck in the
+  engine, dbt or the interpreter never keeps a supervisor waiting without a clue.
 - ``SIGUSR1`` (where the platform has it) writes every thread's stack to stderr, so a
   runner that seems stuck can be asked where it is without stopping it.
 """
@@ -16,15 +20,21 @@ Invariants:
 from __future__ import annotations
 
 import faulthandler
+import os
 import signal
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from types import FrameType
+
+from heartbeat_runner.errors import HeartbeatError
 
 #: Longest delay between a signal and a waiter noticing it.
 POLL_S = 0.1
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+SHUTDOWN_GRACE_VARIABLE = "HEARTBEAT_SHUTDOWN_GRACE_S"
+DEFAULT_SHUTDOWN_GRACE_S = 30.0
 
 
 class StopRequest:
@@ -33,6 +43,7 @@ class StopRequest:
     def __init__(self, event: threading.Event | None = None):
         self._event = event or threading.Event()
         self._signalled = False
+        self._grace_s = shutdown_grace_s(os.environ)
 
     def install(self) -> StopRequest:
         """Handle SIGINT / SIGTERM (and dump stacks on SIGUSR1); a no-op off the main thread."""
@@ -47,6 +58,11 @@ class StopRequest:
         self._signalled = True
         signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+    def shutting_down(self) -> None:
+        """After a stop signal: exit with the stacks if the process has not ended within the grace period."""
+        if self._signalled and sys.__stderr__ is not None:
+            faulthandler.dump_traceback_later(self._grace_s, exit=True, file=sys.__stderr__)
 
     def set(self) -> None:
         self._event.set()
@@ -63,6 +79,20 @@ class StopRequest:
                 break
             self._event.wait(left)
         return self.is_set()
+
+
+def shutdown_grace_s(env: Mapping[str, str]) -> float:
+    """HEARTBEAT_SHUTDOWN_GRACE_S: a positive number of seconds (a clear error otherwise)."""
+    raw = env.get(SHUTDOWN_GRACE_VARIABLE)
+    if raw is None:
+        return DEFAULT_SHUTDOWN_GRACE_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise HeartbeatError(f"{SHUTDOWN_GRACE_VARIABLE} must be a positive number of seconds, not {raw!r}")
+    return value
 
 
 def dump_stacks_on_request() -> None:

@@ -243,6 +243,7 @@ class Heartbeat:
 
     def close(self) -> None:
         """Write the summary of a pending idle streak (call when the runner stops)."""
+        fail_point("closing")
         if self._idle is not None:
             self.store.append_run(self._idle.summary(), [])
             self._idle = None

@@ -7,6 +7,7 @@ real CLI against a small lakehouse."""
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import io
 import json
 import re
@@ -219,9 +220,11 @@ def test_the_watch_options():
 
 @pytest.fixture
 def restore_signals():
-    """``_loop`` installs SIGINT/SIGTERM handlers: put pytest's back."""
+    """``_loop`` installs SIGINT/SIGTERM handlers and, stopped by a signal, arms the shutdown watchdog:
+    put pytest's handlers back and disarm it."""
     saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     yield
+    faulthandler.cancel_dump_traceback_later()
     for sig, handler in saved.items():
         signal.signal(sig, handler)
 

@@ -50,6 +50,7 @@ def run_ui(settings: Settings, *, host: str | None, port: int | None, allow_acti
             ready.set()
         try:
             stopped.wait()
+            stopped.shutting_down()
         finally:
             server.shutdown()
             server.server_close()
