@@ -48,7 +48,7 @@ from heartbeat_runner.jobs.event_windows import (
 from heartbeat_runner.records import Event, EventType, sequence_event_id
 from heartbeat_runner.sources.registry import source_for
 from heartbeat_runner.store import ReadyRow, TableStore
-from heartbeat_runner.windows import EventTimes, SourceWindow, iso
+from heartbeat_runner.windows import CUT_POINTS_KEY, EventTimes, SourceWindow, iso
 
 #: The payload key naming the token of the request that started a sequence.
 SEQUENCE_KEY = "_sequence"
@@ -110,7 +110,7 @@ class Sequences:
             if not mine:
                 continue
             backlog = SourceWindow(row.sensor_source, row.sensor_id, mine[0]["cursor_from"], mine[-1]["cursor_to"],
-                                   row.pending_window_from, row.pending_window_to)
+                                   row.pending_window_from, row.pending_window_to, _cut_points(mine))
             pieces[row.source_key] = source_for(row.sensor_source).split(backlog, policy.max_window,
                                                                         row.upstream_key)
         return plan_sequence(pieces)
@@ -226,3 +226,16 @@ class Sequences:
                      message=f"window [{iso(window.start_s)}, {iso(window.end_s)}) had no data in any source",
                      payload=json.dumps({UNTIL_KEY: window.end_s, "window_start": iso(window.start_s),
                                          "window_end": iso(window.end_s)}, sort_keys=True))
+
+
+def _cut_points(events: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
+    """Where a backlog of NEW_DATA ``events`` (oldest first) may be cut: the points sensing recorded in
+    each event's payload, else the event's end."""
+    points: list[str] = []
+    for event in events:
+        recorded = json.loads(event["payload"]).get(CUT_POINTS_KEY) if event.get("payload") else None
+        if recorded:
+            points.extend(str(point) for point in recorded)
+        else:
+            points.append(event["cursor_to"])
+    return tuple(points)

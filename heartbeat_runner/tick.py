@@ -279,7 +279,7 @@ class Heartbeat:
                 cursor_from=target.cursor, cursor_to=cursor_to,
                 window_from=outcome.window_from, window_to=outcome.window_to, rows=outcome.rows,
                 message=outcome.detail,
-                payload=json.dumps(outcome.event_times.payload()) if outcome.event_times else None,
+                payload=outcome.payload(),
             ))
         return events
 

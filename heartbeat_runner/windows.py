@@ -7,6 +7,7 @@ than a ``WindowLimit`` (``Source.split``); the run policies plan runs from the p
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -41,6 +42,10 @@ class WindowLimit:
         return str(self.count) if self.count is not None else f"{self.span}"
 
 
+#: key of the cut points in a NEW_DATA event's payload (SenseResult.cut_points)
+CUT_POINTS_KEY = "cut_points"
+
+
 @dataclass(frozen=True)
 class SourceWindow:
     """One source's part of one run: its bounds as cursors (machine) and as text (the job's parameters)."""
@@ -52,12 +57,31 @@ class SourceWindow:
     window_from: str | None
     window_to: str | None
 
+    #: cursors in (cursor_from, cursor_to] where the source may be cut (a backlog's, for ``split``);
+    #: not part of a run's recorded window
+    cut_points: tuple[str, ...] = ()
+
     def parameter(self) -> dict[str, str | None]:
         """As the job receives it in ``heartbeat_windows``."""
         return {"sensor_source": self.sensor_source, "sensor_id": self.sensor_id,
                 "from": self.window_from, "to": self.window_to}
 
+    def record(self) -> dict[str, str | None]:
+        """As a sequence plan records it (``SourceWindow(**record)`` restores it)."""
+        return {"sensor_source": self.sensor_source, "sensor_id": self.sensor_id, "cursor_from": self.cursor_from,
+                "cursor_to": self.cursor_to, "window_from": self.window_from, "window_to": self.window_to}
 
+
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """The rows whose event time falls in ``[start_s, start_s + grain)``: how many, earliest, latest."""
+
+    start_s: int
+    rows: int
+    low_s: int
+    high_s: int
 
 
 @dataclass(frozen=True)
@@ -80,6 +104,21 @@ class EventTimes:
             start = second - second % grain
             buckets[start] = buckets.get(start, 0) + 1
         return cls(min(seconds, default=None), max(seconds, default=None), buckets)
+
+    @classmethod
+    def from_buckets(cls, rows: Iterable[Bucket]) -> EventTimes | None:
+        """Bucket counts as a query returns them; None when there are none (no rows)."""
+        found = list(rows)
+        if not found:
+            return None
+        return cls(min(b.low_s for b in found), max(b.high_s for b in found), {b.start_s: b.rows for b in found})
+
+    @classmethod
+    def baseline(cls, top: object) -> EventTimes | None:
+        """A new sensor's baseline at the latest key ``top``: the watermark starts there (no rows counted);
+        None when ``top`` is no date or timestamp."""
+        seconds = epoch_seconds(top)
+        return None if seconds is None else cls(None, seconds, {})
 
     def payload(self) -> dict[str, object]:
         return {"event_time_min_s": self.min_s, "event_time_max_s": self.max_s,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from datetime import datetime, timezone
 
 import pytest
 from services import sensing_target
@@ -47,3 +48,33 @@ def baseline_then_two_new_rows(ctx, postgres, table: str):
     assert first.window_from == "loaded_at > 2026-01-02 10:00:00"
     assert first.window_to == "loaded_at <= 2026-01-03 09:00:00"
     return first
+
+
+def epoch(text: str) -> int:
+    return int(datetime.fromisoformat(text).replace(tzinfo=timezone.utc).timestamp())
+
+
+def keys_as_event_times(ctx, postgres, table: str):
+    """A table read by a job with an hourly window policy: the baseline starts the watermark at the last
+    key; new rows' keys are event times counted per hour; a numeric key or no policy gives none."""
+    insert(postgres, table, ("eu", "2026-01-01 23:30:00"))
+    target = sensing_target("jdbc", f"warehouse:public.{table}", None, "loaded_at")
+    ctx.event_time_grains = {target.source_key: 3600}
+    baseline = sense(ctx, table)
+    assert baseline.event_times.max_s == epoch("2026-01-01 23:30:00") and baseline.event_times.buckets == {}
+
+    insert(postgres, table, ("eu", "2026-01-02 00:10:00"), ("us", "2026-01-02 00:50:00"), ("eu", "2026-01-02 00:50:00"),
+           ("us", "2026-01-02 02:05:00"))
+    found = sense(ctx, table, baseline.cursor_to)
+    assert found.rows == 4
+    assert found.event_times.buckets == {epoch("2026-01-02 00:00:00"): 3, epoch("2026-01-02 02:00:00"): 1}
+    assert (found.event_times.min_s, found.event_times.max_s) == (epoch("2026-01-02 00:10:00"),
+                                                                  epoch("2026-01-02 02:05:00"))
+    ctx.event_time_grains = {}
+    assert sense(ctx, table, baseline.cursor_to).event_times is None
+
+    ctx.event_time_grains = {target.source_key: 3600}
+    by_id = sense(ctx, table, upstream_key="id")  # ids are no time: no event times, no error
+    insert(postgres, table, ("eu", "2026-01-02 03:00:00"))
+    assert by_id.event_times is None and sense(ctx, table, by_id.cursor_to, upstream_key="id").event_times is None
+    return found

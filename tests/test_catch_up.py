@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -20,6 +21,9 @@ from pathlib import Path
 import pytest
 from harness import HEADER, CliLakehouse, Harness
 from harness import config_row as row
+from services import postgres  # noqa: F401 (fixture)
+from test_source_sap_chain import chain_log  # noqa: F401 (fixture)
+from test_source_sap_chain import run as chain_run
 
 from heartbeat_runner.errors import SourceError
 from heartbeat_runner.faults import CRASH_EXIT_CODE
@@ -28,6 +32,7 @@ from heartbeat_runner.operations import explain, record_job_event
 from heartbeat_runner.records import EventType
 from heartbeat_runner.sources.delta_table import DeltaTableSource
 from heartbeat_runner.sources.kafka import KafkaSource
+from heartbeat_runner.sources.sap_chain import SapChainSource
 from heartbeat_runner.windows import SourceWindow, WindowLimit
 
 #: A local job that records the parameters of each run it gets (and fails once when told to).
@@ -90,6 +95,14 @@ def test_sources_cut_a_backlog_into_windows_in_their_own_terms():
         ("0:10,1:0", "0:20,1:5"), ("0:20,1:5", "0:30,1:5"), ("0:30,1:5", "0:35,1:5")]
     with pytest.raises(SourceError, match="Delta versions"):
         DeltaTableSource().split(delta, WindowLimit.parse("7d"), None)
+    ends = [f'{{"load_date":"2026010{d}010000"}}' for d in range(2, 7)]  # five green runs sensing saw
+    chain = SourceWindow("sap_b4", "ZCHAIN", '{"load_date":"20260101010000"}', ends[-1], None, None, tuple(ends))
+    assert [(w.window_from, w.window_to) for w in SapChainSource().split(chain, WindowLimit.parse(2), None)] == [
+        ("LOAD_DATE > 20260101010000", "LOAD_DATE <= 20260103010000"),
+        ("LOAD_DATE > 20260103010000", "LOAD_DATE <= 20260105010000"),
+        ("LOAD_DATE > 20260105010000", "LOAD_DATE <= 20260106010000")]
+    with pytest.raises(SourceError, match="green runs"):
+        SapChainSource().split(chain, WindowLimit.parse("7d"), None)
 
 
 def test_a_bad_policy_is_a_clear_error_naming_the_file(tmp_path):
@@ -190,6 +203,31 @@ def test_a_date_key_backlog_runs_in_spans_of_seven_days(tmp_path):
         assert [windows(p) for p in recorded(out, "D")] == [
             [("day > 2026-05-01", "day <= 2026-05-08")], [("day > 2026-05-08", "day <= 2026-05-15")],
             [("day > 2026-05-15", "day <= 2026-05-19")]]
+
+
+def test_an_sap_chain_backlog_runs_green_run_by_green_run(tmp_path, postgres, chain_log, monkeypatch):
+    """Three green runs (and a red one) while the job was paused: three runs, one chain run each."""
+    out, chain = tmp_path / "out", f"ZCHAIN_{uuid.uuid4().hex[:8].upper()}"
+    chain_run(postgres, chain, "20260101", "230000")
+    sources = tmp_path / "sources.yml"
+    sources.write_text("sap:\n  default: {url: {env: TEST_SAP_URL}, schema: SAPABAP1}\n")
+    monkeypatch.setenv("TEST_SAP_URL", postgres.url())
+    policy = policy_file(tmp_path, 'jobs: {"S": {catch_up: {max_window: 1}}}')
+    with Harness(tmp_path, HEARTBEAT_RETRY_POLICY=str(policy), HEARTBEAT_SOURCES_FILE=str(sources)) as hb:
+        hb.seed(row("sap_b4", chain, "S"))
+        recorder_jobs(hb.jobs_path, out, "S")
+        hb.tick()  # baseline: the 23:00 run
+        record_job_event(hb.app, "S", EventType.JOB_PAUSED)
+        for day, clock, status in [("20260102", "010000", "G"), ("20260102", "020000", "G"),
+                                   ("20260102", "030000", "R"), ("20260103", "010000", "G")]:
+            chain_run(postgres, chain, day, clock, status)
+        hb.tick()
+        record_job_event(hb.app, "S", EventType.JOB_RESUMED)
+        settle(hb)
+        assert [windows(p) for p in recorded(out, "S")] == [
+            [("LOAD_DATE > 20260101230000", "LOAD_DATE <= 20260102010000")],
+            [("LOAD_DATE > 20260102010000", "LOAD_DATE <= 20260102020000")],
+            [("LOAD_DATE > 20260102020000", "LOAD_DATE <= 20260103010000")]]
 
 
 def test_a_policy_the_source_cannot_apply_leaves_the_job_waiting_with_the_reason(tmp_path):

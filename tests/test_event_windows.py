@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
@@ -18,7 +19,7 @@ from pathlib import Path
 import pytest
 from harness import HEADER, CliLakehouse, Harness
 from harness import config_row as row
-from services import kafka_broker  # noqa: F401 (fixture)
+from services import kafka_broker, postgres  # noqa: F401 (fixtures)
 from test_catch_up import CrashOutcome, recorded, recorder_jobs
 
 from heartbeat_runner.faults import CRASH_EXIT_CODE
@@ -172,6 +173,39 @@ def test_kafka_window_fires_only_when_the_slower_source_passes_it(tmp_path, kafk
         late = late_data(hb.app.store, hb.settings.retry_policy_file, "K")
         assert [(item["source_key"].split("#")[0], item["window_start"], item["rows"]) for item in late] == [
             (f"kafka:shop: {slow}", f"{DAY}T10:00:00Z", 1)]
+
+
+# -- JDBC keys beside a Delta table: the window waits for the slower source ---------------------------
+
+def test_jdbc_keys_hold_a_window_until_the_delta_source_passes_it_too(tmp_path, postgres, monkeypatch):
+    """Job M reads a PostgreSQL table (event time: its loaded_at key) and a Delta table, both hard."""
+    out, visits = tmp_path / "out", f"visits_{uuid.uuid4().hex[:8]}"
+    postgres.execute(f"CREATE TABLE public.{visits} (id serial, loaded_at timestamp)",
+                     f"GRANT SELECT ON public.{visits} TO reader")
+
+    def visit(*hhmm: str) -> None:
+        for at in hhmm:
+            postgres.execute(f"INSERT INTO public.{visits} (loaded_at) VALUES (:t)", params={"t": f"{DAY} {at}:00"})
+
+    visit("09:30")
+    monkeypatch.setenv("HEARTBEAT_JDBC_CRM_URL", postgres.url())
+    with windowed(tmp_path, 'jobs: {"M": {window: {size: 1h}}}') as hb:
+        hb.create_table("up.clicks", "ts TIMESTAMP, n INT")
+        hb.insert("up.clicks", f"(TIMESTAMP'{DAY} 09:30:00', 0)")
+        hb.seed(row("jdbc", f"crm:public.{visits}", "M", key="loaded_at"), row("delta_table", "up.clicks", "M", key="ts"))
+        recorder_jobs(hb.jobs_path, out, "M")
+        hb.tick()  # baselines: both watermarks start at 09:30
+        visit("10:10", "11:20")  # the JDBC table passes 11:00
+        hb.insert("up.clicks", f"(TIMESTAMP'{DAY} 10:40:00', 1)")
+        settle(hb)
+        assert recorded(out, "M") == []
+        verdict = explain(hb.app.store, "M").verdict
+        assert "waits for the watermark" in verdict and "up.clicks" in verdict, verdict
+
+        hb.insert("up.clicks", f"(TIMESTAMP'{DAY} 11:05:00', 2)")  # now both have passed 11:00
+        settle(hb)
+        assert starts(out, "M") == [("10:00", "false")]
+        assert recorded(out, "M")[0]["window_end"] == f"{DAY}T11:00:00Z"
 
 
 # -- crashes: between finalization and trigger, between trigger and the triggered event ---------------

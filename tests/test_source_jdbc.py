@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
+from datetime import datetime, timezone
 
 import pytest
-from jdbc_orders import SOURCE, baseline_then_two_new_rows, insert, sense, table  # noqa: F401 (fixture)
+from jdbc_orders import SOURCE, baseline_then_two_new_rows, insert, keys_as_event_times, sense, table  # noqa: F401 (fixture)
 from services import assert_config_check, engine, free_port, postgres, sense_context, sensing_target  # noqa: F401 (fixtures)
 
 from heartbeat_runner.errors import SourceError
@@ -38,6 +40,40 @@ def test_baseline_then_new_rows_by_key(ctx, postgres, table):
     second = sense(ctx, table, first.cursor_to)
     assert second.new_data and second.rows == 1
     assert json.loads(second.cursor_to)["value"]["value"] == "2026-01-04T00:00:00"
+
+
+def test_keys_are_event_times_for_jobs_with_a_window_policy(ctx, postgres, table):
+    keys_as_event_times(ctx, postgres, table)
+
+
+def test_event_times_are_the_same_when_counted_here_instead_of_in_the_database(ctx, postgres, table, monkeypatch):
+    """A dialect without an epoch function in EPOCH_SECONDS sends its distinct keys; the count agrees."""
+    from heartbeat_runner.sources import jdbc
+
+    in_database = keys_as_event_times(ctx, postgres, table)
+    monkeypatch.delitem(jdbc.EPOCH_SECONDS, "postgresql")
+    postgres.execute(f"DELETE FROM {table}")
+    assert keys_as_event_times(ctx, postgres, table).event_times == in_database.event_times
+
+
+def test_sqlite_counts_event_times_in_the_database(engine, tmp_path):
+    import sqlite3
+
+    from heartbeat_runner.sources import jdbc
+
+    assert "sqlite" in jdbc.EPOCH_SECONDS
+    with sqlite3.connect(tmp_path / "shop.db") as db:
+        db.execute("CREATE TABLE visits (id integer, loaded_at timestamp)")
+        db.execute("INSERT INTO visits VALUES (1, '2026-01-01 23:30:00')")
+    ctx = sense_context(engine, {"jdbc": {"shop": {"url": f"sqlite:///{tmp_path / 'shop.db'}"}}})
+    target = sensing_target("jdbc", "shop:visits", None, "loaded_at")
+    ctx.event_time_grains = {target.source_key: 3600}
+    baseline = SOURCE.sense(target, ctx)
+    with sqlite3.connect(tmp_path / "shop.db") as db:
+        db.executemany("INSERT INTO visits VALUES (?, ?)", [(2, "2026-01-02 00:10:00"), (3, "2026-01-02 02:05:00")])
+    found = SOURCE.sense(replace(target, cursor=baseline.cursor_to), ctx)
+    start = int(datetime(2026, 1, 2, tzinfo=timezone.utc).timestamp())
+    assert found.rows == 2 and found.event_times.buckets == {start: 1, start + 7200: 1}
 
 
 def test_integer_key_and_empty_table_baseline(ctx, postgres, table):

@@ -11,7 +11,7 @@ import json
 import shutil
 
 import pytest
-from jdbc_orders import SOURCE, baseline_then_two_new_rows, insert, sense, table  # noqa: F401 (fixture)
+from jdbc_orders import SOURCE, baseline_then_two_new_rows, insert, keys_as_event_times, sense, table  # noqa: F401 (fixture)
 from services import PG_READER_PASSWORD, postgres, sense_context, sensing_target  # noqa: F401 (fixtures)
 
 from heartbeat_runner.errors import SourceError
@@ -51,6 +51,10 @@ def spark_connection(postgres, password_var: str = PASSWORD_VAR) -> dict:
 def ctx(spark_engine, postgres, monkeypatch):
     monkeypatch.setenv(PASSWORD_VAR, PG_READER_PASSWORD)
     return sense_context(spark_engine, {"jdbc": {"warehouse": spark_connection(postgres)}})
+
+
+def test_keys_are_event_times_for_jobs_with_a_window_policy(ctx, postgres, table):
+    keys_as_event_times(ctx, postgres, table)
 
 
 def test_baseline_then_new_rows_by_key(ctx, postgres, table):

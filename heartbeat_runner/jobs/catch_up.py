@@ -70,7 +70,7 @@ class SequencePlan:
                 RUN_KEY: run, RUNS_KEY: len(self.runs), PLAN_KEY: self.dump(), EXTRA_KEY: self.extra}
 
     def dump(self) -> list[list[dict[str, str | None]]]:
-        return [[vars(w) for w in run] for run in self.runs]
+        return [[w.record() for w in run] for run in self.runs]
 
     @classmethod
     def load(cls, payload: Mapping[str, Any]) -> SequencePlan | None:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from heartbeat_runner.preprocess import render_preprocess_query
-from heartbeat_runner.windows import EventTimes, SourceWindow, WindowLimit
+from heartbeat_runner.windows import CUT_POINTS_KEY, EventTimes, SourceWindow, WindowLimit
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame, SparkSession
@@ -64,6 +64,16 @@ class SenseResult:
     warning: str | None = None
     #: event times of the new rows, for sources read by a job with an event-time window policy
     event_times: EventTimes | None = None
+    #: cursors inside the new data where a catch-up run may end, ascending (SAP: after each green
+    #: run); none: the event's own end is the only one
+    cut_points: tuple[str, ...] = ()
+
+    def payload(self) -> str | None:
+        """The NEW_DATA / CURSOR event's payload (JSON): event times and cut points, when there are any."""
+        found: dict[str, object] = self.event_times.payload() if self.event_times else {}
+        if self.cut_points:
+            found[CUT_POINTS_KEY] = list(self.cut_points)
+        return json.dumps(found) if found else None
 
 
 @dataclass

@@ -6,11 +6,14 @@ import re
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import date, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from heartbeat_runner.errors import SourceError
 from heartbeat_runner.sources.base import SenseResult
-from heartbeat_runner.windows import SourceWindow, WindowLimit
+from heartbeat_runner.windows import Bucket, EventTimes, SourceWindow, WindowLimit
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pyspark.sql import DataFrame
 
 _CONNECTION_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 
@@ -87,3 +90,15 @@ def _key_text(value: Any) -> str:
     if isinstance(value, datetime) and value.time() == datetime.min.time() and value.tzinfo is None:
         return value.date().isoformat()
     return str(value)
+
+
+def frame_event_times(rows: DataFrame, key: str, grain: int) -> EventTimes | None:
+    """Event times of ``rows`` by ``key`` (a date or timestamp column), counted per bucket of ``grain`` s;
+    None when there are no rows."""
+    from pyspark.sql import functions as F
+
+    seconds = F.unix_timestamp(F.col(key).cast("timestamp"))
+    found = (rows.select(seconds.alias("t")).where(F.col("t").isNotNull())
+             .groupBy((F.floor(F.col("t") / grain) * grain).cast("long").alias("bucket"))
+             .agg(F.count(F.lit(1)).alias("n"), F.min("t").alias("lo"), F.max("t").alias("hi")).collect())
+    return EventTimes.from_buckets(Bucket(int(r["bucket"]), int(r["n"]), int(r["lo"]), int(r["hi"])) for r in found)

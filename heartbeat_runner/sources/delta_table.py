@@ -23,8 +23,8 @@ from heartbeat_runner.engine import Engine
 from heartbeat_runner.errors import SourceError
 from heartbeat_runner.names import check_table_reference, is_path
 from heartbeat_runner.sources.base import SenseContext, SenseResult, SensingTarget, Source, dump_cursor, load_cursor
-from heartbeat_runner.sources.common import keyed_result, split_key_span
-from heartbeat_runner.windows import EventTimes, SourceWindow, WindowLimit, epoch_seconds
+from heartbeat_runner.sources.common import frame_event_times, keyed_result, split_key_span
+from heartbeat_runner.windows import EventTimes, SourceWindow, WindowLimit
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame
@@ -84,8 +84,8 @@ class DeltaTableSource(Source):
         if target.upstream_key:
             top = table.read(current).agg({target.upstream_key: "max"}).collect()[0][0]
             cursor["value"] = None if top is None else str(top)
-            if target.source_key in ctx.event_time_grains and epoch_seconds(top) is not None:
-                times = EventTimes(None, epoch_seconds(top), {})  # the watermark starts at the end of the table
+            if target.source_key in ctx.event_time_grains:
+                times = EventTimes.baseline(top)  # the watermark starts at the end of the table
         return SenseResult(new_data=False, cursor_to=dump_cursor(cursor), window_to=f"version {current}",
                            detail="new sensor: baseline at the current end of the table", event_times=times)
 
@@ -124,7 +124,7 @@ class DeltaTableSource(Source):
                               "window policy needs a date or timestamp column")
         seen = int(cursor["version"])
         new_rows, how = self._new_rows(table, seen, current)
-        times = _event_times(new_rows, key, grain)
+        times = frame_event_times(new_rows, key, grain)
         previous = cursor.get("value")
         top = previous
         if times is not None and times.max_s is not None:
@@ -167,21 +167,6 @@ def iso_key(seconds: int, like: str | None) -> str:
 
     value = datetime.fromtimestamp(seconds, timezone.utc).replace(tzinfo=None)
     return value.date().isoformat() if like is not None and len(like) == 10 else str(value)
-
-
-def _event_times(rows: DataFrame, key: str, grain: int) -> EventTimes | None:
-    """Event times of ``rows`` by ``key`` (a date or timestamp column), counted per bucket of ``grain`` s;
-    None when there are no rows."""
-    from pyspark.sql import functions as F
-
-    seconds = F.unix_timestamp(F.col(key).cast("timestamp"))
-    found = (rows.select(seconds.alias("t")).where(F.col("t").isNotNull())
-             .groupBy((F.floor(F.col("t") / grain) * grain).cast("long").alias("bucket"))
-             .agg(F.count(F.lit(1)).alias("n"), F.min("t").alias("lo"), F.max("t").alias("hi")).collect())
-    if not found:
-        return None
-    return EventTimes(min(int(r["lo"]) for r in found), max(int(r["hi"]) for r in found),
-                      {int(r["bucket"]): int(r["n"]) for r in found})
 
 
 class DeltaRef:

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from heartbeat_runner.connections import env_name, resolve_secrets
@@ -37,7 +37,7 @@ from heartbeat_runner.sources.sql_common import (
     sql_settings,
     table_clause,
 )
-from heartbeat_runner.windows import SourceWindow, WindowLimit
+from heartbeat_runner.windows import Bucket, EventTimes, SourceWindow, WindowLimit, epoch_seconds
 
 if TYPE_CHECKING:  # pragma: no cover
     import sqlalchemy as sa
@@ -58,6 +58,10 @@ class KeyedTable(Protocol):
 
     def count_preprocessed(self, previous: Any, top: Any, target: SensingTarget, ctx: SenseContext) -> int:
         """How many rows with a key in (``previous``, ``top``] the target's preprocess_query keeps."""
+        ...
+
+    def event_times(self, previous: Any, top: Any, grain: int) -> EventTimes | None:
+        """The keys in (``previous``, ``top``] (dates or timestamps) as event times, counted per ``grain`` s."""
         ...
 
 
@@ -111,11 +115,62 @@ class SqlKeyedTable:
             self._after(previous), self.table.c[self.key] <= sa.bindparam("top", top))
         return count_preprocessed_rows(self.conn, new_rows, target, ctx)
 
+    def event_times(self, previous: Any, top: Any, grain: int) -> EventTimes | None:
+        """Counted in the database where the dialect has an epoch function (EPOCH_SECONDS), else per
+        distinct key here."""
+        import sqlalchemy as sa
+
+        key = self.table.c[self.key]
+        new_rows = [self._after(previous), key <= sa.bindparam("top", top)]
+        epoch = EPOCH_SECONDS.get(self.conn.dialect.name)
+        if epoch is None:
+            keys: list[Any] = list(self.conn.execute(sa.select(key, sa.func.count()).where(*new_rows).group_by(key)))
+            return _bucketed(((epoch_seconds(value), int(n)) for value, n in keys), grain)
+        times = sa.select(epoch(key).label("t")).where(*new_rows).subquery()
+        buckets = sa.select((sa.func.floor(times.c.t / grain) * grain).label("bucket"), times.c.t).subquery()
+        query = sa.select(buckets.c.bucket, sa.func.count(), sa.func.min(buckets.c.t), sa.func.max(buckets.c.t)) \
+            .group_by(buckets.c.bucket)
+        found: list[Any] = list(self.conn.execute(query))
+        return EventTimes.from_buckets(Bucket(int(b), int(n), int(lo), int(hi)) for b, n, lo, hi in found if b is not None)
+
     def _after(self, previous: Any) -> sa.ColumnElement[bool]:
         import sqlalchemy as sa
 
         key = self.table.c[self.key]
         return key > sa.bindparam("previous", previous) if previous is not None else key.is_not(None)
+
+
+def _postgresql_epoch(key: sa.ColumnElement[Any]) -> sa.ColumnElement[Any]:
+    import sqlalchemy as sa
+
+    return sa.extract("epoch", key)  # a timestamp without time zone counts as UTC
+
+
+def _sqlite_epoch(key: sa.ColumnElement[Any]) -> sa.ColumnElement[Any]:
+    import sqlalchemy as sa
+
+    return sa.cast(sa.func.strftime("%s", key), sa.Integer)
+
+
+#: SQLAlchemy dialect name -> a key's epoch seconds in that dialect, to count event times in the
+#: database (other dialects send one row per distinct key)
+EPOCH_SECONDS: dict[str, Callable[[sa.ColumnElement[Any]], sa.ColumnElement[Any]]] = {
+    "postgresql": _postgresql_epoch,
+    "sqlite": _sqlite_epoch,
+}
+
+
+def _bucketed(keys: Iterable[tuple[int | None, int]], grain: int) -> EventTimes | None:
+    """(epoch seconds, rows) pairs counted per bucket of ``grain`` s; keys that are no time are left out."""
+    buckets: dict[int, Bucket] = {}
+    for second, rows in keys:
+        if second is None:
+            continue
+        start = second - second % grain
+        seen = buckets.get(start)
+        buckets[start] = Bucket(start, rows, second, second) if seen is None else \
+            Bucket(start, seen.rows + rows, min(seen.low_s, second), max(seen.high_s, second))
+    return EventTimes.from_buckets(buckets.values())
 
 
 #: ``reader`` setting -> how to build that reader for a connection
@@ -169,15 +224,19 @@ class JdbcSource(Source):
         schema, name = split_table(qualified)
         cursor = load_cursor(target.cursor)
         with jdbc_reader(ctx, connection).open(ctx, schema, name, key_name, f"jdbc {target.sensor_id!r}") as table:
+            grain = ctx.event_time_grains.get(target.source_key)
             if cursor is None and not ctx.replay_new_sensors:
                 top = table.max_key()
                 return SenseResult(new_data=False, cursor_to=dump_cursor({"value": encode_value(top)}),
                                    window_to=f"{key_name} <= {top}",
-                                   detail="new sensor: baseline at the current end of the table")
+                                   detail="new sensor: baseline at the current end of the table",
+                                   event_times=EventTimes.baseline(top) if grain else None)
             previous = decode_value((cursor or {}).get("value"))
             top, rows = table.after(previous)
             if top is None:
                 return SenseResult(new_data=False, detail=f"no {key_name} after {previous}")
             if target.preprocess_query:
                 rows = table.count_preprocessed(previous, top, target, ctx)
-        return keyed_result(key_name, previous, top, rows, dump_cursor({"value": encode_value(top)}))
+            times = table.event_times(previous, top, grain) if grain and epoch_seconds(top) is not None else None
+        result = keyed_result(key_name, previous, top, rows, dump_cursor({"value": encode_value(top)}))
+        return replace(result, event_times=times)

@@ -11,7 +11,9 @@ followed by its time ``ZEIT``, as ``YYYYMMDDHHMMSS``) is after the cursor.
 ``preprocess_query`` sees the runs as ``sensor_new_data`` (CHAIN_ID, LOAD_DATE as a
 timestamp, ANALYZED_STATUS).
 
-Cursor: ``{"load_date": "YYYYMMDDHHMMSS"}`` (None before the first green run).
+Cursor: ``{"load_date": "YYYYMMDDHHMMSS"}`` (None before the first green run). The cursor
+after each new green run is a cut point (``SenseResult.cut_points``): bounded catch-up cuts
+a backlog into runs of at most N chain runs there.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from heartbeat_runner.errors import SourceError
 from heartbeat_runner.sources.base import SenseContext, SenseResult, SensingTarget, Source, dump_cursor, load_cursor
 from heartbeat_runner.sources.common import check_connection_name, check_upstream_key, keyed_result, split_reference
 from heartbeat_runner.sources.sql_common import connect, split_table, sql_settings, table_clause
-from heartbeat_runner.windows import EventTimes, epoch_seconds
+from heartbeat_runner.windows import EventTimes, SourceWindow, WindowLimit, epoch_seconds
 
 if TYPE_CHECKING:  # pragma: no cover
     import sqlalchemy as sa
@@ -100,7 +102,25 @@ class SapChainSource(Source):
         top = _text(max(r["LOAD_DATE"] for r in new_runs))
         rows = ctx.count_preprocessed_records(new_runs, target)
         result = keyed_result("LOAD_DATE", previous, top, rows, dump_cursor({"load_date": top}))
-        return replace(result, event_times=_event_times([r["LOAD_DATE"] for r in new_runs], target, ctx))
+        ends = sorted({r["LOAD_DATE"] for r in new_runs})
+        return replace(result, event_times=_event_times([r["LOAD_DATE"] for r in new_runs], target, ctx),
+                       cut_points=tuple(dump_cursor({"load_date": _text(end)}) for end in ends))
+
+    def split(self, window: SourceWindow, limit: WindowLimit, upstream_key: str | None) -> list[SourceWindow]:
+        """Runs of at most ``limit`` green chain runs, cut after the runs sensing saw (``cut_points``)."""
+        if limit.count is None:
+            raise SourceError(f"max_window {limit} is a time span, but the windows of SAP chain {window.sensor_id} "
+                              "are its green runs: give a number of runs (e.g. 1)")
+        points: list[str | None] = list(window.cut_points) or [window.cursor_to]
+        ends = points[limit.count - 1::limit.count]
+        if not ends or ends[-1] != points[-1]:
+            ends.append(points[-1])
+        pieces, low = [], window.cursor_from
+        for end in ends[:-1] + [window.cursor_to]:
+            pieces.append(SourceWindow(window.sensor_source, window.sensor_id, low, end,
+                                       _bound("LOAD_DATE >", low) or "beginning", _bound("LOAD_DATE <=", end)))
+            low = end
+        return pieces
 
 
 def _event_times(load_dates: list[datetime], target: SensingTarget, ctx: SenseContext,
@@ -111,7 +131,7 @@ def _event_times(load_dates: list[datetime], target: SensingTarget, ctx: SenseCo
     seconds = [s for s in (epoch_seconds(d) for d in load_dates) if s is not None]
     if not grain or not seconds:
         return None
-    return EventTimes(None, max(seconds), {}) if baseline else EventTimes.of(seconds, grain)
+    return EventTimes.baseline(max(load_dates)) if baseline else EventTimes.of(seconds, grain)
 
 
 def _last_green_day(conn: sa.Connection, log: ChainLog, chain_id: str) -> str | None:
@@ -157,6 +177,12 @@ def _load_date(day: object, clock: object) -> datetime:
         return datetime.strptime(_day(day) + hhmmss, "%Y%m%d%H%M%S")
     except ValueError:
         raise SourceError(f"chain log has a run with an unreadable date/time {day!r} {clock!r}") from None
+
+
+def _bound(prefix: str, cursor: str | None) -> str | None:
+    """``LOAD_DATE > 20260102061500`` for a cursor, None when it has no load date."""
+    load_date = (load_cursor(cursor) or {}).get("load_date")
+    return None if load_date is None else f"{prefix} {load_date}"
 
 
 def _text(value: datetime | None) -> str | None:

@@ -24,7 +24,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from heartbeat_runner.connections import connection_settings, env_name
 from heartbeat_runner.errors import SourceError, first_line
 from heartbeat_runner.sources.base import SenseContext, SensingTarget
+from heartbeat_runner.sources.common import frame_event_times
 from heartbeat_runner.sources.sql_common import DEFAULT_CONNECT_TIMEOUT_S, table_clause
+from heartbeat_runner.windows import EventTimes
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import Column, DataFrame
@@ -180,6 +182,12 @@ class SparkKeyedTable:
 
         new_rows = self.frame.where(self._after(previous) & (F.col(self.key) <= self._literal(top)))
         return ctx.count_preprocessed(new_rows, target)
+
+    def event_times(self, previous: Any, top: Any, grain: int) -> EventTimes | None:
+        from pyspark.sql import functions as F
+
+        new_rows = self.frame.where(self._after(previous) & (F.col(self.key) <= self._literal(top)))
+        return frame_event_times(new_rows, self.key, grain)
 
     def _after(self, previous: Any) -> Column:
         from pyspark.sql import functions as F
