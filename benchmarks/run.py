@@ -355,18 +355,26 @@ def _stop(process: subprocess.Popen[str], lines: queue.Queue[str], grace_s: floa
     """SIGTERM the loop; if it has not ended after ``grace_s``, fail with its stacks (SIGUSR1) and output."""
     process.terminate()
     try:
-        process.wait(timeout=grace_s)
-        return
+        code = process.wait(timeout=grace_s)
     except subprocess.TimeoutExpired:
         process.send_signal(signal.SIGUSR1)
         time.sleep(2)
         process.kill()
         process.wait()
+        raise RuntimeError(f"the loop did not stop within {grace_s:.0f}s of SIGTERM; its last output:\n"
+                           + _drain(lines)) from None
+    if code != 0:  # e.g. its shutdown watchdog fired: the figures stand, the stacks are worth a look
+        print(f"warning: the loop exited with status {code} after SIGTERM; its last output:\n{_drain(lines)}",
+              file=sys.stderr, flush=True)
+
+
+def _drain(lines: queue.Queue[str], keep: int = 200) -> str:
+    """The last ``keep`` lines a process printed that nobody has read yet."""
+    time.sleep(0.5)  # its reader thread's last lines
     output = []
     while not lines.empty():
         output.append(lines.get())
-    raise RuntimeError(f"the loop did not stop within {grace_s:.0f}s of SIGTERM; its last output:\n"
-                       + "".join(output[-200:]))
+    return "".join(output[-keep:])
 
 
 def _timed(argv: list[str]) -> float:
