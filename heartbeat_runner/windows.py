@@ -99,11 +99,21 @@ class EventTimes:
 
     @classmethod
     def of(cls, seconds: list[int], grain: int) -> EventTimes:
-        buckets: dict[int, int] = {}
-        for second in seconds:
+        """One row per event time in ``seconds``."""
+        return cls.counted(((second, 1) for second in seconds), grain) or cls(None, None, {})
+
+    @classmethod
+    def counted(cls, pairs: Iterable[tuple[int | None, int]], grain: int) -> EventTimes | None:
+        """(event time, rows) pairs counted per bucket of ``grain`` s; times that are None are left out."""
+        buckets: dict[int, Bucket] = {}
+        for second, rows in pairs:
+            if second is None:
+                continue
             start = second - second % grain
-            buckets[start] = buckets.get(start, 0) + 1
-        return cls(min(seconds, default=None), max(seconds, default=None), buckets)
+            seen = buckets.get(start)
+            buckets[start] = Bucket(start, rows, second, second) if seen is None else \
+                Bucket(start, seen.rows + rows, min(seen.low_s, second), max(seen.high_s, second))
+        return cls.from_buckets(buckets.values())
 
     @classmethod
     def from_buckets(cls, rows: Iterable[Bucket]) -> EventTimes | None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
@@ -125,7 +125,7 @@ class SqlKeyedTable:
         epoch = EPOCH_SECONDS.get(self.conn.dialect.name)
         if epoch is None:
             keys: list[Any] = list(self.conn.execute(sa.select(key, sa.func.count()).where(*new_rows).group_by(key)))
-            return _bucketed(((epoch_seconds(value), int(n)) for value, n in keys), grain)
+            return EventTimes.counted(((epoch_seconds(value), int(n)) for value, n in keys), grain)
         times = sa.select(epoch(key).label("t")).where(*new_rows).subquery()
         buckets = sa.select((sa.func.floor(times.c.t / grain) * grain).label("bucket"), times.c.t).subquery()
         query = sa.select(buckets.c.bucket, sa.func.count(), sa.func.min(buckets.c.t), sa.func.max(buckets.c.t)) \
@@ -158,19 +158,6 @@ EPOCH_SECONDS: dict[str, Callable[[sa.ColumnElement[Any]], sa.ColumnElement[Any]
     "postgresql": _postgresql_epoch,
     "sqlite": _sqlite_epoch,
 }
-
-
-def _bucketed(keys: Iterable[tuple[int | None, int]], grain: int) -> EventTimes | None:
-    """(epoch seconds, rows) pairs counted per bucket of ``grain`` s; keys that are no time are left out."""
-    buckets: dict[int, Bucket] = {}
-    for second, rows in keys:
-        if second is None:
-            continue
-        start = second - second % grain
-        seen = buckets.get(start)
-        buckets[start] = Bucket(start, rows, second, second) if seen is None else \
-            Bucket(start, seen.rows + rows, min(seen.low_s, second), max(seen.high_s, second))
-    return EventTimes.from_buckets(buckets.values())
 
 
 #: ``reader`` setting -> how to build that reader for a connection
