@@ -199,3 +199,79 @@ def test_a_shutdown_that_hangs_ends_after_the_grace_period_with_the_stacks(lake)
     assert "stopped after" in loop.stdout.read()
     assert loop.returncode == 1 and "Timeout (0:00:03)!" in "".join(err)
     assert any("in close" in line for line in err), "".join(err)
+
+
+# -- 3. configs of the reference implementation: bare table names ---------------------------------
+
+def test_bare_table_names_validate_and_other_names_are_still_refused(tmp_path):
+    config = load_config(write_config(tmp_path / "config.csv", row("delta_table", "dummy_delta_table", "J1")))
+    assert config.rows[0].sensor_id == "dummy_delta_table"
+    problems = config_problems(tmp_path, row("delta_table", "dummy-table", "J1"), row("delta_table", "a.b.c.d", "J2"),
+                               row("lmu_delta_table", "orders;drop", "J3"))
+    assert [p.split(": ")[1] for p in problems] == ["line 2, column sensor_id", "line 3, column sensor_id",
+                                                    "line 4, column sensor_id"]
+    assert all("neither a table name" in p for p in problems)
+
+
+@pytest.mark.parametrize("env, schema", [({}, "default"), ({"HEARTBEAT_UPSTREAM_SCHEMA": "shop"}, "shop")])
+def test_a_bare_table_name_is_sensed_in_the_default_upstream_schema(tmp_path, env, schema):
+    from harness import Harness
+
+    with Harness(tmp_path, **env) as hb:
+        hb.create_table(f"{schema}.dummy_delta_table", "id bigint")
+        hb.jobs(J1=0)
+        hb.seed(row("delta_table", "dummy_delta_table", "J1"))
+        assert hb.tick().sensor_errors == []
+        hb.insert(f"{schema}.dummy_delta_table", "(1)")
+        assert hb.tick().triggered_job_ids == ["J1"]
+
+
+# -- 4. following another product's sensor state table --------------------------------------------
+
+def test_follow_a_product_by_table_name_asset_and_sensor_id_and_warn_on_a_key_that_matches_nothing(hb):
+    """The README's worked example, against a sensor state table built by the real tick path."""
+    state = hb.home / "warehouse" / "heartbeat" / "heartbeat_sensor_state"
+    follows = {"BY_TABLE": "sales.orders", "BY_ASSET": "Big orders", "BY_ID": "delta_table:sales.orders",
+               "TYPO": "sales.ordrs"}
+    hb.create_table("sales.orders", "id bigint")
+    hb.jobs(UPSTREAM=0, **{job: 0 for job in follows})
+    orders = row("delta_table", "sales.orders", "UPSTREAM").replace("sales.orders data", "Big orders")
+    hb.seed(orders, *(row("delta_upstream_sensor_table", f"{state}#{key}", job) for job, key in follows.items()))
+    hb.tick()
+    hb.insert("sales.orders", "(1)")
+    assert hb.tick().triggered_job_ids == ["UPSTREAM"]
+    hb.wait_for_jobs()
+    assets = hb.spark.read.format("delta").load(str(state)).collect()[0]["assets"]
+    assert assets == ["Big orders", "sales.orders"]  # the table as well as its description
+
+    result = hb.tick()
+
+    assert sorted(result.triggered_job_ids) == ["BY_ASSET", "BY_ID", "BY_TABLE"]
+    typo = next(s for s in result.sensed if s.target.sensor_id.endswith("#sales.ordrs"))
+    assert typo.error is None and "follow key 'sales.ordrs' matches no row" in typo.note
+    report = hb.app.store.read("heartbeat_run_report", Cond("run_id", result.run_id),
+                               Cond("trigger_job_ids", "TYPO"))
+    assert report[0]["outcome"] == "NO_NEW_DATA" and "matches no row" in report[0]["error"]
+    verdict = explain(hb.app.store, "TYPO")
+    assert "warning: follow key 'sales.ordrs' matches no row" in verdict.verdict
+    assert hb.job_status("TYPO") == {None} and hb.job_status("BY_TABLE") == {JobStatus.IN_PROGRESS.value}
+
+
+
+# -- found on the way ------------------------------------------------------------------------------
+
+def test_the_loaded_seed_stays_the_config_and_reseeding_it_is_a_no_op(lake):
+    """dbt wrote its seed SQL over the loaded CSV (absolute seed path), so every `seed` reloaded."""
+    seed_csv = lake.home / "dbt" / "seed" / "heartbeat_sensor_config.csv"
+    assert seed_csv.read_text().startswith("sensor_source,sensor_id,")
+    again = lake.cli("seed")
+    assert "unchanged" in again.stdout
+
+
+def test_the_models_can_be_built_twice_in_one_process(hb):
+    """The dependency rule was an ephemeral model whose CTE a reused dbt manifest lost on the second build."""
+    hb.jobs(J1=0)
+    hb.seed(row("trigger_file", "drop", "J1"))
+    hb.app.dbt.build_all()
+    hb.app.dbt.build_all()
+    assert explain(hb.app.store, "J1").verdict.startswith("waiting for new data")
