@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from heartbeat_runner.engine import Engine
+from heartbeat_runner.jobs.catch_up import job_parameters
 from heartbeat_runner.names import sql_string
 from heartbeat_runner.records import Event, EventType, JobStatus, RunSummary, SensorEvaluation, as_utc
 from heartbeat_runner.settings import validate_identifier
@@ -298,7 +299,7 @@ class TableStore:
 
     def trigger_payload(self, idempotency_token: str) -> dict[str, str]:
         """The job parameters first sent with a trigger request (empty when none was recorded)."""
-        return {k: v for k, v in self.request_payload(idempotency_token).items() if not k.startswith("_")}
+        return job_parameters(self.request_payload(idempotency_token))
 
     def request_payload(self, idempotency_token: str) -> dict[str, Any]:
         """The whole payload of a trigger request: the job parameters and Heartbeat's own ``_`` keys

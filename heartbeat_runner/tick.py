@@ -291,27 +291,32 @@ class Heartbeat:
             by_job[row.trigger_job_id].append(row)
         if not by_job:
             return
-        self.before_trigger()
         planned: list[tuple[TriggerRequest, dict[str, Any]]] = []
         for job_id, rows in by_job.items():
             try:
                 planned.append(self._request_for(job_id, rows, result.run_id))
             except SourceError as exc:  # a catch-up policy the source cannot apply: this job waits
                 result.trigger_errors.append(JobProblem(job_id, f"catch-up plan: {exc}"))
-        if not planned:
-            return
-        requests = [req for req, _ in planned]
-        self._append(result, [
-            Event(event_type=EventType.TRIGGER_REQUESTED, run_id=result.run_id,
-                  snapshot_ts=result.snapshot_ts, trigger_job_id=req.job_id,
-                  idempotency_token=req.idempotency_token,
-                  consumed_event_ids=by_job[req.job_id][0].consumed_event_ids,
-                  payload=json.dumps(payload, sort_keys=True))
-            for req, payload in planned
-        ])
+        if planned:
+            self._request_runs(result, [self._requested_event(result, req, payload,
+                                                              by_job[req.job_id][0].consumed_event_ids)
+                                        for req, payload in planned], [req for req, _ in planned])
+
+    def _requested_event(self, result: TickResult, request: TriggerRequest, payload: dict[str, Any],
+                         consumed_event_ids: str | None = None) -> Event:
+        """The TRIGGER_REQUESTED event of ``request``, with the payload recorded for it."""
+        return Event(event_type=EventType.TRIGGER_REQUESTED, run_id=result.run_id, snapshot_ts=result.snapshot_ts,
+                     trigger_job_id=request.job_id, idempotency_token=request.idempotency_token,
+                     consumed_event_ids=consumed_event_ids, payload=json.dumps(payload, sort_keys=True))
+
+    def _request_runs(self, result: TickResult, events: list[Event], requests: list[TriggerRequest]) -> None:
+        """Record ``events`` (the requests among them) in one commit, then call the jobs API for ``requests``."""
+        self.before_trigger()
+        self._append(result, events)
         crash_point("after_trigger_requested")
-        self.progress(f"triggering {len(requests)} job(s)")
-        self._call_backend(requests, result)
+        if requests:
+            self.progress(f"triggering {len(requests)} job(s)")
+            self._call_backend(requests, result)
 
     def _prepare_windows(self) -> None:
         """Copy the window policies to their table (once per runner) and tell sensing which sources'
@@ -336,17 +341,11 @@ class Heartbeat:
             correction = None if job_id in planned else self.sequences.correction(job_id, result.run_id)
             if correction is not None:
                 plans.append(correction)
+        requested = [(p.request, p.payload) for p in plans if p.request is not None]
         events = [e for p in plans for e in p.skipped] + [
-            Event(event_type=EventType.TRIGGER_REQUESTED, run_id=result.run_id, snapshot_ts=result.snapshot_ts,
-                  trigger_job_id=p.job_id, idempotency_token=p.request.idempotency_token,
-                  payload=json.dumps(p.payload, sort_keys=True))
-            for p in plans if p.request is not None]
-        if not events:
-            return
-        self.before_trigger()
-        self._append(result, events)
-        crash_point("after_trigger_requested")
-        self._call_backend([p.request for p in plans if p.request is not None], result)
+            self._requested_event(result, request, payload) for request, payload in requested]
+        if events:
+            self._request_runs(result, events, [request for request, _ in requested])
 
     def _request_for(self, job_id: str, rows: list[ReadyRow], run_id: str) -> tuple[TriggerRequest, dict[str, Any]]:
         """The request of a ready job and the payload recorded with it (its parameters, and the plan of a

@@ -72,8 +72,6 @@ class SourceWindow:
                 "cursor_to": self.cursor_to, "window_from": self.window_from, "window_to": self.window_to}
 
 
-
-
 @dataclass(frozen=True)
 class Bucket:
     """The rows whose event time falls in ``[start_s, start_s + grain)``: how many, earliest, latest."""

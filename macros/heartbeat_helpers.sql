@@ -93,6 +93,14 @@
 {%- endmacro %}
 
 {#
+  The event types that request a run of a job (each with its idempotency token): the first
+  try, an automatic retry, the next run of a sequence. A request is in flight until its run ends.
+#}
+{% macro heartbeat_request_types() -%}
+  'TRIGGER_REQUESTED', 'RETRY_REQUESTED', 'NEXT_WINDOW_REQUESTED'
+{%- endmacro %}
+
+{#
   The job lifecycle events that count (a relation): trigger requests of every kind, COMPLETED,
   FAILED, RESET. A request the jobs API refused (a TRIGGER_ERROR with its token after it) never
   happened, unless an attempt with the same token did start a run (the job was fixed and the
@@ -109,10 +117,9 @@
         on x.idempotency_token = r.idempotency_token and x.event_ts > r.event_ts
       left anti join (select idempotency_token from {{ events_relation }} where event_type = 'TRIGGERED') t
         on t.idempotency_token = r.idempotency_token
-      where r.event_type in ('TRIGGER_REQUESTED', 'RETRY_REQUESTED', 'NEXT_WINDOW_REQUESTED')
+      where r.event_type in ({{ heartbeat_request_types() }})
     ) v on v.event_id = e.event_id
-    where e.event_type in ('TRIGGER_REQUESTED', 'RETRY_REQUESTED', 'NEXT_WINDOW_REQUESTED', 'COMPLETED', 'FAILED',
-                           'RESET')
+    where e.event_type in ({{ heartbeat_request_types() }}, 'COMPLETED', 'FAILED', 'RESET')
   )
 {%- endmacro %}
 

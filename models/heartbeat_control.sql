@@ -75,7 +75,7 @@ consumed_until as (
 
 {# The run in flight: the latest request: first try, automatic retry, or the next run of a sequence. #}
 trigger_requests as (
-  select * from lifecycle where event_type in ('TRIGGER_REQUESTED', 'RETRY_REQUESTED', 'NEXT_WINDOW_REQUESTED')
+  select * from lifecycle where event_type in ({{ heartbeat_request_types() }})
 ),
 
 latest_trigger as {{ heartbeat_latest('trigger_requests', 'trigger_job_id') }},
@@ -177,7 +177,7 @@ derived as (
     r.trigger_job_id,
     r.trigger_job_name,
     case
-      when l.event_type in ('TRIGGER_REQUESTED', 'RETRY_REQUESTED', 'NEXT_WINDOW_REQUESTED') then 'IN_PROGRESS'
+      when l.event_type in ({{ heartbeat_request_types() }}) then 'IN_PROGRESS'
       when l.event_type = 'FAILED' then 'FAILED'
       when p.pending_events > 0 then 'NEW_EVENT_AVAILABLE'
       when l.event_type = 'COMPLETED' then 'COMPLETED'

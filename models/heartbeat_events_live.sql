@@ -40,7 +40,7 @@ job_events as (
 settled as (
   select * from job_events
   where event_type in ('COMPLETED', 'FAILED', 'RESET')
-     or (event_type in ('TRIGGER_REQUESTED', 'RETRY_REQUESTED', 'NEXT_WINDOW_REQUESTED') and answered)
+     or (event_type in ({{ heartbeat_request_types() }}) and answered)
 ),
 
 keep_from as (

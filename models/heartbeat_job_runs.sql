@@ -20,7 +20,7 @@ requests as (
     max(payload) as parameters,
     max(case when event_type = 'RETRY_REQUESTED' then 1 else 0 end) = 1 as is_retry
   from job_events
-  where event_type in ('TRIGGER_REQUESTED', 'RETRY_REQUESTED', 'NEXT_WINDOW_REQUESTED')
+  where event_type in ({{ heartbeat_request_types() }})
   group by trigger_job_id, idempotency_token
 ),
 

@@ -9,6 +9,6 @@ select idempotency_token, trigger_job_id, event_type, event_ts, payload
 from (
   select e.*, row_number() over (partition by idempotency_token order by event_ts, event_id) as attempt
   from {{ heartbeat_events() }} e
-  where event_type in ('TRIGGER_REQUESTED', 'RETRY_REQUESTED', 'NEXT_WINDOW_REQUESTED') and idempotency_token is not null
+  where event_type in ({{ heartbeat_request_types() }}) and idempotency_token is not null
 ) requests
 where attempt = 1

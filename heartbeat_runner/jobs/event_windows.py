@@ -14,8 +14,10 @@ catch-up) and the late-data count. Pure functions and records.
 
 from __future__ import annotations
 
+import bisect
 import enum
 import hashlib
+import itertools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -127,11 +129,14 @@ def late_rows(arrivals: Iterable[tuple[datetime, str, EventTimes]], plans: Itera
     ``plans``: (when, windows planned until) for each plan of the job (a trigger request or a skip).
     """
     ordered = sorted(plans)
+    times_planned = [when for when, _ in ordered]
+    planned_until = list(itertools.accumulate((until for _, until in ordered), max))  # by then, the furthest plan
     late: dict[tuple[str, int], int] = {}
     for arrived, source_key, times in arrivals:
-        until = max((u for when, u in ordered if when < arrived), default=None)
-        if until is None:
+        earlier = bisect.bisect_left(times_planned, arrived)  # plans strictly before the arrival
+        if earlier == 0:
             continue
+        until = planned_until[earlier - 1]
         for bucket, n in times.buckets.items():
             if bucket < until:
                 start = bucket - bucket % size_s

@@ -157,8 +157,7 @@ class DeltaTableSource(Source):
             return SenseResult(new_data=False, cursor_to=dump_cursor({"version": current, "value": previous}),
                                detail=f"no {key} after {previous}")
         rows = ctx.count_preprocessed(new_rows, target)
-        result = keyed_result(key, previous, top, rows, dump_cursor({"version": current, "value": str(top)}))
-        return result
+        return keyed_result(key, previous, top, rows, dump_cursor({"version": current, "value": str(top)}))
 
 
 def iso_key(seconds: int, like: str | None) -> str:

@@ -123,8 +123,7 @@ def _start_offsets(cursor: dict[str, int], low: dict[int, int], high: dict[int, 
 
 def _event_times(records: list[dict[str, Any]], grain: int) -> EventTimes | None:
     """The messages' own timestamps (event time), counted per bucket of ``grain`` seconds."""
-    seconds = [s for s in (epoch_seconds(r["timestamp"]) for r in records) if s is not None]
-    return EventTimes.of(seconds, grain) if seconds else None
+    return EventTimes.counted(((epoch_seconds(r["timestamp"]), 1) for r in records), grain)
 
 
 def _dump(offsets: dict[int, int]) -> str:

@@ -128,10 +128,11 @@ def _event_times(load_dates: list[datetime], target: SensingTarget, ctx: SenseCo
     """The runs' LOAD_DATE as event times, when a job with an event-time window policy reads the chain
     (a baseline records only the latest: the watermark starts there)."""
     grain = ctx.event_time_grains.get(target.source_key)
-    seconds = [s for s in (epoch_seconds(d) for d in load_dates) if s is not None]
-    if not grain or not seconds:
+    if not grain or not load_dates:
         return None
-    return EventTimes.baseline(max(load_dates)) if baseline else EventTimes.of(seconds, grain)
+    if baseline:
+        return EventTimes.baseline(max(load_dates))
+    return EventTimes.counted(((epoch_seconds(d), 1) for d in load_dates), grain)
 
 
 def _last_green_day(conn: sa.Connection, log: ChainLog, chain_id: str) -> str | None:
