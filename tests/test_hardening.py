@@ -3,8 +3,11 @@ and following another product's sensor table works by table name, asset and sens
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -199,6 +202,36 @@ def test_a_shutdown_that_hangs_ends_after_the_grace_period_with_the_stacks(lake)
     assert "stopped after" in loop.stdout.read()
     assert loop.returncode == 1 and "Timeout (0:00:03)!" in "".join(err)
     assert any("in close" in line for line in err), "".join(err)
+
+
+#: a process with a live Spark Connect (Sail) session forks the way PySpark starts a classic JVM
+FORK_WITH_GRPC = """
+import subprocess, sys
+if sys.argv[1] == "heartbeat":
+    import heartbeat_runner
+from pysail.spark import SparkConnectServer
+from pyspark.sql import SparkSession
+server = SparkConnectServer("127.0.0.1", 0)
+server.start(background=True)
+spark = SparkSession.builder.remote("sc://127.0.0.1:%d" % server.listening_address[1]).create()
+spark.sql("SELECT 1").collect()
+subprocess.run(["true"], preexec_fn=lambda: None, check=True)
+spark.sql("SELECT 2").collect()
+print("forked")
+"""
+
+
+@pytest.mark.parametrize("process, handlers_run", [("heartbeat", False), ("plain", True)])
+def test_a_fork_beside_a_live_grpc_session_runs_no_grpc_fork_handlers(process, handlers_run):
+    """gRPC's fork handlers pause and restart its threads around fork(); a JVM forked meanwhile can die
+    before it execs (CI: "Java gateway process exited"). Importing Heartbeat turns them off unless the
+    environment asks for them; a plain PySpark process shows the trace would tell."""
+    env = {k: v for k, v in os.environ.items() if k != "GRPC_ENABLE_FORK_SUPPORT"}
+    env.update(GRPC_TRACE="fork,event_engine", GRPC_VERBOSITY="debug")
+    done = subprocess.run([sys.executable, "-c", FORK_WITH_GRPC, process], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0 and "forked" in done.stdout, done.stderr[-3000:]
+    assert ("PrepareFork" in done.stderr) is handlers_run, done.stderr[-3000:]
 
 
 # -- 3. configs of the reference implementation: bare table names ---------------------------------
