@@ -87,16 +87,13 @@ class App:
                   backend: JobsBackend | None = None) -> Heartbeat:
         self.require_config()
         self.ensure_views()
-        from heartbeat_runner.jobs.catch_up import load_catch_up_policies
-        from heartbeat_runner.jobs.event_windows import load_window_policies
-        from heartbeat_runner.jobs.policy import load_retry_policies
+        from heartbeat_runner.jobs.run_policies import load_run_policies
         from heartbeat_runner.sequences import Sequences
 
-        policy_file = self.settings.retry_policy_file
+        policies = load_run_policies(self.settings.retry_policy_file)
         return Heartbeat(self.store, self.dbt, backend or self.jobs_backend(), self.sense_context(),
-                         progress=progress, policies=load_retry_policies(policy_file),
-                         sequences=Sequences(self.store, load_catch_up_policies(policy_file),
-                                             load_window_policies(policy_file)),
+                         progress=progress, policies=policies.retry,
+                         sequences=Sequences(self.store, policies.catch_up, policies.windows),
                          maintenance=self.maintenance(progress) if self.settings.auto_maintenance else None)
 
     def maintenance(self, progress: Callable[[str], None] | None = None) -> Maintenance:

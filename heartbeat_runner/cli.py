@@ -22,9 +22,11 @@ from rich.text import Text
 
 from heartbeat_runner import __version__
 from heartbeat_runner.app import App, open_app
-from heartbeat_runner.config import load_config
+from heartbeat_runner.config import LoadedConfig, load_config
 from heartbeat_runner.errors import ConfigError, HeartbeatError, describe
+from heartbeat_runner.jobs.event_windows import source_grains
 from heartbeat_runner.jobs.policy import load_retry_policies
+from heartbeat_runner.jobs.run_policies import RunPolicies, load_run_policies
 from heartbeat_runner.lease import Lease, LeaseHeld, tick_lease
 from heartbeat_runner.operations import (
     DEFAULT_MAX_REMOVAL_SHARE,
@@ -98,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
     seed = sub.add_parser("seed", parents=[common], help="validate the config CSV and load it (dbt seed + build)")
     seed.add_argument("--allow-removals", action="store_true",
                       help="load even if it retires more than $HEARTBEAT_MAX_REMOVAL_SHARE (default 0.5) of the active rows")
-    sub.add_parser("validate", parents=[common], help="check the config CSV; write nothing")
+    sub.add_parser("validate", parents=[common], help="check the config CSV and the run-policy file; write nothing")
     status = sub.add_parser("status", parents=[common], help="the control table")
     status.add_argument("--watch", nargs="?", type=_seconds, const=DEFAULT_WATCH_S, metavar="SECONDS",
                         help=f"redraw it every SECONDS (default {DEFAULT_WATCH_S:g}) until Ctrl-C; with --json or "
@@ -210,16 +212,50 @@ def _progress(args: argparse.Namespace, total: int | None = None) -> Steps:
 # -- commands ------------------------------------------------------------------------------
 
 def cmd_validate(args: argparse.Namespace, settings: Settings) -> int:
-    config = load_config(settings.effective_config_csv)
+    """Check the config CSV and the run-policy file together (every problem of both); write nothing."""
+    config, policies = _checked_config(settings)
     jobs = sorted({r.trigger_job_id for r in config.rows})
+    unknown = policies.unknown_jobs(jobs)
+    policy_file = settings.retry_policy_file
     if args.json:
         emit_json({"file": str(config.path), "rows": len(config.rows), "jobs": jobs, "valid": True,
-                   "defaulted_columns": list(config.defaulted_columns)})
-    else:
-        print(f"{config.path}: {len(config.rows)} row(s), {len(jobs)} job(s): valid")
-        if config.defaulted_columns:
-            print(f"  columns not in the file, defaults used: {', '.join(config.defaulted_columns)}")
+                   "defaulted_columns": list(config.defaulted_columns),
+                   "run_policies": {"file": str(policy_file) if policy_file else None,
+                                    "retry": sorted(policies.retry.jobs), "catch_up": sorted(policies.catch_up),
+                                    "window": sorted(policies.windows), "unknown_jobs": unknown}})
+        return 0
+    print(f"{config.path}: {len(config.rows)} row(s), {len(jobs)} job(s): valid")
+    if config.defaulted_columns:
+        print(f"  columns not in the file, defaults used: {', '.join(config.defaulted_columns)}")
+    if policy_file is not None:
+        print(f"{policy_file}: {len(policies.retry.jobs)} retry, {len(policies.catch_up)} catch-up and "
+              f"{len(policies.windows)} window policy(ies): valid")
+    for job_id in unknown:
+        print(f"  warning: {policy_file} has a policy for job {job_id}, which no config row triggers")
     return 0
+
+
+def _checked_config(settings: Settings) -> tuple[LoadedConfig, RunPolicies]:
+    """The config CSV and the run policies, checked against each other (window sizes reading one source);
+    one ConfigError with every problem found in either."""
+    problems: list[str] = []
+    config = policies = None
+    try:
+        config = load_config(settings.effective_config_csv)
+    except ConfigError as exc:
+        problems += exc.problems
+    try:
+        policies = load_run_policies(settings.retry_policy_file)
+    except ConfigError as exc:
+        problems += exc.problems
+    if config is not None and policies is not None:
+        try:
+            source_grains(policies.windows, [(r.trigger_job_id, r.source_key) for r in config.rows])
+        except ConfigError as exc:
+            problems += [f"{settings.retry_policy_file}: invalid window policy: {p}" for p in exc.problems]
+    if problems or config is None or policies is None:
+        raise ConfigError(problems)
+    return config, policies
 
 
 #: The steps `seed` reports: validating the CSV, opening the lakehouse, dbt seed, dbt build.

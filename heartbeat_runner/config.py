@@ -8,6 +8,7 @@ anything is written.
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import re
 from collections import defaultdict
@@ -64,6 +65,15 @@ class SensorConfigRow:
     @property
     def key(self) -> tuple[str, str, str]:
         return (self.sensor_source, self.sensor_id, self.trigger_job_id)
+
+    @property
+    def source_key(self) -> str:
+        """The source this row reads, as the control table names it (the macro ``heartbeat_source_key``):
+        rows reading one source the same way share it."""
+        if self.upstream_key is None and self.preprocess_query is None:
+            return f"{self.sensor_source}:{self.sensor_id}"
+        how = f"{self.upstream_key or ''}|{self.preprocess_query or ''}"
+        return f"{self.sensor_source}:{self.sensor_id}#{hashlib.sha256(how.encode()).hexdigest()[:10]}"
 
     def as_csv_record(self) -> dict[str, str]:
         record = {k: ("" if v is None else v) for k, v in asdict(self).items() if k != "line"}

@@ -25,21 +25,16 @@ import os
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from heartbeat_runner.errors import ConfigError, SourceError
+from heartbeat_runner.yaml_files import read_yaml_mapping
 
 
 def load_connections(path: Path | None) -> dict[str, dict[str, Any]]:
     """Read the connections file (missing file: no connections)."""
-    if path is None or not Path(path).exists():
-        return {}
-    try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as exc:
-        raise ConfigError([f"{path}: not valid YAML: {exc}"]) from exc
-    if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
-        raise ConfigError([f"{path}: expected sections (kafka, sap, jdbc) mapping names to settings"])
+    expected = "sections (kafka, sap, jdbc) mapping names to settings"
+    data = read_yaml_mapping(path, expected)
+    if not all(isinstance(v, dict) for v in data.values()):
+        raise ConfigError([f"{path}: expected {expected}"])
     return data
 
 

@@ -9,8 +9,8 @@ from harness import HEADER
 from harness import config_row as row
 
 
-def cli(tmp_path, *args, check=True):
-    env = {**os.environ, "HEARTBEAT_HOME": str(tmp_path / "lh"), "HEARTBEAT_TRIGGER_DIR": str(tmp_path / "triggers"),
+def cli(tmp_path, *args, check=True, env=None):
+    env = {**os.environ, **(env or {}), "HEARTBEAT_HOME": str(tmp_path / "lh"), "HEARTBEAT_TRIGGER_DIR": str(tmp_path / "triggers"),
            "HEARTBEAT_JOBS_FILE": str(tmp_path / "jobs.yml"), "HEARTBEAT_CONFIG": str(tmp_path / "cfg.csv")}
     proc = subprocess.run([sys.executable, "-m", "heartbeat_runner", *args], env=env, capture_output=True,
                           text=True, timeout=120, cwd=tmp_path)
@@ -48,6 +48,35 @@ def test_bad_config_is_refused_and_nothing_is_written(tmp_path):
         assert proc.returncode == 1
         assert f"{tmp_path / 'cfg.csv'}: line 2, column job_state" in proc.stderr
     assert json.loads(cli(tmp_path, "status", "--json").stdout) == before
+
+
+def test_validate_checks_the_config_and_the_run_policies_together_and_reports_every_problem(tmp_path):
+    """One run of ``validate`` names every problem of both files (the CSV's row and field, the policy's job
+    and setting), warns about a policy for a job no row triggers, and lists the policies in --json."""
+    config, policies = tmp_path / "cfg.csv", tmp_path / "policies.yml"
+    env = {"HEARTBEAT_RETRY_POLICY": str(policies)}
+    config.write_text("\n".join([HEADER, row("delta_table", "db.t", "J1"), row("delta_table", "db.t", "J2"),
+                                 row("delta_table", "db.u", "J3", state="MAYBE")]) + "\n")
+    policies.write_text("jobs:\n  J1: {window: {size: 1h}}\n  J2: {window: {size: 90m}, max_retries: 2}\n"
+                        "  J3: {catch_up: {max_window: 7x}}\n")
+    proc = cli(tmp_path, "validate", check=False, env=env)
+    assert proc.returncode == 1 and "nothing was written" in proc.stderr
+    assert f"{config}: line 4, column job_state" in proc.stderr                     # the CSV's problem
+    assert f"{policies}: invalid catch_up policy: max_window '7x'" in proc.stderr   # and the policy's
+
+    config.write_text("\n".join([HEADER, row("delta_table", "db.t", "J1"), row("delta_table", "db.t", "J2")]) + "\n")
+    policies.write_text("jobs:\n  J1: {window: {size: 1h}}\n  J2: {window: {size: 90m}}\n")
+    proc = cli(tmp_path, "validate", check=False, env=env)
+    assert proc.returncode == 1
+    assert f"{policies}: invalid window policy: delta_table:db.t: window sizes [3600, 5400] s" in proc.stderr
+
+    policies.write_text("jobs:\n  J1: {window: {size: 1h}}\n  J2: {window: {size: 2h}, max_retries: 2}\n"
+                        "  J9: {max_retries: 1}\n")
+    proc = cli(tmp_path, "validate", env=env)
+    assert f"{policies}: 3 retry, 0 catch-up and 2 window policy(ies): valid" in proc.stdout
+    assert "job J9, which no config row triggers" in proc.stdout
+    found = json.loads(cli(tmp_path, "validate", "--json", env=env).stdout)["run_policies"]
+    assert (found["window"], found["retry"], found["unknown_jobs"]) == (["J1", "J2"], ["J1", "J2", "J9"], ["J9"])
 
 
 def test_commands_before_seed_explain_what_to_do(tmp_path):

@@ -114,6 +114,25 @@ def test_a_run_longer_than_the_maximum_is_reported_and_optionally_cancelled(hb, 
     assert hb.job_status(str(job)) == {"FAILED"}
 
 
+def test_the_run_policy_file_is_read_once_with_every_section_and_every_problem(tmp_path):
+    from heartbeat_runner.errors import ConfigError
+    from heartbeat_runner.jobs.run_policies import load_run_policies
+
+    path = tmp_path / "policies.yml"
+    path.write_text('jobs:\n  "1": {max_retries: 2, catch_up: {max_window: 3}}\n  H: {window: {size: 1h}}\n')
+    policies = load_run_policies(path)
+    assert (policies.retry.for_job("1").max_retries, policies.catch_up["1"].max_window.count, policies.windows["H"].size_s) \
+        == (2, 3, 3600)
+    assert policies.unknown_jobs(["1"]) == ["H"] and load_run_policies(None) == load_run_policies(tmp_path / "none.yml")
+    path.write_text('default: {window: {size: 1h}}\njobs:\n  "1": {max_retrys: 2, catch_up: {max_window: 0}}\n')
+    with pytest.raises(ConfigError) as raised:
+        load_run_policies(path)
+    assert [p.split(": invalid ")[1].split(" policy")[0] for p in raised.value.problems] == ["retry", "catch_up", "window"]
+    path.write_text("jobs: [unclosed\n")
+    with pytest.raises(ConfigError, match="policies.yml: not valid YAML"):
+        load_run_policies(path)
+
+
 def test_retry_policy_file_is_read_and_bad_files_name_themselves(tmp_path):
     from heartbeat_runner.errors import ConfigError
     from heartbeat_runner.jobs.policy import load_retry_policies

@@ -69,3 +69,19 @@ def test_the_dbt_tests_pass_on_a_lakehouse_that_went_through_a_lifecycle(hb):
     hb.wait_for_jobs()
     assert hb.job_status("J1") == {JobStatus.COMPLETED.value} and hb.job_status("J2") == {JobStatus.FAILED.value}
     hb.app.dbt.invoke(["test"])  # raises DbtError naming the failing test
+
+
+def test_a_config_row_names_its_source_as_the_control_table_does(hb):
+    """``validate`` groups rows by source without an engine (window sizes per source); its key must be the
+    one the macro heartbeat_source_key gives the control table, with and without a key or a query."""
+    from harness import config_row as row
+
+    from heartbeat_runner.config import load_config
+
+    hb.seed(row("delta_table", "db.t", "J1"),
+            row("delta_table", "db.t", "J2", key="updated_at"),
+            row("delta_table", "db.t", "J3", query="SELECT * FROM sensor_new_data WHERE v > 'it''s'"),
+            row("delta_table", "db.t", "J4", key="updated_at", query="SELECT id FROM sensor_new_data"))
+    in_table = {r["trigger_job_id"]: r["source_key"] for r in hb.app.store.control_rows()}
+    in_python = {r.trigger_job_id: r.source_key for r in load_config(hb.config_path).rows}
+    assert in_python == in_table and len(set(in_table.values())) == 4

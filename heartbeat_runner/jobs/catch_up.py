@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from heartbeat_runner.jobs.policy import check_section, load_policy_section
+from heartbeat_runner.jobs.policy import check_section, load_section, policy_sections
 from heartbeat_runner.windows import SourceWindow, WindowLimit
 
 #: The keys of the run-policy YAML's per-job mapping that are a catch-up policy.
@@ -99,9 +99,14 @@ def next_window_token(base_token: str, run: int) -> str:
     return hashlib.sha256(f"{base_token}\x1fwindow\x1f{run}".encode()).hexdigest()[:36]
 
 
+def catch_up_policies(data: Mapping[str, Any]) -> dict[str, CatchUpPolicy]:
+    """``jobs: {<job id>: {catch_up: {...}}}`` of a run-policy mapping (``default`` may hold one too)."""
+    return policy_sections(data, "catch_up", CatchUpPolicy.from_mapping)
+
+
 def load_catch_up_policies(path: Path | None) -> dict[str, CatchUpPolicy]:
-    """``jobs: {<job id>: {catch_up: {...}}}`` of the run-policy YAML (``default`` may hold one too)."""
-    return load_policy_section(path, "catch_up", CatchUpPolicy.from_mapping)
+    """The catch-up policies of the run-policy YAML at ``path``."""
+    return load_section(path, "catch_up", catch_up_policies)
 
 
 def policy_for(policies: Mapping[str, CatchUpPolicy], job_id: str) -> CatchUpPolicy | None:

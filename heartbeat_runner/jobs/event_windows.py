@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from heartbeat_runner.errors import ConfigError
-from heartbeat_runner.jobs.policy import check_section, load_policy_section
+from heartbeat_runner.jobs.policy import check_section, load_section, policy_sections
 from heartbeat_runner.windows import EventTimes, WindowLimit
 
 #: The keys of a job's ``window`` policy.
@@ -68,16 +68,22 @@ def _seconds(value: object, name: str, allow_zero: bool = False) -> int:
     return int(limit.span.total_seconds())
 
 
-def load_window_policies(path: Path | None) -> dict[str, WindowPolicy]:
-    """``jobs: {<job id>: {window: {...}}}`` of the run-policy YAML."""
-    found = load_policy_section(path, "window", WindowPolicy.from_mapping)
+def window_policies(data: Mapping[str, Any]) -> dict[str, WindowPolicy]:
+    """``jobs: {<job id>: {window: {...}}}`` of a run-policy mapping; ValueError for a window under
+    ``default`` or a job that also has a catch-up policy."""
+    found = policy_sections(data, "window", WindowPolicy.from_mapping)
     if "*" in found:
-        raise ConfigError([f"{path}: invalid window policy: a window belongs to a job, not under 'default'"])
-    both = sorted(set(found) & set(load_policy_section(path, "catch_up", lambda section: section)))
+        raise ValueError("a window belongs to a job, not under 'default'")
+    both = sorted(set(found) & set(policy_sections(data, "catch_up", lambda section: section)))
     if both:
-        raise ConfigError([f"{path}: invalid window policy: job(s) {', '.join(both)} have both a window and a "
-                           "catch_up policy; a job has one or the other"])
+        raise ValueError(f"job(s) {', '.join(both)} have both a window and a catch_up policy; a job has one "
+                         "or the other")
     return found
+
+
+def load_window_policies(path: Path | None) -> dict[str, WindowPolicy]:
+    """The event-time window policies of the run-policy YAML at ``path``."""
+    return load_section(path, "window", window_policies)
 
 
 def source_grains(policies: Mapping[str, WindowPolicy], sources: Iterable[tuple[str, str]]) -> dict[str, int]:

@@ -32,11 +32,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-import yaml
-
 from heartbeat_runner.errors import ConfigError, JobNotFoundError, JobsBackendError
 from heartbeat_runner.jobs.base import JobsBackend, RunOutcome, RunOutput, RunStatus, TriggerRequest
 from heartbeat_runner.processes import pid_alive
+from heartbeat_runner.yaml_files import read_yaml_mapping
 
 #: How much of the end of a run's output.log ``run_output`` returns.
 OUTPUT_TAIL_BYTES = 64 * 1024
@@ -54,11 +53,8 @@ def load_jobs_file(path: Path) -> dict[str, LocalJob]:
     """Parse the jobs file; a missing file means no local jobs."""
     if not path.exists():
         return {}
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as exc:
-        raise ConfigError([f"{path}: not valid YAML: {exc}"]) from exc
-    jobs = data.get("jobs") if isinstance(data, dict) else None
+    expected = "a top-level 'jobs:' mapping of job id to command"
+    jobs = read_yaml_mapping(path, expected).get("jobs")
     if not isinstance(jobs, dict):
         raise ConfigError([f"{path}: expected a top-level 'jobs:' mapping of job id to command"])
     parsed: dict[str, LocalJob] = {}

@@ -13,10 +13,9 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, TypeVar
 
-import yaml
-
 from heartbeat_runner.errors import ConfigError
 from heartbeat_runner.jobs.base import RunOutcome, RunStatus
+from heartbeat_runner.yaml_files import read_yaml_mapping
 
 T = TypeVar("T")
 
@@ -98,6 +97,32 @@ class RetryPolicies:
         return self.jobs.get(job_id, self.default)
 
 
+def read_policy_file(path: Path | None) -> Mapping[str, Any]:
+    """The run-policy YAML (``default:`` and ``jobs:``) as a mapping; {} when there is no file."""
+    return read_yaml_mapping(path, "the keys 'default' and 'jobs'")
+
+
+def load_section(path: Path | None, name: str, build: Callable[[Mapping[str, Any]], T]) -> T:
+    """``build`` of the run-policy file at ``path``; its ValueError is a ConfigError naming the file and
+    the policy (``name``)."""
+    data = read_policy_file(path)
+    try:
+        return build(data)
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise ConfigError([f"{path}: invalid {name} policy: {exc}"]) from exc
+
+
+def retry_policies(data: Mapping[str, Any]) -> RetryPolicies:
+    """The retry policies of a run-policy mapping; ValueError when it is malformed."""
+    if set(data) - {"default", "jobs"}:
+        raise ValueError("expected only the keys 'default' and 'jobs'")
+    jobs = data.get("jobs") or {}
+    if not isinstance(jobs, dict):
+        raise ValueError("'jobs' must map job ids to policies")
+    return RetryPolicies(default=RetryPolicy.from_mapping(data.get("default")),
+                         jobs={str(job): RetryPolicy.from_mapping(values) for job, values in jobs.items()})
+
+
 def load_retry_policies(path: Path | None) -> RetryPolicies:
     """Read ``default:`` and ``jobs: {<job id>: {...}}`` from a YAML file (missing file: retries off)::
 
@@ -105,19 +130,7 @@ def load_retry_policies(path: Path | None) -> RetryPolicies:
         jobs:
           "123": {max_retries: 2, backoff_s: 300}
     """
-    if path is None or not Path(path).exists():
-        return RetryPolicies()
-    try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
-        if not isinstance(data, dict) or set(data) - {"default", "jobs"}:
-            raise ValueError("expected only the keys 'default' and 'jobs'")
-        jobs = data.get("jobs") or {}
-        if not isinstance(jobs, dict):
-            raise ValueError("'jobs' must map job ids to policies")
-        return RetryPolicies(default=RetryPolicy.from_mapping(data.get("default")),
-                             jobs={str(job): RetryPolicy.from_mapping(values) for job, values in jobs.items()})
-    except (yaml.YAMLError, ValueError, TypeError) as exc:
-        raise ConfigError([f"{path}: invalid retry policy: {exc}"]) from exc
+    return load_section(path, "retry", retry_policies)
 
 
 def check_section(name: str, values: Mapping[str, Any], allowed: set[str], required: str, example: str) -> None:
@@ -129,25 +142,14 @@ def check_section(name: str, values: Mapping[str, Any], allowed: set[str], requi
         raise ValueError(f"{name} needs {required} ({example})")
 
 
-def load_policy_section(path: Path | None, key: str, parse: Callable[[Any], T]) -> dict[str, T]:
-    """``parse`` of each job's ``key`` section of the run-policy YAML (``"*"``: the one under ``default``).
-
-    A missing file has none; a malformed one is a ConfigError naming the file and the policy.
-    """
-    if path is None or not Path(path).exists():
-        return {}
-    try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
-        if not isinstance(data, dict):
-            raise ValueError("expected the keys 'default' and 'jobs'")
-        jobs = data.get("jobs") or {}
-        sections = {str(job): values[key] for job, values in jobs.items() if isinstance(values, dict) and values.get(key)}
-        default = data.get("default")
-        if isinstance(default, dict) and default.get(key):
-            sections["*"] = default[key]
-        return {job: parse(section) for job, section in sections.items()}
-    except (yaml.YAMLError, ValueError, TypeError, AttributeError) as exc:
-        raise ConfigError([f"{path}: invalid {key} policy: {exc}"]) from exc
+def policy_sections(data: Mapping[str, Any], key: str, parse: Callable[[Any], T]) -> dict[str, T]:
+    """``parse`` of each job's ``key`` section of a run-policy mapping (``"*"``: the one under ``default``)."""
+    jobs = data.get("jobs") or {}
+    sections = {str(job): values[key] for job, values in jobs.items() if isinstance(values, dict) and values.get(key)}
+    default = data.get("default")
+    if isinstance(default, dict) and default.get(key):
+        sections["*"] = default[key]
+    return {job: parse(section) for job, section in sections.items()}
 
 
 def retry_token(base_token: str, attempt: int) -> str:
