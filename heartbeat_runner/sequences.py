@@ -36,24 +36,28 @@ from heartbeat_runner.jobs.catch_up import (
     policy_for,
 )
 from heartbeat_runner.jobs.event_windows import (
+    Arrival,
     LateData,
     LateRows,
     Window,
+    WindowLedger,
     WindowPolicy,
     final_windows,
     late_rows,
-    rows_in,
+    ledger_from_history,
     window_token,
 )
 from heartbeat_runner.records import Event, EventType, sequence_event_id
 from heartbeat_runner.sources.registry import source_for
 from heartbeat_runner.store import ReadyRow, TableStore
-from heartbeat_runner.windows import CUT_POINTS_KEY, EventTimes, SourceWindow, iso
+from heartbeat_runner.windows import CUT_POINTS_KEY, EventTimes, SourceWindow, epoch_seconds, iso
 
 #: The payload key naming the token of the request that started a sequence.
 SEQUENCE_KEY = "_sequence"
 #: The payload key of a window plan (trigger request, WINDOW_SKIPPED): the end of its last window.
 UNTIL_KEY = "_windows_until_s"
+#: The payload key of the ledger each plan and correction of a windowed job carries (event_windows.WindowLedger).
+LEDGER_KEY = "_window_ledger"
 
 
 @dataclass(frozen=True)
@@ -164,9 +168,10 @@ class Sequences:
 
     def _plan_windows(self, job_id: str, windows: list[Window], tick_run_id: str, snapshot_ts: datetime) -> WindowPlan:
         sources = self._sources(job_id)
-        seen = self._event_times(sorted(sources))
-        with_data = [w for w in windows if rows_in(w, seen) > 0]
-        skipped = [self._skip_event(job_id, w, tick_run_id, snapshot_ts) for w in windows if w not in with_data]
+        before = self._ledger(job_id, sources)
+        ledger = before.planned(windows[-1].end_s).payload()
+        with_data = [w for w in windows if before.rows_in(w) > 0]
+        skipped = [self._skip_event(job_id, w, tick_run_id, snapshot_ts, ledger) for w in windows if w not in with_data]
         if not with_data:
             return WindowPlan(job_id, skipped, None, {})
         plan = SequencePlan(
@@ -176,56 +181,107 @@ class Sequences:
              for w in with_data])
         token = window_token(job_id, with_data[0])
         payload = {**plan.parameters(1, {"heartbeat_run_id": tick_run_id}), SEQUENCE_KEY: token,
-                   UNTIL_KEY: windows[-1].end_s}
+                   UNTIL_KEY: windows[-1].end_s, LEDGER_KEY: ledger}
         return WindowPlan(job_id, skipped, TriggerRequest(job_id, None, token, job_parameters(payload)), payload)
 
     def correction(self, job_id: str, tick_run_id: str) -> WindowPlan | None:
         """Under ``late_data: rerun``: the one correction run of the oldest window that got late rows and
-        has not been corrected yet; None when there is none. (Reads the job's sources' NEW_DATA history,
-        archive included, each tick the job is free: a cost that grows with age, for rerun jobs only.)"""
+        has not been corrected yet; None when there is none. Reads the arrivals since the job's latest
+        plan (the hot log), whatever the job's age."""
         policy = self.windows.get(job_id)
         if policy is None or policy.late_data is not LateData.RERUN:
             return None
-        for late in self.late_data(job_id):
-            window = Window(late.window_start_s, late.window_start_s + policy.size_s)
+        sources = self._sources(job_id)
+        ledger = self._ledger(job_id, sources)
+        for start in ledger.pending:
+            ledger = ledger.corrected(start)
+            window = Window(start, start + policy.size_s)
             token = window_token(job_id, window, correction=True)
             if self.store.request_payload(token):
-                continue  # corrected once already
-            sources = self._sources(job_id)
+                continue  # corrected once already: later late rows earn no second run
             windows = [{"sensor_source": src, "sensor_id": sid, "from": iso(window.start_s), "to": iso(window.end_s)}
                        for src, sid in sources.values()]
             payload = {"heartbeat_run_id": tick_run_id, "heartbeat_windows": json.dumps(windows, sort_keys=True),
                        "window_start": iso(window.start_s), "window_end": iso(window.end_s),
-                       "heartbeat_window_correction": "true"}
-            return WindowPlan(job_id, [], TriggerRequest(job_id, None, token, payload), payload)
+                       "heartbeat_window_correction": "true", LEDGER_KEY: ledger.payload()}
+            return WindowPlan(job_id, [], TriggerRequest(job_id, None, token, job_parameters(payload)), payload)
         return None
 
     def late_data(self, job_id: str) -> list[LateRows]:
-        """Rows that arrived for windows of ``job_id`` already planned (finalized) when they arrived."""
+        """Rows that arrived for windows of ``job_id`` already planned (finalized) when they arrived, over
+        the job's whole history (for ``explain`` and the status page, not the tick)."""
         policy = self.windows.get(job_id)
         if policy is None:
             return []
-        plans = [(p["event_ts"], int(json.loads(p["payload"])[UNTIL_KEY])) for p in self.store.window_plans(job_id)
-                 if p["payload"] and UNTIL_KEY in json.loads(p["payload"])]
-        arrivals = [(e["event_ts"], e["source_key"], t) for e in self.store.event_time_events(sorted(self._sources(job_id)))
-                    if (t := EventTimes.from_payload(json.loads(e["payload"]))) is not None]
-        return late_rows(arrivals, plans, policy.size_s)
+        arrivals = self._arrivals(self.store.event_time_events(sorted(self._sources(job_id))))
+        return late_rows(((a.event_ts, a.source_key, a.times) for a in arrivals),
+                         _planned_until(valid_plans(self.store.window_plans(job_id))), policy.size_s)
+
+    def _ledger(self, job_id: str, sources: Mapping[str, tuple[str, str]]) -> WindowLedger:
+        """The job's window ledger now: the one its latest plan carries, advanced over the arrivals since
+        (the hot log holds them); replayed from the whole history (archive included) when no plan carries
+        one for these sources (the first plan, plans of an older version, a RESET since, a source added)."""
+        policy = self.windows[job_id]
+        keys, track_late = sorted(sources), policy.late_data is LateData.RERUN
+        carried = latest_ledger(self.store.recent_window_plans(job_id))
+        if carried is not None and carried.sources == tuple(keys):
+            since = [a for a in self._arrivals(self.store.recent_event_time_events(keys))
+                     if carried.through is None or a.event_ts > carried.through]
+            return carried.advance(since, policy.size_s, track_late)
+        plans = valid_plans(self.store.window_plans(job_id))
+        corrected = {seconds for p in plans if (payload := _payload(p)).get("heartbeat_window_correction") == "true"
+                     and (seconds := epoch_seconds(payload.get("window_start"))) is not None}
+        return ledger_from_history(keys, self._arrivals(self.store.event_time_events(keys)), _planned_until(plans),
+                                   corrected, policy.size_s, track_late)
 
     def _sources(self, job_id: str) -> dict[str, tuple[str, str]]:
         """source_key -> (sensor_source, sensor_id) of the job's active rows."""
         return {r["source_key"]: (r["sensor_source"], r["sensor_id"]) for r in self.store.control_rows(job_id)}
 
-    def _event_times(self, source_keys: list[str]) -> list[EventTimes]:
-        found = (EventTimes.from_payload(json.loads(e["payload"])) for e in self.store.event_time_events(source_keys))
-        return [t for t in found if t is not None]
+    @staticmethod
+    def _arrivals(events: list[dict]) -> list[Arrival]:
+        return [Arrival(e["event_ts"], e["source_key"], times) for e in events
+                if (times := EventTimes.from_payload(_payload(e))) is not None]
 
     @staticmethod
-    def _skip_event(job_id: str, window: Window, tick_run_id: str, snapshot_ts: datetime) -> Event:
+    def _skip_event(job_id: str, window: Window, tick_run_id: str, snapshot_ts: datetime,
+                    ledger: dict[str, Any]) -> Event:
         return Event(event_type=EventType.WINDOW_SKIPPED, run_id=tick_run_id, snapshot_ts=snapshot_ts,
                      event_id=sequence_event_id(window_token(job_id, window)), trigger_job_id=job_id,
                      message=f"window [{iso(window.start_s)}, {iso(window.end_s)}) had no data in any source",
                      payload=json.dumps({UNTIL_KEY: window.end_s, "window_start": iso(window.start_s),
-                                         "window_end": iso(window.end_s)}, sort_keys=True))
+                                         "window_end": iso(window.end_s), LEDGER_KEY: ledger}, sort_keys=True))
+
+
+def _payload(event: Mapping[str, Any]) -> dict[str, Any]:
+    return json.loads(event["payload"]) if event.get("payload") else {}
+
+
+def valid_plans(events: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The plans among a windowed job's ``events`` (oldest first): its trigger requests and WINDOW_SKIPPED,
+    less the requests a later TRIGGER_ERROR of their token voided (as the SQL's lifecycle does)."""
+    errors: dict[str, Any] = {}
+    for event in events:
+        if event["event_type"] == EventType.TRIGGER_ERROR.value and event["idempotency_token"]:
+            errors[event["idempotency_token"]] = event["event_ts"]
+    return [e for e in events if e["event_type"] in (EventType.TRIGGER_REQUESTED.value, EventType.WINDOW_SKIPPED.value)
+            and not (e["idempotency_token"] in errors and errors[e["idempotency_token"]] >= e["event_ts"])]
+
+
+def latest_ledger(events: Sequence[Mapping[str, Any]]) -> WindowLedger | None:
+    """The ledger the latest valid plan among ``events`` (oldest first) carries; None when it carries
+    none or the job was RESET after it."""
+    plans = valid_plans(events)
+    resets = [e["event_ts"] for e in events if e["event_type"] == EventType.RESET.value]
+    if not plans or (resets and max(resets) >= plans[-1]["event_ts"]):
+        return None
+    found = _payload(plans[-1]).get(LEDGER_KEY)
+    return WindowLedger.from_payload(found) if found else None
+
+
+def _planned_until(plans: Sequence[Mapping[str, Any]]) -> list[tuple[datetime, int]]:
+    """(when, windows planned until) of each plan that planned windows."""
+    return [(p["event_ts"], int(payload[UNTIL_KEY])) for p in plans if UNTIL_KEY in (payload := _payload(p))]
 
 
 def _cut_points(events: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:

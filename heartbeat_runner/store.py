@@ -140,6 +140,13 @@ class SkippedSource:
     reason: str
 
 
+
+#: the events of a windowed job's plans (sequences.valid_plans): requests and skips, and what voids or restarts them
+PLAN_EVENT_TYPES = [EventType.TRIGGER_REQUESTED.value, EventType.WINDOW_SKIPPED.value, EventType.TRIGGER_ERROR.value,
+                    EventType.RESET.value]
+PLAN_COLUMNS = ["event_id", "event_ts", "event_type", "idempotency_token", "payload"]
+
+
 class TableStore:
     """Reads and writes Heartbeat's tables through the engine."""
 
@@ -340,12 +347,27 @@ class TableStore:
         return [e for e in found if e["payload"]]
 
     def window_plans(self, job_id: str) -> list[dict]:
-        """The job's window plans: trigger requests and WINDOW_SKIPPED events (hot log and archive)."""
-        found = self._read_history(
-            Cond("trigger_job_id", job_id),
-            Cond("event_type", [EventType.TRIGGER_REQUESTED.value, EventType.WINDOW_SKIPPED.value], "in"),
-            columns=["event_id", "event_ts", "idempotency_token", "payload"])
-        return sorted(found, key=lambda e: e["event_ts"])
+        """The job's window plans (trigger requests, WINDOW_SKIPPED) with the TRIGGER_ERROR and RESET events
+        that void or restart them, oldest first (hot log and archive)."""
+        found = self._read_history(Cond("trigger_job_id", job_id), Cond("event_type", PLAN_EVENT_TYPES, "in"),
+                                   columns=PLAN_COLUMNS)
+        return sorted(found, key=lambda e: (e["event_ts"], e["event_id"]))
+
+    def recent_event_time_events(self, source_keys: list[str]) -> list[dict]:
+        """The NEW_DATA events of these sources in the hot log that recorded event times (every one a
+        windowed job has not planned yet is there, heartbeat_events_live)."""
+        if not source_keys:
+            return []
+        found = self.read(EVENTS, Cond("source_key", source_keys, "in"), Cond("event_type", EventType.NEW_DATA.value),
+                          columns=["event_id", "event_ts", "source_key", "payload"])
+        return [e for e in found if e["payload"]]
+
+    def recent_window_plans(self, job_id: str) -> list[dict]:
+        """The job's plans in the hot log (trigger requests, WINDOW_SKIPPED), with the TRIGGER_ERROR and
+        RESET events that void or restart them, oldest first. The latest plan is always there."""
+        found = self.read(EVENTS, Cond("trigger_job_id", job_id), Cond("event_type", PLAN_EVENT_TYPES, "in"),
+                          columns=PLAN_COLUMNS)
+        return sorted(found, key=lambda e: (e["event_ts"], e["event_id"]))
 
     def _read_history(self, *where: Cond, columns: Sequence[str]) -> list[dict]:
         """Events from the hot log and its archive, once each (a row caught in both by a crash while

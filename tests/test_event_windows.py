@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import contextlib
 import json
+import random
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -23,9 +24,20 @@ from services import kafka_broker, postgres  # noqa: F401 (fixtures)
 from test_catch_up import CrashOutcome, recorded, recorder_jobs
 
 from heartbeat_runner.faults import CRASH_EXIT_CODE
-from heartbeat_runner.jobs.event_windows import LateRows, Window, final_windows, late_rows
+from heartbeat_runner.jobs.event_windows import (
+    Arrival,
+    LateRows,
+    Window,
+    WindowLedger,
+    final_windows,
+    late_rows,
+    ledger_from_history,
+)
+from heartbeat_runner.maintenance import Maintenance
 from heartbeat_runner.operations import explain, late_data, record_job_event
 from heartbeat_runner.records import EventType
+from heartbeat_runner.settings import MaintenancePolicy
+from heartbeat_runner.store import EVENTS, EVENTS_ARCHIVE
 from heartbeat_runner.windows import EventTimes
 
 DAY = "2026-05-01"
@@ -61,9 +73,9 @@ def windowed(tmp_path: Path, policy: str, **env: str) -> Harness:
 
 
 @contextlib.contextmanager
-def clicks(tmp_path: Path, policy: str, first: str) -> Iterator[Harness]:
+def clicks(tmp_path: Path, policy: str, first: str, **env: str) -> Iterator[Harness]:
     """Job H reads up.clicks (event time: its ``ts`` key) under ``policy``; a baseline at ``first``."""
-    with windowed(tmp_path, policy) as hb:
+    with windowed(tmp_path, policy, **env) as hb:
         hb.create_table("up.clicks", "ts TIMESTAMP, n INT")
         hb.insert("up.clicks", f"(TIMESTAMP'{DAY} {first}:00', 0)")
         hb.seed(row("delta_table", "up.clicks", "H", key="ts"))
@@ -86,6 +98,47 @@ def test_final_windows_and_late_rows():
                 (ts("12:02"), "b", EventTimes.of([start + hour + 5], 60))]   # 11:00 window: late
     assert late_rows(arrivals, [(planned_at, start + 2 * hour)], hour) == [
         LateRows("a", start, 1), LateRows("b", start + hour, 1)]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_ledger_carried_from_plan_to_plan_equals_the_whole_history(seed):
+    """Each plan reads only the arrivals after the previous one's ledger. On random histories (late rows,
+    rows for future windows, two sources, corrections) what it sees equals the whole history's: the rows
+    of each window it plans, and the windows with late rows not yet corrected."""
+    rng = random.Random(seed)
+    hour, origin = 3600, int(ts("00:00").timestamp())
+    arrivals: list[Arrival] = []
+    plans: list[tuple[datetime, int]] = []
+    corrected: set[int] = set()
+    carried, until, clock = WindowLedger(("a", "b")), origin, ts("00:00")
+    for _ in range(rng.randrange(20, 60)):
+        clock += timedelta(minutes=rng.randrange(1, 90))
+        if rng.random() < 0.6:  # an arrival: mostly recent rows, some late, some far ahead
+            now_s = int(clock.timestamp())
+            seconds = [max(origin, now_s + rng.choice([-1, -1, -3, -8, 2]) * rng.randrange(0, hour))
+                       for _ in range(rng.randrange(1, 4))]
+            arrivals.append(Arrival(clock, rng.choice("ab"), EventTimes.of(seconds, 600)))
+            continue
+        ledger = carried.advance([a for a in arrivals if carried.through is None or a.event_ts > carried.through],
+                                 hour, track_late=True)
+        whole = ledger_from_history(("a", "b"), arrivals, plans, corrected, hour, track_late=True)
+        assert ledger == whole
+        late = {r.window_start_s for r in late_rows([(a.event_ts, a.source_key, a.times) for a in arrivals], plans,
+                                                    hour)}
+        assert set(ledger.pending) == late - corrected
+        watermark = int(clock.timestamp()) - hour
+        windows = final_windows(until, watermark, hour)
+        if windows:  # a plan
+            for window in windows:
+                assert ledger.rows_in(window) == sum(n for a in arrivals for b, n in a.times.buckets.items()
+                                                     if window.start_s <= b < window.end_s)
+            until = windows[-1].end_s
+            plans.append((clock, until))
+            carried = ledger.planned(until)
+        elif ledger.pending:  # a correction run of the oldest late window
+            corrected.add(ledger.pending[0])
+            carried = ledger.corrected(ledger.pending[0])
+        assert WindowLedger.from_payload(json.loads(json.dumps(carried.payload()))) == carried
 
 
 # -- Delta with a timestamp upstream_key -----------------------------------------------------------
@@ -119,6 +172,32 @@ def test_delta_hourly_windows_fire_when_final_skip_empty_ones_and_rerun_late_one
         settle(hb)
         assert [s for s in starts(out, "H") if s[1] == "true"] == [("10:00", "true")]
         assert late_data(hb.app.store, hb.settings.retry_policy_file, "H")[0]["rows"] == 2
+
+
+def test_once_its_history_is_archived_a_windowed_job_reads_only_the_hot_log_and_still_corrects(tmp_path, monkeypatch):
+    """Plans and late-data checks read the arrivals since the job's latest plan (the ledger it carries)
+    from the hot log: with the job's history archived, its ticks read no archived event, a late row
+    still earns its one correction run and the next window its run; jobs never see the ledger."""
+    out = tmp_path / "out"
+    with clicks(tmp_path, 'jobs: {"H": {window: {size: 1h, lateness: 0s, late_data: rerun}}}', "09:30",
+                HEARTBEAT_ARCHIVE_MARGIN_MINUTES="0") as hb:
+        hb.insert("up.clicks", f"(TIMESTAMP'{DAY} 10:05:00', 1), (TIMESTAMP'{DAY} 11:10:00', 2)")
+        settle(hb)
+        hb.insert("up.clicks", f"(TIMESTAMP'{DAY} 12:30:00', 3), (TIMESTAMP'{DAY} 14:10:00', 4)")
+        settle(hb)
+        assert starts(out, "H") == [("10:00", "false"), ("11:00", "false"), ("12:00", "false")]
+        assert Maintenance(hb.app.store, MaintenancePolicy()).archive_events() > 0
+
+        store, tables = hb.app.store, []
+        read = store.read
+        monkeypatch.setattr(store, "read", lambda table, *a, **k: tables.append(table) or read(table, *a, **k))
+        hb.insert("up.clicks", f"(TIMESTAMP'{DAY} 10:30:00', 5)")  # late for 10:00
+        settle(hb)
+        hb.insert("up.clicks", f"(TIMESTAMP'{DAY} 15:20:00', 6)")  # 14:00 becomes final
+        settle(hb)
+        assert starts(out, "H")[3:] == [("10:00", "true"), ("14:00", "false")]
+        assert EVENTS in tables and EVENTS_ARCHIVE not in tables
+        assert not [key for run in recorded(out, "H") for key in run if key.startswith("_")]
 
 
 def test_a_backlog_of_windows_after_a_pause_runs_each_window_once_in_order(tmp_path):

@@ -19,7 +19,7 @@ import enum
 import hashlib
 import itertools
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -116,11 +116,6 @@ def final_windows(next_start_s: int, watermark_s: int, size_s: int) -> list[Wind
     return windows
 
 
-def rows_in(window: Window, seen: Iterable[EventTimes]) -> int:
-    """How many rows the sources recorded with an event time inside ``window``."""
-    return sum(n for times in seen for start, n in times.buckets.items() if window.start_s <= start < window.end_s)
-
-
 @dataclass(frozen=True)
 class LateRows:
     source_key: str
@@ -148,6 +143,99 @@ def late_rows(arrivals: Iterable[tuple[datetime, str, EventTimes]], plans: Itera
                 start = bucket - bucket % size_s
                 late[(source_key, start)] = late.get((source_key, start), 0) + n
     return [LateRows(key, start, n) for (key, start), n in sorted(late.items())]
+
+
+@dataclass(frozen=True)
+class Arrival:
+    """One NEW_DATA of a source read by a windowed job: when it was recorded and the event times it saw."""
+
+    event_ts: datetime
+    source_key: str
+    times: EventTimes
+
+
+@dataclass(frozen=True)
+class WindowLedger:
+    """What a windowed job's plans need of its sources' arrivals up to ``through`` (the latest one read),
+    carried in the payload of each plan, skip and correction event so that the next plan reads only the
+    arrivals after it (the hot log holds them) instead of every arrival since the job began.
+
+    ``sources``: the job's sources it counts (another set of sources needs a new ledger);
+    ``until_s``: the end of the furthest window planned (None before the first plan);
+    ``ahead``: rows per source and event-time bucket at or after ``until_s`` (the windows still to plan);
+    ``pending``: starts of planned windows that got late rows and no correction run yet (``rerun`` jobs).
+
+    Invariant: the ledger after arrivals A then B equals the ledger after A + B, and it equals what
+    ``late_rows`` and ``rows_in`` derive from the job's whole history (tests/test_event_windows.py).
+    """
+
+    sources: tuple[str, ...] = ()
+    through: datetime | None = None
+    until_s: int | None = None
+    ahead: Mapping[str, Mapping[int, int]] = field(default_factory=dict)
+    pending: tuple[int, ...] = ()
+
+    def advance(self, arrivals: Iterable[Arrival], size_s: int, track_late: bool) -> WindowLedger:
+        """The ledger after ``arrivals`` (recorded after ``through``, none planned since): rows for windows
+        already planned are late (their windows pending a correction when ``track_late``), the others ahead."""
+        ahead = {key: dict(buckets) for key, buckets in self.ahead.items()}
+        pending, through = set(self.pending), self.through
+        for arrival in sorted(arrivals, key=lambda a: a.event_ts):
+            for bucket, rows in arrival.times.buckets.items():
+                if self.until_s is not None and bucket < self.until_s:
+                    if track_late:
+                        pending.add(bucket - bucket % size_s)
+                else:
+                    mine = ahead.setdefault(arrival.source_key, {})
+                    mine[bucket] = mine.get(bucket, 0) + rows
+            through = arrival.event_ts if through is None else max(through, arrival.event_ts)
+        return replace(self, through=through, ahead=ahead, pending=tuple(sorted(pending)))
+
+    def rows_in(self, window: Window) -> int:
+        """Rows of every source with an event time inside ``window`` (a window not planned yet)."""
+        return sum(n for buckets in self.ahead.values() for start, n in buckets.items()
+                   if window.start_s <= start < window.end_s)
+
+    def planned(self, until_s: int) -> WindowLedger:
+        """After a plan up to ``until_s``: the rows of the planned windows leave ``ahead``."""
+        until = until_s if self.until_s is None else max(self.until_s, until_s)
+        ahead = {key: {b: n for b, n in buckets.items() if b >= until} for key, buckets in self.ahead.items()}
+        return replace(self, until_s=until, ahead={k: v for k, v in ahead.items() if v})
+
+    def corrected(self, window_start_s: int) -> WindowLedger:
+        """After the correction run of the window starting at ``window_start_s`` was requested."""
+        return replace(self, pending=tuple(p for p in self.pending if p != window_start_s))
+
+    def payload(self) -> dict[str, Any]:
+        return {"sources": list(self.sources), "through": self.through.isoformat() if self.through else None,
+                "until_s": self.until_s,
+                "ahead": {key: {str(b): n for b, n in sorted(buckets.items())} for key, buckets in sorted(self.ahead.items())},
+                "pending": list(self.pending)}
+
+    @classmethod
+    def from_payload(cls, data: Mapping[str, Any]) -> WindowLedger:
+        through = data.get("through")
+        until = data.get("until_s")
+        return cls(tuple(str(k) for k in data.get("sources") or ()),
+                   datetime.fromisoformat(through) if through else None, int(until) if until is not None else None,
+                   {str(k): {int(b): int(n) for b, n in v.items()} for k, v in (data.get("ahead") or {}).items()},
+                   tuple(int(p) for p in data.get("pending") or ()))
+
+
+def ledger_from_history(sources: Iterable[str], arrivals: Iterable[Arrival], plans: Iterable[tuple[datetime, int]],
+                        corrected: set[int], size_s: int, track_late: bool) -> WindowLedger:
+    """The ledger of a job replayed from its whole history: every arrival of its ``sources`` and every
+    plan (when, planned until) in time order (an arrival at the very time of a plan came before it),
+    less the windows whose correction was already requested (their starts: ``corrected``)."""
+    ledger = WindowLedger(tuple(sorted(sources)))
+    ordered = sorted(arrivals, key=lambda a: a.event_ts)
+    times, done = [a.event_ts for a in ordered], 0
+    for when, until in sorted(plans):
+        cut = bisect.bisect_right(times, when, lo=done)
+        ledger = ledger.advance(ordered[done:cut], size_s, track_late).planned(until)
+        done = cut
+    ledger = ledger.advance(ordered[done:], size_s, track_late)
+    return replace(ledger, pending=tuple(p for p in ledger.pending if p not in corrected))
 
 
 def window_token(job_id: str, window: Window, correction: bool = False) -> str:
