@@ -221,13 +221,16 @@ def cmd_validate(args: argparse.Namespace, settings: Settings) -> int:
         emit_json({"file": str(config.path), "rows": len(config.rows), "jobs": jobs, "valid": True,
                    "defaulted_columns": list(config.defaulted_columns),
                    "run_policies": {"file": str(policy_file) if policy_file else None,
+                                    "exists": bool(policy_file and policy_file.exists()),
                                     "retry": sorted(policies.retry.jobs), "catch_up": sorted(policies.catch_up),
                                     "window": sorted(policies.windows), "unknown_jobs": unknown}})
         return 0
     print(f"{config.path}: {len(config.rows)} row(s), {len(jobs)} job(s): valid")
     if config.defaulted_columns:
         print(f"  columns not in the file, defaults used: {', '.join(config.defaulted_columns)}")
-    if policy_file is not None:
+    if policy_file is not None and not policy_file.exists():
+        print(f"  warning: {policy_file} (HEARTBEAT_RETRY_POLICY) does not exist: no run policies")
+    elif policy_file is not None:
         print(f"{policy_file}: {len(policies.retry.jobs)} retry, {len(policies.catch_up)} catch-up and "
               f"{len(policies.windows)} window policy(ies): valid")
     for job_id in unknown:

@@ -77,6 +77,8 @@ def test_validate_checks_the_config_and_the_run_policies_together_and_reports_ev
     assert "job J9, which no config row triggers" in proc.stdout
     found = json.loads(cli(tmp_path, "validate", "--json", env=env).stdout)["run_policies"]
     assert (found["window"], found["retry"], found["unknown_jobs"]) == (["J1", "J2"], ["J1", "J2", "J9"], ["J9"])
+    missing = cli(tmp_path, "validate", env={"HEARTBEAT_RETRY_POLICY": str(tmp_path / "polices.yml")}).stdout
+    assert "polices.yml (HEARTBEAT_RETRY_POLICY) does not exist: no run policies" in missing
 
 
 def test_commands_before_seed_explain_what_to_do(tmp_path):
