@@ -25,7 +25,7 @@ from heartbeat_runner.app import App, open_app
 from heartbeat_runner.config import LoadedConfig, load_config
 from heartbeat_runner.errors import ConfigError, HeartbeatError, describe
 from heartbeat_runner.jobs.event_windows import source_grains
-from heartbeat_runner.jobs.policy import load_retry_policies
+from heartbeat_runner.jobs.policy import load_retry_policies, policy_problem
 from heartbeat_runner.jobs.run_policies import RunPolicies, load_run_policies
 from heartbeat_runner.lease import Lease, LeaseHeld, tick_lease
 from heartbeat_runner.operations import (
@@ -255,7 +255,7 @@ def _checked_config(settings: Settings) -> tuple[LoadedConfig, RunPolicies]:
         try:
             source_grains(policies.windows, [(r.trigger_job_id, r.source_key) for r in config.rows])
         except ConfigError as exc:
-            problems += [f"{settings.retry_policy_file}: invalid window policy: {p}" for p in exc.problems]
+            problems += [policy_problem(settings.retry_policy_file, "window", p) for p in exc.problems]
     if problems or config is None or policies is None:
         raise ConfigError(problems)
     return config, policies

@@ -223,9 +223,9 @@ class Sequences:
         one for these sources (the first plan, plans of an older version, a RESET since, a source added)."""
         policy = self.windows[job_id]
         keys, track_late = sorted(sources), policy.late_data is LateData.RERUN
-        carried = latest_ledger(self.store.recent_window_plans(job_id))
+        carried = latest_ledger(self.store.window_plans(job_id, archive=False))
         if carried is not None and carried.sources == tuple(keys):
-            since = [a for a in self._arrivals(self.store.recent_event_time_events(keys))
+            since = [a for a in self._arrivals(self.store.event_time_events(keys, archive=False))
                      if carried.through is None or a.event_ts > carried.through]
             return carried.advance(since, policy.size_s, track_late)
         plans = valid_plans(self.store.window_plans(job_id))
@@ -289,7 +289,7 @@ def _cut_points(events: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
     each event's payload, else the event's end."""
     points: list[str] = []
     for event in events:
-        recorded = json.loads(event["payload"]).get(CUT_POINTS_KEY) if event.get("payload") else None
+        recorded = _payload(event).get(CUT_POINTS_KEY)
         if recorded:
             points.extend(str(point) for point in recorded)
         else:

@@ -140,7 +140,6 @@ class SkippedSource:
     reason: str
 
 
-
 #: the events of a windowed job's plans (sequences.valid_plans): requests and skips, and what voids or restarts them
 PLAN_EVENT_TYPES = [EventType.TRIGGER_REQUESTED.value, EventType.WINDOW_SKIPPED.value, EventType.TRIGGER_ERROR.value,
                     EventType.RESET.value]
@@ -338,36 +337,26 @@ class TableStore:
                            "writing the window policies")
         return True
 
-    def event_time_events(self, source_keys: list[str]) -> list[dict]:
-        """The NEW_DATA events of these sources that recorded event times (hot log and archive)."""
+    def event_time_events(self, source_keys: list[str], *, archive: bool = True) -> list[dict]:
+        """The NEW_DATA events of these sources that recorded event times: hot log and archive, or the hot
+        log only (``archive=False``: every one a windowed job has not planned yet is there,
+        heartbeat_events_live)."""
         if not source_keys:
             return []
-        found = self._read_history(Cond("source_key", source_keys, "in"), Cond("event_type", EventType.NEW_DATA.value),
-                                   columns=["event_id", "event_ts", "source_key", "payload"])
+        found = self._read_events(Cond("source_key", source_keys, "in"), Cond("event_type", EventType.NEW_DATA.value),
+                                  columns=["event_id", "event_ts", "source_key", "payload"], archive=archive)
         return [e for e in found if e["payload"]]
 
-    def window_plans(self, job_id: str) -> list[dict]:
+    def window_plans(self, job_id: str, *, archive: bool = True) -> list[dict]:
         """The job's window plans (trigger requests, WINDOW_SKIPPED) with the TRIGGER_ERROR and RESET events
-        that void or restart them, oldest first (hot log and archive)."""
-        found = self._read_history(Cond("trigger_job_id", job_id), Cond("event_type", PLAN_EVENT_TYPES, "in"),
-                                   columns=PLAN_COLUMNS)
+        that void or restart them, oldest first: hot log and archive, or the hot log only (``archive=False``:
+        the latest plan is always there)."""
+        found = self._read_events(Cond("trigger_job_id", job_id), Cond("event_type", PLAN_EVENT_TYPES, "in"),
+                                  columns=PLAN_COLUMNS, archive=archive)
         return sorted(found, key=lambda e: (e["event_ts"], e["event_id"]))
 
-    def recent_event_time_events(self, source_keys: list[str]) -> list[dict]:
-        """The NEW_DATA events of these sources in the hot log that recorded event times (every one a
-        windowed job has not planned yet is there, heartbeat_events_live)."""
-        if not source_keys:
-            return []
-        found = self.read(EVENTS, Cond("source_key", source_keys, "in"), Cond("event_type", EventType.NEW_DATA.value),
-                          columns=["event_id", "event_ts", "source_key", "payload"])
-        return [e for e in found if e["payload"]]
-
-    def recent_window_plans(self, job_id: str) -> list[dict]:
-        """The job's plans in the hot log (trigger requests, WINDOW_SKIPPED), with the TRIGGER_ERROR and
-        RESET events that void or restart them, oldest first. The latest plan is always there."""
-        found = self.read(EVENTS, Cond("trigger_job_id", job_id), Cond("event_type", PLAN_EVENT_TYPES, "in"),
-                          columns=PLAN_COLUMNS)
-        return sorted(found, key=lambda e: (e["event_ts"], e["event_id"]))
+    def _read_events(self, *where: Cond, columns: Sequence[str], archive: bool) -> list[dict]:
+        return self._read_history(*where, columns=columns) if archive else self.read(EVENTS, *where, columns=columns)
 
     def _read_history(self, *where: Cond, columns: Sequence[str]) -> list[dict]:
         """Events from the hot log and its archive, once each (a row caught in both by a crash while

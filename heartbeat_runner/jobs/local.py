@@ -56,7 +56,7 @@ def load_jobs_file(path: Path) -> dict[str, LocalJob]:
     expected = "a top-level 'jobs:' mapping of job id to command"
     jobs = read_yaml_mapping(path, expected).get("jobs")
     if not isinstance(jobs, dict):
-        raise ConfigError([f"{path}: expected a top-level 'jobs:' mapping of job id to command"])
+        raise ConfigError([f"{path}: expected {expected}"])
     parsed: dict[str, LocalJob] = {}
     problems = []
     for job_id, spec in jobs.items():

@@ -102,14 +102,23 @@ def read_policy_file(path: Path | None) -> Mapping[str, Any]:
     return read_yaml_mapping(path, "the keys 'default' and 'jobs'")
 
 
-def load_section(path: Path | None, name: str, build: Callable[[Mapping[str, Any]], T]) -> T:
-    """``build`` of the run-policy file at ``path``; its ValueError is a ConfigError naming the file and
-    the policy (``name``)."""
-    data = read_policy_file(path)
+def policy_problem(path: Path | None, name: str, detail: object) -> str:
+    """How a problem of the ``name`` policy in the run-policy file at ``path`` is reported."""
+    return f"{path}: invalid {name} policy: {detail}"
+
+
+def build_section(data: Mapping[str, Any], path: Path | None, name: str, build: Callable[[Mapping[str, Any]], T]) -> T:
+    """``build`` of the run-policy mapping ``data`` read from ``path``; its ValueError is a ConfigError naming
+    the file and the policy (``name``)."""
     try:
         return build(data)
     except (ValueError, TypeError, AttributeError) as exc:
-        raise ConfigError([f"{path}: invalid {name} policy: {exc}"]) from exc
+        raise ConfigError([policy_problem(path, name, exc)]) from exc
+
+
+def load_section(path: Path | None, name: str, build: Callable[[Mapping[str, Any]], T]) -> T:
+    """``build`` of the run-policy file at ``path`` (see ``build_section``)."""
+    return build_section(read_policy_file(path), path, name, build)
 
 
 def retry_policies(data: Mapping[str, Any]) -> RetryPolicies:

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 from heartbeat_runner.errors import ConfigError
 from heartbeat_runner.jobs.catch_up import CatchUpPolicy, catch_up_policies
 from heartbeat_runner.jobs.event_windows import WindowPolicy, window_policies
-from heartbeat_runner.jobs.policy import RetryPolicies, read_policy_file, retry_policies
+from heartbeat_runner.jobs.policy import RetryPolicies, build_section, read_policy_file, retry_policies
 
 T = TypeVar("T")
 
@@ -49,9 +49,9 @@ def load_run_policies(path: Path | None) -> RunPolicies:
 
     def section(name: str, build: Callable[[Mapping[str, Any]], T], empty: T) -> T:
         try:
-            return build(data)
-        except (ValueError, TypeError, AttributeError) as exc:
-            problems.append(f"{path}: invalid {name} policy: {exc}")
+            return build_section(data, path, name, build)
+        except ConfigError as exc:
+            problems.extend(exc.problems)
             return empty
 
     policies = RunPolicies(retry=section("retry", retry_policies, RetryPolicies()),

@@ -112,7 +112,7 @@ class SqlKeyedTable:
         import sqlalchemy as sa
 
         new_rows: sa.Select = sa.select(sa.literal_column("*")).select_from(self.table).where(
-            self._after(previous), self.table.c[self.key] <= sa.bindparam("top", top))
+            *self._between(previous, top))
         return count_preprocessed_rows(self.conn, new_rows, target, ctx)
 
     def event_times(self, previous: Any, top: Any, grain: int) -> EventTimes | None:
@@ -121,7 +121,7 @@ class SqlKeyedTable:
         import sqlalchemy as sa
 
         key = self.table.c[self.key]
-        new_rows = [self._after(previous), key <= sa.bindparam("top", top)]
+        new_rows = self._between(previous, top)
         epoch = EPOCH_SECONDS.get(self.conn.dialect.name)
         if epoch is None:
             keys: list[Any] = list(self.conn.execute(sa.select(key, sa.func.count()).where(*new_rows).group_by(key)))
@@ -138,6 +138,12 @@ class SqlKeyedTable:
 
         key = self.table.c[self.key]
         return key > sa.bindparam("previous", previous) if previous is not None else key.is_not(None)
+
+    def _between(self, previous: Any, top: Any) -> list[sa.ColumnElement[bool]]:
+        """The new rows: a key in (``previous``, ``top``]."""
+        import sqlalchemy as sa
+
+        return [self._after(previous), self.table.c[self.key] <= sa.bindparam("top", top)]
 
 
 def _postgresql_epoch(key: sa.ColumnElement[Any]) -> sa.ColumnElement[Any]:

@@ -178,16 +178,16 @@ class SparkKeyedTable:
         return row[0], int(row[1])
 
     def count_preprocessed(self, previous: Any, top: Any, target: SensingTarget, ctx: SenseContext) -> int:
-        from pyspark.sql import functions as F
-
-        new_rows = self.frame.where(self._after(previous) & (F.col(self.key) <= self._literal(top)))
-        return ctx.count_preprocessed(new_rows, target)
+        return ctx.count_preprocessed(self._between(previous, top), target)
 
     def event_times(self, previous: Any, top: Any, grain: int) -> EventTimes | None:
+        return frame_event_times(self._between(previous, top), self.key, grain)
+
+    def _between(self, previous: Any, top: Any) -> DataFrame:
+        """The new rows: a key in (``previous``, ``top``]."""
         from pyspark.sql import functions as F
 
-        new_rows = self.frame.where(self._after(previous) & (F.col(self.key) <= self._literal(top)))
-        return frame_event_times(new_rows, self.key, grain)
+        return self.frame.where(self._after(previous) & (F.col(self.key) <= self._literal(top)))
 
     def _after(self, previous: Any) -> Column:
         from pyspark.sql import functions as F
