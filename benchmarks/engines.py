@@ -39,9 +39,9 @@ def _settings_env(engine: str, root: Path) -> dict[str, str]:
 
 def measure(engine: str, n: int, repeats: int, root: Path) -> dict[str, Any]:
     """One engine, in this process."""
-    from heartbeat_runner.app import open_app
-    from heartbeat_runner.config import load_config
-    from heartbeat_runner.settings import load_settings
+    from heartbeat_runner.core.settings import load_settings
+    from heartbeat_runner.runner.app import open_app
+    from heartbeat_runner.sensing.config import load_config
 
     workload = bench.Workload(root, n)
     workload.generate()

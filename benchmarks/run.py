@@ -91,7 +91,7 @@ class Workload:
         import pandas as pd
         from deltalake import write_deltalake
 
-        from heartbeat_runner.config import COLUMNS
+        from heartbeat_runner.sensing.config import COLUMNS
 
         self.stamps.mkdir(parents=True, exist_ok=True)
         frame = pd.DataFrame({"id": range(ROWS_PER_TABLE), "amount": [1.0] * ROWS_PER_TABLE})
@@ -161,8 +161,8 @@ def _sensors(n: int) -> list[Sensor]:
 
 def measure_size(workload: Workload, repeats: int, history: int = 0) -> dict[str, Any]:
     """Run in a fresh process: ticks on the real app, then the naive baseline on the same engine."""
-    from heartbeat_runner.app import open_app
-    from heartbeat_runner.settings import load_settings
+    from heartbeat_runner.core.settings import load_settings
+    from heartbeat_runner.runner.app import open_app
 
     settings = load_settings(lakehouse_dir=str(workload.lakehouse), config_csv=str(workload.config),
                              jobs_file=str(workload.jobs_file), jobs_backend="local", env={})
@@ -204,8 +204,8 @@ def _add_history(app, heartbeat, total_events: int) -> dict[str, Any]:
     import pyarrow as pa
     from deltalake import write_deltalake
 
-    from heartbeat_runner.records import Event
-    from heartbeat_runner.store import CONTROL, EVENTS
+    from heartbeat_runner.core.records import Event
+    from heartbeat_runner.lakehouse.store import CONTROL, EVENTS
 
     began = time.monotonic()
     rows = app.store.read(CONTROL, columns=["source_key", "sensor_source", "sensor_id", "trigger_job_id"])
@@ -230,7 +230,7 @@ def _add_history(app, heartbeat, total_events: int) -> dict[str, Any]:
 def _event_schema(columns: list[str]):
     import pyarrow as pa
 
-    from heartbeat_runner.store import column_type
+    from heartbeat_runner.lakehouse.store import column_type
 
     arrow = {"timestamp": pa.timestamp("us", tz="UTC"), "bigint": pa.int64(), "string": pa.string()}
     return pa.schema([(c, arrow[column_type(c)]) for c in columns])
@@ -282,7 +282,7 @@ def _summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
 def _settle(heartbeat, timeout_s: float = 120.0) -> None:
     """Tick until no job is running (the jobs of a busy tick are real processes)."""
     deadline = time.monotonic() + timeout_s
-    from heartbeat_runner.records import JobStatus
+    from heartbeat_runner.core.records import JobStatus
 
     while heartbeat.store.jobs_with_status(JobStatus.IN_PROGRESS):
         if time.monotonic() > deadline:
@@ -557,8 +557,8 @@ SOAK_TABLES = ("heartbeat_events", "heartbeat_runs", "heartbeat_run_report", "he
 
 def soak_measure(workload: Workload, ticks: int, change_every: int = 20) -> dict[str, Any]:
     """In one runner process: ``ticks`` ticks back to back; every ``change_every``-th a source changes."""
-    from heartbeat_runner.app import open_app
-    from heartbeat_runner.settings import load_settings
+    from heartbeat_runner.core.settings import load_settings
+    from heartbeat_runner.runner.app import open_app
 
     settings = load_settings(lakehouse_dir=str(workload.lakehouse), config_csv=str(workload.config),
                              jobs_file=str(workload.jobs_file), jobs_backend="local", env={})
@@ -598,7 +598,7 @@ def _count(text: str) -> int:
 # -- entry points ------------------------------------------------------------------------------
 
 def run(sizes: list[int], quick: bool, out: Path, work_dir: Path | None, history: int = 0) -> dict[str, Any]:
-    from heartbeat_runner.output import Steps
+    from heartbeat_runner.interfaces.output import Steps
 
     repeats, samples = (1, 2) if quick else (3, 5)
     root = Path(tempfile.mkdtemp(prefix="hb-bench-", dir=work_dir))

@@ -33,8 +33,8 @@ POLICY = 'jobs: {"H": {window: {size: 1h, lateness: 0s, late_data: rerun}}}'
 def _history(hours: int, source: dict[str, Any]) -> list[dict[str, Any]]:
     """``hours`` hourly windows before DAY, each planned, run and completed, with a late row and its
     correction every 24 hours."""
-    from heartbeat_runner.jobs.event_windows import Window, window_token
-    from heartbeat_runner.sequences import UNTIL_KEY
+    from heartbeat_runner.policies.event_windows import Window, window_token
+    from heartbeat_runner.policies.sequences import UNTIL_KEY
 
     day0 = datetime.fromisoformat(f"{DAY}T00:00:00+00:00")
     where = {"source_key": source["source_key"], "sensor_source": source["sensor_source"],
@@ -72,8 +72,8 @@ def measure(hours: int) -> dict[str, Any]:
     from deltalake import write_deltalake
     from test_event_windows import clicks, settle
 
-    from heartbeat_runner.records import Event
-    from heartbeat_runner.store import EVENTS, column_type
+    from heartbeat_runner.core.records import Event
+    from heartbeat_runner.lakehouse.store import EVENTS, column_type
 
     arrow = {"timestamp": pa.timestamp("us", tz="UTC"), "bigint": pa.int64(), "string": pa.string()}
     schema = pa.schema([(c, arrow[column_type(c)]) for c in Event.columns()])

@@ -1,3 +1,3 @@
-from heartbeat_runner.cli import main
+from heartbeat_runner.interfaces.cli import main
 
 raise SystemExit(main())

@@ -10,13 +10,13 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 
-from heartbeat_runner.app import App, open_app
-from heartbeat_runner.config import COLUMNS, load_config
+from heartbeat_runner.core.records import utcnow
+from heartbeat_runner.core.settings import load_settings
 from heartbeat_runner.jobs.local import LocalJobsBackend
-from heartbeat_runner.records import utcnow
-from heartbeat_runner.settings import load_settings
-from heartbeat_runner.store import Cond
-from heartbeat_runner.tick import Heartbeat, TickResult
+from heartbeat_runner.lakehouse.store import Cond
+from heartbeat_runner.runner.app import App, open_app
+from heartbeat_runner.runner.tick import Heartbeat, TickResult
+from heartbeat_runner.sensing.config import COLUMNS, load_config
 
 HEADER = ",".join(COLUMNS)
 #: the engines a test marked ``engines`` runs on: the embedded default, then Apache Spark + Delta
@@ -251,8 +251,8 @@ class CliLakehouse:
 
 def sense_and_record(hb: Harness) -> TickResult:
     """The first half of a tick: sense, append the events and rebuild; no triggering."""
-    from heartbeat_runner.records import new_run_id
-    from heartbeat_runner.sensing import sense_all
+    from heartbeat_runner.core.records import new_run_id
+    from heartbeat_runner.sensing.parallel import sense_all
 
     result = TickResult(run_id=new_run_id(utcnow()), snapshot_ts=utcnow())
     result.sensed = sense_all(hb.app.store.sensors_due(), hb.heartbeat.ctx, max_workers=2, timeout_s=30)

@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 import pytest
 from services import sensing_target
 
-from heartbeat_runner.sources.jdbc import JdbcSource
+from heartbeat_runner.sensing.sources.jdbc import JdbcSource
 
 SOURCE = JdbcSource()
 

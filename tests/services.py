@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:  # pragma: no cover
-    from heartbeat_runner.sources.base import SenseContext, SensingTarget
+    from heartbeat_runner.sensing.sources.base import SenseContext, SensingTarget
 
 def _pg_bin() -> Path:
     """PostgreSQL's server binaries: $HEARTBEAT_TEST_PG_BIN, else the newest /usr/lib/postgresql/<v>/bin."""
@@ -71,7 +71,7 @@ def _shared(start: Callable[[], Any]) -> Callable[[], Any]:
 
 def sense_context(engine: Any, connections: dict[str, Any] | None = None, replay: bool = False,
                   trigger_dir: Path | None = None) -> SenseContext:
-    from heartbeat_runner.sources.base import SenseContext
+    from heartbeat_runner.sensing.sources.base import SenseContext
 
     return SenseContext(engine=engine, trigger_dir=trigger_dir or Path(tempfile.gettempdir()),
                         replay_new_sensors=replay, connections=connections or {})
@@ -79,7 +79,7 @@ def sense_context(engine: Any, connections: dict[str, Any] | None = None, replay
 
 def sensing_target(sensor_source: str, sensor_id: str, cursor: str | None = None, upstream_key: str | None = None,
                    preprocess_query: str | None = None) -> SensingTarget:
-    from heartbeat_runner.sources.base import SensingTarget
+    from heartbeat_runner.sensing.sources.base import SensingTarget
 
     return SensingTarget(source_key=f"{sensor_source}:{sensor_id}", sensor_source=sensor_source, sensor_id=sensor_id,
                          upstream_key=upstream_key, preprocess_query=preprocess_query, sensor_read_type="batch",
@@ -272,8 +272,8 @@ class _EngineService:
 
 
 def _start_engine() -> _EngineService:
-    from heartbeat_runner.engine import open_engine
-    from heartbeat_runner.settings import load_settings
+    from heartbeat_runner.core.settings import load_settings
+    from heartbeat_runner.lakehouse.engine import open_engine
 
     root = Path(tempfile.mkdtemp(prefix="hb-lakehouse-"))
     return _EngineService(open_engine(load_settings(lakehouse_dir=str(root / "lakehouse"))), root)

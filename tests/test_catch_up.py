@@ -25,15 +25,15 @@ from services import postgres  # noqa: F401 (fixture)
 from test_source_sap_chain import chain_log  # noqa: F401 (fixture)
 from test_source_sap_chain import run as chain_run
 
-from heartbeat_runner.errors import SourceError
-from heartbeat_runner.faults import CRASH_EXIT_CODE
-from heartbeat_runner.jobs.catch_up import CatchUpPolicy, load_catch_up_policies
-from heartbeat_runner.operations import explain, record_job_event
-from heartbeat_runner.records import EventType
-from heartbeat_runner.sources.delta_table import DeltaTableSource
-from heartbeat_runner.sources.kafka import KafkaSource
-from heartbeat_runner.sources.sap_chain import SapChainSource
-from heartbeat_runner.windows import SourceWindow, WindowLimit
+from heartbeat_runner.core.errors import SourceError
+from heartbeat_runner.core.faults import CRASH_EXIT_CODE
+from heartbeat_runner.core.records import EventType
+from heartbeat_runner.core.windows import SourceWindow, WindowLimit
+from heartbeat_runner.interfaces.operations import explain, record_job_event
+from heartbeat_runner.policies.catch_up import CatchUpPolicy, load_catch_up_policies
+from heartbeat_runner.sensing.sources.delta_table import DeltaTableSource
+from heartbeat_runner.sensing.sources.kafka import KafkaSource
+from heartbeat_runner.sensing.sources.sap_chain import SapChainSource
 
 #: A local job that records the parameters of each run it gets (and fails once when told to).
 RECORDER = (
@@ -106,7 +106,7 @@ def test_sources_cut_a_backlog_into_windows_in_their_own_terms():
 
 
 def test_a_bad_policy_is_a_clear_error_naming_the_file(tmp_path):
-    from heartbeat_runner.errors import ConfigError
+    from heartbeat_runner.core.errors import ConfigError
 
     assert load_catch_up_policies(policy_file(tmp_path, 'jobs: {"7": {catch_up: {max_window: 7d}}}'))["7"] == \
         CatchUpPolicy(WindowLimit.parse("7d"))

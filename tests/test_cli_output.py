@@ -1,7 +1,7 @@
 """What the CLI prints: rich tables (plain off a terminal, coloured on one unless NO_COLOR), unchanged
 JSON, progress only on a terminal, ``status --watch`` and the status line of ``run --loop``.
 
-Most tests drive heartbeat_runner.output and the CLI's loop without an engine; the last two run the
+Most tests drive heartbeat_runner.interfaces.output and the CLI's loop without an engine; the last two run the
 real CLI against a small lakehouse."""
 
 from __future__ import annotations
@@ -22,11 +22,20 @@ import pytest
 from harness import HEADER, CliLakehouse, marker_jobs_file
 from harness import config_row as row
 
-from heartbeat_runner import cli
-from heartbeat_runner.errors import HeartbeatError
-from heartbeat_runner.output import STATUS_COLUMNS, LiveLine, Steps, _json_default, console_for, emit, emit_json, watch
-from heartbeat_runner.records import utcnow
-from heartbeat_runner.tick import TickResult
+from heartbeat_runner.core.errors import HeartbeatError
+from heartbeat_runner.core.records import utcnow
+from heartbeat_runner.interfaces import cli
+from heartbeat_runner.interfaces.output import (
+    STATUS_COLUMNS,
+    LiveLine,
+    Steps,
+    _json_default,
+    console_for,
+    emit,
+    emit_json,
+    watch,
+)
+from heartbeat_runner.runner.tick import TickResult
 
 ANSI = re.compile(r"\x1b\[")
 #: an SGR sequence that sets a foreground colour (30-37, 90-97, 38;5;n / 38;2;r;g;b)

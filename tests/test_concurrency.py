@@ -15,10 +15,10 @@ import pytest
 from harness import HEADER, CliLakehouse, marker_jobs_file
 from harness import config_row as row
 
-from heartbeat_runner.dbt_invoke import DbtError, DbtProject
-from heartbeat_runner.lease import Lease, LeaseHeld, LeaseLost
-from heartbeat_runner.records import Event, utcnow
-from heartbeat_runner.store import TableStore
+from heartbeat_runner.core.records import Event, utcnow
+from heartbeat_runner.lakehouse.dbt_invoke import DbtError, DbtProject
+from heartbeat_runner.lakehouse.store import TableStore
+from heartbeat_runner.runner.lease import Lease, LeaseHeld, LeaseLost
 
 
 @pytest.fixture

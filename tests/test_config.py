@@ -4,8 +4,8 @@ import pytest
 from harness import HEADER
 from harness import config_row as row
 
-from heartbeat_runner.config import load_config
-from heartbeat_runner.errors import ConfigError
+from heartbeat_runner.core.errors import ConfigError
+from heartbeat_runner.sensing.config import load_config
 
 
 def write(tmp_path, *rows, header=HEADER):
@@ -84,14 +84,14 @@ def test_missing_file(tmp_path):
 
 
 def test_the_shipped_example_config_is_valid():
-    from heartbeat_runner.settings import package_project_dir
+    from heartbeat_runner.core.settings import package_project_dir
 
     config = load_config(package_project_dir() / "seeds" / "heartbeat_sensor_config.csv")
     assert len(config.rows) == 6
 
 
 def test_the_readme_worked_example_is_valid(tmp_path):
-    from heartbeat_runner.settings import package_project_dir
+    from heartbeat_runner.core.settings import package_project_dir
 
     readme = (package_project_dir() / "README.md").read_text()
     block = readme.split("Worked example, one row per source")[1].split("```csv\n")[1].split("```")[0]

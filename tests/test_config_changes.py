@@ -70,7 +70,7 @@ def test_a_retired_row_that_returns_is_active_again(hb):
 def test_dbt_tests_on_the_seed(hb):
     import pytest
 
-    from heartbeat_runner.dbt_invoke import DbtError
+    from heartbeat_runner.lakehouse.dbt_invoke import DbtError
 
     hb.seed(row("delta_table", "db.a", "J1"), row("delta_table", "db.b", "J1", hard=" false"))
     result = hb.app.dbt.invoke(["test", "--select", "heartbeat_sensor_config"])

@@ -22,7 +22,7 @@ from databricks_jobs_server import TOKEN, JobsApiServer
 from harness import HEADER, CliLakehouse, marker_jobs_file
 from harness import config_row as row
 
-from heartbeat_runner.faults import CRASH_EXIT_CODE, CRASH_POINTS
+from heartbeat_runner.core.faults import CRASH_EXIT_CODE, CRASH_POINTS
 
 JOBS = ("101", "102")
 NO_CRASH = "none"

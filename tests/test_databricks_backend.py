@@ -18,10 +18,10 @@ from databricks_jobs_server import (
     slow,
 )
 
-from heartbeat_runner.errors import AuthError, JobNotFoundError, JobsBackendError
+from heartbeat_runner.core.errors import AuthError, JobNotFoundError, JobsBackendError
 from heartbeat_runner.jobs.base import RunOutcome, RunStatus, TriggerRequest
 from heartbeat_runner.jobs.databricks import DatabricksJobsBackend, parse_job_id
-from heartbeat_runner.jobs.policy import RetryPolicy, overrun, retry_token
+from heartbeat_runner.policies.retry import RetryPolicy, overrun, retry_token
 
 WINDOWS = json.dumps([{"sensor_source": "delta_table", "sensor_id": "sales.orders", "from": "3", "to": "7"}])
 

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
-from heartbeat_runner.cli import build_parser
+from heartbeat_runner.interfaces.cli import build_parser
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "examples" / "databricks"))

@@ -9,7 +9,7 @@ from databricks_jobs_server import UNAVAILABLE_AFTER_RUN, JobsApiServer
 from harness import config_row as row
 
 from heartbeat_runner.jobs.databricks import DatabricksJobsBackend
-from heartbeat_runner.tick import TriggeredJob
+from heartbeat_runner.runner.tick import TriggeredJob
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ The project is parsed by the real dbt CLI (`dbt parse`: no connection, no engine
 columns are derived from its SQL as parsed by dbt: rendered with the project's own macros (``ref``,
 ``source`` and ``var`` stubbed; the non-incremental branch, whose columns the incremental one repeats),
 then its ``*`` selects expanded by sqlglot against the columns of what it reads: the runner's tables
-(``heartbeat_runner.store.TABLE_COLUMNS``, the columns it creates them with), the seed (its CSV header)
+(``heartbeat_runner.lakehouse.store.TABLE_COLUMNS``, the columns it creates them with), the seed (its CSV header)
 and the other models (derived first). The runner's tables and the seed are held to those same columns.
 """
 
@@ -20,7 +20,7 @@ import pytest
 import sqlglot
 from sqlglot.optimizer.qualify import qualify
 
-from heartbeat_runner.store import TABLE_COLUMNS
+from heartbeat_runner.lakehouse.store import TABLE_COLUMNS
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = "heartbeat"

@@ -23,8 +23,14 @@ from harness import config_row as row
 from services import kafka_broker, postgres  # noqa: F401 (fixtures)
 from test_catch_up import CrashOutcome, recorded, recorder_jobs
 
-from heartbeat_runner.faults import CRASH_EXIT_CODE
-from heartbeat_runner.jobs.event_windows import (
+from heartbeat_runner.core.faults import CRASH_EXIT_CODE
+from heartbeat_runner.core.records import EventType
+from heartbeat_runner.core.settings import MaintenancePolicy
+from heartbeat_runner.core.windows import EventTimes
+from heartbeat_runner.interfaces.operations import explain, late_data, record_job_event
+from heartbeat_runner.lakehouse.maintenance import Maintenance
+from heartbeat_runner.lakehouse.store import EVENTS, EVENTS_ARCHIVE
+from heartbeat_runner.policies.event_windows import (
     Arrival,
     LateRows,
     Window,
@@ -33,12 +39,6 @@ from heartbeat_runner.jobs.event_windows import (
     late_rows,
     ledger_from_history,
 )
-from heartbeat_runner.maintenance import Maintenance
-from heartbeat_runner.operations import explain, late_data, record_job_event
-from heartbeat_runner.records import EventType
-from heartbeat_runner.settings import MaintenancePolicy
-from heartbeat_runner.store import EVENTS, EVENTS_ARCHIVE
-from heartbeat_runner.windows import EventTimes
 
 DAY = "2026-05-01"
 
@@ -335,8 +335,8 @@ def test_a_crash_around_a_window_trigger_neither_skips_nor_repeats_it(tmp_path):
 
 
 def test_a_bad_window_policy_is_a_clear_error_naming_the_file(tmp_path):
-    from heartbeat_runner.errors import ConfigError
-    from heartbeat_runner.jobs.event_windows import LateData, WindowPolicy, load_window_policies, source_grains
+    from heartbeat_runner.core.errors import ConfigError
+    from heartbeat_runner.policies.event_windows import LateData, WindowPolicy, load_window_policies, source_grains
 
     path = tmp_path / "policies.yml"
     path.write_text('jobs: {"H": {window: {size: 1h, lateness: 10m, late_data: rerun}}}')

@@ -15,10 +15,10 @@ import pytest
 from harness import Harness
 from harness import config_row as row
 
-from heartbeat_runner.maintenance import Maintenance
-from heartbeat_runner.operations import plan_reset
-from heartbeat_runner.records import Event, EventType, utcnow
-from heartbeat_runner.settings import MaintenancePolicy
+from heartbeat_runner.core.records import Event, EventType, utcnow
+from heartbeat_runner.core.settings import MaintenancePolicy
+from heartbeat_runner.interfaces.operations import plan_reset
+from heartbeat_runner.lakehouse.maintenance import Maintenance
 
 #: columns that differ between two builds of the same state (build time)
 VOLATILE = {"updated_at"}

@@ -16,12 +16,12 @@ import pytest
 from harness import HEADER, CliLakehouse, marker_jobs_file
 from harness import config_row as row
 
-from heartbeat_runner.config import load_config
-from heartbeat_runner.errors import ConfigError
-from heartbeat_runner.names import sql_string
-from heartbeat_runner.operations import explain
-from heartbeat_runner.records import JobStatus
-from heartbeat_runner.store import Cond
+from heartbeat_runner.core.errors import ConfigError
+from heartbeat_runner.core.names import sql_string
+from heartbeat_runner.core.records import JobStatus
+from heartbeat_runner.interfaces.operations import explain
+from heartbeat_runner.lakehouse.store import Cond
+from heartbeat_runner.sensing.config import load_config
 
 DROP_EVENTS = "DROP TABLE heartbeat.heartbeat_events"
 DUPLICATE_EVENTS = "INSERT INTO heartbeat.heartbeat_events SELECT * FROM heartbeat.heartbeat_events"

@@ -90,7 +90,7 @@ def test_paused_job_is_neither_sensed_nor_triggered(hb):
 
 
 def test_pause_and_resume_from_the_cli_events(hb):
-    from heartbeat_runner.records import Event, EventType, utcnow
+    from heartbeat_runner.core.records import Event, EventType, utcnow
 
     hb.create_table("up.t", "id int")
     hb.jobs(J1=0)
@@ -146,7 +146,7 @@ def test_failed_job_is_not_retriggered_until_a_successful_run(hb):
         assert result.triggered == [] and result.sensed == []
     assert hb.runs_of("J1") == 1
     # A successful run is recorded (the job's final task, or `complete` after a manual run).
-    from heartbeat_runner.records import Event, EventType, utcnow
+    from heartbeat_runner.core.records import Event, EventType, utcnow
 
     hb.app.store.append_events([Event(EventType.COMPLETED, "manual", utcnow(), trigger_job_id="J1")])
     hb.jobs(J1=0)

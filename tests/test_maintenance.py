@@ -10,8 +10,8 @@ import pytest
 from harness import HEADER, CliLakehouse, Harness, marker_jobs_file
 from harness import config_row as row
 
-from heartbeat_runner.faults import CRASH_EXIT_CODE
-from heartbeat_runner.records import TickStatus
+from heartbeat_runner.core.faults import CRASH_EXIT_CODE
+from heartbeat_runner.core.records import TickStatus
 
 ARCHIVE_CRASH_POINTS = ("archive_events_after_staging", "archive_events_after_copy", "archive_events_after_delete",
                         "archive_report_after_copy", "during_compaction")

@@ -7,8 +7,8 @@ import json
 from harness import CliLakehouse, sense_and_record
 from harness import config_row as row
 
-from heartbeat_runner.operations import explain, plan_reset, recent_runs, run_details
-from heartbeat_runner.records import Event, EventType, utcnow
+from heartbeat_runner.core.records import Event, EventType, utcnow
+from heartbeat_runner.interfaces.operations import explain, plan_reset, recent_runs, run_details
 
 
 def explained(hb, job: str):

@@ -9,7 +9,7 @@ from databricks_jobs_server import JobsApiServer
 from harness import config_row as row
 
 from heartbeat_runner.jobs.databricks import DatabricksJobsBackend
-from heartbeat_runner.jobs.policy import RetryPolicies, RetryPolicy
+from heartbeat_runner.policies.retry import RetryPolicies, RetryPolicy
 
 
 @pytest.fixture
@@ -65,7 +65,7 @@ def test_retry_policy_reruns_the_same_windows_until_the_maximum(hb, api):
 
 
 def test_retry_waits_for_its_back_off_and_is_off_by_default(hb, api):
-    from heartbeat_runner.operations import retry_outlook
+    from heartbeat_runner.interfaces.operations import retry_outlook
 
     job = api.add_job()
     heartbeat = ticking(hb, api, job)
@@ -115,8 +115,8 @@ def test_a_run_longer_than_the_maximum_is_reported_and_optionally_cancelled(hb, 
 
 
 def test_the_run_policy_file_is_read_once_with_every_section_and_every_problem(tmp_path):
-    from heartbeat_runner.errors import ConfigError
-    from heartbeat_runner.jobs.run_policies import load_run_policies
+    from heartbeat_runner.core.errors import ConfigError
+    from heartbeat_runner.policies.run_policies import load_run_policies
 
     path = tmp_path / "policies.yml"
     path.write_text('jobs:\n  "1": {max_retries: 2, catch_up: {max_window: 3}}\n  H: {window: {size: 1h}}\n')
@@ -134,8 +134,8 @@ def test_the_run_policy_file_is_read_once_with_every_section_and_every_problem(t
 
 
 def test_retry_policy_file_is_read_and_bad_files_name_themselves(tmp_path):
-    from heartbeat_runner.errors import ConfigError
-    from heartbeat_runner.jobs.policy import load_retry_policies
+    from heartbeat_runner.core.errors import ConfigError
+    from heartbeat_runner.policies.retry import load_retry_policies
 
     path = tmp_path / "retry.yml"
     path.write_text('default: {max_retries: 1}\njobs:\n  "42": {max_retries: 3, backoff_s: 60}\n')

@@ -9,9 +9,9 @@ from pathlib import Path
 
 from services import sensing_target
 
-from heartbeat_runner.records import Outcome
-from heartbeat_runner.sensing import sense_all
-from heartbeat_runner.sources.base import SenseContext, SenseResult, SensingTarget
+from heartbeat_runner.core.records import Outcome
+from heartbeat_runner.sensing.parallel import sense_all
+from heartbeat_runner.sensing.sources.base import SenseContext, SenseResult, SensingTarget
 
 CTX = SenseContext(engine=None, trigger_dir=Path("/nonexistent"))  # type: ignore[arg-type]
 

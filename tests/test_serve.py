@@ -10,8 +10,8 @@ from harness import config_row as row
 
 
 def test_plain_dbt_against_the_served_engine(tmp_path):
-    from heartbeat_runner.serve import client_environment
-    from heartbeat_runner.settings import load_settings, package_project_dir
+    from heartbeat_runner.core.settings import load_settings, package_project_dir
+    from heartbeat_runner.interfaces.serve import client_environment
 
     home = tmp_path / "lh"
     config = tmp_path / "cfg.csv"

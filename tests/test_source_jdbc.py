@@ -11,7 +11,7 @@ import pytest
 from jdbc_orders import SOURCE, baseline_then_two_new_rows, insert, keys_as_event_times, sense, table  # noqa: F401 (fixture)
 from services import assert_config_check, engine, free_port, postgres, sense_context, sensing_target  # noqa: F401 (fixtures)
 
-from heartbeat_runner.errors import SourceError
+from heartbeat_runner.core.errors import SourceError
 
 
 @pytest.fixture
@@ -48,7 +48,7 @@ def test_keys_are_event_times_for_jobs_with_a_window_policy(ctx, postgres, table
 
 def test_event_times_are_the_same_when_counted_here_instead_of_in_the_database(ctx, postgres, table, monkeypatch):
     """A dialect without an epoch function in EPOCH_SECONDS sends its distinct keys; the count agrees."""
-    from heartbeat_runner.sources import jdbc
+    from heartbeat_runner.sensing.sources import jdbc
 
     in_database = keys_as_event_times(ctx, postgres, table)
     monkeypatch.delitem(jdbc.EPOCH_SECONDS, "postgresql")
@@ -59,7 +59,7 @@ def test_event_times_are_the_same_when_counted_here_instead_of_in_the_database(c
 def test_sqlite_counts_event_times_in_the_database(engine, tmp_path):
     import sqlite3
 
-    from heartbeat_runner.sources import jdbc
+    from heartbeat_runner.sensing.sources import jdbc
 
     assert "sqlite" in jdbc.EPOCH_SECONDS
     with sqlite3.connect(tmp_path / "shop.db") as db:

@@ -14,7 +14,7 @@ import pytest
 from jdbc_orders import SOURCE, baseline_then_two_new_rows, insert, keys_as_event_times, sense, table  # noqa: F401 (fixture)
 from services import PG_READER_PASSWORD, postgres, sense_context, sensing_target  # noqa: F401 (fixtures)
 
-from heartbeat_runner.errors import SourceError
+from heartbeat_runner.core.errors import SourceError
 
 pytestmark = [
     pytest.mark.spark,
@@ -31,8 +31,8 @@ PASSWORD_VAR = "TEST_SPARK_JDBC_PASSWORD"
 @pytest.fixture(scope="module")
 def spark_engine(spark_dir, tmp_path_factory):
     """The spark-local target (classic), on the session's shared JVM (conftest's spark_dir)."""
-    from heartbeat_runner.engine import open_engine
-    from heartbeat_runner.settings import load_settings
+    from heartbeat_runner.core.settings import load_settings
+    from heartbeat_runner.lakehouse.engine import open_engine
 
     settings = load_settings(lakehouse_dir=str(tmp_path_factory.mktemp("jdbc-spark")),
                              env={"HEARTBEAT_TARGET": "spark-local", "HEARTBEAT_SPARK_MODE": "classic",

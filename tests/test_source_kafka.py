@@ -9,8 +9,8 @@ import uuid
 import pytest
 from services import assert_config_check, engine, free_port, kafka_broker, sense_context, sensing_target  # noqa: F401 (fixtures)
 
-from heartbeat_runner.errors import SourceError
-from heartbeat_runner.sources.kafka import KafkaSource
+from heartbeat_runner.core.errors import SourceError
+from heartbeat_runner.sensing.sources.kafka import KafkaSource
 
 SOURCE = KafkaSource()
 

@@ -9,8 +9,8 @@ import uuid
 import pytest
 from services import assert_config_check, engine, free_port, postgres, sense_context, sensing_target  # noqa: F401 (fixtures)
 
-from heartbeat_runner.errors import SourceError
-from heartbeat_runner.sources.sap_chain import SapChainSource
+from heartbeat_runner.core.errors import SourceError
+from heartbeat_runner.sensing.sources.sap_chain import SapChainSource
 
 SOURCE = SapChainSource()
 

@@ -16,8 +16,8 @@ from services import (
     sensing_target,
 )
 
-from heartbeat_runner.errors import SourceError
-from heartbeat_runner.sources.upstream_sensor_table import UpstreamSensorTableSource
+from heartbeat_runner.core.errors import SourceError
+from heartbeat_runner.sensing.sources.upstream_sensor_table import UpstreamSensorTableSource
 
 SOURCE = UpstreamSensorTableSource()
 ORDERS = "delta_table:sales.orders#3f2a9c01bd"  # upstream source keys may hold '#'

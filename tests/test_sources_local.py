@@ -2,7 +2,7 @@
 
 from harness import config_row as row
 
-from heartbeat_runner.store import Cond
+from heartbeat_runner.lakehouse.store import Cond
 
 
 def test_preprocess_query_filters_new_rows(hb):

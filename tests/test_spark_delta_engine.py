@@ -15,14 +15,14 @@ from dataclasses import dataclass
 
 import pytest
 
-from heartbeat_runner.spark_jars import (
+from heartbeat_runner.lakehouse.spark_jars import (
     SparkJarsError,
     _artifact,
     delta_connect_available,
     pyspark_jar_artifacts,
     spark_jars,
 )
-from heartbeat_runner.spark_local import DELTA_COMMIT_CONFLICTS, local_spark
+from heartbeat_runner.lakehouse.spark_local import DELTA_COMMIT_CONFLICTS, local_spark
 
 pytestmark = [
     pytest.mark.spark,

@@ -20,9 +20,9 @@ import pytest
 from harness import Harness
 from harness import config_row as row
 
-from heartbeat_runner.store import Cond
-from heartbeat_runner.ui.actions import ActionPolicy
-from heartbeat_runner.ui.server import StatusPage, make_server
+from heartbeat_runner.interfaces.ui.actions import ActionPolicy
+from heartbeat_runner.interfaces.ui.server import StatusPage, make_server
+from heartbeat_runner.lakehouse.store import Cond
 
 CHROMIUM = shutil.which("chromium")
 CHROMEDRIVER = shutil.which("chromedriver")
@@ -162,7 +162,7 @@ def test_overview_lists_every_job_with_its_phase_and_clicks_through_to_the_verdi
 
 def test_the_page_styles_every_phase_the_server_names(page):
     """The page takes its phases from the server (JobPhase); each has a colour in the style sheet."""
-    from heartbeat_runner.ui.data import JobPhase
+    from heartbeat_runner.interfaces.ui.data import JobPhase
 
     with urllib.request.urlopen(page + "/api/meta") as answer:
         assert json.loads(answer.read())["phases"] == [p.value for p in JobPhase]

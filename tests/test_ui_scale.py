@@ -6,7 +6,7 @@ from harness import Harness
 from harness import config_row as row
 from test_ui import browser, pytestmark, screenshot, serve, wait_for
 
-from heartbeat_runner.ui.actions import ActionPolicy
+from heartbeat_runner.interfaces.ui.actions import ActionPolicy
 
 
 def test_the_graph_stays_usable_at_three_hundred_jobs(tmp_path, browser):

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from heartbeat_runner.records import EventType, JobState, JobStatus, Outcome, TickStatus
+from heartbeat_runner.core.records import EventType, JobState, JobStatus, Outcome, TickStatus
 
 #: runs on Sail and on Apache Spark + Delta (classic); see tests/conftest.py
 ON_SPARK = pytest.mark.engines("sail", "spark-classic")
@@ -76,7 +76,7 @@ def test_a_config_row_names_its_source_as_the_control_table_does(hb):
     one the macro heartbeat_source_key gives the control table, with and without a key or a query."""
     from harness import config_row as row
 
-    from heartbeat_runner.config import load_config
+    from heartbeat_runner.sensing.config import load_config
 
     hb.seed(row("delta_table", "db.t", "J1"),
             row("delta_table", "db.t", "J2", key="updated_at"),

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
-from heartbeat_runner.errors import JobsBackendError
+from heartbeat_runner.core.errors import JobsBackendError
 
 
 class RunOutcome(str, enum.Enum):

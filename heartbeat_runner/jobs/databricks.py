@@ -33,9 +33,9 @@ from databricks.sdk.errors import (
 )
 from databricks.sdk.service.jobs import BaseRun, Run
 
-from heartbeat_runner.errors import AuthError, JobNotFoundError, JobsBackendError, describe, first_line
+from heartbeat_runner.core.errors import AuthError, JobNotFoundError, JobsBackendError, describe, first_line
+from heartbeat_runner.core.records import as_utc
 from heartbeat_runner.jobs.base import JobsBackend, RunOutcome, RunOutput, RunStatus, TriggerRequest
-from heartbeat_runner.records import as_utc
 
 #: Seconds one HTTP call may take (``HEARTBEAT_DATABRICKS_HTTP_TIMEOUT``).
 HTTP_TIMEOUT_S = 30.0

@@ -32,10 +32,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from heartbeat_runner.errors import ConfigError, JobNotFoundError, JobsBackendError
+from heartbeat_runner.core.errors import ConfigError, JobNotFoundError, JobsBackendError
+from heartbeat_runner.core.processes import pid_alive
+from heartbeat_runner.core.yaml_files import read_yaml_mapping
 from heartbeat_runner.jobs.base import JobsBackend, RunOutcome, RunOutput, RunStatus, TriggerRequest
-from heartbeat_runner.processes import pid_alive
-from heartbeat_runner.yaml_files import read_yaml_mapping
 
 #: How much of the end of a run's output.log ``run_output`` returns.
 OUTPUT_TAIL_BYTES = 64 * 1024

@@ -1,0 +1,224 @@
+"""Plain data records written to and read from Heartbeat's tables."""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import threading
+import uuid
+from collections.abc import Mapping
+from dataclasses import Field, dataclass, field, fields
+from datetime import datetime, timedelta, timezone
+from typing import Any, ClassVar
+
+
+class EventType(str, enum.Enum):
+    CONFIG_LOADED = "CONFIG_LOADED"
+    NEW_DATA = "NEW_DATA"            # a source has new data (cursor_to = cursor reached)
+    CURSOR = "CURSOR"                # the cursor moved without new data (baseline, filtered rows)
+    TRIGGER_REQUESTED = "TRIGGER_REQUESTED"  # written before the jobs API call, with the token
+    RETRY_REQUESTED = "RETRY_REQUESTED"  # an automatic retry of a failed run (same data, new token)
+    NEXT_WINDOW_REQUESTED = "NEXT_WINDOW_REQUESTED"  # the next run of a sequence (catch-up), after a success
+    WINDOW_SKIPPED = "WINDOW_SKIPPED"  # a final event-time window with no data in any source: no run
+    TRIGGERED = "TRIGGERED"          # the jobs API answered with a run id
+    TRIGGER_ERROR = "TRIGGER_ERROR"  # the jobs API refused; the request is void
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    RESET = "RESET"                  # operator re-processing (job) or moved-back cursor (source)
+    JOB_PAUSED = "JOB_PAUSED"
+    JOB_RESUMED = "JOB_RESUMED"
+
+
+class JobStatus(str, enum.Enum):
+    """A control row's status (NULL in the table: nothing sensed yet, or reset). See models/heartbeat_control.sql."""
+
+    NEW_EVENT_AVAILABLE = "NEW_EVENT_AVAILABLE"
+    IN_PROGRESS = "IN_PROGRESS"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+
+
+class JobState(str, enum.Enum):
+    """A control row's ``job_state``: from the config's column, or pause/resume since the last seed."""
+
+    UNPAUSED = "UNPAUSED"
+    PAUSED = "PAUSED"
+
+
+class TickStatus(str, enum.Enum):
+    """A tick's status in ``heartbeat_runs`` (INCOMPLETE: it wrote events, then stopped; see heartbeat_run_overview)."""
+
+    OK = "OK"
+    ERROR = "ERROR"
+    INCOMPLETE = "INCOMPLETE"
+
+
+class Outcome(str, enum.Enum):
+    NEW_DATA = "NEW_DATA"
+    NO_NEW_DATA = "NO_NEW_DATA"
+    ERROR = "ERROR"
+    SKIPPED = "SKIPPED"
+
+
+class _Clock:
+    """UTC timestamps that strictly increase within this process (events are ordered by them)."""
+
+    def __init__(self) -> None:
+        self._last = datetime.min.replace(tzinfo=timezone.utc)
+        self._lock = threading.Lock()
+
+    def now(self) -> datetime:
+        with self._lock:
+            now = datetime.now(timezone.utc)
+            if now <= self._last:
+                now = self._last + timedelta(microseconds=1)
+            self._last = now
+            return now
+
+
+CLOCK = _Clock()
+
+
+def utcnow() -> datetime:
+    return CLOCK.now()
+
+
+def random_event_id() -> str:
+    """A fresh, random event id (the default of every event without a deterministic one)."""
+    return uuid.uuid4().hex
+
+
+def as_utc(value: datetime) -> datetime:
+    """Spark hands back naive timestamps in the session time zone, which the runner sets to UTC."""
+    return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value
+
+
+class TableRow:
+    """A dataclass that is one row of a table: its field order is the column order."""
+
+    #: Declared for type checkers only: every subclass is a ``@dataclass``, which sets it.
+    __dataclass_fields__: ClassVar[dict[str, Field[Any]]]
+
+    @classmethod
+    def columns(cls) -> list[str]:
+        return [f.name for f in fields(cls)]
+
+    def as_tuple(self) -> tuple:
+        """The row's values in column order; enum members become their plain values."""
+        return tuple(_plain(getattr(self, name)) for name in self.columns())
+
+
+def _plain(value: object) -> object:
+    return value.value if isinstance(value, enum.Enum) else value
+
+
+@dataclass(frozen=True)
+class Event(TableRow):
+    """One row of ``heartbeat_events``."""
+
+    event_type: EventType
+    run_id: str
+    snapshot_ts: datetime
+    event_ts: datetime = field(default_factory=utcnow)
+    event_id: str = field(default_factory=random_event_id)
+    source_key: str | None = None
+    sensor_source: str | None = None
+    sensor_id: str | None = None
+    trigger_job_id: str | None = None
+    job_run_id: str | None = None
+    idempotency_token: str | None = None
+    cursor_from: str | None = None
+    cursor_to: str | None = None
+    window_from: str | None = None
+    window_to: str | None = None
+    rows: int | None = None
+    message: str | None = None
+    consumed_event_ids: str | None = None
+    #: JSON: trigger parameters (TRIGGER_REQUESTED), sensing details
+    payload: str | None = None
+
+
+def new_data_event_id(source_key: str, parent_event_id: str | None, cursor_from: str | None,
+                      cursor_to: str | None) -> str:
+    """Deterministic id: re-sensing the same window after a crash (or by a second runner) yields the same event.
+
+    ``parent_event_id`` is the cursor event the sensing started from, so ids form a chain:
+    after a RESET (a fresh parent) the same window gets a new id instead of colliding
+    with the event that first recorded it.
+    """
+    return _digest("NEW_DATA", source_key, parent_event_id or "", cursor_from or "", cursor_to or "")
+
+
+def sequence_event_id(idempotency_token: str) -> str:
+    """Deterministic id of the NEXT_WINDOW_REQUESTED event of the request with this token."""
+    return _digest("NEXT_WINDOW_REQUESTED", idempotency_token)
+
+
+def idempotency_token(job_id: str, consumed_event_ids: list[str]) -> str:
+    """Token for one trigger: job id + the exact NEW_DATA events it consumes."""
+    return _digest(job_id, *sorted(consumed_event_ids))[:36]
+
+
+def _digest(*parts: str) -> str:
+    return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class SensorEvaluation(TableRow):
+    """One row of ``heartbeat_run_report``: one source evaluated in one run."""
+
+    run_id: str
+    snapshot_ts: datetime
+    source_key: str
+    sensor_source: str
+    sensor_id: str
+    trigger_job_ids: str
+    window_from: str | None
+    window_until: str | None
+    outcome: str
+    rows: int | None
+    #: the error (outcome ERROR) or why the source was not sensed (SKIPPED)
+    error: str | None
+    duration_s: float
+
+
+@dataclass(frozen=True)
+class RunSummary(TableRow):
+    """One row of ``heartbeat_runs``: one tick."""
+
+    run_id: str
+    snapshot_ts: datetime
+    ended_ts: datetime
+    duration_s: float
+    sources_sensed: int
+    sources_with_new_data: int
+    sensor_errors: int
+    jobs_triggered: int
+    jobs_completed: int
+    jobs_failed: int
+    trigger_errors: int
+    status: TickStatus
+    message: str | None
+    stage_timings: str
+
+
+def new_run_id(snapshot: datetime) -> str:
+    return f"{snapshot:%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
+
+
+@dataclass(frozen=True)
+class SensingTarget:
+    """One distinct upstream to sense; several control rows (jobs) may share it."""
+
+    source_key: str
+    sensor_source: str
+    sensor_id: str
+    upstream_key: str | None
+    preprocess_query: str | None
+    sensor_read_type: str
+    cursor: str | None
+
+
+def job_parameters(payload: Mapping[str, Any]) -> dict[str, str]:
+    """What the job receives: the payload without Heartbeat's private keys."""
+    return {k: v for k, v in payload.items() if not k.startswith("_")}

@@ -1,0 +1,198 @@
+"""Runner settings, resolved once from CLI flags and the environment (flags win)."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+TARGETS = ("local", "spark-local", "spark", "databricks")
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def package_project_dir() -> Path:
+    """The dbt project that ships with the runner (the repository root)."""
+    return Path(__file__).resolve().parents[2]
+
+
+def validate_identifier(value: str, what: str) -> str:
+    """Names that end up in SQL must be plain identifiers."""
+    if not _IDENTIFIER.match(value or ""):
+        raise ValueError(f"{what} {value!r} is not a valid identifier (letters, digits, underscore)")
+    return value
+
+
+@dataclass(frozen=True)
+class MaintenancePolicy:
+    """When and how much maintenance runs (HEARTBEAT_MAINTENANCE_* and friends, see load_settings)."""
+
+    #: maintenance is due once one of Heartbeat's tables references more data files than this;
+    #: every busy tick adds a few, so it also paces archiving (idle ticks write nothing)
+    compact_min_files: int = 32
+    #: files no longer referenced are removed after this long (readers on older snapshots finish first)
+    vacuum_retention_hours: float = 1.0
+    #: run summaries and report rows stay hot this long, then move to their archives
+    report_keep_hours: float = 24.0
+    #: archived rows older than this are deleted; None (the default) keeps history forever
+    archive_retention_days: float | None = None
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything a command needs to know about where things live and how to run."""
+
+    lakehouse_dir: Path
+    project_dir: Path
+    target: str = "local"
+    schema: str = "heartbeat"
+    catalog: str | None = None
+    #: where a bare upstream table name (``orders``) is resolved; None: ``default`` locally,
+    #: the session's current schema on Spark and Databricks
+    upstream_schema: str | None = None
+    config_csv: Path | None = None
+    jobs_file: Path | None = None
+    trigger_dir: Path | None = None
+    sources_file: Path | None = None
+    jobs_backend: str | None = None
+    max_workers: int = 8
+    sensor_timeout_s: float = 60.0
+    replay_new_sensors: bool = False
+    #: the spark-local target: ``classic`` (a SparkSession in this process, as on a job cluster)
+    #: or ``connect`` (a local Spark Connect server, as serverless); where it keeps its metastore
+    #: and warehouse (default ``<lakehouse>/spark``)
+    spark_mode: str = "classic"
+    spark_dir: Path | None = None
+    #: runs longer than this are reported each tick (None: no limit)
+    max_run_duration_s: float | None = None
+    #: ... and cancelled, when the backend can cancel runs
+    cancel_overdue_runs: bool = False
+    #: YAML with automatic retry policies per job (off when absent)
+    retry_policy_file: Path | None = None
+    #: idle ticks (nothing new, nothing done) are summarised in one run row at most this often
+    idle_flush_s: float = 600.0
+    #: how maintenance archives, compacts and expires (``maintain``, and ticks when auto_maintenance)
+    maintenance: MaintenancePolicy = field(default_factory=MaintenancePolicy)
+    #: ticks that wrote run maintenance when it is due (HEARTBEAT_MAINTENANCE=off: only ``maintain`` does)
+    auto_maintenance: bool = True
+    #: events younger than this always stay in the hot log (a margin for clocks of other writers)
+    archive_margin_minutes: float = 10.0
+
+    @property
+    def warehouse_dir(self) -> Path:
+        return self.lakehouse_dir / "warehouse"
+
+    @property
+    def effective_config_csv(self) -> Path:
+        return self.config_csv or self.project_dir / "seeds" / "heartbeat_sensor_config.csv"
+
+    @property
+    def effective_trigger_dir(self) -> Path:
+        return self.trigger_dir or self.lakehouse_dir / "triggers"
+
+    @property
+    def effective_spark_dir(self) -> Path:
+        return self.spark_dir or self.lakehouse_dir / "spark"
+
+    @property
+    def effective_jobs_file(self) -> Path:
+        if self.jobs_file:
+            return self.jobs_file
+        for candidate in (Path.cwd() / "heartbeat_jobs.yml", self.lakehouse_dir / "heartbeat_jobs.yml"):
+            if candidate.exists():
+                return candidate
+        return self.lakehouse_dir / "heartbeat_jobs.yml"
+
+    @property
+    def effective_sources_file(self) -> Path | None:
+        if self.sources_file:
+            return self.sources_file
+        for candidate in (Path.cwd() / "heartbeat_sources.yml", self.lakehouse_dir / "heartbeat_sources.yml"):
+            if candidate.exists():
+                return candidate
+        return None
+
+    @property
+    def effective_jobs_backend(self) -> str:
+        return self.jobs_backend or ("databricks" if self.target == "databricks" else "local")
+
+    def with_(self, **changes) -> Settings:
+        return replace(self, **changes)
+
+
+def _flag(value: str | None) -> bool:
+    return (value or "").strip().lower() in ("1", "true", "yes")
+
+
+def _path(value: str | None) -> Path | None:
+    return Path(value).expanduser().resolve() if value else None
+
+
+def load_settings(
+    *,
+    lakehouse_dir: str | None = None,
+    target: str | None = None,
+    config_csv: str | None = None,
+    jobs_file: str | None = None,
+    trigger_dir: str | None = None,
+    sources_file: str | None = None,
+    jobs_backend: str | None = None,
+    env: dict[str, str] | None = None,
+) -> Settings:
+    """Resolve settings: explicit arguments, then HEARTBEAT_* variables, then defaults."""
+    env = dict(os.environ if env is None else env)
+    target = target or env.get("HEARTBEAT_TARGET", "local")
+    if target not in TARGETS:
+        raise ValueError(f"target {target!r} is not one of {', '.join(TARGETS)}")
+    schema = validate_identifier(env.get("HEARTBEAT_SCHEMA", "heartbeat"), "HEARTBEAT_SCHEMA")
+    catalog = env.get("HEARTBEAT_CATALOG") or None
+    if catalog:
+        validate_identifier(catalog, "HEARTBEAT_CATALOG")
+    upstream_schema = env.get("HEARTBEAT_UPSTREAM_SCHEMA") or None
+    if upstream_schema:
+        for part in upstream_schema.split(".", 1):
+            validate_identifier(part, "HEARTBEAT_UPSTREAM_SCHEMA")
+    backend = jobs_backend or env.get("HEARTBEAT_JOBS_BACKEND") or None
+    if backend not in (None, "local", "databricks"):
+        raise ValueError(f"jobs backend {backend!r} is not one of local, databricks")
+    return Settings(
+        lakehouse_dir=_path(lakehouse_dir or env.get("HEARTBEAT_HOME")) or Path(".heartbeat").resolve(),
+        project_dir=_path(env.get("HEARTBEAT_PROJECT_DIR")) or package_project_dir(),
+        target=target,
+        schema=schema,
+        catalog=catalog,
+        upstream_schema=upstream_schema,
+        config_csv=_path(config_csv or env.get("HEARTBEAT_CONFIG")),
+        jobs_file=_path(jobs_file or env.get("HEARTBEAT_JOBS_FILE")),
+        trigger_dir=_path(trigger_dir or env.get("HEARTBEAT_TRIGGER_DIR")),
+        sources_file=_path(sources_file or env.get("HEARTBEAT_SOURCES_FILE")),
+        jobs_backend=backend,
+        max_workers=int(env.get("HEARTBEAT_MAX_WORKERS", "8")),
+        sensor_timeout_s=float(env.get("HEARTBEAT_SENSOR_TIMEOUT", "60")),
+        replay_new_sensors=_flag(env.get("HEARTBEAT_REPLAY_NEW_SENSORS")),
+        spark_mode=_choice(env.get("HEARTBEAT_SPARK_MODE") or "classic", ("classic", "connect"), "HEARTBEAT_SPARK_MODE"),
+        spark_dir=_path(env.get("HEARTBEAT_SPARK_DIR")),
+        max_run_duration_s=float(env["HEARTBEAT_MAX_RUN_DURATION"]) if env.get("HEARTBEAT_MAX_RUN_DURATION") else None,
+        cancel_overdue_runs=_flag(env.get("HEARTBEAT_CANCEL_OVERDUE_RUNS")),
+        retry_policy_file=_path(env.get("HEARTBEAT_RETRY_POLICY")),
+        idle_flush_s=float(env.get("HEARTBEAT_IDLE_FLUSH", "600")),
+        maintenance=_maintenance_policy(env),
+        auto_maintenance=(env.get("HEARTBEAT_MAINTENANCE") or "on").strip().lower() not in ("off", "false", "0", "no"),
+        archive_margin_minutes=float(env.get("HEARTBEAT_ARCHIVE_MARGIN_MINUTES", "10")),
+    )
+
+
+def _choice(value: str, allowed: tuple[str, ...], what: str) -> str:
+    if value not in allowed:
+        raise ValueError(f"{what} {value!r} is not one of {', '.join(allowed)}")
+    return value
+
+
+def _maintenance_policy(env: dict[str, str]) -> MaintenancePolicy:
+    retention = env.get("HEARTBEAT_ARCHIVE_RETENTION_DAYS")
+    return MaintenancePolicy(
+        compact_min_files=int(env.get("HEARTBEAT_MAINTENANCE_MAX_FILES", "32")),
+        vacuum_retention_hours=float(env.get("HEARTBEAT_VACUUM_RETENTION_HOURS", "1")),
+        report_keep_hours=float(env.get("HEARTBEAT_REPORT_KEEP_HOURS", "24")),
+        archive_retention_days=float(retention) if retention else None,
+    )

@@ -1,0 +1,696 @@
+"""Command line: ``python -m heartbeat_runner [COMMAND] [OPTIONS]`` (alias ``heartbeat``).
+
+Without a command it runs one tick. Exit codes: 0 ok (also when the tick was skipped
+because another runner holds the tick lease); 1 error (bad config, engine or dbt
+failure: nothing was changed); 2 the tick ran but some source or job API call failed
+(the others were processed; see ``runs`` and the run report); 3 ``run --loop`` stopped
+because the lakehouse itself is unusable (Heartbeat's own tables are gone or unreadable).
+A loop survives any other failing tick: it logs the error, backs off and goes on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import time
+import traceback
+from collections.abc import Callable
+
+from rich.text import Text
+
+from heartbeat_runner import __version__
+from heartbeat_runner.core.errors import ConfigError, HeartbeatError, describe
+from heartbeat_runner.core.records import EventType
+from heartbeat_runner.core.settings import Settings, load_settings
+from heartbeat_runner.core.stopping import StopRequest
+from heartbeat_runner.interfaces.operations import (
+    DEFAULT_MAX_REMOVAL_SHARE,
+    ResetPlan,
+    check_removals,
+    explain,
+    late_data,
+    parse_since,
+    recent_runs,
+    record_job_event,
+    refresh_if_idle,
+    reset_job,
+    retry_outlook,
+    run_details,
+)
+from heartbeat_runner.interfaces.output import STATUS_COLUMNS, LiveLine, Snapshot, Steps, emit, emit_json, watch
+from heartbeat_runner.policies.event_windows import source_grains
+from heartbeat_runner.policies.retry import load_retry_policies, policy_problem
+from heartbeat_runner.policies.run_policies import RunPolicies, load_run_policies
+from heartbeat_runner.runner.app import App, open_app
+from heartbeat_runner.runner.lease import Lease, LeaseHeld, tick_lease
+from heartbeat_runner.runner.tick import TickResult
+from heartbeat_runner.sensing.config import LoadedConfig, load_config
+
+EXPLAIN_COLUMNS = ["sensor_source", "sensor_id", "dependency", "status", "row_state", "last_evaluated_at",
+                   "last_outcome"]
+RUNS_COLUMNS = ["run_id", "snapshot_ts", "duration_s", "status", "sources_sensed", "sources_with_new_data",
+                "sources_skipped", "sensor_errors", "jobs_triggered", "jobs_completed", "jobs_failed", "message"]
+SEQUENCE_COLUMNS = ["trigger_job_id", "run", "runs", "last_lifecycle_event", "next_run_due", "windows"]
+REPORT_COLUMNS = ["source_key", "outcome", "window_from", "window_until", "rows", "duration_s", "trigger_job_ids",
+                  "error"]
+#: Seconds a command waits for the tick lease before giving up (HEARTBEAT_LEASE_WAIT).
+DEFAULT_LEASE_WAIT_S = 30.0
+#: Exit code of ``run --loop`` when the lakehouse itself is unusable.
+EXIT_LAKEHOUSE_UNUSABLE = 3
+#: After failed ticks the loop waits interval x 2^(failures-1), at least this long and at most MAX_BACKOFF_S.
+MIN_BACKOFF_S = 1.0
+MAX_BACKOFF_S = 300.0
+#: Seconds between tables of ``status --watch`` without a value.
+DEFAULT_WATCH_S = 5.0
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--lakehouse-dir", help="where the embedded lakehouse lives (default $HEARTBEAT_HOME or ./.heartbeat)")
+    parser.add_argument("--target", choices=["local", "spark", "databricks"], help="engine (default $HEARTBEAT_TARGET or local)")
+    parser.add_argument("--config", help="sensor config CSV (default seeds/heartbeat_sensor_config.csv)")
+    parser.add_argument("--jobs-file", help="local jobs file (default ./heartbeat_jobs.yml)")
+    parser.add_argument("--jobs-backend", choices=["local", "databricks"], help="where jobs run")
+    parser.add_argument("--trigger-dir", help="base folder of trigger_file sources (default <lakehouse>/triggers)")
+    parser.add_argument("--sources-file", help="connection settings for kafka/sap/jdbc (heartbeat_sources.yml)")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log details")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    top_level = argparse.ArgumentParser(add_help=False)
+    _common(top_level)
+    # Subcommands take the same options; SUPPRESS keeps their defaults from overwriting
+    # options given before the subcommand (`heartbeat --target databricks run`).
+    common = argparse.ArgumentParser(add_help=False, argument_default=argparse.SUPPRESS)
+    _common(common)
+    parser = argparse.ArgumentParser(prog="heartbeat", description=__doc__.split("\n")[0], parents=[top_level],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"heartbeat {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    run = sub.add_parser("run", parents=[common], help="run one tick (default), or keep ticking with --loop")
+    run.add_argument("--loop", action="store_true", help="tick continuously until Ctrl-C / SIGTERM")
+    run.add_argument("--interval", type=float, default=60.0, help="seconds between tick starts in --loop (default 60)")
+    run.add_argument("--replay-new-sensors", action="store_true",
+                     help="a brand-new sensor replays its source from the beginning (default: starts at its current end)")
+    run.add_argument("--wait-lease", type=float, metavar="SECONDS",
+                     help="wait this long for another runner's tick to end, then skip (default $HEARTBEAT_LEASE_WAIT or 30)")
+    seed = sub.add_parser("seed", parents=[common], help="validate the config CSV and load it (dbt seed + build)")
+    seed.add_argument("--allow-removals", action="store_true",
+                      help="load even if it retires more than $HEARTBEAT_MAX_REMOVAL_SHARE (default 0.5) of the active rows")
+    sub.add_parser("validate", parents=[common], help="check the config CSV and the run-policy file; write nothing")
+    status = sub.add_parser("status", parents=[common], help="the control table")
+    status.add_argument("--watch", nargs="?", type=_seconds, const=DEFAULT_WATCH_S, metavar="SECONDS",
+                        help=f"redraw it every SECONDS (default {DEFAULT_WATCH_S:g}) until Ctrl-C; with --json or "
+                             "when not on a terminal, print a fresh one each time")
+    status.add_argument("--watch-count", type=int, help=argparse.SUPPRESS)  # stop after this many (for tests)
+    for name, text in (("pause", "stop sensing and triggering a job"), ("resume", "undo pause")):
+        p = sub.add_parser(name, parents=[common], help=text)
+        p.add_argument("--job-id", required=True)
+    complete = sub.add_parser("complete", parents=[common],
+                              help="record that a job finished (the job's final 'update status' task)")
+    complete.add_argument("--job-id", required=True)
+    complete.add_argument("--failed", action="store_true", help="record a failure instead of a success")
+    complete.add_argument("--run-id", help="the job run id (default $HEARTBEAT_JOB_RUN_ID)")
+    complete.add_argument("--message", help="a note stored with the event")
+    runs = sub.add_parser("runs", parents=[common], help="recent runs, or one run's per-source report")
+    runs.add_argument("--limit", type=int, default=20, help="how many runs (default 20)")
+    runs.add_argument("--run-id", help="show this run's per-source rows (window, outcome, error or skip reason)")
+    explain_cmd = sub.add_parser("explain", parents=[common], help="why a job did or did not trigger")
+    explain_cmd.add_argument("--job-id", required=True)
+    reset = sub.add_parser("reset", parents=[common],
+                           help="re-process a job from a point in time (moves its sources' cursors back)")
+    reset.add_argument("--job-id", required=True)
+    reset.add_argument("--since", help="ISO date or timestamp (UTC unless it has a zone); default: from the beginning")
+    reset.add_argument("--reason", required=True, help="why (kept in the audit event with who ran it)")
+    maintain = sub.add_parser("maintain", parents=[common],
+                              help="archive events the control table no longer needs, compact and vacuum now")
+    maintain.add_argument("--compact-all", action="store_true", help="compact every table, not only those with many files")
+    sub.add_parser("rebuild", parents=[common],
+                   help="re-derive the control table from every event ever recorded (hot log and archive)")
+    dbt = sub.add_parser("dbt", parents=[common], help="run a dbt command inside the engine, e.g. `dbt test`")
+    dbt.add_argument("dbt_args", nargs=argparse.REMAINDER)
+    serve = sub.add_parser("serve", parents=[common],
+                           help="keep the embedded engine running so plain `dbt` commands work locally")
+    serve.add_argument("--port", type=int, default=15002, help="Spark Connect port (default 15002)")
+    ui = sub.add_parser("ui", parents=[common], help="the status page (overview, graph, job pages, ticks)")
+    ui.add_argument("--port", type=int, default=None,
+                    help="port (default 8080; in a Databricks App, $DATABRICKS_APP_PORT)")
+    ui.add_argument("--host", default=None,
+                    help="address to bind (default 127.0.0.1; in a Databricks App, 0.0.0.0 behind its proxy)")
+    ui.add_argument("--allow-actions", action="store_true",
+                    help="offer pause/resume/complete/reset on job pages (each confirmed and audited)")
+    ui.add_argument("--refresh", type=float, default=5.0, help="seconds between the page's refreshes (default 5)")
+    demo = sub.add_parser("demo", parents=[common], help="a self-contained demo on the embedded lakehouse")
+    demo.add_argument("--keep", action="store_true", help="keep an existing demo lakehouse instead of starting afresh")
+    return parser
+
+
+def _seconds(text: str) -> float:
+    """A positive number of seconds (an argparse type)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
+    return value
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    return load_settings(
+        lakehouse_dir=args.lakehouse_dir, target=args.target, config_csv=args.config, jobs_file=args.jobs_file,
+        trigger_dir=args.trigger_dir, sources_file=args.sources_file, jobs_backend=args.jobs_backend,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=_CurrentStderr(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    command = args.command or "run"
+    handler: Callable[[argparse.Namespace, Settings], int] = COMMANDS[command]
+    try:
+        settings = _settings(args)
+        if command == "run" and getattr(args, "replay_new_sensors", False):
+            settings = settings.with_(replay_new_sensors=True)
+        return handler(args, settings)
+    except ConfigError as exc:
+        print("Invalid configuration; nothing was written:", file=sys.stderr)
+        for problem in exc.problems:
+            print(f"  {problem}", file=sys.stderr)
+        return 1
+    except (HeartbeatError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    except Exception:  # noqa: BLE001 - an engine or library failure: show it whole, nothing was half-done
+        print("error: the command failed unexpectedly:", file=sys.stderr)
+        traceback.print_exc()
+        return 1
+
+
+class _CurrentStderr:
+    """stderr as it is at each write: log lines then go above a progress bar or live line, not through it."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
+def _progress(args: argparse.Namespace, total: int | None = None) -> Steps:
+    """Steps of a command on stderr: a spinner (and a bar over ``total``) on a terminal, else ``  … step`` lines."""
+    return Steps(total, quiet=args.json)
+
+
+# -- commands ------------------------------------------------------------------------------
+
+def cmd_validate(args: argparse.Namespace, settings: Settings) -> int:
+    """Check the config CSV and the run-policy file together (every problem of both); write nothing."""
+    config, policies = _checked_config(settings)
+    jobs = sorted({r.trigger_job_id for r in config.rows})
+    unknown = policies.unknown_jobs(jobs)
+    policy_file = settings.retry_policy_file
+    if args.json:
+        emit_json({"file": str(config.path), "rows": len(config.rows), "jobs": jobs, "valid": True,
+                   "defaulted_columns": list(config.defaulted_columns),
+                   "run_policies": {"file": str(policy_file) if policy_file else None,
+                                    "exists": bool(policy_file and policy_file.exists()),
+                                    "retry": sorted(policies.retry.jobs), "catch_up": sorted(policies.catch_up),
+                                    "window": sorted(policies.windows), "unknown_jobs": unknown}})
+        return 0
+    print(f"{config.path}: {len(config.rows)} row(s), {len(jobs)} job(s): valid")
+    if config.defaulted_columns:
+        print(f"  columns not in the file, defaults used: {', '.join(config.defaulted_columns)}")
+    if policy_file is not None and not policy_file.exists():
+        print(f"  warning: {policy_file} (HEARTBEAT_RETRY_POLICY) does not exist: no run policies")
+    elif policy_file is not None:
+        print(f"{policy_file}: {len(policies.retry.jobs)} retry, {len(policies.catch_up)} catch-up and "
+              f"{len(policies.windows)} window policy(ies): valid")
+    for job_id in unknown:
+        print(f"  warning: {policy_file} has a policy for job {job_id}, which no config row triggers")
+    return 0
+
+
+def _checked_config(settings: Settings) -> tuple[LoadedConfig, RunPolicies]:
+    """The config CSV and the run policies, checked against each other (window sizes reading one source);
+    one ConfigError with every problem found in either."""
+    problems: list[str] = []
+    config = policies = None
+    try:
+        config = load_config(settings.effective_config_csv)
+    except ConfigError as exc:
+        problems += exc.problems
+    try:
+        policies = load_run_policies(settings.retry_policy_file)
+    except ConfigError as exc:
+        problems += exc.problems
+    if config is not None and policies is not None:
+        try:
+            source_grains(policies.windows, [(r.trigger_job_id, r.source_key) for r in config.rows])
+        except ConfigError as exc:
+            problems += [policy_problem(settings.retry_policy_file, "window", p) for p in exc.problems]
+    if problems or config is None or policies is None:
+        raise ConfigError(problems)
+    return config, policies
+
+
+#: The steps `seed` reports: validating the CSV, opening the lakehouse, dbt seed, dbt build.
+SEED_STEPS = 4
+
+
+def cmd_seed(args: argparse.Namespace, settings: Settings) -> int:
+    retiring: list[tuple[str, str, str]] = []
+    with _progress(args, SEED_STEPS) as progress:
+        progress(f"validating {settings.effective_config_csv.name}")
+        config = load_config(settings.effective_config_csv)  # validate before touching anything
+        progress(f"opening the lakehouse ({len(config.rows)} valid row(s))")
+        with tick_lease(settings.lakehouse_dir).held(_lease_wait(args)), open_app(settings) as app:
+            normalized = config.to_csv()
+            unchanged = app.dbt.has_seed and app.dbt.seed_csv.read_text(encoding="utf-8") == normalized \
+                and app.store.exists("heartbeat_control")
+            if unchanged:
+                app.ensure_views()
+                message = f"{config.path}: unchanged ({len(config.rows)} rows); nothing to load"
+            else:
+                if app.store.exists("heartbeat_control"):
+                    active = [(r["sensor_source"], r["sensor_id"], r["trigger_job_id"])
+                              for r in app.store.control_rows()]
+                    share = 1.0 if args.allow_removals else float(
+                        os.environ.get("HEARTBEAT_MAX_REMOVAL_SHARE", DEFAULT_MAX_REMOVAL_SHARE))
+                    retiring = check_removals(active, [r.key for r in config.rows], share)
+                app.load_config(config, progress=progress)  # its two steps: dbt seed, dbt build
+                message = f"{config.path}: loaded {len(config.rows)} row(s)"
+    if args.json:
+        emit_json({"file": str(config.path), "rows": len(config.rows), "changed": not unchanged,
+                   "retired": [list(key) for key in retiring]})
+    else:
+        print(message)
+        for source, sensor_id, job in retiring:
+            print(f"  retired: {source}:{sensor_id} -> job {job} (its history is kept)")
+        if config.defaulted_columns:
+            print(f"  columns not in the file, defaults used: {', '.join(config.defaulted_columns)}")
+    return 0
+
+
+def _lease_wait(args: argparse.Namespace) -> float:
+    flag = getattr(args, "wait_lease", None)
+    return flag if flag is not None else float(os.environ.get("HEARTBEAT_LEASE_WAIT", DEFAULT_LEASE_WAIT_S))
+
+
+def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
+    lease = tick_lease(settings.lakehouse_dir)
+    try:
+        lease.acquire(_lease_wait(args))  # held from start-up: building the views writes too
+    except LeaseHeld as exc:
+        _print_skipped(exc, args)
+        return 0
+    try:
+        with open_app(settings) as app:
+            status = _LoopStatus(args) if getattr(args, "loop", False) else None
+            steps = _progress(args)
+            heartbeat = app.heartbeat(progress=status.progress if status else steps)
+            heartbeat.before_trigger = lease.renew
+            try:
+                if status is None:
+                    with steps:
+                        result = heartbeat.tick()
+                    _print_tick(result, args)
+                    return result.exit_code
+                lease.release()
+                app.dbt.manifest()  # parse the dbt project now, not when the first new data arrives
+                return _loop(lambda: _leased_tick(lease, heartbeat.tick, args), args, app.lakehouse_problem, status)
+            finally:
+                heartbeat.close()  # the summary of a pending streak of idle ticks
+    finally:
+        lease.release()
+
+
+def _leased_tick(lease: Lease, tick: Callable[[], TickResult], args: argparse.Namespace) -> TickResult | None:
+    """One tick under the lease, or None (skipped) when another runner holds it."""
+    try:
+        with lease.held(_lease_wait(args)):
+            return tick()
+    except LeaseHeld as exc:
+        _print_skipped(exc, args)
+        return None
+
+
+def _print_skipped(exc: LeaseHeld, args: argparse.Namespace) -> None:
+    if args.json:
+        emit_json({"skipped": True, "lease_owner": exc.holder.owner, "lease_expires_at": exc.holder.expires_at})
+    else:
+        print(f"skipped: {exc}", file=sys.stderr, flush=True)
+
+
+def _loop(tick: Callable[[], TickResult | None], args: argparse.Namespace,
+          lakehouse_problem: Callable[[], str | None], status: _LoopStatus | None = None) -> int:
+    """Tick every ``args.interval`` seconds until SIGINT/SIGTERM.
+
+    A failing tick never ends the loop: its error is logged (with the traceback the first
+    time it is seen), the loop backs off and ticks again. It stops early only when the
+    lakehouse itself is unusable, with EXIT_LAKEHOUSE_UNUSABLE. After each tick ``status``
+    shows its figures and the time to the next one on stderr.
+    """
+    status = status or _LoopStatus(args)
+    stop = StopRequest().install()
+    ticks, failures, last_error = 0, 0, ""
+    with status.line:
+        while not stop.is_set():
+            started = time.monotonic()
+            status.starting(ticks + 1)
+            result: TickResult | None = None
+            try:
+                result = tick()
+                if result is not None:
+                    _print_tick(result, args)
+                failures, last_error = 0, ""
+            except Exception as exc:  # noqa: BLE001 - the loop survives any single tick
+                failures += 1
+                last_error = _report_failed_tick(exc, last_error, failures)
+                problem = _safely(lakehouse_problem)
+                if problem is not None:
+                    print(f"stopping: the lakehouse is unusable ({problem}); exit code {EXIT_LAKEHOUSE_UNUSABLE}",
+                          file=sys.stderr, flush=True)
+                    return EXIT_LAKEHOUSE_UNUSABLE
+            ticks += 1
+            wait = args.interval if not failures else min(MAX_BACKOFF_S, max(MIN_BACKOFF_S, args.interval)
+                                                          * 2 ** (failures - 1))
+            status.finished(result, failures, time.monotonic() - started, started + wait)
+            stop.wait(max(0.0, wait - (time.monotonic() - started)))
+    stop.shutting_down()
+    if not args.json:
+        print(f"stopped after {ticks} tick(s)")
+    return 0
+
+
+class _LoopStatus:
+    """The status line of ``run --loop`` on stderr: what the running tick does, then its figures and a
+    countdown to the next one. Redrawn in place when stderr is a terminal; elsewhere one plain line per
+    tick (and the usual ``  … step`` lines), none of them with --json."""
+
+    def __init__(self, args: argparse.Namespace):
+        self.line = LiveLine(quiet=args.json)
+        self._steps = _progress(args)
+        self._tick, self._started = 0, time.monotonic()
+
+    def starting(self, number: int) -> None:
+        self._tick, self._started = number, time.monotonic()
+        if self.line.is_live:
+            self.progress("starting")
+
+    def progress(self, message: str) -> None:
+        """A step of the running tick (the heartbeat's progress callback)."""
+        if not self.line.is_live:
+            self._steps(message)
+            return
+        number, started = self._tick, self._started
+        self.line.show(lambda: Text(f"tick {number} · {message} · {time.monotonic() - started:.1f} s", style="dim"),
+                       plain=False)
+
+    def finished(self, result: TickResult | None, failures: int, took_s: float, next_at: float) -> None:
+        summary = _tick_summary(self._tick, result, failures, took_s)
+        backing_off = " (backing off)" if failures else ""
+        self.line.show(lambda: summary + f" · next in {max(0.0, next_at - time.monotonic()):.1f} s{backing_off}")
+
+
+def _tick_summary(number: int, result: TickResult | None, failures: int, took_s: float) -> Text:
+    """``tick 12 · OK · 0.8 s · sensed 5 · new 1 · triggered 1 · completed 0 · failed 0`` (without the countdown)."""
+    if failures:
+        return Text.assemble(f"tick {number} · ", (f"FAILED ({failures} in a row)", "bold red"), f" · {took_s:.1f} s")
+    if result is None:
+        return Text.assemble(f"tick {number} · ", ("SKIPPED", "dim"), " (another runner is ticking)")
+    errors = len(result.sensor_errors) + len(result.trigger_errors)
+    figures = [f"{result.duration_s:.1f} s", f"sensed {len(result.sensed)}", f"new {result.sources_with_new_data}",
+               f"triggered {len(result.triggered)}", f"completed {len(result.completed)}",
+               f"failed {len(result.failed)}"] + ([f"errors {errors}"] if errors else [])
+    state = result.status.value
+    return Text.assemble(f"tick {number} · ", (state, "green" if state == "OK" else "bold red"),
+                         " · " + " · ".join(figures))
+
+
+def _report_failed_tick(exc: Exception, last_error: str, failures: int) -> str:
+    """Log a failed tick: the whole traceback for a new error, one line when it repeats. Returns its text."""
+    text = describe(exc)
+    if text != last_error:
+        print(f"tick failed: {text}", file=sys.stderr)
+        if not isinstance(exc, HeartbeatError):
+            traceback.print_exception(exc)
+    else:
+        print(f"tick failed again ({failures} in a row): {text}", file=sys.stderr)
+    sys.stderr.flush()
+    return text
+
+
+def _safely(check: Callable[[], str | None]) -> str | None:
+    """Run a health check; a check that itself fails is an answer too."""
+    try:
+        return check()
+    except Exception as exc:  # noqa: BLE001 - the engine may be gone
+        return describe(exc)
+
+
+def _print_tick(result: TickResult, args: argparse.Namespace) -> None:
+    if args.json:
+        emit_json(result.as_dict())
+        return
+    print(f"run {result.run_id}: sensed {len(result.sensed)} source(s), {result.sources_with_new_data} with new data, "
+          f"{len(result.sensor_errors)} error(s), {len(result.skipped)} skipped; triggered {len(result.triggered)}, "
+          f"completed {len(result.completed)}, failed {len(result.failed)} ({result.duration_s:.2f}s)", flush=True)
+    for s in result.sensor_errors:
+        print(f"  source {s.target.source_key}: {s.error}", flush=True)
+    for triggered in result.triggered:
+        print(f"  triggered job {triggered.job_id} (run {triggered.run_id})", flush=True)
+    for problem in result.trigger_errors + result.overdue:
+        print(f"  job {problem}", flush=True)
+    for job_id in result.retried:
+        print(f"  retried job {job_id} (retry policy)", flush=True)
+
+
+def _open_fresh(app: App, settings: Settings) -> None:
+    """Ready to read the views: rebuilt unless a runner is ticking (then as of its last build)."""
+    app.require_config()
+    app.ensure_views()
+    if not refresh_if_idle(app, tick_lease(settings.lakehouse_dir)):
+        print("note: a runner is ticking; showing the control table as of its last build", file=sys.stderr)
+
+
+def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
+    with open_app(settings) as app:
+        if getattr(args, "watch", None) is not None:
+            return _watch_status(app, settings, args)
+        _open_fresh(app, settings)
+        rows = app.store.control_rows()
+        emit(rows, _status_columns(rows, args), as_json=args.json)
+        sequences = [] if args.json else app.store.open_sequences()
+    if sequences:
+        emit(sequences, SEQUENCE_COLUMNS, as_json=False, title="\nCatch-up sequences (run k of n; windows of run k)")
+    return 0
+
+
+def _status_columns(rows: list[dict], args: argparse.Namespace) -> list[str]:
+    """The table shows STATUS_COLUMNS; JSON has every column."""
+    return STATUS_COLUMNS if not args.json else list(rows[0].keys()) if rows else STATUS_COLUMNS
+
+
+def _watch_status(app: App, settings: Settings, args: argparse.Namespace) -> int:
+    """``status --watch``: the control table every ``args.watch`` seconds, rebuilt first unless a runner is ticking."""
+    app.require_config()
+    app.ensure_views()
+    lease = tick_lease(settings.lakehouse_dir)
+
+    def read() -> Snapshot:
+        fresh = refresh_if_idle(app, lease)
+        rows = app.store.control_rows()
+        return rows, _status_columns(rows, args), None if fresh else "a runner is ticking: as of its last build"
+
+    watch(read, title="Control table", interval=args.watch, count=getattr(args, "watch_count", None),
+          as_json=args.json)
+    return 0
+
+
+def _record_job_event(settings: Settings, job_id: str, kind: EventType, *, job_run_id: str | None = None,
+                      message: str | None = None) -> None:
+    """Append one job-level event (audited with who ran the command), after checking the job exists."""
+    with open_app(settings) as app:
+        record_job_event(app, job_id, kind, job_run_id=job_run_id, message=message)
+
+
+def cmd_pause(args: argparse.Namespace, settings: Settings) -> int:
+    _record_job_event(settings, args.job_id, EventType.JOB_PAUSED)
+    print(f"job {args.job_id} paused (until `resume` or the next seed)")
+    return 0
+
+
+def cmd_resume(args: argparse.Namespace, settings: Settings) -> int:
+    _record_job_event(settings, args.job_id, EventType.JOB_RESUMED)
+    print(f"job {args.job_id} resumed")
+    return 0
+
+
+def cmd_complete(args: argparse.Namespace, settings: Settings) -> int:
+    kind = EventType.FAILED if args.failed else EventType.COMPLETED
+    run_id = args.run_id or os.environ.get("HEARTBEAT_JOB_RUN_ID")
+    _record_job_event(settings, args.job_id, kind, job_run_id=run_id, message=args.message)
+    print(f"job {args.job_id}: recorded {kind.value}")
+    return 0
+
+
+def cmd_runs(args: argparse.Namespace, settings: Settings) -> int:
+    with open_app(settings) as app:
+        app.require_config()
+        app.ensure_views()
+        if not args.run_id:
+            emit(recent_runs(app.store, args.limit), RUNS_COLUMNS, as_json=args.json)
+            return 0
+        run, report = run_details(app.store, args.run_id)
+        if args.json:
+            emit_json({"run": run, "sources": report})
+            return 0
+        print(f"run {run['run_id']} at {run['snapshot_ts']:%Y-%m-%d %H:%M:%S}: {run['status']}"
+              + (f" ({run['message']})" if run["message"] else ""))
+        emit(report, REPORT_COLUMNS, as_json=False)
+    return 0
+
+
+def cmd_explain(args: argparse.Namespace, settings: Settings) -> int:
+    with open_app(settings) as app:
+        _open_fresh(app, settings)
+        found = explain(app.store, args.job_id)
+        retry = retry_outlook(app.store, load_retry_policies(settings.retry_policy_file), args.job_id)
+        late = late_data(app.store, settings.retry_policy_file, args.job_id)
+    if args.json:
+        emit_json({"job_id": found.job_id, "verdict": found.verdict, "ready": found.is_ready, "rows": found.rows,
+                   "automatic_retry": retry, "late_data": late})
+        return 0
+    print(f"job {found.job_id}: {found.verdict}")
+    if retry:
+        print(f"automatic retry: {retry}")
+    for item in late:
+        print(f"late data: {item['source_key']} window from {item['window_start']}: {item['rows']} row(s) "
+              "arrived after the window was final")
+    emit(found.rows, EXPLAIN_COLUMNS, as_json=False)
+    return 0
+
+
+def cmd_reset(args: argparse.Namespace, settings: Settings) -> int:
+    since = parse_since(args.since) if args.since else None
+    with tick_lease(settings.lakehouse_dir).held(_lease_wait(args)), open_app(settings) as app:
+        done = reset_job(app, args.job_id, since, args.reason)
+    _print_reset(done.plan, done.running_run, args)
+    return 0
+
+
+def _print_reset(plan: ResetPlan, running_run: str | None, args: argparse.Namespace) -> None:
+    if args.json:
+        emit_json({"job_id": plan.job_id, "since": plan.since, "as_of": plan.as_of, "by": plan.by,
+                   "reason": plan.reason, "also_retriggers": plan.shared_with, "running_run": running_run,
+                   "cursors": [{"source_key": m.source_key, "from": m.cursor_from, "to": m.cursor_to}
+                               for m in plan.moves]})
+        return
+    point = f"since {plan.as_of:%Y-%m-%d %H:%M:%S.%f} UTC" if plan.as_of else "from the beginning"
+    print(f"job {plan.job_id} reset {point} by {plan.by}: {plan.reason}")
+    print("  it is sensed again from the next tick and triggers once its hard dependencies have data to re-process")
+    for move in plan.moves:
+        change = f"-> {move.cursor_to}" if move.moved else "(unchanged: nothing was sensed after that point)"
+        print(f"  {move.source_key}: cursor {move.cursor_from or '-'} {change}")
+    if plan.since and plan.as_of != plan.since:
+        print("  (earlier than --since: the job had not consumed data sensed before it yet)")
+    if plan.shared_with:
+        print(f"  also re-triggered, as they read the same sources: {', '.join(plan.shared_with)}")
+    if running_run:
+        print(f"  note: run {running_run} of this job is still going; reset does not stop it")
+
+
+def cmd_maintain(args: argparse.Namespace, settings: Settings) -> int:
+    with tick_lease(settings.lakehouse_dir).held(_lease_wait(args)), open_app(settings) as app:
+        app.require_config()
+        app.ensure_views()
+        app.dbt.refresh_control(app.store.events_version())  # the live set is judged on current state
+        with _progress(args) as progress, app.dbt.keeping_built_marker(app.store.events_version):
+            done = app.maintenance(progress).run(compact_all=args.compact_all)
+    if args.json:
+        emit_json(done.as_dict())
+        return 0
+    print(f"archived {done.archived_events} event(s), {done.archived_runs} run summary row(s) and "
+          f"{done.archived_report_rows} report row(s) in {done.duration_s:.1f}s")
+    if done.deleted_by_retention:
+        print(f"deleted {done.deleted_by_retention} archived row(s) past HEARTBEAT_ARCHIVE_RETENTION_DAYS")
+    if done.compacted:
+        emit([{"table": table, "files_before": before, "files_after": after}
+              for table, (before, after) in done.compacted.items()],
+             ["table", "files_before", "files_after"], as_json=False, title="Compacted (data files)")
+    return 0
+
+
+def cmd_rebuild(args: argparse.Namespace, settings: Settings) -> int:
+    with tick_lease(settings.lakehouse_dir).held(_lease_wait(args)), open_app(settings) as app:
+        app.require_config()
+        app.ensure_views()
+        with _progress(args) as progress:
+            progress("re-deriving the control table from the hot log and the archive")
+            app.dbt.rebuild_from_all_events()
+            app.dbt.mark_built(app.store.events_version())
+        rows = len(app.store.control_rows(include_retired=True))
+    print(f"rebuilt the control table from every recorded event ({rows} row(s))")
+    return 0
+
+
+def cmd_dbt(args: argparse.Namespace, settings: Settings) -> int:
+    if not args.dbt_args:
+        raise HeartbeatError("usage: python -m heartbeat_runner dbt <dbt command and options>, e.g. `dbt test`")
+    with open_app(settings) as app:
+        if app.store.exists("heartbeat_control"):
+            app.ensure_views()
+        app.dbt.invoke(list(args.dbt_args), quiet=False)
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
+    from heartbeat_runner.interfaces.serve import prepare_environment, serve, session_id_for
+
+    prepare_environment()
+    with open_app(settings, port=args.port, session_id=session_id_for(settings)) as app:
+        serve(app, args.port)
+    return 0
+
+
+def cmd_ui(args: argparse.Namespace, settings: Settings) -> int:
+    from heartbeat_runner.interfaces.ui import run_ui
+
+    if args.refresh <= 0:
+        raise HeartbeatError("--refresh must be a positive number of seconds")
+    run_ui(settings, host=args.host, port=args.port, allow_actions=args.allow_actions, refresh_s=args.refresh)
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
+    from heartbeat_runner.interfaces.demo import run_demo
+
+    return run_demo(settings, keep=args.keep, as_json=args.json)
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace, Settings], int]] = {
+    "run": cmd_run,
+    "seed": cmd_seed,
+    "validate": cmd_validate,
+    "status": cmd_status,
+    "runs": cmd_runs,
+    "explain": cmd_explain,
+    "reset": cmd_reset,
+    "pause": cmd_pause,
+    "resume": cmd_resume,
+    "complete": cmd_complete,
+    "maintain": cmd_maintain,
+    "rebuild": cmd_rebuild,
+    "dbt": cmd_dbt,
+    "demo": cmd_demo,
+    "serve": cmd_serve,
+    "ui": cmd_ui,
+}

@@ -1,0 +1,256 @@
+"""Operator commands: explain a job, reset it, list runs, guard config removals.
+
+The answers come from the views (``jobs_trigger_explanation``,
+``heartbeat_cursor_history``, ``heartbeat_run_overview``); this module only picks
+rows and writes the audit events.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import socket
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import overload
+
+from heartbeat_runner.core.errors import ConfigError, HeartbeatError
+from heartbeat_runner.core.records import Event, EventType, JobStatus, utcnow
+from heartbeat_runner.lakehouse.store import CONTROL, Cond, TableStore
+from heartbeat_runner.policies.retry import RetryPolicies
+from heartbeat_runner.runner.app import App
+from heartbeat_runner.runner.lease import Lease
+from heartbeat_runner.sensing.sources.base import dump_cursor
+
+EXPLANATION_VIEW = "jobs_trigger_explanation"
+CURSOR_HISTORY_VIEW = "heartbeat_cursor_history"
+RUN_OVERVIEW_VIEW = "heartbeat_run_overview"
+RUN_REPORT_ALL_VIEW = "heartbeat_run_report_all"
+
+#: A cursor before the first item of any source: Delta version -1 (so version 0 is new);
+#: the other sources find none of their keys in it (no offset, file, key value or load
+#: date) and read from their start. NULL would mean "new sensor": a baseline at the end.
+BEGINNING_CURSOR = dump_cursor({"version": -1})
+#: ``seed`` refuses a config that would retire more than this share of the active rows.
+DEFAULT_MAX_REMOVAL_SHARE = 0.5
+
+ConfigKey = tuple[str, str, str]
+
+
+def local_operator() -> str:
+    """Who runs this process, as the audit trail names them: ``user@host``."""
+    return f"{getpass.getuser()}@{socket.gethostname()}"
+
+
+def refresh_if_idle(app: App, lease: Lease) -> bool:
+    """Rebuild the control table unless a runner is ticking (then read it as it is). True if fresh."""
+    if lease.try_acquire() is not None:
+        return False
+    try:
+        app.dbt.refresh_control(app.store.events_version())
+    finally:
+        lease.release()
+    return True
+
+
+# -- explain ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Explanation:
+    job_id: str
+    verdict: str
+    is_ready: bool
+    rows: list[dict]
+
+
+def explain(store: TableStore, job_id: str) -> Explanation:
+    """Why ``job_id`` did or did not trigger, from jobs_trigger_explanation."""
+    rows = store.read(EXPLANATION_VIEW, Cond("trigger_job_id", job_id),
+                      order_by=["is_active DESC", "dependency", "sensor_source", "sensor_id"])
+    if not rows:
+        raise HeartbeatError(f"job {job_id!r} is not in the control table")
+    return Explanation(job_id, rows[0]["verdict"], bool(rows[0]["is_ready"]), rows)
+
+
+# -- job-level operator events (pause, resume, complete) ---------------------------------------
+
+def record_job_event(app: App, job_id: str, kind: EventType, *, by: str | None = None, via: str = "cli",
+                     job_run_id: str | None = None, message: str | None = None) -> Event:
+    """Append one operator event of ``job_id`` after checking the job is in the control table.
+
+    The payload names who did it and through what (``cli`` or ``ui``): the audit trail.
+    """
+    app.require_config()
+    if not app.store.control_rows(job_id):
+        raise HeartbeatError(f"job {job_id!r} is not in the control table")
+    event = Event(event_type=kind, run_id=kind.value.lower(), snapshot_ts=utcnow(), trigger_job_id=job_id,
+                  job_run_id=job_run_id, message=message,
+                  payload=json.dumps({"by": by or local_operator(), "via": via}, sort_keys=True))
+    app.store.append_events([event])
+    return event
+
+
+@dataclass(frozen=True)
+class ResetDone:
+    plan: ResetPlan
+    #: the run of the job still going when it was reset (reset does not stop it)
+    running_run: str | None
+
+
+def reset_job(app: App, job_id: str, since: datetime | None, reason: str, *, by: str | None = None) -> ResetDone:
+    """Plan and record a reset of ``job_id``; the caller holds the tick lease."""
+    app.require_config()
+    app.ensure_views()
+    app.dbt.refresh_control(app.store.events_version())
+    running = [r["job_run_id"] for r in app.store.control_rows(job_id) if r["status"] == JobStatus.IN_PROGRESS]
+    plan = plan_reset(app.store, job_id, since, reason)
+    if by is not None:
+        plan = replace(plan, by=by)
+    app.store.append_events(plan.events())
+    return ResetDone(plan, running[0] if running else None)
+
+
+# -- reset -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class CursorMove:
+    source_key: str
+    sensor_source: str
+    sensor_id: str
+    cursor_from: str | None
+    cursor_to: str
+
+    @property
+    def moved(self) -> bool:
+        return self.cursor_from != self.cursor_to
+
+
+@dataclass(frozen=True)
+class ResetPlan:
+    """What ``reset`` records: a RESET of the job and one RESET per source moving its cursor back."""
+
+    job_id: str
+    since: datetime | None
+    #: the point the cursors go back to: ``since``, or earlier when the job had not consumed older data
+    as_of: datetime | None
+    moves: list[CursorMove]
+    #: other active jobs reading the sources moved back: they see the replayed data as new too
+    shared_with: list[str]
+    reason: str
+    by: str = field(default_factory=lambda: local_operator())
+
+    def events(self) -> list[Event]:
+        now = utcnow()
+        audit = {"by": self.by, "job": self.job_id, "since": _iso(self.since), "as_of": _iso(self.as_of)}
+        sources = [
+            Event(event_type=EventType.RESET, run_id="reset", snapshot_ts=now, source_key=m.source_key,
+                  sensor_source=m.sensor_source, sensor_id=m.sensor_id, cursor_from=m.cursor_from,
+                  cursor_to=m.cursor_to, message=self.reason, payload=json.dumps(audit, sort_keys=True))
+            for m in self.moves
+        ]
+        job = Event(event_type=EventType.RESET, run_id="reset", snapshot_ts=now, trigger_job_id=self.job_id,
+                    message=self.reason, payload=json.dumps({**audit, "sources": [m.source_key for m in self.moves],
+                                                             "also_retriggers": self.shared_with}, sort_keys=True))
+        return [*sources, job]
+
+
+def plan_reset(store: TableStore, job_id: str, since: datetime | None, reason: str) -> ResetPlan:
+    """Where each source of the job goes back to: the cursor in force at ``since`` (or the beginning)."""
+    rows = store.control_rows(job_id)
+    if not rows:
+        raise HeartbeatError(f"job {job_id!r} is not in the control table")
+    as_of = since
+    waiting = [r["status_change_timestamp"] for r in rows if r["status"] == JobStatus.NEW_EVENT_AVAILABLE]
+    if since is not None and waiting and min(waiting) <= since:
+        as_of = min(waiting) - timedelta(microseconds=1)  # never skip data the job has not consumed
+    sources = {r["source_key"]: r for r in rows}
+    moves = [CursorMove(key, row["sensor_source"], row["sensor_id"], _cursor_at(store, key, None),
+                        _cursor_at(store, key, as_of) if as_of is not None else BEGINNING_CURSOR)
+             for key, row in sorted(sources.items())]
+    moved = [m.source_key for m in moves if m.moved]
+    shared = store.read(CONTROL, Cond("is_active", True), Cond("source_key", moved, "in"),
+                        Cond("trigger_job_id", job_id, "<>"), columns=["trigger_job_id"]) if moved else []
+    return ResetPlan(job_id, since, as_of, moves, sorted({r["trigger_job_id"] for r in shared}), reason)
+
+
+@overload
+def _cursor_at(store: TableStore, source_key: str, as_of: datetime) -> str: ...
+@overload
+def _cursor_at(store: TableStore, source_key: str, as_of: None) -> str | None: ...
+def _cursor_at(store: TableStore, source_key: str, as_of: datetime | None) -> str | None:
+    """The cursor in force at ``as_of`` (None: the current one); the beginning if there was none yet."""
+    when = [] if as_of is None else [Cond("valid_from", as_of.astimezone(timezone.utc).replace(tzinfo=None), "<=")]
+    found = store.read(CURSOR_HISTORY_VIEW, Cond("source_key", source_key), *when, columns=["cursor_to"],
+                       order_by=["valid_from DESC", "event_id DESC"], limit=1)
+    if found:
+        return found[0]["cursor_to"]
+    return None if as_of is None else BEGINNING_CURSOR
+
+
+def parse_since(text: str) -> datetime:
+    """An ISO 8601 date or timestamp; without a zone it is UTC."""
+    try:
+        value = datetime.fromisoformat(text.strip())
+    except ValueError as exc:
+        raise HeartbeatError(f"--since {text!r} is not an ISO 8601 date or timestamp "
+                             "(e.g. 2026-05-01 or 2026-05-01T08:30:00Z)") from exc
+    return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+# -- runs ------------------------------------------------------------------------------------
+
+def recent_runs(store: TableStore, limit: int) -> list[dict]:
+    """The latest runs, newest first (finished ticks and INCOMPLETE ones)."""
+    return store.read(RUN_OVERVIEW_VIEW, order_by=["snapshot_ts DESC"], limit=limit)
+
+
+def run_details(store: TableStore, run_id: str) -> tuple[dict, list[dict]]:
+    """One run and its per-source rows of the run report."""
+    run = store.read(RUN_OVERVIEW_VIEW, Cond("run_id", run_id))
+    if not run:
+        raise HeartbeatError(f"run {run_id!r} not found (see `runs` for recent run ids)")
+    report = store.read(RUN_REPORT_ALL_VIEW, Cond("run_id", run_id), order_by=["outcome", "source_key"])
+    return run[0], report
+
+
+# -- safe config changes ---------------------------------------------------------------------
+
+def check_removals(active: Iterable[ConfigKey], new: Iterable[ConfigKey], max_share: float) -> list[ConfigKey]:
+    """The active rows a new config would retire; ConfigError when more than ``max_share`` of them."""
+    active, new = set(active), set(new)
+    retiring = sorted(active - new)
+    if active and len(retiring) / len(active) > max_share:
+        names = ", ".join(f"{s}:{i} -> job {j}" for s, i, j in retiring[:5])
+        more = f" and {len(retiring) - 5} more" if len(retiring) > 5 else ""
+        raise ConfigError([
+            f"this config would retire {len(retiring)} of {len(active)} active rows "
+            f"({len(retiring) / len(active):.0%}, more than the {max_share:.0%} allowed): {names}{more}. "
+            "An empty or truncated file? If the removals are intended, run `seed --allow-removals` "
+            "(or raise HEARTBEAT_MAX_REMOVAL_SHARE)."
+        ])
+    return retiring
+
+
+def late_data(store: TableStore, policy_file: Path | None, job_id: str) -> list[dict]:
+    """Rows that arrived for already finalized event-time windows of ``job_id``, per source and window."""
+    from heartbeat_runner.core.windows import iso
+    from heartbeat_runner.policies.event_windows import load_window_policies
+    from heartbeat_runner.policies.sequences import Sequences
+
+    found = Sequences(store, {}, load_window_policies(policy_file)).late_data(job_id)
+    return [{"source_key": r.source_key, "window_start": iso(r.window_start_s), "rows": r.rows} for r in found]
+
+
+def retry_outlook(store: TableStore, policies: RetryPolicies, job_id: str) -> str | None:
+    """For a FAILED job with an automatic retry policy: when (or whether) it will be retried."""
+    policy = policies.for_job(job_id)
+    failed = [r for r in store.jobs_with_status(JobStatus.FAILED) if r.trigger_job_id == job_id]
+    if not policy.enabled or not failed or failed[0].job_end_timestamp is None:
+        return None
+    return policy.decide(failed[0].consecutive_failures, failed[0].job_end_timestamp, utcnow()).reason

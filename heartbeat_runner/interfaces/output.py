@@ -1,0 +1,307 @@
+"""Readable tables, JSON, progress and live status lines for the CLI, drawn with rich.
+
+Every console comes from :func:`console_for`. On a terminal rich picks the width and the
+colours (none when NO_COLOR is set, which rich honours itself). Anywhere else (a pipe, a
+file, a test) the text is plain, without escape codes (unless FORCE_COLOR asks for them), at
+$COLUMNS or 160 columns, and a table is never squeezed below its natural width there: one
+line per row, for grep and awk. Progress and live lines go to stderr and are drawn only when
+stderr is an interactive terminal; elsewhere they fall back to one plain line per step, as
+logs want.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from contextlib import nullcontext
+from datetime import datetime
+from enum import Enum
+from typing import Any, TextIO
+
+from rich import box
+from rich.console import Console, RenderableType
+from rich.live import Live
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from rich.text import Text
+
+from heartbeat_runner.core.records import JobState, JobStatus, Outcome, TickStatus
+
+#: The control-table columns `status` and the demo print.
+STATUS_COLUMNS = ["trigger_job_id", "trigger_job_name", "sensor_source", "sensor_id", "dependency_flag", "job_state",
+                  "status", "status_change_timestamp", "job_run_id", "last_error"]
+#: Width of what is written to anything but a terminal, unless $COLUMNS says otherwise.
+PLAIN_WIDTH = 160
+#: The widest a cell is shown; longer ones end in an ellipsis.
+MAX_CELL_WIDTH = 48
+#: Columns whose values are coloured by what they say.
+STATE_COLUMNS = frozenset({"status", "job_state", "outcome", "last_outcome"})
+STATE_STYLES = {
+    JobStatus.COMPLETED.value: "green", TickStatus.OK.value: "green",
+    JobStatus.FAILED.value: "bold red", Outcome.ERROR.value: "bold red", TickStatus.INCOMPLETE.value: "red",
+    JobStatus.IN_PROGRESS.value: "cyan",
+    JobStatus.NEW_EVENT_AVAILABLE.value: "yellow", Outcome.NEW_DATA.value: "yellow",
+    JobState.PAUSED.value: "dim", Outcome.SKIPPED.value: "dim", Outcome.NO_NEW_DATA.value: "dim",
+}
+
+#: What :func:`watch` reads each time: the rows, the columns to show and a note for the caption (or None).
+Snapshot = tuple[Sequence[dict], Sequence[str], "str | None"]
+
+
+def console_for(stream: TextIO | None = None) -> Console:
+    """A rich Console writing to ``stream`` (default: stdout as it is now).
+
+    On a terminal: rich's width and colours (none when NO_COLOR is set). Elsewhere: a fixed width
+    ($COLUMNS or PLAIN_WIDTH) and no escape codes (rich's own choice off a terminal, unless
+    FORCE_COLOR asks for colour). Markup, emoji codes and highlighting are off: what is printed
+    is data, shown as it is.
+    """
+    console = Console(file=stream if stream is not None else sys.stdout, highlight=False, markup=False, emoji=False)
+    if not on_screen(console):
+        console.width = _plain_width()
+    return console
+
+
+def on_screen(console: Console) -> bool:
+    """Whether ``console`` writes to a real terminal (FORCE_COLOR may colour a pipe; it stays a pipe)."""
+    return _is_terminal(console.file)
+
+
+def can_redraw(console: Console) -> bool:
+    """Whether ``console`` may redraw in place: an interactive terminal (not a dumb one, not a pipe)."""
+    return console.is_interactive and on_screen(console)
+
+
+def _plain_width() -> int:
+    """$COLUMNS when it is a sensible number, else PLAIN_WIDTH."""
+    try:
+        return max(40, int(os.environ.get("COLUMNS", "")))
+    except ValueError:
+        return PLAIN_WIDTH
+
+
+def _is_terminal(stream: object) -> bool:
+    """Whether ``stream`` is a terminal (a closed one is not)."""
+    isatty = getattr(stream, "isatty", None)
+    try:
+        return bool(isatty and isatty())
+    except ValueError:  # closed
+        return False
+
+
+def show(console: Console, renderable: RenderableType) -> None:
+    """Print on ``console``; off a terminal at least as wide as the renderable needs, lines without trailing blanks."""
+    if on_screen(console):
+        console.print(renderable)
+        return
+    needed = console.measure(renderable, options=console.options.update_width(10_000)).maximum
+    wide = Console(file=console.file, width=max(console.width, needed), force_terminal=console.is_terminal,
+                   color_system=console.color_system, no_color=console.no_color,  # type: ignore[arg-type]
+                   highlight=False, markup=False, emoji=False)
+    with wide.capture() as captured:
+        wide.print(renderable)
+    console.file.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
+    console.file.flush()
+
+
+# -- tables and JSON ---------------------------------------------------------------------------
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, Enum):
+        value = value.value
+    if isinstance(value, datetime):
+        return value.strftime("%Y-%m-%d %H:%M:%S")
+    if isinstance(value, float):
+        return f"{value:.3f}"
+    if isinstance(value, (list, tuple)):
+        return ",".join(map(str, value))
+    return str(value)
+
+
+def _styled(column: str, value: Any, max_width: int) -> Text:
+    """A cell as rich Text, cut to ``max_width``; a state column's value in its colour."""
+    shown = _cell(value)
+    text = Text(shown, style=STATE_STYLES.get(shown, "") if column in STATE_COLUMNS else "")
+    text.truncate(max_width, overflow="ellipsis")
+    return text
+
+
+def rows_table(rows: Sequence[dict], columns: Sequence[str], *, title: str | None = None,
+               caption: str | None = None, max_width: int = MAX_CELL_WIDTH, wrap: bool = True) -> Table:
+    """Rows as a rich Table: upper-case headers, coloured states, cells cut with an ellipsis past ``max_width``.
+
+    ``wrap``: a table wider than the screen wraps its widest cells; without, every row stays one line.
+    """
+    table = Table(title=Text(title) if title else None, title_justify="left", title_style="bold",
+                  caption=Text(caption) if caption else None, caption_justify="left", caption_style="dim",
+                  header_style="bold", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0))
+    for column in columns:
+        table.add_column(column.upper(), no_wrap=not wrap, overflow="ellipsis", max_width=max_width)
+    for row in rows:
+        table.add_row(*(_styled(column, row.get(column), max_width) for column in columns))
+    return table
+
+
+def emit(rows: Sequence[dict], columns: Sequence[str], *, as_json: bool, title: str | None = None,
+         out: TextIO | None = None) -> None:
+    """Print rows as a table (with an optional title; its leading newlines stay blank lines) or as a JSON array."""
+    out = out if out is not None else sys.stdout
+    if as_json:
+        json.dump([{c: r.get(c) for c in columns} for r in rows], out, default=_json_default, indent=2)
+        out.write("\n")
+        return
+    console = console_for(out)
+    heading = (title or "").lstrip("\n")
+    if title and heading != title:
+        console.line(len(title) - len(heading))
+    show(console, _table_or_none(console, rows, columns, heading or None))
+
+
+def _table_or_none(console: Console, rows: Sequence[dict], columns: Sequence[str], title: str | None,
+                   caption: str | None = None) -> RenderableType:
+    """The rows' table, or the title over ``(none)`` when there are no rows."""
+    if rows:
+        return rows_table(rows, columns, title=title, caption=caption, wrap=on_screen(console))
+    lines = [Text(title, style="bold")] if title else []
+    lines += [Text("(none)")] + ([Text(caption, style="dim")] if caption else [])
+    return Text("\n").join(lines)
+
+
+def emit_json(value: Any, out: TextIO | None = None) -> None:
+    """Print a value as indented JSON (datetimes in ISO 8601)."""
+    out = out if out is not None else sys.stdout
+    json.dump(value, out, default=_json_default, indent=2)
+    out.write("\n")
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return str(value)
+
+
+def watch(read: Callable[[], Snapshot], *, title: str, interval: float, count: int | None = None,
+          as_json: bool = False, out: TextIO | None = None) -> int:
+    """Show what ``read`` returns every ``interval`` seconds, ``count`` times (None: until Ctrl-C).
+
+    On a terminal (and without ``as_json``) the table is redrawn in place with rich Live; otherwise a
+    fresh table (or JSON array) is appended each time, so a pipe or a script gets every reading.
+    Ctrl-C ends it normally. Returns how many readings were shown.
+    """
+    out = out if out is not None else sys.stdout
+    console = console_for(out)
+    in_place = can_redraw(console) and not as_json
+    shown = 0
+    try:
+        with Live(console=console, auto_refresh=False, transient=False) if in_place else nullcontext() as live:
+            while count is None or shown < count:
+                started = time.monotonic()
+                rows, columns, note = read()
+                heading = f"{title} at {datetime.now():%H:%M:%S}, every {interval:g} s"
+                if isinstance(live, Live):
+                    caption = "; ".join(filter(None, [note, "Ctrl-C to stop"]))
+                    live.update(_table_or_none(console, rows, columns, heading, caption), refresh=True)
+                else:
+                    if shown and not as_json:
+                        console.line()
+                    emit(rows, columns, as_json=as_json, title=None if as_json else heading, out=out)
+                    if note and not as_json:
+                        console.print(Text(f"({note})"))
+                    out.flush()
+                shown += 1
+                if count is None or shown < count:
+                    time.sleep(max(0.0, interval - (time.monotonic() - started)))
+    except KeyboardInterrupt:
+        pass
+    return shown
+
+
+# -- progress and live lines (stderr) ----------------------------------------------------------
+
+class Steps:
+    """The steps of long work, reported on stderr; call it with each step's name as it starts.
+
+    Inside ``with`` on a terminal: a spinner, the step, a bar over ``total`` steps (when known) and
+    the time taken, gone when the work ends. Elsewhere one plain line per step (``prefix`` +
+    the step), or none when ``quiet``.
+    """
+
+    def __init__(self, total: int | None = None, *, prefix: str = "  … ", quiet: bool = False,
+                 stream: TextIO | None = None):
+        self.console = console_for(stream if stream is not None else sys.stderr)
+        self.total, self.prefix, self.quiet = total, prefix, quiet
+        self._progress: Progress | None = None
+        self._task: TaskID | None = None
+        self._started = 0
+
+    def __enter__(self) -> Steps:
+        if can_redraw(self.console):
+            columns: list[Any] = [SpinnerColumn(), TextColumn("{task.description}", markup=False)]
+            if self.total:
+                columns += [BarColumn(), MofNCompleteColumn()]
+            self._progress = Progress(*columns, TimeElapsedColumn(), console=self.console, transient=True,
+                                      redirect_stdout=_is_terminal(sys.stdout), redirect_stderr=True)
+            self._progress.start()
+            self._task = self._progress.add_task("", total=self.total)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
+
+    def __call__(self, message: str, *, plain: bool = True) -> None:
+        """Start the next step (on a terminal the one before counts as done); ``plain``: also as a plain line."""
+        if self._progress is not None and self._task is not None:
+            done = self._started if self.total is None else min(self._started, self.total)
+            self._progress.update(self._task, description=message, completed=done)
+            self._started += 1
+        elif plain and not self.quiet:
+            print(f"{self.prefix}{message}", file=self.console.file, flush=True)
+
+
+class LiveLine:
+    """One line of state on stderr: inside ``with`` on a terminal it is redrawn in place (rich Live),
+    and since ``show`` takes a function it may change between redraws (a countdown). Elsewhere each
+    ``show`` prints it once as a plain line, unless ``quiet``."""
+
+    def __init__(self, *, quiet: bool = False, stream: TextIO | None = None):
+        self.console = console_for(stream if stream is not None else sys.stderr)
+        self.quiet = quiet
+        self._render: Callable[[], str | Text] = lambda: ""
+        self._live: Live | None = None
+
+    @property
+    def is_live(self) -> bool:
+        return self._live is not None
+
+    def __enter__(self) -> LiveLine:
+        if can_redraw(self.console):
+            self._live = Live(console=self.console, get_renderable=self._line, refresh_per_second=4,
+                              redirect_stdout=_is_terminal(sys.stdout), redirect_stderr=True)
+            self._live.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._live is not None:
+            self._live.stop()
+            self._live = None
+
+    def show(self, render: Callable[[], str | Text], *, plain: bool = True) -> None:
+        """The line now reads ``render()``; off a terminal it is printed now (if ``plain``)."""
+        self._render = render
+        if self._live is not None:
+            self._live.refresh()
+        elif plain and not self.quiet:
+            print(str(render()), file=self.console.file, flush=True)
+
+    def _line(self) -> Text:
+        line = self._render()
+        text = line.copy() if isinstance(line, Text) else Text(line)
+        text.no_wrap, text.overflow = True, "ellipsis"
+        return text

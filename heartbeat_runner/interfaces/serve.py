@@ -1,0 +1,54 @@
+"""``serve``: keep the embedded engine running so plain ``dbt`` commands work locally.
+
+Sail's catalog lives in memory, per Spark Connect session. ``serve`` starts Sail on a
+fixed port, registers the lakehouse's tables in one session with a stable id, and
+prints the environment that points dbt-spark's ``session`` method at that session.
+Analysts can then run ``dbt seed``, ``dbt build`` or ``dbt show`` as usual.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import uuid
+
+from heartbeat_runner.core.settings import Settings
+from heartbeat_runner.core.stopping import StopRequest
+from heartbeat_runner.runner.app import App
+
+#: Sail ends idle sessions after this many seconds; a served session must outlive its clients.
+SESSION_TIMEOUT_S = str(365 * 24 * 3600)
+
+
+def session_id_for(settings: Settings) -> str:
+    """A stable session id per lakehouse, so clients can reconnect after a restart of `serve`."""
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"heartbeat:{settings.lakehouse_dir}"))
+
+
+def client_environment(settings: Settings, port: int) -> dict[str, str]:
+    """What a dbt client needs in its environment to use the served engine."""
+    return {
+        "SPARK_REMOTE": f"sc://127.0.0.1:{port}/;session_id={session_id_for(settings)}",
+        "HEARTBEAT_LOCATION_ROOT": str(settings.warehouse_dir / settings.schema),
+        "HEARTBEAT_SCHEMA": settings.schema,
+        "DBT_PROFILES_DIR": str(settings.lakehouse_dir / "dbt" / "profiles"),
+    }
+
+
+def serve(app: App, port: int, stop: threading.Event | None = None) -> None:
+    """Block until ``stop`` is set or SIGINT/SIGTERM, with the engine registered and views restored."""
+    if app.store.exists("heartbeat_control"):
+        app.ensure_views()
+    app.dbt.write_profiles()
+    stopped = StopRequest(stop).install()
+    print("Serving the embedded lakehouse. In another shell:", flush=True)
+    for key, value in client_environment(app.settings, port).items():
+        print(f"  export {key}='{value}'", flush=True)
+    print(f"  cd {app.settings.project_dir} && dbt seed && dbt build", flush=True)
+    print("Ctrl-C to stop.", flush=True)
+    stopped.wait()
+    stopped.shutting_down()
+
+
+def prepare_environment() -> None:
+    os.environ.setdefault("SAIL_SPARK__SESSION_TIMEOUT_SECS", SESSION_TIMEOUT_S)

@@ -1,0 +1,299 @@
+"""What the status page shows, read from the same tables and views as the CLI.
+
+Each function takes the table store (and, for run output, the jobs backend) and returns
+plain records the server turns into JSON. Nothing here writes: operator actions live in
+``ui.actions``. The dependency rule is not repeated here either: readiness and the
+verdict come from ``jobs_trigger_explanation``, the view ``explain`` prints.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from heartbeat_runner.core.records import JobState, JobStatus, Outcome
+from heartbeat_runner.interfaces.operations import (
+    EXPLANATION_VIEW,
+    RUN_REPORT_ALL_VIEW,
+    explain,
+    late_data,
+    recent_runs,
+)
+from heartbeat_runner.jobs.base import JobsBackend, RunOutput
+from heartbeat_runner.lakehouse.store import EVENTS, Cond, TableStore
+
+JOB_RUNS_VIEW = "heartbeat_job_runs"
+LATEST_RUN_VIEW = "heartbeat_job_latest_run"
+#: how many runs, events and ticks a page lists
+RECENT_RUNS = 50
+RECENT_EVENTS = 60
+RECENT_TICKS = 60
+
+
+class JobPhase(str, enum.Enum):
+    """One word per job for the page, derived from its active control rows in this order."""
+
+    PAUSED = "PAUSED"          # a row is paused
+    RUNNING = "RUNNING"        # a run is in progress (or requested)
+    FAILED = "FAILED"          # the last run failed: blocked until a successful run
+    READY = "READY"            # every hard dependency has new data: triggers at the next tick
+    WAITING = "WAITING"        # some dependency has new data, a hard one has none yet
+    IDLE = "IDLE"              # nothing new on any dependency
+
+
+class SourceHealth(str, enum.Enum):
+    """A source node's colour in the graph: its last sensing."""
+
+    ERROR = "ERROR"
+    NEW_DATA = "NEW_DATA"
+    QUIET = "QUIET"
+
+
+@dataclass(frozen=True)
+class Dependency:
+    source_key: str
+    label: str
+    sensor_source: str
+    kind: str  # hard | soft
+    met: bool
+    status: str | None
+    state: str
+    since: datetime | None
+    sensing_error: str | None
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One run Heartbeat requested of a job (a row of heartbeat_job_runs)."""
+
+    job_run_id: str | None
+    outcome: str
+    requested_at: datetime | None
+    triggered_at: datetime | None
+    ended_at: datetime | None
+    duration_s: float | None
+    is_retry: bool
+    message: str | None
+    windows: list[dict[str, Any]] = field(default_factory=list)
+    #: "2 of 3" for a run of a bounded catch-up sequence
+    catch_up: str | None = None
+
+
+@dataclass(frozen=True)
+class JobSummary:
+    job_id: str
+    job_name: str | None
+    phase: JobPhase
+    verdict: str
+    since: datetime | None
+    dependencies: list[Dependency]
+    last_run: RunRecord | None
+
+
+def as_json(value: Any) -> Any:
+    """Records, enums and timestamps as JSON-able values (timestamps in ISO 8601, UTC)."""
+    if hasattr(value, "__dataclass_fields__"):
+        return as_json(asdict(value))
+    if isinstance(value, dict):
+        return {k: as_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [as_json(v) for v in value]
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return value
+
+
+# -- overview ----------------------------------------------------------------------------------
+
+def overview(store: TableStore) -> list[JobSummary]:
+    """Every active job with its phase, verdict, dependencies and last run, by job id."""
+    rows = store.read(EXPLANATION_VIEW, Cond("is_active", True), order_by=["trigger_job_id", "dependency",
+                                                                          "sensor_source", "sensor_id"])
+    latest = {r["trigger_job_id"]: _run_record(r) for r in store.read(LATEST_RUN_VIEW)}
+    by_job: dict[str, list[dict]] = defaultdict(list)
+    for row in rows:
+        by_job[row["trigger_job_id"]].append(row)
+    return [_summary(job_id, job_rows, latest.get(job_id)) for job_id, job_rows in sorted(by_job.items())]
+
+
+def _summary(job_id: str, rows: list[dict], last_run: RunRecord | None) -> JobSummary:
+    phase = job_phase(rows)
+    return JobSummary(job_id=job_id, job_name=rows[0]["trigger_job_name"], phase=phase, verdict=rows[0]["verdict"],
+                      since=_phase_since(phase, rows, last_run), dependencies=[_dependency(r) for r in rows],
+                      last_run=last_run)
+
+
+def job_phase(rows: Iterable[dict]) -> JobPhase:
+    """The phase of a job from its active explanation rows (see JobPhase for the order)."""
+    rows = list(rows)
+    statuses = {r["status"] for r in rows}
+    if any(r["job_state"] == JobState.PAUSED for r in rows):
+        return JobPhase.PAUSED
+    if JobStatus.IN_PROGRESS in statuses:
+        return JobPhase.RUNNING
+    if JobStatus.FAILED in statuses:
+        return JobPhase.FAILED
+    if any(r["is_ready"] for r in rows):
+        return JobPhase.READY
+    if JobStatus.NEW_EVENT_AVAILABLE in statuses:
+        return JobPhase.WAITING
+    return JobPhase.IDLE
+
+
+def _phase_since(phase: JobPhase, rows: list[dict], last_run: RunRecord | None) -> datetime | None:
+    """Since when the job is in its phase: the oldest waiting data, the run's start or end, the last change."""
+    waiting = [r["status_change_timestamp"] for r in rows
+               if r["status"] == JobStatus.NEW_EVENT_AVAILABLE and r["status_change_timestamp"]]
+    if phase in (JobPhase.READY, JobPhase.WAITING) and waiting:
+        return min(waiting)
+    if phase is JobPhase.RUNNING and last_run is not None:
+        return last_run.triggered_at or last_run.requested_at
+    changes = [r["status_change_timestamp"] for r in rows if r["status_change_timestamp"]]
+    return max(changes) if changes else None
+
+
+def _dependency(row: dict) -> Dependency:
+    return Dependency(source_key=row["source_key"], label=f"{row['sensor_source']}:{row['sensor_id']}",
+                      sensor_source=row["sensor_source"], kind=row["dependency"],
+                      met=row["status"] == JobStatus.NEW_EVENT_AVAILABLE, status=row["status"],
+                      state=row["row_state"], since=row["status_change_timestamp"],
+                      sensing_error=row["sensing_error"])
+
+
+def _run_record(row: dict) -> RunRecord:
+    return RunRecord(job_run_id=row["job_run_id"], outcome=row["outcome"], requested_at=row["requested_at"],
+                     triggered_at=row["triggered_at"], ended_at=row["ended_at"], duration_s=row["duration_s"],
+                     is_retry=bool(row["is_retry"]), message=row["message"], windows=windows_of(row["parameters"]),
+                     catch_up=catch_up_of(row["parameters"]))
+
+
+def catch_up_of(parameters: str | None) -> str | None:
+    """"k of n" when the run is run k of a catch-up sequence of n runs."""
+    try:
+        position = json.loads(json.loads(parameters or "{}").get("heartbeat_catch_up") or "null")
+    except (ValueError, AttributeError):
+        return None
+    return f"{position['run']} of {position['runs']}" if isinstance(position, dict) else None
+
+
+def windows_of(parameters: str | None) -> list[dict[str, Any]]:
+    """The windows a run consumed, from the job parameters it was sent (empty when none were recorded)."""
+    if not parameters:
+        return []
+    try:
+        windows = json.loads(json.loads(parameters).get("heartbeat_windows") or "[]")
+    except (ValueError, AttributeError):
+        return []
+    return windows if isinstance(windows, list) else []
+
+
+# -- graph -------------------------------------------------------------------------------------
+
+def graph(jobs: list[JobSummary]) -> dict[str, list[dict[str, Any]]]:
+    """Sources -> jobs: each source once however many jobs read it; edges hard or soft."""
+    sources: dict[str, dict[str, Any]] = {}
+    edges = []
+    for job in jobs:
+        for dep in job.dependencies:
+            node = sources.setdefault(dep.source_key, {"id": f"source:{dep.source_key}", "kind": "source",
+                                                       "label": dep.label, "group": dep.sensor_source,
+                                                       "health": SourceHealth.QUIET, "jobs": 0})
+            node["jobs"] += 1
+            node["health"] = _worse(node["health"], _health(dep))
+            edges.append({"from": node["id"], "to": f"job:{job.job_id}", "kind": dep.kind})
+    nodes = list(sources.values()) + [
+        {"id": f"job:{j.job_id}", "kind": "job", "label": j.job_name or j.job_id, "job_id": j.job_id,
+         "group": "job", "phase": j.phase} for j in jobs]
+    return {"nodes": as_json(nodes), "edges": edges}
+
+
+def _health(dep: Dependency) -> SourceHealth:
+    if dep.sensing_error:
+        return SourceHealth.ERROR
+    return SourceHealth.NEW_DATA if dep.met else SourceHealth.QUIET
+
+
+def _worse(a: SourceHealth, b: SourceHealth) -> SourceHealth:
+    order = list(SourceHealth)
+    return a if order.index(a) <= order.index(b) else b
+
+
+# -- job page ----------------------------------------------------------------------------------
+
+def job_page(store: TableStore, job_id: str, policy_file: Path | None = None) -> dict[str, Any]:
+    """The explain verdict, the run timeline, the recent events and any late data of one job
+    (HeartbeatError if unknown)."""
+    found = explain(store, job_id)
+    active = [r for r in found.rows if r["is_active"]]
+    runs = [_run_record(r) for r in store.read(JOB_RUNS_VIEW, Cond("trigger_job_id", job_id),
+                                               order_by=["requested_at DESC"], limit=RECENT_RUNS)]
+    return as_json({
+        "job_id": job_id,
+        "job_name": found.rows[0]["trigger_job_name"],
+        "phase": job_phase(active) if active else None,
+        "verdict": found.verdict,
+        "ready": found.is_ready,
+        "rows": [_explain_row(r) for r in found.rows],
+        "runs": runs,
+        "events": recent_events(store, job_id, sorted({r["source_key"] for r in active})),
+        "late_data": late_data(store, policy_file, job_id),
+    })
+
+
+def _explain_row(row: dict) -> dict[str, Any]:
+    keep = ("sensor_source", "sensor_id", "source_key", "dependency", "is_active", "job_state", "status",
+            "status_change_timestamp", "row_state", "last_evaluated_at", "last_outcome", "job_run_id", "last_error")
+    return {k: row.get(k) for k in keep}
+
+
+def recent_events(store: TableStore, job_id: str, source_keys: list[str]) -> list[dict[str, Any]]:
+    """The newest events of the job and of the sources it reads, newest first (from the hot log:
+    `maintain` archives old history, and recent events are never archived)."""
+    columns = ["event_ts", "event_type", "run_id", "source_key", "trigger_job_id", "job_run_id", "cursor_to",
+               "rows", "message"]
+    found = store.read(EVENTS, Cond("trigger_job_id", job_id), columns=columns,
+                       order_by=["event_ts DESC"], limit=RECENT_EVENTS)
+    if source_keys:
+        found += store.read(EVENTS, Cond("source_key", source_keys, "in"), columns=columns,
+                            order_by=["event_ts DESC"], limit=RECENT_EVENTS)
+    found.sort(key=lambda e: e["event_ts"], reverse=True)
+    return found[:RECENT_EVENTS]
+
+
+def run_output(backend: JobsBackend, job_id: str, run_id: str) -> RunOutput | None:
+    """Where to read a run's output (a page of the jobs service, or the captured text)."""
+    return backend.run_output(job_id, run_id)
+
+
+# -- ticks -------------------------------------------------------------------------------------
+
+def ticks(store: TableStore, limit: int = RECENT_TICKS) -> dict[str, Any]:
+    """Recent ticks with their stage durations, and the sources they could not sense or skipped."""
+    runs = recent_runs(store, limit)
+    ids = [r["run_id"] for r in runs]
+    problems = store.read(RUN_REPORT_ALL_VIEW, Cond("run_id", ids, "in"),
+                          Cond("outcome", [Outcome.ERROR.value, Outcome.SKIPPED.value], "in"),
+                          columns=["run_id", "snapshot_ts", "source_key", "outcome", "error", "trigger_job_ids"],
+                          order_by=["snapshot_ts DESC", "source_key"]) if ids else []
+    for run in runs:
+        run["stages"] = _stages(run.pop("stage_timings", None))
+    return as_json({"runs": runs, "problems": problems})
+
+
+def _stages(timings: str | None) -> dict[str, float]:
+    """Seconds per tick stage (an idle streak records its tick count and mean instead)."""
+    if not timings:
+        return {}
+    try:
+        parsed = json.loads(timings)
+    except ValueError:
+        return {}
+    return {k: float(v) for k, v in parsed.items() if isinstance(v, (int, float)) and k != "idle_ticks"}

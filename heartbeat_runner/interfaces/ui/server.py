@@ -1,0 +1,234 @@
+"""``ui``: the status page, a small HTTP server over the lakehouse.
+
+One process serves the page and its JSON API from the package itself (no CDN: it works
+offline). Every API call reads the same views as the CLI through one open engine; the
+engine is used by one request at a time (``_engine_lock``) and the overview is cached
+for a second so that many open pages cost one read. It binds to 127.0.0.1 unless told
+otherwise (a Databricks App binds where ``DATABRICKS_APP_PORT`` says, behind the
+workspace's sign-in proxy).
+
+Routes::
+
+    GET  /                               the page (overview, graph, job, ticks by #hash)
+    GET  /static/<file>                  its script and style sheet
+    GET  /api/meta                       version, refresh interval, whether this user may act
+    GET  /api/overview                   every job: phase, dependencies, last run
+    GET  /api/graph                      sources -> jobs (nodes and hard/soft edges)
+    GET  /api/jobs/<job>                 explain verdict, runs, events
+    GET  /api/jobs/<job>/runs/<run>/output   the run's output (text, or a redirect to its page)
+    GET  /api/ticks                      recent ticks, stage durations, errors and skips
+    POST /api/actions/<action>           pause | resume | complete | reset (see ui.actions)
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from importlib import resources
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+from heartbeat_runner import __version__
+from heartbeat_runner.core.errors import HeartbeatError, describe
+from heartbeat_runner.interfaces.operations import refresh_if_idle
+from heartbeat_runner.interfaces.ui import data
+from heartbeat_runner.interfaces.ui.actions import ActionPolicy, ActionRefused, ActionRequest, forwarded_user, perform
+from heartbeat_runner.jobs.base import JobsBackend
+from heartbeat_runner.runner.app import App
+from heartbeat_runner.runner.lease import tick_lease
+
+log = logging.getLogger(__name__)
+
+#: What the page's files are served as; nothing else under static/ is served.
+STATIC_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
+                ".css": "text/css; charset=utf-8", ".svg": "image/svg+xml"}
+#: A POST to /api/actions must carry this header: a cross-site form cannot set it (CSRF).
+ACTION_HEADER = "X-Heartbeat-Action"
+DEFAULT_REFRESH_S = 5.0
+OVERVIEW_CACHE_S = 1.0
+MAX_BODY_BYTES = 64 * 1024
+
+
+@dataclass
+class StatusPage:
+    """What the handler needs: the open app, who may act, and a lazily made jobs backend."""
+
+    app: App
+    policy: ActionPolicy
+    refresh_s: float = DEFAULT_REFRESH_S
+    backend_factory: Callable[[], JobsBackend] | None = None
+    _engine_lock: threading.Lock = field(default_factory=threading.Lock)
+    _cache: tuple[float, list[data.JobSummary]] | None = None
+    _backend: JobsBackend | None = None
+
+    def read(self, what: Callable[[], Any]) -> Any:
+        """Run one read against the engine (one at a time)."""
+        with self._engine_lock:
+            return what()
+
+    def jobs(self) -> list[data.JobSummary]:
+        now = time.monotonic()
+        if self._cache is None or now - self._cache[0] > OVERVIEW_CACHE_S:
+            self._cache = (now, self.read(lambda: data.overview(self.app.store)))
+        return self._cache[1]
+
+    def backend(self) -> JobsBackend:
+        if self._backend is None:
+            self._backend = (self.backend_factory or self.app.jobs_backend)()
+        return self._backend
+
+    def act(self, request: ActionRequest, by: str) -> str:
+        """Perform an action, then rebuild the control table if no runner is ticking."""
+        def run() -> str:
+            done = perform(self.app, request, by)
+            refresh_if_idle(self.app, tick_lease(self.app.settings.lakehouse_dir))
+            return done
+
+        message = self.read(run)
+        self._cache = None
+        log.info("ui action: %s", message)
+        return message
+
+
+class Handler(BaseHTTPRequestHandler):
+    """Routes GETs to the page and its API, and POSTs to actions."""
+
+    page: StatusPage  # set on the subclass make_server() builds
+    server_version = f"heartbeat/{__version__}"
+
+    # -- plumbing -----------------------------------------------------------------------------
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+        log.debug("%s " + format, self.address_string(), *args)
+
+    def _send(self, status: int, body: bytes, content_type: str, extra: dict[str, str] | None = None) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Cache-Control", "no-store")
+        self.send_header("X-Content-Type-Options", "nosniff")
+        self.send_header("Content-Security-Policy", "default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+                         "frame-ancestors 'self'")
+        for key, value in (extra or {}).items():
+            self.send_header(key, value)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _json(self, value: Any, status: int = HTTPStatus.OK) -> None:
+        self._send(status, json.dumps(data.as_json(value)).encode(), "application/json")
+
+    def _error(self, status: int, message: str) -> None:
+        self._json({"error": message}, status)
+
+    def _guarded(self, route: Callable[[], None]) -> None:
+        """Turn errors into JSON answers: 403 refused, 404 unknown job/run, 400 bad input, 500 otherwise."""
+        try:
+            route()
+        except ActionRefused as exc:
+            self._error(HTTPStatus.FORBIDDEN, str(exc))
+        except HeartbeatError as exc:
+            missing = "not in the control table" in str(exc) or "not found" in str(exc)
+            self._error(HTTPStatus.NOT_FOUND if missing else HTTPStatus.BAD_REQUEST, str(exc))
+        except Exception as exc:  # noqa: BLE001 - a failing read answers this request only; the page stays up
+            log.exception("ui request %s failed", self.path)
+            self._error(HTTPStatus.INTERNAL_SERVER_ERROR, describe(exc))
+
+    # -- GET ----------------------------------------------------------------------------------
+
+    def do_HEAD(self) -> None:  # noqa: N802 - http.server's naming
+        self.do_GET()
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        path = urlsplit(self.path).path
+        parts = [unquote(p) for p in path.strip("/").split("/")] if path.strip("/") else []
+        self._guarded(lambda: self._route_get(parts))
+
+    def _route_get(self, parts: list[str]) -> None:
+        page = self.page
+        if not parts or parts == ["index.html"]:
+            return self._static("index.html")
+        if parts[0] == "static" and len(parts) == 2:
+            return self._static(parts[1])
+        if parts[0] != "api":
+            return self._error(HTTPStatus.NOT_FOUND, f"no page at /{'/'.join(parts)}")
+        route = parts[1:]
+        if route == ["meta"]:
+            return self._json(self._meta())
+        if route == ["overview"]:
+            return self._json({"jobs": page.jobs()})
+        if route == ["graph"]:
+            return self._json(data.graph(page.jobs()))
+        if route == ["ticks"]:
+            return self._json(page.read(lambda: data.ticks(page.app.store)))
+        if len(route) == 2 and route[0] == "jobs":
+            return self._json(page.read(lambda: data.job_page(page.app.store, route[1],
+                                                              page.app.settings.retry_policy_file)))
+        if len(route) == 5 and route[0] == "jobs" and route[2] == "runs" and route[4] == "output":
+            return self._run_output(route[1], route[3])
+        return self._error(HTTPStatus.NOT_FOUND, f"no API at /{'/'.join(parts)}")
+
+    def _meta(self) -> dict[str, Any]:
+        policy = self.page.policy
+        return {"version": __version__, "refresh_s": self.page.refresh_s, "actions_enabled": policy.enabled,
+                "can_act": policy.can_act(self.headers), "user": forwarded_user(self.headers),
+                "schema": self.page.app.settings.schema, "phases": [phase.value for phase in data.JobPhase]}
+
+    def _static(self, name: str) -> None:
+        suffix = name[name.rfind("."):] if "." in name else ""
+        if "/" in name or suffix not in STATIC_TYPES:
+            return self._error(HTTPStatus.NOT_FOUND, f"no file {name}")
+        asset = resources.files("heartbeat_runner.interfaces.ui").joinpath("static", name)
+        if not asset.is_file():
+            return self._error(HTTPStatus.NOT_FOUND, f"no file {name}")
+        self._send(HTTPStatus.OK, asset.read_bytes(), STATIC_TYPES[suffix])
+
+    def _run_output(self, job_id: str, run_id: str) -> None:
+        output = data.run_output(self.page.backend(), job_id, run_id)
+        if output is None:
+            return self._error(HTTPStatus.NOT_FOUND, f"no output is kept for run {run_id} of job {job_id}")
+        if output.url:
+            return self._send(HTTPStatus.FOUND, b"", "text/plain", {"Location": output.url})
+        self._send(HTTPStatus.OK, (output.text or "").encode(), "text/plain; charset=utf-8")
+
+    # -- POST ---------------------------------------------------------------------------------
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+        parts = [unquote(p) for p in urlsplit(self.path).path.strip("/").split("/")]
+        self._guarded(lambda: self._route_post(parts))
+
+    def _route_post(self, parts: list[str]) -> None:
+        if len(parts) != 3 or parts[:2] != ["api", "actions"]:
+            return self._error(HTTPStatus.NOT_FOUND, "actions are POSTed to /api/actions/<action>")
+        by = self.page.policy.operator(self.headers)
+        if self.headers.get(ACTION_HEADER) != "confirm":
+            raise ActionRefused(f"an action needs the {ACTION_HEADER}: confirm header (sent by the page after "
+                                "you confirm)")
+        request = ActionRequest.parse(parts[2], self._body())
+        self._json({"done": self.page.act(request, by)})
+
+    def _body(self) -> dict[str, Any]:
+        length = int(self.headers.get("Content-Length") or 0)
+        if length > MAX_BODY_BYTES:
+            raise HeartbeatError(f"request body over {MAX_BODY_BYTES} bytes")
+        try:
+            body = json.loads(self.rfile.read(length) or b"{}")
+        except ValueError as exc:
+            raise HeartbeatError(f"request body is not JSON: {exc}") from exc
+        if not isinstance(body, dict):
+            raise HeartbeatError("request body must be a JSON object")
+        return body
+
+
+def make_server(page: StatusPage, host: str, port: int) -> ThreadingHTTPServer:
+    """A threaded HTTP server bound to ``host:port`` (port 0: any free port) serving ``page``."""
+    handler = type("StatusPageHandler", (Handler,), {"page": page})
+    server = ThreadingHTTPServer((host, port), handler)
+    server.daemon_threads = True
+    return server

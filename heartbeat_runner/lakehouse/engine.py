@@ -1,0 +1,468 @@
+"""The Spark engine: embedded Sail (local), any Spark Connect endpoint, or Databricks.
+
+The local target runs Sail in-process. Sail's catalog lives in memory and is empty
+at every start, so every table gets a fixed location under
+``<lakehouse>/warehouse/<schema>/<table>`` and is re-registered when the engine
+opens. dbt-spark's ``session`` method finds the same server through
+``SPARK_REMOTE``, which is why opening a local engine sets that variable.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from heartbeat_runner.core.names import is_table_name, qualify, sql_string
+from heartbeat_runner.core.settings import Settings, validate_identifier
+from heartbeat_runner.lakehouse import delta_log
+from heartbeat_runner.lakehouse.spark_local import make_default_connect_session
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pyarrow as pa
+    from deltalake import DeltaTable
+    from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger(__name__)
+
+#: the table property that makes Delta record a change data feed
+CHANGE_FEED_PROPERTY = "delta.enableChangeDataFeed"
+#: change types of the feed whose rows are the table's new rows (inserted, or updated to)
+NEW_ROW_CHANGE_TYPES = ("insert", "update_postimage")
+#: columns the feed adds to the table's own
+CHANGE_FEED_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
+#: Delta errors meaning "no feed for that range": not recorded at one of its versions (enabled
+#: after its start), or its change files vacuumed (Databricks' error class; OSS Delta 4.0 has none)
+_FEED_UNREADABLE = ("DELTA_MISSING_CHANGE_DATA", "DELTA_CHANGE_DATA_FILE_NOT_FOUND")
+#: Spark Connect's createDataFrame is not thread-safe (see SenseContext.count_preprocessed_records)
+_UPLOAD_LOCK = threading.Lock()
+
+@dataclass
+class TableOps:
+    """How one kind of engine reads a Delta table's version and size and maintains it.
+
+    The default speaks Delta SQL (Databricks, any remote Spark with Delta); the subclasses
+    are the embedded engine (files it manages itself) and a classic Spark session, where
+    delta-spark's ``DeltaTable`` API is available. This is the one place engines differ
+    for table maintenance: callers use the :class:`Engine` methods.
+    """
+
+    #: the engine keeps each table at a fixed location under the lakehouse and forgets its
+    #: catalog at every start (tables and views are registered again when it opens)
+    manages_locations: bool = False
+    #: builds of the control model read the events from a cached temporary view (dbt var
+    #: heartbeat_stage_events, see macros/heartbeat_helpers.sql): for Apache Spark, whose
+    #: optimizer copies the events CTE at each of its references; off where CACHE TABLE is
+    #: not offered (Databricks SQL warehouses, serverless)
+    stage_events: bool = False
+    #: seconds between two checks whether maintenance is due after busy ticks: a check reads the
+    #: file count of each of Heartbeat's tables, a query per table here, a file read locally
+    maintenance_check_interval_s: float = 600.0
+
+    def location(self, name: str) -> Path | None:
+        """Where ``schema.table`` lives on local disk, when the engine manages the files (else None)."""
+        return None
+
+    def table_version(self, spark: SparkSession, name: str) -> int | None:
+        rows = spark.sql(f"DESCRIBE HISTORY {name} LIMIT 1").collect()
+        return int(rows[0]["version"]) if rows else None
+
+    def file_count(self, spark: SparkSession, name: str) -> int:
+        return int(spark.sql(f"DESCRIBE DETAIL {name}").collect()[0]["numFiles"])
+
+    def compact(self, spark: SparkSession, name: str) -> None:
+        spark.sql(f"OPTIMIZE {name}")
+
+    def vacuum(self, spark: SparkSession, name: str, retention_hours: float) -> None:
+        """Databricks refuses a retention below 7 days unless its safety check is off: at least 168 hours."""
+        spark.sql(f"VACUUM {name} RETAIN {max(168, int(retention_hours))} HOURS")
+
+    def delete_matched(self, spark: SparkSession, name: str, keys: str, on: str) -> None:
+        """Delete the rows of ``name`` (alias ``t``) that ``on`` matches in the table ``keys`` (alias
+        ``b``), in one commit. Both names and ``on`` are built by the caller from validated names."""
+        spark.sql(f"MERGE INTO {name} t USING {keys} b ON {on} WHEN MATCHED THEN DELETE")
+
+    def delete_before(self, spark: SparkSession, name: str, column: str, cutoff: datetime) -> None:
+        """Delete the rows of ``name`` whose ``column`` is before ``cutoff`` (one commit)."""
+        literal = sql_string(cutoff.strftime("%Y-%m-%d %H:%M:%S.%f"))
+        spark.sql(f"DELETE FROM {name} WHERE {column} < CAST({literal} AS TIMESTAMP)")
+
+    def changes(self, spark: SparkSession, name: str, start: int, end: int) -> DataFrame | None:
+        """The rows versions ``start``..``end`` (inclusive) inserted or updated to, with the table's
+        own columns only; None when the table has no readable change data feed for that range.
+
+        Read with Delta's ``readChangeFeed`` option. The read is probed here (one row), so that
+        Delta's refusal of a range it did not record (DELTA_MISSING_CHANGE_DATA, e.g. the feed was
+        turned on after ``start``) means None, not a failure of the caller's query; Delta may raise
+        it only when the scan is planned. Other errors raise.
+        """
+        if not self._feed_enabled(spark, name):
+            return None
+        reader = (spark.read.format("delta").option("readChangeFeed", "true")
+                  .option("startingVersion", int(start)).option("endingVersion", int(end)))
+        path = delta_path(name)
+        try:
+            feed = reader.load(path) if path is not None else reader.table(name)
+            feed.isEmpty()
+        except Exception as exc:
+            if not any(code in str(exc) for code in _FEED_UNREADABLE):
+                raise
+            log.info("%s: no change data feed for versions %d..%d: %s", name, start, end, exc)
+            return None
+        from pyspark.sql import functions as F
+
+        return feed.where(F.col("_change_type").isin(*NEW_ROW_CHANGE_TYPES)).drop(*CHANGE_FEED_COLUMNS)
+
+    def _feed_enabled(self, spark: SparkSession, name: str) -> bool:
+        """Whether the table's current properties turn the change data feed on."""
+        properties = spark.sql(f"DESCRIBE DETAIL {name}").collect()[0]["properties"] or {}
+        return str(properties.get(CHANGE_FEED_PROPERTY, "")).lower() == "true"
+
+
+class DeltaSparkOps(TableOps):
+    """A classic Spark session with Delta: delta-spark's ``DeltaTable`` for history, detail and
+    maintenance. The local sessions Heartbeat starts turn Delta's retention check off, so the
+    policy's retention applies as it does on the embedded engine."""
+
+    def table_version(self, spark: SparkSession, name: str) -> int | None:
+        rows = _delta_table(spark, name).history(1).select("version").collect()
+        return int(rows[0]["version"]) if rows else None
+
+    def file_count(self, spark: SparkSession, name: str) -> int:
+        return int(_delta_table(spark, name).detail().select("numFiles").collect()[0]["numFiles"])
+
+    def compact(self, spark: SparkSession, name: str) -> None:
+        _delta_table(spark, name).optimize().executeCompaction()
+
+    def vacuum(self, spark: SparkSession, name: str, retention_hours: float) -> None:
+        _delta_table(spark, name).vacuum(max(0.0, retention_hours))
+
+    def delete_matched(self, spark: SparkSession, name: str, keys: str, on: str) -> None:
+        (_delta_table(spark, name).alias("t").merge(spark.table(keys).alias("b"), on)
+         .whenMatchedDelete().execute())
+
+    def delete_before(self, spark: SparkSession, name: str, column: str, cutoff: datetime) -> None:
+        from pyspark.sql import functions as F
+
+        _delta_table(spark, name).delete(F.col(column) < F.lit(cutoff))
+
+
+def _delta_table(spark: SparkSession, name: str) -> Any:
+    """delta-spark's handle on ``schema.table`` or on a path table ``delta.`/path```."""
+    from delta.tables import DeltaTable
+
+    path = delta_path(name)
+    return DeltaTable.forPath(spark, path) if path is not None else DeltaTable.forName(spark, name)
+
+
+@dataclass(kw_only=True)
+class EmbeddedOps(TableOps):
+    """The embedded engine: tables live under ``warehouse_dir``; read and maintained with the
+    ``deltalake`` package (Sail has no DESCRIBE HISTORY, OPTIMIZE or VACUUM)."""
+
+    warehouse_dir: Path
+    manages_locations: bool = True
+    maintenance_check_interval_s: float = 0.0
+
+    def location(self, name: str) -> Path:
+        return self.warehouse_dir.joinpath(*name.split(".")[-2:])
+
+    def table_version(self, spark: SparkSession, name: str) -> int | None:
+        return delta_log.latest_version(self.location(name))
+
+    def file_count(self, spark: SparkSession, name: str) -> int:
+        from deltalake import DeltaTable
+
+        return len(DeltaTable(str(self.location(name))).file_uris())
+
+    def compact(self, spark: SparkSession, name: str) -> None:
+        from deltalake import DeltaTable
+
+        DeltaTable(str(self.location(name))).optimize.compact()
+        DeltaTable(str(self.location(name))).create_checkpoint()
+
+    def vacuum(self, spark: SparkSession, name: str, retention_hours: float) -> None:
+        from deltalake import DeltaTable
+
+        table = DeltaTable(str(self.location(name)))
+        table.vacuum(retention_hours=max(0, int(retention_hours)), enforce_retention_duration=False, dry_run=False)
+        table.cleanup_metadata()
+
+    def changes(self, spark: SparkSession, name: str, start: int, end: int) -> DataFrame | None:
+        """The feed read with the ``deltalake`` package: Sail ignores the ``readChangeFeed`` option
+        (it returns the table itself) and has no DESCRIBE DETAIL. The rows go to Spark as Arrow."""
+        new_rows = _new_rows_from_feed(delta_path(name) or str(self.location(name)), start, end)
+        if new_rows is None:
+            return None
+        if new_rows.num_rows == 0:  # createDataFrame cannot infer a schema from no rows
+            return spark.sql(f"SELECT * FROM {name} VERSION AS OF {int(end)}").limit(0)
+        with _UPLOAD_LOCK:
+            return spark.createDataFrame(new_rows)
+
+
+def _new_rows_from_feed(location: str, start: int, end: int) -> pa.Table | None:
+    """The inserted and updated-to rows of versions ``start``..``end`` of the Delta table at
+    ``location``, typed as the table at ``end``; None when the feed does not cover the range
+    (not recorded at one of its versions, or not readable: log or files cleaned up)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    from deltalake import DeltaTable
+    from deltalake.exceptions import DeltaError
+
+    try:
+        if not _feed_recorded(DeltaTable(location, version=start), start, end):
+            return None
+        table = DeltaTable(location, version=end)
+        changes = pa.RecordBatchReader.from_stream(table.load_cdf(starting_version=start, ending_version=end)).read_all()
+    except DeltaError as exc:
+        log.warning("%s: change data feed for versions %d..%d not readable: %s", location, start, end, exc)
+        return None
+    # deltalake gives strings as string_view, which neither pyarrow's filter nor Spark can take:
+    # cast to the table's own schema (string) first
+    is_new = pc.is_in(changes["_change_type"].cast(pa.string()), pa.array(NEW_ROW_CHANGE_TYPES))
+    own = pa.schema(table.schema().to_arrow())
+    return changes.select(own.names).cast(own).filter(is_new)
+
+
+def _feed_recorded(table: DeltaTable, start: int, end: int) -> bool:
+    """Whether ``table`` (loaded at ``start``) had the change data feed on at every version from
+    ``start`` to ``end``. deltalake's ``load_cdf`` does not check it: for commits made without
+    the feed it reports the rows of their added files as inserts (one metadata load per version)."""
+    for version in range(start, end + 1):
+        if version > start:
+            table.load_as_version(version)
+        if str(table.metadata().configuration.get(CHANGE_FEED_PROPERTY, "")).lower() != "true":
+            return False
+    return True
+
+
+def delta_path(name: str) -> str | None:
+    """The path of a ``delta.`<path>``` table reference, None for a table name."""
+    if name.startswith("delta.`") and name.endswith("`"):
+        return name[len("delta.`"):-1]
+    return None
+
+
+@dataclass
+class Engine:
+    """An open Spark session plus where its tables live.
+
+    ``ops`` is the engine's adapter for table versions and maintenance; ``closer`` stops what
+    opening the engine started (an embedded server, a local JVM), None when it owns nothing.
+    """
+
+    spark: SparkSession
+    settings: Settings
+    ops: TableOps = field(default_factory=TableOps)
+    closer: Callable[[], None] | None = None
+    _registered: set[str] = field(default_factory=set)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def target(self) -> str:
+        return self.settings.target
+
+    @property
+    def is_local(self) -> bool:
+        """The engine manages table locations under the lakehouse (the embedded one)."""
+        return self.ops.manages_locations
+
+    def table(self, name: str) -> str:
+        """Fully-qualified name of one of Heartbeat's own tables."""
+        prefix = f"{self.settings.catalog}." if self.settings.catalog else ""
+        return f"{prefix}{self.settings.schema}.{validate_identifier(name, 'table name')}"
+
+    def upstream_table(self, table_name: str) -> str:
+        """An upstream table name as SQL sees it: a bare name goes into the default upstream schema.
+
+        Locally that is ``settings.upstream_schema`` or ``default``; on Spark and Databricks a
+        bare name without the setting stays bare, so the session's current schema resolves it.
+        """
+        fallback = "default" if self.is_local else None
+        return qualify(table_name, self.settings.upstream_schema or fallback)
+
+    def local_location(self, table_name: str) -> Path | None:
+        """Where a ``schema.table`` lives on local disk, when the engine manages the files."""
+        if not is_table_name(table_name) or "." not in table_name:
+            return None
+        return self.ops.location(table_name)
+
+    def own_location(self, name: str) -> Path | None:
+        return self.local_location(f"{self.settings.schema}.{name}")
+
+    def ensure_registered(self, table_name: str) -> None:
+        """Make a local ``schema.table`` whose Delta files exist visible to SQL (no-op elsewhere)."""
+        location = self.local_location(table_name)
+        if location is None or table_name in self._registered:
+            return
+        with self._lock:
+            if table_name in self._registered or not (location / "_delta_log").is_dir():
+                return
+            schema, table = table_name.split(".")[-2:]
+            self.spark.sql(f"CREATE SCHEMA IF NOT EXISTS {schema}")
+            self.spark.sql(f"CREATE TABLE IF NOT EXISTS {schema}.{table} USING delta LOCATION {sql_string(str(location))}")
+            self._registered.add(table_name)
+
+    def create_delta_table(self, table_name: str, columns: str, properties: str = "") -> None:
+        """Create ``schema.table`` (and its schema) if missing: at its fixed location when the engine
+        manages locations, a managed table elsewhere. ``columns`` / ``properties`` are DDL written by
+        the caller (demo and tests), never config."""
+        parts = table_name.split(".")
+        if len(parts) != 2:
+            raise ValueError(f"{table_name!r}: expected schema.table")
+        schema, table = (validate_identifier(p, "table name part") for p in parts)
+        location = self.local_location(table_name)
+        where = f" LOCATION {sql_string(str(location))}" if location else ""
+        extra = f" TBLPROPERTIES ({properties})" if properties else ""
+        self.spark.sql(f"CREATE SCHEMA IF NOT EXISTS {schema}")
+        self.spark.sql(f"CREATE TABLE IF NOT EXISTS {schema}.{table} ({columns}) USING delta{where}{extra}")
+
+    def register_schema(self, schema: str) -> list[str]:
+        """Register every Delta table found under ``warehouse/<schema>``; return their names."""
+        names = []
+        base = self.settings.warehouse_dir / schema
+        if base.is_dir():
+            for child in sorted(base.iterdir()):
+                if (child / "_delta_log").is_dir():
+                    name = f"{schema}.{child.name}"
+                    self.ensure_registered(name)
+                    names.append(name)
+        return names
+
+    # -- table maintenance (through the engine's adapter) --------------------------------------
+
+    def table_version(self, name: str) -> int | None:
+        """The newest Delta version of ``name`` (``schema.table``), None when it does not exist."""
+        return self.ops.table_version(self.spark, name)
+
+    def file_count(self, name: str) -> int:
+        """How many data files the current version of ``name`` references."""
+        return self.ops.file_count(self.spark, name)
+
+    def compact(self, name: str) -> None:
+        """Rewrite small data files into few large ones (a commit without new data), then checkpoint."""
+        self.ops.compact(self.spark, name)
+
+    def vacuum(self, name: str, *, retention_hours: float) -> None:
+        """Delete data files unreferenced for ``retention_hours`` and log files past their retention."""
+        self.ops.vacuum(self.spark, name, retention_hours)
+
+    def delete_matched(self, name: str, keys: str, on: str) -> None:
+        """Delete the rows of ``name`` (alias t) matched by ``on`` in ``keys`` (alias b): one commit."""
+        self.ops.delete_matched(self.spark, name, keys, on)
+
+    def delete_before(self, name: str, column: str, cutoff: datetime) -> None:
+        """Delete the rows of ``name`` whose ``column`` is before ``cutoff``: one commit."""
+        self.ops.delete_before(self.spark, name, validate_identifier(column, "column"), cutoff)
+
+    def changes(self, name: str, start: int, end: int) -> DataFrame | None:
+        """The rows versions ``start``..``end`` of ``name`` inserted or updated to, read from the
+        table's change data feed with the table's own columns; None when no feed covers the range."""
+        return self.ops.changes(self.spark, name, start, end)
+
+    def table_exists(self, name: str) -> bool:
+        return bool(self.spark.catalog.tableExists(name))
+
+    def close(self) -> None:
+        """Stop what opening the engine started (idempotent); a remote session is left alone."""
+        closer, self.closer = self.closer, None
+        if closer is not None:
+            closer()
+
+
+def open_engine(settings: Settings, *, port: int = 0, session_id: str | None = None) -> Engine:
+    """Open the engine for ``settings.target`` and re-register Heartbeat's tables.
+
+    ``port`` and ``session_id`` (local target) serve other clients: Sail keeps one catalog
+    per Spark Connect session, so clients that connect with the same session id see the
+    tables registered here (see ``serve``).
+    """
+    if settings.target == "local":
+        engine = _open_local(settings, port, session_id)
+    elif settings.target == "spark-local":
+        engine = _open_spark_local(settings)
+    elif settings.target == "spark":
+        engine = _open_spark_connect(settings)
+    else:
+        engine = _open_databricks(settings)
+    if engine.is_local:
+        engine.register_schema(settings.schema)
+    return engine
+
+
+def _open_local(settings: Settings, port: int = 0, session_id: str | None = None) -> Engine:
+    logging.getLogger("sail").setLevel(logging.WARNING)
+    os.environ.setdefault("RUST_LOG", "error")
+    try:
+        from pysail.spark import SparkConnectServer
+        from pyspark.sql import SparkSession
+    except ImportError as exc:
+        raise ValueError("the local target needs the embedded engine: pip install 'heartbeat-runner[local]'") from exc
+
+    settings.warehouse_dir.mkdir(parents=True, exist_ok=True)
+    server = SparkConnectServer("127.0.0.1", port)
+    server.start(background=True)
+    host, port = server.listening_address
+    url = f"sc://{host}:{port}" + (f"/;session_id={session_id}" if session_id else "")
+    # dbt-spark's session method calls SparkSession.builder.getOrCreate(); this points it here.
+    os.environ["SPARK_REMOTE"] = url
+    # create(), not getOrCreate(): the latter returns the process's active session, so two
+    # engines would share one. dbt-spark's getOrCreate() must then find *this* session, but
+    # create() only becomes the default when none is set yet, so set it explicitly.
+    spark = SparkSession.builder.remote(url).create()
+    make_default_connect_session(spark)
+    spark.conf.set("spark.sql.session.timeZone", "UTC")
+    spark.sql(f"CREATE SCHEMA IF NOT EXISTS {settings.schema}")
+
+    def close() -> None:
+        try:
+            spark.stop()
+        except Exception:  # noqa: BLE001 - shutting down anyway
+            pass
+        server.stop()
+
+    return Engine(spark=spark, settings=settings, ops=EmbeddedOps(warehouse_dir=settings.warehouse_dir), closer=close)
+
+
+def _open_spark_local(settings: Settings) -> Engine:
+    """Apache Spark + Delta started on this machine (``spark_local``), shared by the process's engines.
+
+    Closing the engine leaves the JVM running for the next engine of the process (it stops at exit).
+    """
+    from heartbeat_runner.lakehouse.spark_local import local_spark
+
+    running = local_spark(settings.effective_spark_dir, settings.spark_mode)
+    running.spark.sql(f"CREATE SCHEMA IF NOT EXISTS {settings.schema}")
+    ops = DeltaSparkOps(stage_events=True) if running.delta_table_api else TableOps(stage_events=True)
+    return Engine(spark=running.spark, settings=settings, ops=ops)
+
+
+def _open_spark_connect(settings: Settings) -> Engine:
+    from pyspark.sql import SparkSession
+
+    url = os.environ.get("SPARK_REMOTE")
+    if not url:
+        raise ValueError("target 'spark' needs SPARK_REMOTE (a Spark Connect URL, sc://host:port)")
+    spark = SparkSession.builder.remote(url).getOrCreate()
+    return Engine(spark=spark, settings=settings)
+
+
+def _open_databricks(settings: Settings) -> Engine:
+    """On a cluster use the active session; elsewhere Databricks Connect (auth via the SDK chain)."""
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.getActiveSession()
+    if spark is None:
+        try:
+            from databricks.connect import DatabricksSession
+        except ImportError as exc:  # pragma: no cover - depends on the environment
+            raise ValueError(
+                "target 'databricks' runs on a Databricks cluster, or needs databricks-connect installed"
+            ) from exc
+        spark = DatabricksSession.builder.getOrCreate()
+    return Engine(spark=spark, settings=settings)

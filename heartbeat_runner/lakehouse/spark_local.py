@@ -1,0 +1,407 @@
+"""A local Apache Spark 4 with Delta Lake 4: the JVM inside the PySpark distribution.
+
+Two shapes, the two ways production runs the runner:
+
+* :func:`open_classic_session` - a classic SparkSession in this process (py4j + a JVM child),
+  like the driver of a Databricks job cluster;
+* :class:`SparkConnectProcess` - a Spark Connect server in its own JVM, reached through
+  ``sc://127.0.0.1:PORT`` (``SPARK_REMOTE``), like serverless and shared clusters.
+
+Both use the same Delta settings (:func:`delta_confs`): the Delta SQL extension and
+catalog, a Hive (Derby) metastore and the warehouse under one lakehouse folder, so the
+catalog outlives the JVM (unlike Sail's in-memory one). Derby's embedded metastore admits
+one JVM at a time: a classic session and a Connect server must not share a lakehouse at once.
+
+Invariants: every JVM started here is stopped by the matching close/stop (and at interpreter
+exit), so no JVM outlives its owner; Spark binds only to 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, cast
+
+from heartbeat_runner.core.errors import HeartbeatError
+from heartbeat_runner.lakehouse.spark_jars import delta_connect_available, spark_jars
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
+
+#: Delta's Spark Connect plugins (io.delta:delta-connect-server); they serve delta-spark's DeltaTable API
+DELTA_RELATION_PLUGIN = "org.apache.spark.sql.connect.delta.DeltaRelationPlugin"
+DELTA_COMMAND_PLUGIN = "org.apache.spark.sql.connect.delta.DeltaCommandPlugin"
+CONNECT_SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
+#: How Delta on Apache Spark reports a commit that lost a race (lower-cased substrings). Classic:
+#: ``Py4JJavaError`` (or ``delta.exceptions.ConcurrentAppendException`` once ``delta.exceptions.captured``
+#: is imported) "io.delta.exceptions.ConcurrentAppendException: [DELTA_CONCURRENT_APPEND] ...: Files were
+#: added to the root of the table by a concurrent update. Please try the operation again."; Spark Connect:
+#: ``UnknownException`` with error class DELTA_CONCURRENT_APPEND and the same text. Two CREATEs of one
+#: new table: [DELTA_PROTOCOL_CHANGED]. store.COMMIT_CONFLICTS knows none of these (Sail/delta-rs texts).
+DELTA_COMMIT_CONFLICTS = ("[delta_concurrent_", "[delta_protocol_changed]", "[delta_metadata_changed]",
+                          "by a concurrent update")
+#: seconds a Connect server may take to accept connections (measured: ~10-20 s on 2 cores)
+CONNECT_START_TIMEOUT_S = 180.0
+#: seconds a stopping JVM gets before it is killed
+STOP_GRACE_S = 20.0
+
+
+class SparkStartError(HeartbeatError):
+    """A local Spark JVM did not come up; the message carries the end of its log."""
+
+
+def delta_confs(lakehouse_dir: Path, *, cores: int = 2) -> dict[str, str]:
+    """Spark settings for Delta on a local lakehouse; the same for both shapes.
+
+    Tables created without LOCATION land in ``<lakehouse>/warehouse/<schema>.db/<table>``;
+    the metastore is ``<lakehouse>/metastore_db`` (Derby, created on first use).
+    """
+    lakehouse = Path(lakehouse_dir).resolve()
+    metastore = lakehouse / "metastore_db"
+    java_options = f"-Dderby.system.home={lakehouse} -Duser.timezone=UTC"
+    return {
+        "spark.master": f"local[{cores}]",
+        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+        "spark.sql.catalogImplementation": "hive",
+        # as on Databricks: CREATE TABLE / saveAsTable without a format make Delta tables, not parquet
+        "spark.sql.sources.default": "delta",
+        "spark.sql.warehouse.dir": str(lakehouse / "warehouse"),
+        "spark.hadoop.javax.jdo.option.ConnectionURL": f"jdbc:derby:;databaseName={metastore};create=true",
+        "spark.driver.extraJavaOptions": java_options,
+        "spark.sql.session.timeZone": "UTC",
+        # Heartbeat's tables are small: one shuffle partition and no adaptive re-planning make the
+        # control model's build ~2x faster here (measured: 6.5 s -> 2.5 s for its SELECT)
+        "spark.sql.shuffle.partitions": "1",
+        "spark.sql.adaptive.enabled": "false",
+        "spark.default.parallelism": str(cores),
+        "spark.databricks.delta.snapshotPartitions": "1",
+        # MERGE sources here are deterministic reads of Delta tables: no need to copy them first
+        "spark.databricks.delta.merge.materializeSource": "none",
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.driver.host": "127.0.0.1",
+        "spark.driver.bindAddress": "127.0.0.1",
+        "spark.driver.memory": "1g",
+        # maintenance's retention (hours, HEARTBEAT_VACUUM_RETENTION_HOURS) applies as on the embedded engine
+        "spark.databricks.delta.retentionDurationCheck.enabled": "false",
+    }
+
+
+# -- classic session ----------------------------------------------------------------------------
+
+
+def open_classic_session(lakehouse_dir: Path, *, jars: Iterable[Path] | None = None,
+                         app_name: str = "heartbeat") -> SparkSession:
+    """A classic (py4j) SparkSession with Delta on ``lakehouse_dir``, in a fresh JVM.
+
+    Raises when this process already has a SparkContext (its JVM settings could not apply)
+    or when ``SPARK_REMOTE`` is set (PySpark would build a Connect session instead).
+    Close it with :func:`stop_classic_session`.
+    """
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+    if os.environ.get("SPARK_REMOTE") or os.environ.get("SPARK_CONNECT_MODE_ENABLED"):
+        raise SparkStartError("a classic session cannot start while SPARK_REMOTE is set (it would be a Connect one)")
+    if SparkContext._active_spark_context is not None:
+        raise SparkStartError("this process already runs a SparkContext: stop it first (stop_classic_session)")
+    Path(lakehouse_dir).mkdir(parents=True, exist_ok=True)
+    builder = SparkSession.builder.appName(app_name)
+    for key, value in delta_confs(lakehouse_dir).items():
+        builder = builder.config(key, value)
+    jar_list = list(spark_jars() if jars is None else jars)
+    builder = builder.config("spark.jars", ",".join(str(j) for j in jar_list))
+    spark = builder.enableHiveSupport().getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    atexit.register(stop_classic_session, spark)
+    return spark
+
+
+def stop_classic_session(spark: SparkSession) -> None:
+    """Stop the session and the py4j JVM behind it (idempotent); the next session starts a new JVM.
+
+    PySpark keeps its gateway JVM alive after ``spark.stop()``; the JVM exits when its stdin
+    closes, so that is closed and the process awaited (killed after STOP_GRACE_S).
+    """
+    from pyspark import SparkContext
+
+    if getattr(spark, "_heartbeat_stopped", False):
+        return
+    setattr(spark, "_heartbeat_stopped", True)  # noqa: B010 - a marker on a foreign object
+    spark.stop()
+    gateway = SparkContext._gateway
+    if gateway is None:
+        return
+    proc = getattr(gateway, "proc", None)
+    try:
+        gateway.shutdown()
+    except Exception:  # noqa: BLE001 - the JVM may be gone already
+        pass
+    if proc is not None:
+        _close_quietly(proc.stdin)
+        _wait_or_kill(proc, process_group=False)
+    SparkContext._gateway = None
+    SparkContext._jvm = None
+
+
+def _close_quietly(stream) -> None:
+    try:
+        if stream is not None:
+            stream.close()
+    except OSError:
+        pass
+
+
+# -- Spark Connect server ------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 free right now (the server binds it moments later)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class SparkConnectProcess:
+    """A Spark Connect server with Delta in a child JVM (``spark-submit`` from the PySpark distribution).
+
+    ``delta_connect``: add Delta's Connect plugins (True: required, None: when Maven has them).
+    Use as a context manager, or call :meth:`start` / :meth:`stop`. Its log is
+    ``<lakehouse>/spark-connect/server.log``.
+    """
+
+    lakehouse_dir: Path
+    port: int = 0
+    delta_connect: bool | None = None
+    extra_confs: dict[str, str] = field(default_factory=dict)
+    _proc: subprocess.Popen | None = field(default=None, repr=False)
+    plugins_loaded: bool = False
+
+    @property
+    def url(self) -> str:
+        return f"sc://127.0.0.1:{self.port}"
+
+    @property
+    def log_path(self) -> Path:
+        return Path(self.lakehouse_dir) / "spark-connect" / "server.log"
+
+    def start(self, timeout_s: float = CONNECT_START_TIMEOUT_S) -> str:
+        """Start the JVM and wait until it accepts connections; return the ``sc://`` URL."""
+        if self._proc is not None:
+            return self.url
+        self.port = self.port or free_port()
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        command = self._command()
+        with open(self.log_path, "ab") as log_file:
+            self._proc = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT,
+                                          stdin=subprocess.DEVNULL, start_new_session=True,
+                                          env=_server_env())
+        atexit.register(self.stop)
+        try:
+            self._wait_ready(timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+        return self.url
+
+    def stop(self) -> None:
+        """Stop the server JVM (SIGTERM to its process group, SIGKILL after STOP_GRACE_S); idempotent."""
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.poll() is None:
+            _wait_or_kill(proc, process_group=True)
+
+    def __enter__(self) -> SparkConnectProcess:
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def _command(self) -> list[str]:
+        import pyspark
+
+        spark_home = Path(pyspark.__file__).parent
+        want_plugin = self.delta_connect if self.delta_connect is not None else delta_connect_available()
+        jars = spark_jars(delta_connect=bool(want_plugin))
+        self.plugins_loaded = bool(want_plugin)
+        confs = {**delta_confs(self.lakehouse_dir), **self._connect_confs(), **self.extra_confs}
+        command = [str(spark_home / "bin" / "spark-submit"), "--class", CONNECT_SERVER_CLASS,
+                   "--name", "heartbeat-spark-connect", "--jars", ",".join(str(j) for j in jars)]
+        for key, value in confs.items():
+            command += ["--conf", f"{key}={value}"]
+        return command + ["spark-internal"]
+
+    def _connect_confs(self) -> dict[str, str]:
+        confs = {"spark.log.level": "WARN",
+                 "spark.connect.grpc.binding.address": "127.0.0.1",
+                 "spark.connect.grpc.binding.port": str(self.port)}
+        if self.plugins_loaded:
+            confs["spark.connect.extensions.relation.classes"] = DELTA_RELATION_PLUGIN
+            confs["spark.connect.extensions.command.classes"] = DELTA_COMMAND_PLUGIN
+        return confs
+
+    def _wait_ready(self, timeout_s: float) -> None:
+        proc = self._proc
+        if proc is None:
+            raise SparkStartError("the Spark Connect server was not started")
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise SparkStartError(f"Spark Connect server exited with {proc.returncode}:\n{self._log_tail()}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                    return
+            except OSError:
+                time.sleep(0.25)
+        raise SparkStartError(f"Spark Connect server not listening after {timeout_s:.0f}s:\n{self._log_tail()}")
+
+    def _log_tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+
+def _server_env() -> dict[str, str]:
+    """The server's environment: ours, minus what would make spark-submit act as a client."""
+    env = {k: v for k, v in os.environ.items() if k not in ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED",
+                                                           "PYSPARK_SUBMIT_ARGS")}
+    env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    return env
+
+
+def _wait_or_kill(proc: subprocess.Popen, *, process_group: bool) -> None:
+    """Ask ``proc`` (and its group) to end, then wait; kill what is left after STOP_GRACE_S."""
+    def send(sig: int) -> None:
+        try:
+            if process_group:
+                os.killpg(proc.pid, sig)
+            elif sig != signal.SIGTERM:
+                proc.send_signal(sig)
+        except ProcessLookupError:
+            pass
+
+    send(signal.SIGTERM)
+    try:
+        proc.wait(timeout=STOP_GRACE_S)
+    except subprocess.TimeoutExpired:
+        log.warning("Spark JVM %s did not stop in %.0fs; killing it", proc.pid, STOP_GRACE_S)
+        send(signal.SIGKILL)
+        proc.wait(timeout=STOP_GRACE_S)
+
+
+# -- one local Spark per process (the spark-local target) ----------------------------------------
+
+#: the two shapes of the ``spark-local`` target (HEARTBEAT_SPARK_MODE)
+SPARK_MODES = ("classic", "connect")
+
+
+@dataclass
+class LocalSpark:
+    """A running local Spark + Delta: its session, and whether delta-spark's DeltaTable API works."""
+
+    mode: str
+    spark_dir: Path
+    spark: SparkSession
+    delta_table_api: bool
+    url: str | None = None
+    _stop: Callable[[], None] | None = field(default=None, repr=False)
+
+    def stop(self) -> None:
+        stop, self._stop = self._stop, None
+        if stop is not None:
+            stop()
+
+
+_running: LocalSpark | None = None
+
+
+def local_spark(spark_dir: Path, mode: str) -> LocalSpark:
+    """The process's local Spark for ``spark_dir`` in ``mode``, started on first use and kept.
+
+    A JVM takes 8-20 s to start and holds the Derby metastore of ``spark_dir``, so it lives as
+    long as the process (stopped at exit), and every engine opened on the same ``spark_dir`` and
+    mode shares it; asking for another one stops the running one first. Classic mode drops
+    ``SPARK_REMOTE`` from this process's environment (dbt-spark must find the classic session);
+    connect mode points it at the server, as the embedded engine does.
+    """
+    global _running
+    if mode not in SPARK_MODES:
+        raise ValueError(f"HEARTBEAT_SPARK_MODE {mode!r} is not one of {', '.join(SPARK_MODES)}")
+    spark_dir = Path(spark_dir).resolve()
+    if _running is not None and (_running.spark_dir, _running.mode) == (spark_dir, mode):
+        if mode == "connect" and _running.url:
+            os.environ["SPARK_REMOTE"] = _running.url
+            make_default_connect_session(_running.spark)
+        else:
+            _leave_connect_mode()
+        return _running
+    stop_local_spark()
+    _running = _start_classic(spark_dir) if mode == "classic" else _start_connect(spark_dir)
+    atexit.register(stop_local_spark)
+    return _running
+
+
+def stop_local_spark() -> None:
+    """Stop the process's local Spark, if one runs (idempotent)."""
+    global _running
+    running, _running = _running, None
+    if running is not None:
+        running.stop()
+
+
+def make_default_connect_session(spark: SparkSession) -> None:
+    """Make ``spark`` (a Spark Connect session) the one ``SparkSession.builder.getOrCreate()`` returns,
+    as dbt-spark's ``session`` method calls it. ``builder.remote(url).create()`` becomes the default
+    only when none is set yet, so two engines in one process would otherwise share the first one."""
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    # builder.remote(url).create() returns a Spark Connect session that pyspark types (by its own cast) as classic.
+    session = cast(ConnectSession, spark)
+    with ConnectSession._lock:
+        ConnectSession._default_session = session
+    ConnectSession._active_session.session = session
+
+
+def _leave_connect_mode() -> None:
+    """PySpark decides classic vs Connect from the environment: a Connect session (the embedded
+    engine's) leaves SPARK_REMOTE and SPARK_CONNECT_MODE_ENABLED behind."""
+    os.environ.pop("SPARK_REMOTE", None)
+    os.environ.pop("SPARK_CONNECT_MODE_ENABLED", None)
+
+
+def _start_classic(spark_dir: Path) -> LocalSpark:
+    _leave_connect_mode()
+    spark = open_classic_session(spark_dir)
+    return LocalSpark("classic", spark_dir, spark, delta_table_api=True,
+                      _stop=lambda: stop_classic_session(spark))
+
+
+def _start_connect(spark_dir: Path) -> LocalSpark:
+    from pyspark.sql import SparkSession
+
+    server = SparkConnectProcess(spark_dir)
+    url = server.start()
+    os.environ["SPARK_REMOTE"] = url
+    spark = SparkSession.builder.remote(url).create()
+    make_default_connect_session(spark)
+
+    def stop() -> None:
+        try:
+            spark.stop()
+        finally:
+            server.stop()
+
+    return LocalSpark("connect", spark_dir, spark, delta_table_api=server.plugins_loaded, url=url, _stop=stop)

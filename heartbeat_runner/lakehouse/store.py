@@ -1,0 +1,440 @@
+"""The table store: Heartbeat's own Delta tables, created, appended and read here.
+
+Only the runner writes these three tables; the control table and the views are
+dbt models (see ``models/``). Every write is one append (one Delta commit).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from heartbeat_runner.core.names import sql_string
+from heartbeat_runner.core.records import (
+    Event,
+    EventType,
+    JobStatus,
+    RunSummary,
+    SensingTarget,
+    SensorEvaluation,
+    as_utc,
+    job_parameters,
+)
+from heartbeat_runner.core.settings import validate_identifier
+from heartbeat_runner.lakehouse.engine import Engine
+from heartbeat_runner.lakehouse.spark_local import DELTA_COMMIT_CONFLICTS
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pyspark.sql import DataFrame
+
+log = logging.getLogger(__name__)
+
+EVENTS = "heartbeat_events"
+RUN_REPORT = "heartbeat_run_report"
+RUNS = "heartbeat_runs"
+#: where maintenance moves what the hot tables no longer need (same columns)
+EVENTS_ARCHIVE = "heartbeat_events_archive"
+RUN_REPORT_ARCHIVE = "heartbeat_run_report_archive"
+RUNS_ARCHIVE = "heartbeat_runs_archive"
+#: the keys one archiving step moves (staged so that the copy and the delete agree)
+ARCHIVE_BATCH = "heartbeat_archive_batch"
+LIVE_EVENTS_VIEW = "heartbeat_events_live"
+CONTROL = "heartbeat_control"
+READY_VIEW = "jobs_ready_to_trigger"
+READY_ROWS_VIEW = "jobs_ready_to_trigger_rows"
+JOB_STATUS_VIEW = "heartbeat_job_status"
+TRIGGER_REQUESTS_VIEW = "heartbeat_trigger_requests"
+DUE_VIEW = "heartbeat_sensors_due"
+SKIPPED_VIEW = "heartbeat_sensors_skipped"
+SENSOR_STATE = "heartbeat_sensor_state"
+SEQUENCES_VIEW = "heartbeat_job_sequences"
+WINDOWS_VIEW = "heartbeat_job_windows"
+#: the event-time window policies, copied from the run-policy file for the SQL rule
+WINDOW_POLICIES = "heartbeat_window_policies"
+
+_TYPES = {
+    "event_ts": "timestamp", "snapshot_ts": "timestamp", "ended_ts": "timestamp",
+    "rows": "bigint", "duration_s": "double",
+    "sources_sensed": "int", "sources_with_new_data": "int", "sensor_errors": "int", "jobs_triggered": "int",
+    "jobs_completed": "int", "jobs_failed": "int", "trigger_errors": "int",
+    "size_s": "bigint", "lateness_s": "bigint",
+}
+TABLE_COLUMNS: dict[str, list[str]] = {
+    EVENTS: Event.columns(),
+    RUN_REPORT: SensorEvaluation.columns(),
+    RUNS: RunSummary.columns(),
+    EVENTS_ARCHIVE: Event.columns(),
+    RUN_REPORT_ARCHIVE: SensorEvaluation.columns(),
+    RUNS_ARCHIVE: RunSummary.columns(),
+    ARCHIVE_BATCH: ["archive_key"],
+    WINDOW_POLICIES: ["trigger_job_id", "size_s", "lateness_s", "late_data"],
+}
+#: the tables maintenance compacts: the runner's own and the control table (a MERGE per build)
+OWN_TABLES = (EVENTS, RUN_REPORT, RUNS, EVENTS_ARCHIVE, RUN_REPORT_ARCHIVE, RUNS_ARCHIVE, CONTROL)
+#: tables dbt replaces whole on every build: only vacuumed (their old files are garbage at once)
+REBUILT_TABLES = (SENSOR_STATE, "heartbeat_sensor_config")
+#: how a row of each archived table is identified (an SQL expression over its columns)
+ARCHIVE_KEYS = {EVENTS: "event_id", RUNS: "run_id", RUN_REPORT: "concat_ws('|', run_id, source_key)"}
+#: A write that lost a Delta commit race is retried this many times.
+WRITE_ATTEMPTS = 5
+#: How a Delta commit that lost a race with another writer reads (Sail 0.7, measured with two
+#: processes writing one table, e.g. two MERGEs): "Failed to commit transaction: 0" and, on a
+#: new table, "Missing commit file: expected version 0, found 7". Sail retries plain appends
+#: itself (it logs "The transaction N already exists, will retry!"); then delta-rs' names, and
+#: Delta on Apache Spark's (spark_local.DELTA_COMMIT_CONFLICTS).
+COMMIT_CONFLICTS = ("failed to commit transaction", "transaction failed", "missing commit file",
+                    "already exists, will retry", "version already exists", "max commit attempts",
+                    "concurrent transaction", "commit conflict", "metadata changed since last commit",
+                    *DELTA_COMMIT_CONFLICTS)
+
+
+def column_type(name: str) -> str:
+    return _TYPES.get(name, "string")
+
+
+def _struct(columns: Sequence[str]):
+    from pyspark.sql.types import DoubleType, IntegerType, LongType, StringType, StructField, StructType, TimestampType
+
+    spark_types = {"timestamp": TimestampType(), "bigint": LongType(), "double": DoubleType(),
+                   "int": IntegerType(), "string": StringType()}
+    return StructType([StructField(c, spark_types[column_type(c)], True) for c in columns])
+
+
+@dataclass(frozen=True)
+class ReadyRow:
+    """A control row consumed by a ready job (from jobs_ready_to_trigger ⋈ heartbeat_control)."""
+
+    trigger_job_id: str
+    trigger_job_name: str | None
+    consumed_event_ids: str
+    sensor_source: str
+    sensor_id: str
+    source_key: str
+    upstream_key: str | None
+    pending_window_from: str | None
+    pending_window_to: str | None
+
+
+@dataclass(frozen=True)
+class ControlRow:
+    """The operational subset of a control-table row used by reconciliation."""
+
+    trigger_job_id: str
+    trigger_job_name: str | None
+    status: JobStatus
+    job_run_id: str | None
+    last_idempotency_token: str | None
+    base_idempotency_token: str | None
+    consecutive_failures: int
+    job_start_timestamp: datetime | None
+    job_end_timestamp: datetime | None
+    status_change_timestamp: datetime | None
+
+
+@dataclass(frozen=True)
+class SkippedSource:
+    """A source the tick does not sense, and why (from heartbeat_sensors_skipped)."""
+
+    source_key: str
+    sensor_source: str
+    sensor_id: str
+    trigger_job_ids: str
+    reason: str
+
+
+#: the events of a windowed job's plans (sequences.valid_plans): requests and skips, and what voids or restarts them
+PLAN_EVENT_TYPES = [EventType.TRIGGER_REQUESTED.value, EventType.WINDOW_SKIPPED.value, EventType.TRIGGER_ERROR.value,
+                    EventType.RESET.value]
+PLAN_COLUMNS = ["event_id", "event_ts", "event_type", "idempotency_token", "payload"]
+
+
+class TableStore:
+    """Reads and writes Heartbeat's tables through the engine."""
+
+    def __init__(self, engine: Engine):
+        self.engine = engine
+        self.spark = engine.spark
+
+    def name(self, table: str) -> str:
+        return self.engine.table(table)
+
+    # -- schema -----------------------------------------------------------------------------
+
+    def ensure_tables(self) -> None:
+        """Create the runner's tables when missing (idempotent)."""
+        for table, columns in TABLE_COLUMNS.items():
+            fq = self.name(table)
+            if self.engine.table_exists(fq):
+                continue
+            cols = ", ".join(f"{c} {column_type(c)}" for c in columns)
+            location = self.engine.own_location(table)
+            where = f" LOCATION {sql_string(str(location))}" if location else ""
+            self.spark.sql(f"CREATE TABLE IF NOT EXISTS {fq} ({cols}) USING delta{where}")
+
+    def exists(self, table: str) -> bool:
+        return self.engine.table_exists(self.name(table))
+
+    # -- writes -----------------------------------------------------------------------------
+
+    def _append(self, table: str, columns: list[str], rows: list[tuple]) -> None:
+        if not rows:
+            return
+        frame = self.spark.createDataFrame(rows, _struct(columns))
+        retry_lost_commits(lambda: frame.write.mode("append").insertInto(self.name(table)), f"append to {table}")
+
+    def append_events(self, events: Iterable[Event]) -> None:
+        """One atomic append of events (a single Delta commit)."""
+        self._append(EVENTS, Event.columns(), [e.as_tuple() for e in events])
+
+    def append_run(self, summary: RunSummary, evaluations: list[SensorEvaluation]) -> None:
+        self.append_runs([summary], evaluations)
+
+    def append_runs(self, summaries: list[RunSummary], evaluations: list[SensorEvaluation]) -> None:
+        """The per-source rows, then the summaries (a run summary means its report rows are complete)."""
+        self._append(RUN_REPORT, SensorEvaluation.columns(), [e.as_tuple() for e in evaluations])
+        self._append(RUNS, RunSummary.columns(), [s.as_tuple() for s in summaries])
+
+    # -- reads ------------------------------------------------------------------------------
+
+    def events_version(self) -> int | None:
+        """Version of the events table: changes with every append (cheap change detection)."""
+        return self.engine.table_version(self.name(EVENTS))
+
+    def read(self, relation: str, *where: Cond, order_by: Sequence[str] = (),
+             limit: int | None = None, columns: Sequence[str] = ("*",)) -> list[dict]:
+        """Rows of one of Heartbeat's tables or views; filter values are bound, never pasted into SQL.
+
+        ``relation``, ``columns`` and ``order_by`` are identifiers (validated); every value
+        travels as a named parameter.
+        """
+        select = ", ".join(c if c == "*" else validate_identifier(c, "column") for c in columns)
+        sql = f"SELECT {select} FROM {self.name(relation)}"
+        args: dict[str, object] = {}
+        if where:
+            sql += " WHERE " + " AND ".join(cond.sql(f"p{i}") for i, cond in enumerate(where))
+            args = {f"p{i}": cond.value for i, cond in enumerate(where)}
+        if order_by:
+            sql += " ORDER BY " + ", ".join(_order_term(term) for term in order_by)
+        if limit is not None:
+            sql += " LIMIT :limit"
+            args["limit"] = int(limit)
+        return [_utc(r.asDict()) for r in self.spark.sql(sql, args=args or None).collect()]
+
+    # -- archiving (see maintenance.py) -------------------------------------------------------
+
+    def stage_keys(self, keys: DataFrame) -> int:
+        """Replace the archive batch with ``keys`` (one string column); return how many."""
+        staged = keys.toDF("archive_key")
+        retry_lost_commits(lambda: staged.write.mode("overwrite").insertInto(self.name(ARCHIVE_BATCH)),
+                           "staging an archive batch")
+        return self.count(ARCHIVE_BATCH)
+
+    def copy_staged(self, table: str, archive: str) -> None:
+        """Append the rows of ``table`` whose key is staged to ``archive`` (one commit)."""
+        from pyspark.sql import functions as F
+
+        rows = self.spark.table(self.name(table))
+        staged = self.spark.table(self.name(ARCHIVE_BATCH))
+        keyed = rows.withColumn("archive_key", F.expr(ARCHIVE_KEYS[table]))
+        chosen = keyed.join(staged, "archive_key", "left_semi").select(*TABLE_COLUMNS[table])
+        retry_lost_commits(lambda: chosen.write.mode("append").insertInto(self.name(archive)), f"copy to {archive}")
+
+    def delete_staged(self, table: str) -> None:
+        """Delete the rows of ``table`` whose key is staged (one commit; rows appended meanwhile stay)."""
+        key = ARCHIVE_KEYS[table]
+        self.engine.delete_matched(self.name(table), self.name(ARCHIVE_BATCH), f"{_prefixed(key, 't')} = b.archive_key")
+
+    def delete_older_than(self, table: str, column: str, cutoff: datetime) -> int:
+        """Delete rows of ``table`` with ``column`` before ``cutoff`` (retention); return how many."""
+        from pyspark.sql import functions as F
+
+        old = self.spark.table(self.name(table)).where(F.col(validate_identifier(column, "column")) < F.lit(cutoff))
+        count = old.count()
+        if count:
+            self.engine.delete_before(self.name(table), column, cutoff)
+        return count
+
+    def probe(self, relation: str) -> None:
+        """Read one row of a table or view: raises when its files are gone or unreadable."""
+        self.spark.table(self.name(relation)).limit(1).collect()
+
+    def count(self, relation: str) -> int:
+        """Rows in one of Heartbeat's tables or views."""
+        return int(self.spark.table(self.name(relation)).count())
+
+    def sensors_due(self) -> list[tuple[SensingTarget, str]]:
+        """Distinct sources to sense now, with the job ids they feed."""
+        return [
+            (
+                SensingTarget(
+                    source_key=r["source_key"],
+                    sensor_source=r["sensor_source"],
+                    sensor_id=r["sensor_id"],
+                    upstream_key=r["upstream_key"],
+                    preprocess_query=r["preprocess_query"],
+                    sensor_read_type=r["sensor_read_type"],
+                    cursor=r["cursor"],
+                ),
+                r["trigger_job_ids"] or "",
+            )
+            for r in self.read(DUE_VIEW, order_by=["source_key"])
+        ]
+
+    def sensors_skipped(self) -> list[SkippedSource]:
+        """Sources no eligible row reads now, with the reason (paused, in progress, ...)."""
+        return [SkippedSource(**r) for r in self.read(SKIPPED_VIEW, order_by=["source_key"])]
+
+    def current_cursors(self) -> dict[str, tuple[str | None, str | None]]:
+        """Each due source's cursor now, and the event that set it (the parent of its next NEW_DATA event)."""
+        rows = self.read(DUE_VIEW, columns=["source_key", "cursor", "cursor_event_id"])
+        return {r["source_key"]: (r["cursor"], r["cursor_event_id"]) for r in rows}
+
+    def ready_rows(self) -> list[ReadyRow]:
+        """Rows consumed by the jobs that are ready now (dependency rule: the view)."""
+        rows = self.read(READY_ROWS_VIEW, order_by=["trigger_job_id", "sensor_source", "sensor_id"])
+        return [ReadyRow(**r) for r in rows]
+
+    def jobs_with_status(self, status: JobStatus) -> list[ControlRow]:
+        """One row per job whose active rows are in ``status``."""
+        rows = self.read(JOB_STATUS_VIEW, Cond("status", status.value), order_by=["trigger_job_id"])
+        return [ControlRow(**{**r, "status": JobStatus(r["status"])}) for r in rows]
+
+    def control_rows(self, job_id: str | None = None, include_retired: bool = False) -> list[dict]:
+        where = [] if include_retired else [Cond("is_active", True)]
+        if job_id is not None:
+            where.append(Cond("trigger_job_id", job_id))
+        return self.read(CONTROL, *where, order_by=["trigger_job_id", "sensor_source", "sensor_id"])
+
+    def trigger_payload(self, idempotency_token: str) -> dict[str, str]:
+        """The job parameters first sent with a trigger request (empty when none was recorded)."""
+        return job_parameters(self.request_payload(idempotency_token))
+
+    def request_payload(self, idempotency_token: str) -> dict[str, Any]:
+        """The whole payload of a trigger request: the job parameters and Heartbeat's own ``_`` keys
+        (a catch-up sequence's plan)."""
+        found = self.read(TRIGGER_REQUESTS_VIEW, Cond("idempotency_token", idempotency_token), columns=["payload"])
+        return json.loads(found[0]["payload"]) if found and found[0]["payload"] else {}
+
+    def new_data_events(self, event_ids: list[str]) -> list[dict]:
+        """The NEW_DATA events with these ids: their source, cursors and windows (a backlog's bounds)."""
+        if not event_ids:
+            return []
+        return self.read(EVENTS, Cond("event_id", event_ids, "in"), Cond("event_type", EventType.NEW_DATA.value),
+                         columns=["event_id", "event_ts", "source_key", "cursor_from", "cursor_to",
+                                  "window_from", "window_to", "payload"])
+
+    def open_sequences(self) -> list[dict]:
+        """Catch-up sequences not finished yet: running, failed, or with a run due (``status`` shows them)."""
+        return self.read(SEQUENCES_VIEW, Cond("is_finished", False), order_by=["trigger_job_id"])
+
+    def sync_window_policies(self, policies: dict[str, tuple[int, int, str]]) -> bool:
+        """Make heartbeat_window_policies hold ``policies`` (job -> size_s, lateness_s, late_data); True if changed."""
+        current = {r["trigger_job_id"]: (r["size_s"], r["lateness_s"], r["late_data"])
+                   for r in self.read(WINDOW_POLICIES)}
+        if current == policies:
+            return False
+        rows = [(job, *values) for job, values in sorted(policies.items())]
+        frame = self.spark.createDataFrame(rows, _struct(TABLE_COLUMNS[WINDOW_POLICIES]))
+        retry_lost_commits(lambda: frame.write.mode("overwrite").insertInto(self.name(WINDOW_POLICIES)),
+                           "writing the window policies")
+        return True
+
+    def event_time_events(self, source_keys: list[str], *, archive: bool = True) -> list[dict]:
+        """The NEW_DATA events of these sources that recorded event times: hot log and archive, or the hot
+        log only (``archive=False``: every one a windowed job has not planned yet is there,
+        heartbeat_events_live)."""
+        if not source_keys:
+            return []
+        found = self._read_events(Cond("source_key", source_keys, "in"), Cond("event_type", EventType.NEW_DATA.value),
+                                  columns=["event_id", "event_ts", "source_key", "payload"], archive=archive)
+        return [e for e in found if e["payload"]]
+
+    def window_plans(self, job_id: str, *, archive: bool = True) -> list[dict]:
+        """The job's window plans (trigger requests, WINDOW_SKIPPED) with the TRIGGER_ERROR and RESET events
+        that void or restart them, oldest first: hot log and archive, or the hot log only (``archive=False``:
+        the latest plan is always there)."""
+        found = self._read_events(Cond("trigger_job_id", job_id), Cond("event_type", PLAN_EVENT_TYPES, "in"),
+                                  columns=PLAN_COLUMNS, archive=archive)
+        return sorted(found, key=lambda e: (e["event_ts"], e["event_id"]))
+
+    def _read_events(self, *where: Cond, columns: Sequence[str], archive: bool) -> list[dict]:
+        return self._read_history(*where, columns=columns) if archive else self.read(EVENTS, *where, columns=columns)
+
+    def _read_history(self, *where: Cond, columns: Sequence[str]) -> list[dict]:
+        """Events from the hot log and its archive, once each (a row caught in both by a crash while
+        archiving is an exact copy)."""
+        return list({e["event_id"]: e for table in (EVENTS, EVENTS_ARCHIVE)
+                     for e in self.read(table, *where, columns=columns)}.values())
+
+    def windowed_jobs_free(self) -> list[str]:
+        """Windowed jobs not paused, running, failed or inside a sequence (a correction run may start)."""
+        return [r["trigger_job_id"] for r in self.read(WINDOWS_VIEW, Cond("is_free", True), columns=["trigger_job_id"])]
+
+    def windows_due(self) -> list[dict]:
+        """Windowed jobs whose next event-time window is final and that are free to run it (heartbeat_job_windows)."""
+        return self.read(WINDOWS_VIEW, Cond("windows_due", True), order_by=["trigger_job_id"])
+
+    def next_windows_due(self) -> list[dict]:
+        """Sequences whose latest run succeeded with runs left, of jobs not paused (heartbeat_job_sequences)."""
+        return self.read(SEQUENCES_VIEW, Cond("next_run_due", True), Cond("is_paused", False),
+                         order_by=["trigger_job_id"])
+
+
+@dataclass(frozen=True)
+class Cond:
+    """``column <op> value`` in a WHERE clause; ``in`` takes a list. The value is always bound."""
+
+    column: str
+    value: object
+    op: str = "="
+
+    _OPS = ("=", "<>", "<", "<=", ">", ">=", "in")
+
+    def sql(self, parameter: str) -> str:
+        column = validate_identifier(self.column, "column")
+        if self.op not in self._OPS:
+            raise ValueError(f"unsupported comparison {self.op!r}")
+        if self.op == "in":
+            return f"array_contains(:{parameter}, {column})"
+        return f"{column} {self.op} :{parameter}"
+
+
+def _prefixed(expression: str, alias: str) -> str:
+    """``run_id`` -> ``t.run_id`` in one of the fixed ARCHIVE_KEYS expressions."""
+    import re
+
+    return re.sub(r"\b(event_id|run_id|source_key)\b", rf"{alias}.\1", expression)
+
+
+def _order_term(term: str) -> str:
+    """``column`` or ``column DESC``, validated."""
+    column, _, direction = term.partition(" ")
+    if direction.upper() not in ("", "ASC", "DESC"):
+        raise ValueError(f"bad ORDER BY term {term!r}")
+    return f"{validate_identifier(column, 'column')} {direction.upper()}".rstrip()
+
+
+def _utc(row: dict) -> dict:
+    """A row with its timestamps made timezone-aware (UTC)."""
+    return {k: (as_utc(v) if isinstance(v, datetime) else v) for k, v in row.items()}
+
+
+def retry_lost_commits(write: Callable[[], object], what: str, also: tuple[str, ...] = ()) -> None:
+    """Run ``write``; while it fails because another writer committed first (or with one of the
+    ``also`` error texts, for writes that are safe to repeat), run it again."""
+    retryable = COMMIT_CONFLICTS + also
+    for attempt in range(1, WRITE_ATTEMPTS + 1):
+        try:
+            write()
+            return
+        except Exception as exc:  # noqa: BLE001 - engine and dbt errors carry no stable type
+            text = str(exc)
+            if attempt == WRITE_ATTEMPTS or not any(words in text.lower() for words in retryable):
+                raise
+            log.warning("%s failed (%s); retrying", what, text.strip().splitlines()[-1])
+            time.sleep(0.05 * 2**attempt)

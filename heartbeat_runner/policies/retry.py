@@ -1,0 +1,185 @@
+"""Run policies the tick applies on top of any jobs backend: automatic retry, maximum duration.
+
+Pure functions of counts and times, so the tick stays the only place with side effects
+and every decision is reproducible from the events table.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any, TypeVar
+
+from heartbeat_runner.core.errors import ConfigError
+from heartbeat_runner.core.yaml_files import read_yaml_mapping
+from heartbeat_runner.jobs.base import RunOutcome, RunStatus
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class RetryDecision:
+    retry_now: bool
+    attempt: int                       # the attempt a retry would be (1 = first retry)
+    not_before: datetime | None = None  # when the next retry becomes due (None: never)
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Re-trigger a failed job automatically, with exponential back-off. Off by default.
+
+    ``failures`` counts consecutive failed runs of the job for the same consumed data
+    (the first run included), so ``max_retries=2`` allows three runs in all.
+    """
+
+    max_retries: int = 0
+    backoff_s: float = 300.0
+    multiplier: float = 2.0
+    max_backoff_s: float = 3600.0
+
+    def __post_init__(self) -> None:
+        if self.max_retries < 0 or self.backoff_s < 0 or self.multiplier < 1 or self.max_backoff_s < 0:
+            raise ValueError(f"invalid retry policy {self!r}: counts and delays must be >= 0, multiplier >= 1")
+
+    @property
+    def enabled(self) -> bool:
+        return self.max_retries > 0
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, float | str] | None) -> RetryPolicy:
+        """From config such as ``{max_retries: 2, backoff_s: 60}``; unknown keys are an error.
+
+        Values are numbers or numeric strings (YAML); anything else fails int()/float().
+        """
+        values = dict(values or {})
+        # catch_up: the bounded catch-up policy of the same job (jobs/catch_up.py reads it)
+        values.pop("catch_up", None)
+        values.pop("window", None)  # the event-time window policy (jobs/event_windows.py)
+        unknown = set(values) - {"max_retries", "backoff_s", "multiplier", "max_backoff_s"}
+        if unknown:
+            raise ValueError(f"unknown retry policy setting(s): {', '.join(sorted(unknown))}")
+        return cls(max_retries=int(values.get("max_retries", cls.max_retries)),
+                   backoff_s=float(values.get("backoff_s", cls.backoff_s)),
+                   multiplier=float(values.get("multiplier", cls.multiplier)),
+                   max_backoff_s=float(values.get("max_backoff_s", cls.max_backoff_s)))
+
+    def delay(self, failures: int) -> timedelta:
+        """Wait after the ``failures``-th consecutive failure before the next attempt."""
+        seconds = self.backoff_s * self.multiplier ** max(0, failures - 1)
+        return timedelta(seconds=min(seconds, self.max_backoff_s))
+
+    def decide(self, failures: int, last_failure_at: datetime, now: datetime) -> RetryDecision:
+        """Should a job that failed ``failures`` times in a row, last at ``last_failure_at``, run again now?"""
+        attempt = failures
+        if failures < 1:
+            return RetryDecision(False, 0, None, "the job has not failed")
+        if failures > self.max_retries:
+            return RetryDecision(False, attempt, None,
+                                 f"gave up after {failures} failed run(s) (max_retries={self.max_retries})")
+        due = last_failure_at + self.delay(failures)
+        if now < due:
+            return RetryDecision(False, attempt, due, f"retry {attempt} of {self.max_retries} due at {due.isoformat()}")
+        return RetryDecision(True, attempt, due, f"retry {attempt} of {self.max_retries}")
+
+
+@dataclass(frozen=True)
+class RetryPolicies:
+    """The retry policy of each job: a default (off unless set) and per-job overrides."""
+
+    default: RetryPolicy = RetryPolicy()
+    jobs: Mapping[str, RetryPolicy] = field(default_factory=dict)
+
+    def for_job(self, job_id: str) -> RetryPolicy:
+        return self.jobs.get(job_id, self.default)
+
+
+def read_policy_file(path: Path | None) -> Mapping[str, Any]:
+    """The run-policy YAML (``default:`` and ``jobs:``) as a mapping; {} when there is no file."""
+    return read_yaml_mapping(path, "the keys 'default' and 'jobs'")
+
+
+def policy_problem(path: Path | None, name: str, detail: object) -> str:
+    """How a problem of the ``name`` policy in the run-policy file at ``path`` is reported."""
+    return f"{path}: invalid {name} policy: {detail}"
+
+
+def build_section(data: Mapping[str, Any], path: Path | None, name: str, build: Callable[[Mapping[str, Any]], T]) -> T:
+    """``build`` of the run-policy mapping ``data`` read from ``path``; its ValueError is a ConfigError naming
+    the file and the policy (``name``)."""
+    try:
+        return build(data)
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise ConfigError([policy_problem(path, name, exc)]) from exc
+
+
+def load_section(path: Path | None, name: str, build: Callable[[Mapping[str, Any]], T]) -> T:
+    """``build`` of the run-policy file at ``path`` (see ``build_section``)."""
+    return build_section(read_policy_file(path), path, name, build)
+
+
+def retry_policies(data: Mapping[str, Any]) -> RetryPolicies:
+    """The retry policies of a run-policy mapping; ValueError when it is malformed."""
+    if set(data) - {"default", "jobs"}:
+        raise ValueError("expected only the keys 'default' and 'jobs'")
+    jobs = data.get("jobs") or {}
+    if not isinstance(jobs, dict):
+        raise ValueError("'jobs' must map job ids to policies")
+    return RetryPolicies(default=RetryPolicy.from_mapping(data.get("default")),
+                         jobs={str(job): RetryPolicy.from_mapping(values) for job, values in jobs.items()})
+
+
+def load_retry_policies(path: Path | None) -> RetryPolicies:
+    """Read ``default:`` and ``jobs: {<job id>: {...}}`` from a YAML file (missing file: retries off)::
+
+        default: {max_retries: 0}
+        jobs:
+          "123": {max_retries: 2, backoff_s: 300}
+    """
+    return load_section(path, "retry", retry_policies)
+
+
+def check_section(name: str, values: Mapping[str, Any], allowed: set[str], required: str, example: str) -> None:
+    """ValueError when a policy section has keys other than ``allowed`` or lacks ``required``."""
+    unknown = set(values) - allowed
+    if unknown:
+        raise ValueError(f"unknown {name} setting(s): {', '.join(sorted(unknown))}")
+    if required not in values:
+        raise ValueError(f"{name} needs {required} ({example})")
+
+
+def policy_sections(data: Mapping[str, Any], key: str, parse: Callable[[Any], T]) -> dict[str, T]:
+    """``parse`` of each job's ``key`` section of a run-policy mapping (``"*"``: the one under ``default``)."""
+    jobs = data.get("jobs") or {}
+    sections = {str(job): values[key] for job, values in jobs.items() if isinstance(values, dict) and values.get(key)}
+    default = data.get("default")
+    if isinstance(default, dict) and default.get(key):
+        sections["*"] = default[key]
+    return {job: parse(section) for job, section in sections.items()}
+
+
+def retry_token(base_token: str, attempt: int) -> str:
+    """Idempotency token of retry ``attempt`` of a request: deterministic, distinct, at most 64 chars.
+
+    Deterministic so that a crash between recording the retry and calling the API
+    replays the same token (no second run); distinct per attempt so the jobs API does
+    not just hand back the failed run.
+    """
+    if attempt < 1:
+        return base_token
+    return hashlib.sha256(f"{base_token}\x1fretry\x1f{attempt}".encode()).hexdigest()[:36]
+
+
+def overrun(status: RunStatus, max_duration: timedelta | None, now: datetime | None = None) -> timedelta | None:
+    """How far past ``max_duration`` an unfinished run is (None: within bounds, finished, or no limit)."""
+    if max_duration is None or status.outcome.finished or status.start_time is None:
+        return None
+    if status.outcome is RunOutcome.PENDING:
+        return None  # queued runs have not started working yet
+    now = now or datetime.now(timezone.utc)
+    start = status.start_time if status.start_time.tzinfo else status.start_time.replace(tzinfo=timezone.utc)
+    over = now - start - max_duration
+    return over if over > timedelta(0) else None

@@ -1,0 +1,62 @@
+"""The run-policy YAML as a whole: retry, catch-up and event-time window policies, read once.
+
+Each section has its own parser (``policies/retry.py``, ``policies/catch_up.py``, ``policies/event_windows.py``);
+this module reads the file once, checks every section and reports every problem together, as
+``validate`` and a starting runner need it.
+
+Invariant: a file that loads here loads in each section's own loader too, and the other way round.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from heartbeat_runner.core.errors import ConfigError
+from heartbeat_runner.policies.catch_up import CatchUpPolicy, catch_up_policies
+from heartbeat_runner.policies.event_windows import WindowPolicy, window_policies
+from heartbeat_runner.policies.retry import RetryPolicies, build_section, read_policy_file, retry_policies
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class RunPolicies:
+    """Every job's run policies: retry, catch-up (a backlog cut into runs), event-time windows."""
+
+    retry: RetryPolicies = field(default_factory=RetryPolicies)
+    catch_up: Mapping[str, CatchUpPolicy] = field(default_factory=dict)
+    windows: Mapping[str, WindowPolicy] = field(default_factory=dict)
+
+    def jobs(self) -> set[str]:
+        """The job ids the file names (``"*"``, the default, is none of them)."""
+        return (set(self.retry.jobs) | set(self.catch_up) | set(self.windows)) - {"*"}
+
+    def unknown_jobs(self, known: Iterable[str]) -> list[str]:
+        """Job ids with a policy but no row in the config (a typo, or a job removed since)."""
+        return sorted(self.jobs() - set(known))
+
+
+def load_run_policies(path: Path | None) -> RunPolicies:
+    """Every policy of the run-policy YAML at ``path`` (none when there is no file).
+
+    ConfigError listing each section's problem, each naming the file and the policy.
+    """
+    data = read_policy_file(path)
+    problems: list[str] = []
+
+    def section(name: str, build: Callable[[Mapping[str, Any]], T], empty: T) -> T:
+        try:
+            return build_section(data, path, name, build)
+        except ConfigError as exc:
+            problems.extend(exc.problems)
+            return empty
+
+    policies = RunPolicies(retry=section("retry", retry_policies, RetryPolicies()),
+                           catch_up=section("catch_up", catch_up_policies, {}),
+                           windows=section("window", window_policies, {}))
+    if problems:
+        raise ConfigError(problems)
+    return policies

@@ -1,0 +1,113 @@
+"""Wiring: open the engine and build the pieces a command needs, from settings."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from heartbeat_runner.core.errors import HeartbeatError, describe
+from heartbeat_runner.core.records import Event, EventType, utcnow
+from heartbeat_runner.core.settings import Settings
+from heartbeat_runner.jobs.base import JobsBackend
+from heartbeat_runner.lakehouse.dbt_invoke import DbtProject
+from heartbeat_runner.lakehouse.engine import Engine, open_engine
+from heartbeat_runner.lakehouse.maintenance import Maintenance
+from heartbeat_runner.lakehouse.store import CONTROL, TABLE_COLUMNS, TableStore
+from heartbeat_runner.runner.tick import Heartbeat
+from heartbeat_runner.sensing.config import LoadedConfig
+from heartbeat_runner.sensing.sources.base import SenseContext
+
+
+@dataclass
+class App:
+    """An open engine plus the table store and dbt project bound to it."""
+
+    settings: Settings
+    engine: Engine
+    store: TableStore
+    dbt: DbtProject
+
+    def require_config(self) -> None:
+        if not self.store.exists("heartbeat_control"):
+            raise HeartbeatError(
+                f"no sensor config is loaded in {self.settings.lakehouse_dir}; run `python -m heartbeat_runner seed` first"
+            )
+
+    def lakehouse_problem(self) -> str | None:
+        """Why the lakehouse cannot be used any more (the engine does not answer, or one of Heartbeat's
+        own tables is gone or unreadable), or None when it can."""
+        for table in (*TABLE_COLUMNS, CONTROL):
+            if not self.store.exists(table):
+                return f"table {self.store.name(table)} does not exist"
+            try:
+                self.store.probe(table)
+            except Exception as exc:  # noqa: BLE001 - any engine error: the table cannot be read
+                return f"table {self.store.name(table)} cannot be read: {describe(exc)}"
+        return None
+
+    def load_config(self, config: LoadedConfig, *, progress: Callable[[str], None] = lambda message: None) -> None:
+        """Load a validated config: the seed, a CONFIG_LOADED audit event, then the models and views."""
+        progress(f"loading {len(config.rows)} config row(s)")
+        self.dbt.load_seed(config.to_csv())
+        self.store.append_events([Event(event_type=EventType.CONFIG_LOADED, run_id="seed",
+                                        snapshot_ts=utcnow(), message=str(config.path), rows=len(config.rows))])
+        progress("building the control table and views")
+        self.dbt.build_all(events_version=self.store.events_version())
+
+    def ensure_views(self) -> None:
+        """The local catalog forgets views at every start: re-create them."""
+        if not self.engine.is_local:
+            return
+        if not self.dbt.restore_views():
+            self.dbt.build_all()
+
+    def jobs_backend(self) -> JobsBackend:
+        name = self.settings.effective_jobs_backend
+        if name == "databricks":
+            from heartbeat_runner.jobs.databricks import DatabricksJobsBackend
+
+            return DatabricksJobsBackend.from_environment()
+        from heartbeat_runner.jobs.local import LocalJobsBackend
+
+        return LocalJobsBackend(self.settings.effective_jobs_file, self.settings.lakehouse_dir / "jobs",
+                                self.settings.lakehouse_dir)
+
+    def sense_context(self) -> SenseContext:
+        from heartbeat_runner.sensing.connections import load_connections
+
+        return SenseContext(
+            engine=self.engine,
+            trigger_dir=self.settings.effective_trigger_dir,
+            replay_new_sensors=self.settings.replay_new_sensors,
+            connections=load_connections(self.settings.effective_sources_file),
+        )
+
+    def heartbeat(self, progress: Callable[[str], None] | None = None,
+                  backend: JobsBackend | None = None) -> Heartbeat:
+        self.require_config()
+        self.ensure_views()
+        from heartbeat_runner.policies.run_policies import load_run_policies
+        from heartbeat_runner.policies.sequences import Sequences
+
+        policies = load_run_policies(self.settings.retry_policy_file)
+        return Heartbeat(self.store, self.dbt, backend or self.jobs_backend(), self.sense_context(),
+                         progress=progress, policies=policies.retry,
+                         sequences=Sequences(self.store, policies.catch_up, policies.windows),
+                         maintenance=self.maintenance(progress) if self.settings.auto_maintenance else None)
+
+    def maintenance(self, progress: Callable[[str], None] | None = None) -> Maintenance:
+        """Maintenance of this lakehouse with the settings' policy."""
+        return Maintenance(self.store, self.settings.maintenance, progress=progress or (lambda message: None))
+
+
+@contextlib.contextmanager
+def open_app(settings: Settings, *, port: int = 0, session_id: str | None = None) -> Iterator[App]:
+    """Open the engine, make sure the runner's tables exist, and close everything after."""
+    engine = open_engine(settings, port=port, session_id=session_id)
+    try:
+        store = TableStore(engine)
+        store.ensure_tables()
+        yield App(settings=settings, engine=engine, store=store, dbt=DbtProject(engine))
+    finally:
+        engine.close()

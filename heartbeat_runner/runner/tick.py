@@ -1,0 +1,569 @@
+"""One tick of the heartbeat: sense, record, decide (dbt), trigger, reconcile.
+
+The order is what makes a tick safe to crash anywhere:
+
+1. sense every due source (cursors come from the events table); note the
+   sources skipped because no row reading them is eligible;
+2. append the NEW_DATA/CURSOR events in one commit; the cursor *is* the latest
+   event, so it can never advance without the event (event ids are deterministic:
+   hash of the source, the cursor event sensed from and the window, so re-sensing
+   the same window after a crash yields the same event);
+3. rebuild the control table (dbt) when any event arrived since the last build;
+4. for each job in ``jobs_ready_to_trigger``: append TRIGGER_REQUESTED with a
+   deterministic idempotency token, *then* call the jobs API with that token, then
+   append TRIGGERED with the run id (``before_trigger`` runs first: the CLI checks
+   there that it still holds the lease);
+5. reconcile IN_PROGRESS jobs: resume requests that never got a run id (same
+   token, so no second run), and turn finished runs into COMPLETED / FAILED;
+   look for a successful run of FAILED jobs (unblocks them);
+6. write the run report, and rebuild the control table if anything changed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from heartbeat_runner.core.errors import JobsBackendError, SourceError
+from heartbeat_runner.core.faults import crash_point, fail_point
+from heartbeat_runner.core.records import (
+    Event,
+    EventType,
+    JobStatus,
+    Outcome,
+    RunSummary,
+    SensorEvaluation,
+    TickStatus,
+    idempotency_token,
+    job_parameters,
+    new_data_event_id,
+    new_run_id,
+    random_event_id,
+    utcnow,
+)
+from heartbeat_runner.jobs.base import JobsBackend, RunOutcome, RunStatus, TriggerRequest
+from heartbeat_runner.lakehouse.dbt_invoke import DbtProject
+from heartbeat_runner.lakehouse.maintenance import Maintenance, MaintenanceResult
+from heartbeat_runner.lakehouse.store import ControlRow, ReadyRow, SkippedSource, TableStore
+from heartbeat_runner.policies.event_windows import source_grains
+from heartbeat_runner.policies.retry import RetryPolicies, overrun, retry_token
+from heartbeat_runner.policies.sequences import NextRun, Sequences
+from heartbeat_runner.sensing.parallel import SensingOutcome, sense_all
+from heartbeat_runner.sensing.sources.base import SenseContext
+
+log = logging.getLogger(__name__)
+
+@dataclass(frozen=True)
+class TriggeredJob:
+    """A job the jobs API started in this tick."""
+
+    job_id: str
+    run_id: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"job_id": self.job_id, "run_id": self.run_id}
+
+
+@dataclass(frozen=True)
+class JobProblem:
+    """Something about one job the operator should see: a refused or failed API call, an overdue run."""
+
+    job_id: str
+    message: str
+
+    def as_dict(self, key: str = "error") -> dict[str, str]:
+        return {"job_id": self.job_id, key: self.message}
+
+    def __str__(self) -> str:
+        return f"{self.job_id}: {self.message}"
+
+
+@dataclass
+class TickResult:
+    """What one tick did. ``as_dict`` is the shape `run --json` prints."""
+
+    run_id: str
+    snapshot_ts: datetime
+    sensed: list[SensingOutcome] = field(default_factory=list)
+    skipped: list[SkippedSource] = field(default_factory=list)
+    triggered: list[TriggeredJob] = field(default_factory=list)
+    completed: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    trigger_errors: list[JobProblem] = field(default_factory=list)
+    retried: list[str] = field(default_factory=list)  # job ids re-run by their retry policy
+    overdue: list[JobProblem] = field(default_factory=list)  # runs past their maximum duration
+    stage_timings: dict[str, float] = field(default_factory=dict)
+    duration_s: float = 0.0
+    #: events this tick appended (0 for a tick that found and changed nothing)
+    events_written: int = 0
+    maintenance: MaintenanceResult | None = None
+
+    @property
+    def sensor_errors(self) -> list[SensingOutcome]:
+        return [s for s in self.sensed if s.outcome is Outcome.ERROR]
+
+    @property
+    def triggered_job_ids(self) -> list[str]:
+        return [t.job_id for t in self.triggered]
+
+    @property
+    def sources_with_new_data(self) -> int:
+        return sum(1 for s in self.sensed if s.outcome is Outcome.NEW_DATA)
+
+    @property
+    def exit_code(self) -> int:
+        """0: all good; 2: some source or job API call failed (the rest was processed)."""
+        return 2 if self.sensor_errors or self.trigger_errors else 0
+
+    @property
+    def is_idle(self) -> bool:
+        """Nothing sensed, triggered, reconciled, written or failed: the run report coalesces such ticks."""
+        return (self.events_written == 0 and self.sources_with_new_data == 0 and self.exit_code == 0
+                and not (self.triggered or self.completed or self.failed or self.retried or self.overdue)
+                and not any(s.note for s in self.sensed))
+
+    @property
+    def status(self) -> TickStatus:
+        return TickStatus.ERROR if self.exit_code else TickStatus.OK
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id, "snapshot_ts": self.snapshot_ts, "duration_s": round(self.duration_s, 3),
+            "sensed": [s.as_dict() for s in self.sensed],
+            "skipped": [{"source_key": s.source_key, "reason": s.reason} for s in self.skipped],
+            "triggered": [t.as_dict() for t in self.triggered],
+            "completed": self.completed, "failed": self.failed,
+            "trigger_errors": [p.as_dict() for p in self.trigger_errors],
+            "retried": self.retried,
+            "overdue": [p.as_dict("message") for p in self.overdue],
+            "stage_timings": self.stage_timings, "exit_code": self.exit_code,
+            **({"maintenance": self.maintenance.as_dict()} if self.maintenance else {}),
+        }
+
+
+@dataclass
+class IdleStreak:
+    """Consecutive idle ticks, written to the run summary as one row when the streak ends or grows old."""
+
+    first_run_id: str
+    first_snapshot: datetime
+    ticks: int = 0
+    duration_s: float = 0.0
+    sources_sensed: int = 0
+    began: float = field(default_factory=time.monotonic)
+
+    def add(self, result: TickResult) -> None:
+        self.ticks += 1
+        self.duration_s += result.duration_s
+        self.sources_sensed = len(result.sensed)
+
+    def summary(self) -> RunSummary:
+        return RunSummary(
+            run_id=self.first_run_id, snapshot_ts=self.first_snapshot, ended_ts=utcnow(),
+            duration_s=round(self.duration_s, 4), sources_sensed=self.sources_sensed, sources_with_new_data=0,
+            sensor_errors=0, jobs_triggered=0, jobs_completed=0, jobs_failed=0, trigger_errors=0,
+            status=TickStatus.OK,
+            message=f"{self.ticks} idle tick(s) coalesced: nothing new, triggered or reconciled",
+            stage_timings=json.dumps({"idle_ticks": self.ticks,
+                                      "mean_tick_s": round(self.duration_s / max(1, self.ticks), 4)}),
+        )
+
+
+class Heartbeat:
+    """Runs ticks against one engine, store, dbt project and jobs backend."""
+
+    def __init__(self, store: TableStore, dbt: DbtProject, backend: JobsBackend, ctx: SenseContext,
+                 *, progress: Callable[[str], None] | None = None, policies: RetryPolicies | None = None,
+                 maintenance: Maintenance | None = None, sequences: Sequences | None = None):
+        self.store = store
+        self.policies = policies or RetryPolicies()
+        self.sequences = sequences or Sequences(store, {})
+        self.dbt = dbt
+        self.backend = backend
+        self.ctx = ctx
+        self.settings = store.engine.settings
+        self.progress = progress or (lambda message: None)
+        #: called before any jobs API call; raising stops the tick there (e.g. a lost lease)
+        self.before_trigger: Callable[[], None] = lambda: None
+        self.maintenance = maintenance
+        self._idle: IdleStreak | None = None
+        self._windows_synced = False
+
+    # -- the tick ---------------------------------------------------------------------------
+
+    def tick(self) -> TickResult:
+        began = time.monotonic()
+        snapshot = utcnow()
+        result = TickResult(run_id=new_run_id(snapshot), snapshot_ts=snapshot)
+        timings = result.stage_timings
+
+        self._prepare_windows()
+        with _stage(timings, "models"):
+            self.refresh_models()
+        with _stage(timings, "sensing"):
+            due = self.store.sensors_due()
+            result.skipped = self.store.sensors_skipped()
+            self.progress(f"sensing {len(due)} source(s)")
+            result.sensed = sense_all(due, self.ctx, max_workers=self.settings.max_workers,
+                                      timeout_s=self.settings.sensor_timeout_s)
+        crash_point("after_sensing")
+        fail_point("after_sensing")
+        with _stage(timings, "events_write"):
+            self._append(result, self.sensed_events(result))
+        crash_point("after_new_data_events")
+        with _stage(timings, "dbt"):
+            self.refresh_models()
+        with _stage(timings, "triggering"):
+            self._trigger_ready(result)
+            self._trigger_windows(result)
+        with _stage(timings, "reconciliation"):
+            self._reconcile(result)
+        with _stage(timings, "report"):
+            result.duration_s = time.monotonic() - began
+            self._write_report(result)
+            self.refresh_models()
+        if self.maintenance is not None and not result.is_idle and self.maintenance.due():
+            with _stage(timings, "maintenance"):
+                self.progress("maintenance: archiving and compacting Heartbeat's tables")
+                result.maintenance = self.run_maintenance()
+        result.duration_s = time.monotonic() - began
+        return result
+
+    def run_maintenance(self) -> MaintenanceResult:
+        """Archive and compact; the control table does not change, so its build marker moves along."""
+        assert self.maintenance is not None
+        with self.dbt.keeping_built_marker(self.store.events_version):
+            return self.maintenance.run()
+
+    def close(self) -> None:
+        """Write the summary of a pending idle streak (call when the runner stops)."""
+        fail_point("closing")
+        if self._idle is not None:
+            self.store.append_run(self._idle.summary(), [])
+            self._idle = None
+
+    def refresh_models(self, force: bool = False) -> bool:
+        """Rebuild the control table if events arrived since the last build."""
+        return self.dbt.refresh_control(self.store.events_version(), force=force)
+
+    # -- step 2: events from sensing --------------------------------------------------------
+
+    def sensed_events(self, result: TickResult) -> list[Event]:
+        """The NEW_DATA / CURSOR events of what ``result`` sensed, against the cursors as they are now."""
+        events = []
+        new_data = any(s.result is not None and s.result.new_data for s in result.sensed)
+        # Read again now: a source whose cursor moved while it was sensed was recorded by someone else.
+        current = self.store.current_cursors() if new_data else None
+        for sensed in result.sensed:
+            outcome, target = sensed.result, sensed.target
+            if outcome is None or (not outcome.new_data and outcome.cursor_to in (None, target.cursor)):
+                continue
+            key = target.source_key
+            if current is not None and (key not in current or current[key][0] != target.cursor):
+                log.warning("%s moved on while it was sensed (another runner?); not recorded", key)
+                continue
+            parent = current[key][1] if current is not None else None
+            cursor_to = outcome.cursor_to if outcome.cursor_to is not None else target.cursor
+            kind = EventType.NEW_DATA if outcome.new_data else EventType.CURSOR
+            event_id = (new_data_event_id(key, parent, target.cursor, cursor_to) if kind is EventType.NEW_DATA
+                        else random_event_id())
+            events.append(Event(
+                event_type=kind, run_id=result.run_id, snapshot_ts=result.snapshot_ts, event_id=event_id,
+                source_key=target.source_key, sensor_source=target.sensor_source, sensor_id=target.sensor_id,
+                cursor_from=target.cursor, cursor_to=cursor_to,
+                window_from=outcome.window_from, window_to=outcome.window_to, rows=outcome.rows,
+                message=outcome.detail,
+                payload=outcome.payload(),
+            ))
+        return events
+
+    # -- step 4: trigger --------------------------------------------------------------------
+
+    def _trigger_ready(self, result: TickResult) -> None:
+        by_job: dict[str, list[ReadyRow]] = defaultdict(list)
+        for row in self.store.ready_rows():
+            by_job[row.trigger_job_id].append(row)
+        if not by_job:
+            return
+        planned: list[tuple[TriggerRequest, dict[str, Any]]] = []
+        for job_id, rows in by_job.items():
+            try:
+                planned.append(self._request_for(job_id, rows, result.run_id))
+            except SourceError as exc:  # a catch-up policy the source cannot apply: this job waits
+                result.trigger_errors.append(JobProblem(job_id, f"catch-up plan: {exc}"))
+        if planned:
+            self._request_runs(result, [self._requested_event(result, req, payload,
+                                                              by_job[req.job_id][0].consumed_event_ids)
+                                        for req, payload in planned], [req for req, _ in planned])
+
+    def _requested_event(self, result: TickResult, request: TriggerRequest, payload: dict[str, Any],
+                         consumed_event_ids: str | None = None) -> Event:
+        """The TRIGGER_REQUESTED event of ``request``, with the payload recorded for it."""
+        return Event(event_type=EventType.TRIGGER_REQUESTED, run_id=result.run_id, snapshot_ts=result.snapshot_ts,
+                     trigger_job_id=request.job_id, idempotency_token=request.idempotency_token,
+                     consumed_event_ids=consumed_event_ids, payload=json.dumps(payload, sort_keys=True))
+
+    def _request_runs(self, result: TickResult, events: list[Event], requests: list[TriggerRequest]) -> None:
+        """Record ``events`` (the requests among them) in one commit, then call the jobs API for ``requests``."""
+        self.before_trigger()
+        self._append(result, events)
+        crash_point("after_trigger_requested")
+        if requests:
+            self.progress(f"triggering {len(requests)} job(s)")
+            self._call_backend(requests, result)
+
+    def _prepare_windows(self) -> None:
+        """Copy the window policies to their table (once per runner) and tell sensing which sources'
+        event times to record, in buckets of the smallest window size reading each."""
+        windows = self.sequences.windows
+        if not self._windows_synced:
+            self.store.sync_window_policies({job: (p.size_s, p.lateness_s, p.late_data.value)
+                                             for job, p in windows.items()})
+            self._windows_synced = True
+        if windows:
+            pairs = [(r["trigger_job_id"], r["source_key"]) for r in self.store.control_rows()]
+            self.ctx.event_time_grains = source_grains(windows, pairs)
+
+    def _trigger_windows(self, result: TickResult) -> None:
+        """Step 4 for jobs with an event-time window policy: each final window runs once, in order
+        (a sequence), empty ones are skipped and recorded; late rows may earn a window one correction run."""
+        if not self.sequences.windows:
+            return
+        plans = self.sequences.window_plans(result.run_id, result.snapshot_ts)
+        planned = {p.job_id for p in plans}
+        for job_id in self.store.windowed_jobs_free():
+            correction = None if job_id in planned else self.sequences.correction(job_id, result.run_id)
+            if correction is not None:
+                plans.append(correction)
+        requested = [(p.request, p.payload) for p in plans if p.request is not None]
+        events = [e for p in plans for e in p.skipped] + [
+            self._requested_event(result, request, payload) for request, payload in requested]
+        if events:
+            self._request_runs(result, events, [request for request, _ in requested])
+
+    def _request_for(self, job_id: str, rows: list[ReadyRow], run_id: str) -> tuple[TriggerRequest, dict[str, Any]]:
+        """The request of a ready job and the payload recorded with it (its parameters, and the plan of a
+        catch-up sequence when its policy cuts the backlog into several runs)."""
+        consumed = [i for i in rows[0].consumed_event_ids.split(",") if i]
+        token = idempotency_token(job_id, consumed)
+        payload = self.sequences.first_request(job_id, rows, token, {"heartbeat_run_id": run_id})
+        return TriggerRequest(job_id=job_id, job_name=rows[0].trigger_job_name, idempotency_token=token,
+                              parameters=job_parameters(payload)), payload
+
+    def _call_backend(self, requests: list[TriggerRequest], result: TickResult) -> None:
+        """Call the jobs API for each request and record what it answered (one commit)."""
+        answers: list[Event] = []
+        for request in requests:
+            try:
+                run_id = self.backend.trigger(request)
+            except JobsBackendError as exc:
+                result.trigger_errors.append(JobProblem(request.job_id, str(exc)))
+                if exc.retryable:
+                    # Unknown whether a run started: keep the request; the next tick
+                    # retries it with the same token, which cannot start a second run.
+                    log.warning("trigger of %s will be retried: %s", request.job_id, exc)
+                    continue
+                answers.append(self._event(result, EventType.TRIGGER_ERROR, request.job_id,
+                                           idempotency_token=request.idempotency_token, message=str(exc)))
+                continue
+            crash_point("after_trigger_call")
+            result.triggered.append(TriggeredJob(request.job_id, run_id))
+            answers.append(self._event(result, EventType.TRIGGERED, request.job_id, job_run_id=run_id,
+                                       idempotency_token=request.idempotency_token))
+        self._append(result, answers)
+        crash_point("after_triggered")
+
+    # -- step 5: reconcile ------------------------------------------------------------------
+
+    def _reconcile(self, result: TickResult) -> None:
+        just_triggered = set(result.triggered_job_ids)
+        events: list[Event] = []
+        dangling: list[TriggerRequest] = []
+        next_runs: list[NextRun] = self.sequences.due(result.run_id, result.snapshot_ts)
+        for row in self.store.jobs_with_status(JobStatus.IN_PROGRESS):
+            if row.trigger_job_id in just_triggered:
+                continue
+            if row.job_run_id is None:
+                request = self._requested(row)
+                if request is not None:
+                    dangling.append(request)
+                continue
+            finished = self._finished_run_events(row, row.job_run_id, result)
+            events.extend(finished)
+            next_runs.extend(self._next_run(row, finished, result))
+        retries: list[TriggerRequest] = []
+        for row in self.store.jobs_with_status(JobStatus.FAILED):
+            recovered = self._recovery_events(row, result)
+            retry = None if recovered else self._retry_request(row)
+            events.extend(recovered)
+            next_runs.extend(self._next_run(row, recovered, result))
+            if retry is not None:
+                retries.append(retry)
+                result.retried.append(row.trigger_job_id)
+                events.append(self._event(result, EventType.RETRY_REQUESTED, row.trigger_job_id,
+                                          idempotency_token=retry.idempotency_token,
+                                          payload=json.dumps(retry.parameters, sort_keys=True),
+                                          message=f"automatic retry after {row.consecutive_failures} failed run(s)"))
+        # the next run of a sequence goes into the same commit as the success before it
+        events.extend(step.event for step in next_runs)
+        self._append(result, events)
+        if next_runs:
+            crash_point("after_next_window_requested")
+        if dangling or retries or next_runs:
+            self.before_trigger()
+            if dangling:
+                self.progress(f"resuming {len(dangling)} trigger request(s) left by an earlier tick")
+            self._call_backend(dangling + retries + [step.request for step in next_runs], result)
+
+    def _next_run(self, row: ControlRow, finished: list[Event], result: TickResult) -> list[NextRun]:
+        """The next run of the job's catch-up sequence if ``finished`` records its current run's success."""
+        if not any(e.event_type is EventType.COMPLETED for e in finished):
+            return []
+        step = self.sequences.after_success(row.trigger_job_id, row.trigger_job_name, row.base_idempotency_token,
+                                            result.run_id, result.snapshot_ts)
+        return [step] if step is not None else []
+
+    def _requested(self, row: ControlRow, token: str | None = None) -> TriggerRequest | None:
+        """Rebuild a recorded request (by default the latest, e.g. one that never got a run id)."""
+        token = token or row.last_idempotency_token
+        if token is None:
+            return None
+        return self._request(row, token)
+
+    def _request(self, row: ControlRow, token: str) -> TriggerRequest:
+        """Rebuild the recorded request of ``row`` with idempotency token ``token``."""
+        return TriggerRequest(row.trigger_job_id, row.trigger_job_name, token, self.store.trigger_payload(token))
+
+    def _retry_request(self, row: ControlRow) -> TriggerRequest | None:
+        """The automatic retry of a failed job that its policy says is due now (same data, new token)."""
+        policy = self.policies.for_job(row.trigger_job_id)
+        if not policy.enabled or row.base_idempotency_token is None or row.job_end_timestamp is None:
+            return None
+        decision = policy.decide(row.consecutive_failures, row.job_end_timestamp, utcnow())
+        if not decision.retry_now:
+            return None
+        base = self._request(row, row.base_idempotency_token)
+        return replace(base, idempotency_token=retry_token(base.idempotency_token, decision.attempt))
+
+    def _report_overrun(self, row: ControlRow, run_id: str, status: RunStatus, result: TickResult) -> None:
+        """Report (and optionally cancel) run ``run_id`` of ``row`` going on for longer than the configured maximum."""
+        limit = self.settings.max_run_duration_s
+        over = overrun(status, timedelta(seconds=limit) if limit else None, utcnow())
+        if over is None:
+            return
+        message = f"run {run_id} is {over} past its maximum duration of {limit:g}s"
+        if self.settings.cancel_overdue_runs and self.backend.can_cancel:
+            try:
+                self.backend.cancel_run(row.trigger_job_id, run_id)
+                message += "; cancelled"
+            except JobsBackendError as exc:
+                message += f"; cancelling failed: {exc}"
+        log.warning("job %s: %s", row.trigger_job_id, message)
+        result.overdue.append(JobProblem(row.trigger_job_id, message))
+
+    def _finished_run_events(self, row: ControlRow, run_id: str, result: TickResult) -> list[Event]:
+        """Events for run ``run_id`` (the row's job_run_id) if it has finished; report it if overdue."""
+        try:
+            status = self.backend.run_status(row.trigger_job_id, run_id)
+        except JobsBackendError as exc:
+            result.trigger_errors.append(JobProblem(row.trigger_job_id, f"run status: {exc}"))
+            return []
+        if not status.outcome.finished:
+            self._report_overrun(row, run_id, status, result)
+            return []
+        success = status.outcome is RunOutcome.SUCCESS
+        (result.completed if success else result.failed).append(row.trigger_job_id)
+        return [self._event(result, EventType.COMPLETED if success else EventType.FAILED, row.trigger_job_id,
+                            job_run_id=run_id, message=status.message)]
+
+    def _recovery_events(self, row: ControlRow, result: TickResult) -> list[Event]:
+        since = row.job_end_timestamp or row.status_change_timestamp
+        if since is None:
+            return []
+        try:
+            run = self.backend.successful_run_after(row.trigger_job_id, since)
+        except JobsBackendError as exc:
+            result.trigger_errors.append(JobProblem(row.trigger_job_id, f"looking for a successful run: {exc}"))
+            return []
+        if run is None:
+            return []
+        result.completed.append(row.trigger_job_id)
+        return [self._event(result, EventType.COMPLETED, row.trigger_job_id, job_run_id=run.run_id,
+                            message=f"successful run {run.run_id} found; job unblocked")]
+
+    # -- step 6: report ---------------------------------------------------------------------
+
+    def _write_report(self, result: TickResult) -> None:
+        """The run summary and per-source rows of a tick; idle ticks are coalesced into one summary row,
+        written when the streak ends or is ``idle_flush_s`` old (bounded commits while nothing happens)."""
+        if result.is_idle:
+            if self._idle is None:
+                self._idle = IdleStreak(result.run_id, result.snapshot_ts)
+            self._idle.add(result)
+            if time.monotonic() - self._idle.began < self.settings.idle_flush_s:
+                return
+            streak, self._idle = self._idle, None
+            self.store.append_run(streak.summary(), [])
+            return
+        pending = [self._idle.summary()] if self._idle is not None else []
+        self._idle = None
+        evaluations = [
+            SensorEvaluation(
+                run_id=result.run_id, snapshot_ts=result.snapshot_ts, source_key=s.target.source_key,
+                sensor_source=s.target.sensor_source, sensor_id=s.target.sensor_id,
+                trigger_job_ids=s.trigger_job_ids,
+                window_from=s.result.window_from if s.result else None,
+                window_until=s.result.window_to if s.result else None,
+                outcome=s.outcome.value, rows=s.result.rows if s.result else None,
+                error=s.note, duration_s=round(s.duration_s, 4),
+            )
+            for s in result.sensed
+        ] + [
+            SensorEvaluation(
+                run_id=result.run_id, snapshot_ts=result.snapshot_ts, source_key=s.source_key,
+                sensor_source=s.sensor_source, sensor_id=s.sensor_id, trigger_job_ids=s.trigger_job_ids,
+                window_from=None, window_until=None, outcome=Outcome.SKIPPED.value, rows=None,
+                error=s.reason, duration_s=0.0,
+            )
+            for s in result.skipped
+        ]
+        summaries = pending + [RunSummary(
+            run_id=result.run_id, snapshot_ts=result.snapshot_ts, ended_ts=utcnow(),
+            duration_s=round(result.duration_s, 4), sources_sensed=len(result.sensed),
+            sources_with_new_data=result.sources_with_new_data,
+            sensor_errors=len(result.sensor_errors), jobs_triggered=len(result.triggered),
+            jobs_completed=len(result.completed), jobs_failed=len(result.failed),
+            trigger_errors=len(result.trigger_errors),
+            status=result.status,
+            message="; ".join(map(str, result.trigger_errors + result.overdue)) or None,
+            stage_timings=json.dumps({k: round(v, 4) for k, v in result.stage_timings.items()}),
+        )]
+        self.store.append_runs(summaries, evaluations)
+
+    def _append(self, result: TickResult, events: list[Event]) -> None:
+        self.store.append_events(events)
+        result.events_written += len(events)
+
+    @staticmethod
+    def _event(result: TickResult, kind: EventType, job_id: str, **fields) -> Event:
+        return Event(event_type=kind, run_id=result.run_id, snapshot_ts=result.snapshot_ts,
+                     trigger_job_id=job_id, **fields)
+
+
+class _stage:
+    """Adds the wall time of a block to ``timings[name]``."""
+
+    def __init__(self, timings: dict[str, float], name: str):
+        self.timings, self.name = timings, name
+
+    def __enter__(self) -> None:
+        self.began = time.monotonic()
+
+    def __exit__(self, *exc) -> None:
+        self.timings[self.name] = self.timings.get(self.name, 0.0) + time.monotonic() - self.began

@@ -1,0 +1,142 @@
+"""The one small interface every source type implements.
+
+A source answers a single question for one distinct upstream ("sensing target"):
+*is there new data since this cursor, and what is the new cursor?* It never writes
+anything; the tick records the answer as an event, so a crash can never advance a
+cursor without the event that explains it.
+
+Cursors are opaque JSON strings owned by the source module. ``None`` means the
+target was never sensed: the source then returns a *baseline* (the current end of
+the upstream, no new data) unless ``ctx.replay_new_sensors`` asks to replay from
+the beginning.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+
+from heartbeat_runner.core.records import SensingTarget
+from heartbeat_runner.core.windows import CUT_POINTS_KEY, EventTimes, SourceWindow, WindowLimit
+from heartbeat_runner.sensing.preprocess import render_preprocess_query
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pyspark.sql import DataFrame, SparkSession
+
+    from heartbeat_runner.lakehouse.engine import Engine
+
+
+@dataclass(frozen=True)
+class SenseResult:
+    """What a source found.
+
+    new_data: whether the jobs fed by this source should see a new event.
+    cursor_to: the cursor to store (None = leave it unchanged). A cursor may move
+        without new data, e.g. when ``preprocess_query`` filtered every new row out
+        or when a new sensor records its baseline.
+    window_from / window_to: human-readable bounds of what was consumed, passed to
+        jobs and shown in the run report (e.g. Delta versions, key values, offsets).
+    """
+
+    new_data: bool
+    cursor_to: str | None = None
+    window_from: str | None = None
+    window_to: str | None = None
+    rows: int | None = None
+    detail: str | None = None
+    #: something the operator should fix although sensing worked (shown in the run report and explain)
+    warning: str | None = None
+    #: event times of the new rows, for sources read by a job with an event-time window policy
+    event_times: EventTimes | None = None
+    #: cursors inside the new data where a catch-up run may end, ascending (SAP: after each green
+    #: run); none: the event's own end is the only one
+    cut_points: tuple[str, ...] = ()
+
+    def payload(self) -> str | None:
+        """The NEW_DATA / CURSOR event's payload (JSON): event times and cut points, when there are any."""
+        found: dict[str, object] = self.event_times.payload() if self.event_times else {}
+        if self.cut_points:
+            found[CUT_POINTS_KEY] = list(self.cut_points)
+        return json.dumps(found) if found else None
+
+
+@dataclass
+class SenseContext:
+    """What a source may use while sensing. Built once per tick, shared by threads."""
+
+    engine: Engine
+    trigger_dir: Path
+    replay_new_sensors: bool = False
+    connections: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: source_key -> bucket (seconds) in which to count event times (sources read by windowed jobs)
+    event_time_grains: dict[str, int] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def spark(self) -> SparkSession:
+        return self.engine.spark
+
+    def count_preprocessed(self, new_rows: DataFrame, target: SensingTarget) -> int:
+        """Run the target's ``preprocess_query`` over ``new_rows`` and count its result.
+
+        The query sees the rows as ``sensor_new_data``; ``?upstream_key`` is rendered.
+        Each call uses its own temporary view name so parallel sensing cannot clash.
+        """
+        if not target.preprocess_query:
+            return new_rows.count()
+        view = f"sensor_new_data_{uuid.uuid4().hex[:12]}"
+        new_rows.createOrReplaceTempView(view)
+        try:
+            sql = render_preprocess_query(target.preprocess_query, target.upstream_key, view)
+            return self.spark.sql(sql).count()
+        finally:
+            self.spark.catalog.dropTempView(view)
+
+    def count_preprocessed_records(self, records: list[dict[str, Any]], target: SensingTarget) -> int:
+        """Like :meth:`count_preprocessed` for rows fetched outside Spark (JDBC, Kafka)."""
+        if not target.preprocess_query:
+            return len(records)
+        if not records:
+            return 0
+        import pandas as pd
+
+        with self._lock:  # createDataFrame from pandas is not thread-safe in Spark Connect
+            frame = self.spark.createDataFrame(pd.DataFrame.from_records(records))
+        return self.count_preprocessed(frame, target)
+
+
+def dump_cursor(value: dict[str, Any]) -> str:
+    """Serialise a cursor deterministically (sorted keys) so equal cursors compare equal."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def load_cursor(cursor: str | None) -> dict[str, Any] | None:
+    return None if cursor is None else json.loads(cursor)
+
+
+class Source(Protocol):
+    """A source type. One module per type, registered in ``sources.registry``."""
+
+    #: the ``sensor_source`` values this module senses
+    source_types: ClassVar[tuple[str, ...]]
+
+    def check_config(self, sensor_id: str, upstream_key: str | None) -> str | None:
+        """Return a problem with this row's ``sensor_id``/``upstream_key``, or None. No I/O."""
+        ...
+
+    def sense(self, target: SensingTarget, ctx: SenseContext) -> SenseResult:
+        """Answer: is there new data after ``target.cursor``? Raise SourceError on failure."""
+        ...
+
+    def split(self, window: SourceWindow, limit: WindowLimit, upstream_key: str | None) -> list[SourceWindow]:
+        """Cut pending data (``window``, from the earliest pending cursor to the latest) into consecutive
+        pieces no larger than ``limit``, oldest first, in the source's own terms (bounded catch-up).
+
+        No I/O: only the cursors. SourceError when ``limit`` does not fit the source (a span for
+        Delta versions). The default cannot cut: the whole backlog is one piece.
+        """
+        return [window]

@@ -1,0 +1,219 @@
+"""``delta_table`` and ``lmu_delta_table`` (Lakehouse Manual Upload): Delta tables.
+
+Without ``upstream_key`` new data means new Delta commits that added data after
+the stored version; with ``upstream_key`` it means rows whose key is greater than
+the stored value. Either way ``preprocess_query`` can filter the new rows (seen as
+``sensor_new_data``), and an event is recorded only when it returns rows.
+
+Unkeyed, the new rows are read from the table's change data feed when it records one
+(``delta.enableChangeDataFeed``): the rows inserted or updated to since the stored
+version. Otherwise they are the current version minus the stored one (``exceptAll``),
+which reads both versions whole.
+
+Cursor: ``{"version": int}`` plus ``"value"`` (the key reached) when keyed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, ClassVar
+
+from heartbeat_runner.core.errors import SourceError
+from heartbeat_runner.core.names import check_table_reference, is_path
+from heartbeat_runner.core.windows import EventTimes, SourceWindow, WindowLimit
+from heartbeat_runner.lakehouse import delta_log
+from heartbeat_runner.lakehouse.engine import Engine
+from heartbeat_runner.sensing.sources.base import (
+    SenseContext,
+    SenseResult,
+    SensingTarget,
+    Source,
+    dump_cursor,
+    load_cursor,
+)
+from heartbeat_runner.sensing.sources.common import frame_event_times, keyed_result, split_key_span
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pyspark.sql import DataFrame
+
+
+class DeltaTableSource(Source):
+    source_types: ClassVar[tuple[str, ...]] = ("delta_table", "lmu_delta_table")
+
+    def check_config(self, sensor_id: str, upstream_key: str | None) -> str | None:
+        return check_table_reference(sensor_id)
+
+    def sense(self, target: SensingTarget, ctx: SenseContext) -> SenseResult:
+        table = DeltaRef.resolve(target.sensor_id, ctx.engine)
+        current = table.latest_version()
+        if current is None:
+            raise SourceError(f"Delta table {target.sensor_id!r} not found")
+        cursor = load_cursor(target.cursor)
+        if cursor is None:
+            if not ctx.replay_new_sensors:
+                return self._baseline(table, target, current, ctx)
+            cursor = {"version": -1, "value": None}
+        seen = int(cursor["version"])
+        if current == seen:
+            return SenseResult(new_data=False, detail=f"no commit after version {seen}")
+        if current < seen:
+            raise SourceError(f"Delta table {target.sensor_id!r} is at version {current}, behind the cursor {seen} "
+                              "(table re-created?); use `reset` to re-process it")
+        grain = ctx.event_time_grains.get(target.source_key)
+        if target.upstream_key and grain:
+            return self._sense_event_times(table, target, ctx, cursor, current, target.upstream_key, grain)
+        if target.upstream_key:
+            return self._sense_keyed(table, target, ctx, cursor, current, target.upstream_key)
+        return self._sense_versions(table, target, ctx, seen, current)
+
+    def split(self, window: SourceWindow, limit: WindowLimit, upstream_key: str | None) -> list[SourceWindow]:
+        """Keyed: spans of the key (``7d`` for a date or timestamp key, a count for a numeric one).
+        Unkeyed: runs of at most ``limit`` Delta versions."""
+        before, after = load_cursor(window.cursor_from) or {}, load_cursor(window.cursor_to) or {}
+        if upstream_key:
+            version = after.get("version")
+            return split_key_span(window, limit, upstream_key, before.get("value"), after.get("value"),
+                                  lambda top: dump_cursor({"version": version, "value": top}))
+        if limit.count is None:
+            raise SourceError(f"max_window {limit} is a time span, but {window.sensor_id} has no upstream_key: "
+                              "its windows are Delta versions, so give a number of versions (e.g. 10)")
+        low, high = int(before.get("version", -1)), int(after["version"])
+        pieces = []
+        for lo in range(low, high, limit.count):
+            hi = min(lo + limit.count, high)
+            pieces.append(SourceWindow(window.sensor_source, window.sensor_id, dump_cursor({"version": lo}),
+                                       dump_cursor({"version": hi}), f"version {lo + 1}", f"version {hi}"))
+        return pieces or [window]
+
+    def _baseline(self, table: DeltaRef, target: SensingTarget, current: int, ctx: SenseContext) -> SenseResult:
+        cursor: dict[str, int | str | None] = {"version": current}
+        times = None
+        if target.upstream_key:
+            top = table.read(current).agg({target.upstream_key: "max"}).collect()[0][0]
+            cursor["value"] = None if top is None else str(top)
+            if target.source_key in ctx.event_time_grains:
+                times = EventTimes.baseline(top)  # the watermark starts at the end of the table
+        return SenseResult(new_data=False, cursor_to=dump_cursor(cursor), window_to=f"version {current}",
+                           detail="new sensor: baseline at the current end of the table", event_times=times)
+
+    def _sense_versions(self, table: DeltaRef, target: SensingTarget, ctx: SenseContext,
+                        seen: int, current: int) -> SenseResult:
+        cursor_to = dump_cursor({"version": current})
+        window_from, window_to = f"version {seen + 1}", f"version {current}"
+        if not table.added_data_between(seen, current):
+            return SenseResult(new_data=False, cursor_to=cursor_to, window_from=window_from, window_to=window_to,
+                               detail="commits without new data")
+        if not target.preprocess_query:
+            return SenseResult(new_data=True, cursor_to=cursor_to, window_from=window_from, window_to=window_to)
+        new_rows, how = self._new_rows(table, seen, current)
+        rows = ctx.count_preprocessed(new_rows, target)
+        return SenseResult(new_data=rows > 0, cursor_to=cursor_to, window_from=window_from, window_to=window_to,
+                           rows=rows, detail=how)
+
+    @staticmethod
+    def _new_rows(table: DeltaRef, seen: int, current: int) -> tuple[DataFrame, str]:
+        """The rows versions ``seen+1``..``current`` added (inserted or updated to), with the table's
+        own columns, and how they were found (the result's detail)."""
+        if seen < 0:
+            return table.read(current), f"every row of version {current} (new sensor replayed)"
+        from_feed = table.changes(seen, current)
+        if from_feed is not None:
+            return from_feed, "new rows from the change data feed"
+        return table.read(current).exceptAll(table.read(seen)), "new rows by comparing versions"
+
+    def _sense_event_times(self, table: DeltaRef, target: SensingTarget, ctx: SenseContext, cursor: dict,
+                           current: int, key: str, grain: int) -> SenseResult:
+        """For a job with an event-time window policy: the rows the new versions added, whatever their key
+        (a row for an hour already final is late data, not nothing), with their event times by ``key``."""
+        kind = dict(table.read(current).dtypes).get(key)
+        if kind not in ("date", "timestamp", "timestamp_ntz"):
+            raise SourceError(f"upstream_key {key!r} of {target.sensor_id!r} is {kind or 'not a column'}: an event-time "
+                              "window policy needs a date or timestamp column")
+        seen = int(cursor["version"])
+        new_rows, how = self._new_rows(table, seen, current)
+        times = frame_event_times(new_rows, key, grain)
+        previous = cursor.get("value")
+        top = previous
+        if times is not None and times.max_s is not None:
+            latest = iso_key(times.max_s, previous)
+            top = latest if previous is None or latest > previous else previous
+        cursor_to = dump_cursor({"version": current, "value": top})
+        window_from, window_to = f"version {seen + 1}", f"version {current}"
+        if times is None:
+            return SenseResult(new_data=False, cursor_to=cursor_to, window_from=window_from, window_to=window_to,
+                               detail="commits without new rows")
+        rows = ctx.count_preprocessed(new_rows, target)
+        return SenseResult(new_data=rows > 0, cursor_to=cursor_to, window_from=window_from, window_to=window_to,
+                           rows=rows, detail=how, event_times=times)
+
+    def _sense_keyed(self, table: DeltaRef, target: SensingTarget, ctx: SenseContext,
+                     cursor: dict, current: int, key: str) -> SenseResult:
+        """New rows by ``key``, the target's upstream_key."""
+        from pyspark.sql import functions as F
+
+        frame = table.read(current)
+        if key not in frame.columns:
+            raise SourceError(f"upstream_key {key!r} is not a column of {target.sensor_id!r}")
+        previous = cursor.get("value")
+        new_rows = frame
+        if previous is not None:
+            key_type = frame.schema[key].dataType
+            new_rows = frame.where(F.col(key) > F.lit(previous).cast(key_type))
+        top = new_rows.agg(F.max(key)).collect()[0][0]
+        if top is None:
+            return SenseResult(new_data=False, cursor_to=dump_cursor({"version": current, "value": previous}),
+                               detail=f"no {key} after {previous}")
+        rows = ctx.count_preprocessed(new_rows, target)
+        return keyed_result(key, previous, top, rows, dump_cursor({"version": current, "value": str(top)}))
+
+
+def iso_key(seconds: int, like: str | None) -> str:
+    """Epoch seconds as key text in the shape the cursor already holds (``2026-05-01 10:00:00``)."""
+    from datetime import datetime, timezone
+
+    value = datetime.fromtimestamp(seconds, timezone.utc).replace(tzinfo=None)
+    return value.date().isoformat() if like is not None and len(like) == 10 else str(value)
+
+
+class DeltaRef:
+    """A Delta table named by ``schema.table`` or by path, on the engine at hand."""
+
+    def __init__(self, engine: Engine, sql_name: str, local_dir: Path | None):
+        self.engine = engine
+        self.sql_name = sql_name
+        self.local_dir = local_dir
+
+    @classmethod
+    def resolve(cls, sensor_id: str, engine: Engine) -> DeltaRef:
+        if is_path(sensor_id):
+            local = Path(sensor_id) if sensor_id.startswith("/") else None
+            return cls(engine, f"delta.`{sensor_id}`", local)
+        name = engine.upstream_table(sensor_id)
+        local = engine.local_location(name)
+        if local is not None:
+            return cls(engine, f"delta.`{local}`", local)
+        return cls(engine, name, None)
+
+    def latest_version(self) -> int | None:
+        if self.local_dir is not None:
+            return delta_log.latest_version(self.local_dir)
+        try:
+            return self.engine.table_version(self.sql_name)
+        except Exception as exc:  # noqa: BLE001 - any engine error means we cannot see the table
+            raise SourceError(f"cannot read the history of {self.sql_name}: {exc}") from exc
+
+    def added_data_between(self, after: int, up_to: int) -> bool:
+        if self.local_dir is None:
+            return True
+        return delta_log.added_data_between(self.local_dir, after, up_to)
+
+    def read(self, version: int) -> DataFrame:
+        return self.engine.spark.sql(f"SELECT * FROM {self.sql_name} VERSION AS OF {int(version)}")
+
+    def changes(self, after: int, up_to: int) -> DataFrame | None:
+        """The rows versions ``after+1``..``up_to`` inserted or updated to, from the table's change
+        data feed; None when the table records no feed for that range (read the versions instead)."""
+        try:
+            return self.engine.changes(self.sql_name, after + 1, up_to)
+        except Exception as exc:  # noqa: BLE001 - any engine error means we cannot read the feed
+            raise SourceError(f"cannot read the change data feed of {self.sql_name}: {exc}") from exc

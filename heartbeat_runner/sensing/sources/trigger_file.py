@@ -1,0 +1,73 @@
+"""``trigger_file``: a new file under ``<trigger dir>/<sensor_id>/``.
+
+Files are ordered by (modification time, name); the cursor is the newest one seen.
+Hidden and temporary files (``.name``, ``_name``, ``*.tmp``) are ignored, so a
+writer can create ``_x.tmp`` and rename it when complete. A folder that does not
+exist yet simply has no new data.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path, PurePosixPath
+from typing import ClassVar
+
+from heartbeat_runner.sensing.sources.base import (
+    SenseContext,
+    SenseResult,
+    SensingTarget,
+    Source,
+    dump_cursor,
+    load_cursor,
+)
+
+
+class TriggerFileSource(Source):
+    source_types: ClassVar[tuple[str, ...]] = ("trigger_file",)
+
+    def check_config(self, sensor_id: str, upstream_key: str | None) -> str | None:
+        if sensor_id.startswith("/"):
+            return None
+        parts = PurePosixPath(sensor_id).parts
+        if ".." in parts or "\\" in sensor_id:
+            return f"{sensor_id!r} must be a folder name under the trigger directory (no '..') or an absolute path"
+        return None
+
+    def folder(self, target: SensingTarget, ctx: SenseContext) -> Path:
+        if target.sensor_id.startswith("/"):
+            return Path(target.sensor_id)
+        return ctx.trigger_dir / target.sensor_id
+
+    def sense(self, target: SensingTarget, ctx: SenseContext) -> SenseResult:
+        folder = self.folder(target, ctx)
+        files = _visible_files(folder)
+        newest = max(files, default=None)
+        cursor = load_cursor(target.cursor)
+        if cursor is None and not ctx.replay_new_sensors:
+            cursor_to = dump_cursor({"mtime_ns": newest[0], "name": newest[1]}) if newest else dump_cursor({})
+            return SenseResult(new_data=False, cursor_to=cursor_to, detail="new sensor: baseline")
+        mark = (cursor.get("mtime_ns", -1), cursor.get("name", "")) if cursor else (-1, "")
+        new = sorted(f for f in files if f > mark)
+        if not new:
+            detail = "folder does not exist yet" if not folder.exists() else "no new trigger file"
+            return SenseResult(new_data=False, detail=detail)
+        return SenseResult(
+            new_data=True,
+            cursor_to=dump_cursor({"mtime_ns": new[-1][0], "name": new[-1][1]}),
+            window_from=new[0][1],
+            window_to=new[-1][1],
+            rows=len(new),
+            detail=f"{len(new)} new file(s)",
+        )
+
+
+def _visible_files(folder: Path) -> list[tuple[int, str]]:
+    try:
+        entries = list(os.scandir(folder))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    return [
+        (entry.stat().st_mtime_ns, entry.name)
+        for entry in entries
+        if entry.is_file() and not entry.name.startswith((".", "_")) and not entry.name.endswith(".tmp")
+    ]
