@@ -1,4 +1,9 @@
-"""The package's import graph has no cycle (every import counts, lazy ones inside functions too)."""
+"""The package's import graph has no cycle, and every import points down the layers.
+
+Every import counts, lazy ones inside functions too. The layers, lowest first, are the
+folders of ``heartbeat_runner`` (docs/architecture.md): a module may import its own folder
+and the folders below it, never one above.
+"""
 
 from __future__ import annotations
 
@@ -54,6 +59,43 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 def test_the_import_graph_has_no_cycle():
     cycle = find_cycle(import_graph())
     assert cycle is None, " -> ".join(cycle or [])
+
+
+LAYERS = ("core", "lakehouse", "sensing", "jobs", "policies", "runner", "interfaces")
+
+
+def layer_of(module: str) -> int | None:
+    """Rank of a module's layer folder; None for the package root (``__init__``, ``__main__``)."""
+    parts = module.split(".")
+    return LAYERS.index(parts[1]) if len(parts) > 1 and parts[1] in LAYERS else None
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    """Every ``a -> b`` where b's layer is above a's."""
+    found = []
+    for name, targets in sorted(graph.items()):
+        rank = layer_of(name)
+        for target in sorted(targets):
+            target_rank = layer_of(target)
+            if rank is not None and target_rank is not None and target_rank > rank:
+                found.append(f"{name} ({LAYERS[rank]}) -> {target} ({LAYERS[target_rank]})")
+    return found
+
+
+def test_every_module_lives_in_a_layer():
+    loose = [m for m in import_graph() if layer_of(m) is None and m not in {"heartbeat_runner", "heartbeat_runner.__main__"}]
+    assert loose == [], f"modules outside the layer folders: {loose}"
+
+
+def test_imports_point_down_the_layers():
+    assert upward_imports(import_graph()) == []
+
+
+def test_the_checker_finds_an_upward_import():
+    graph = {"heartbeat_runner.lakehouse.store": {"heartbeat_runner.policies.catch_up"},
+             "heartbeat_runner.policies.catch_up": {"heartbeat_runner.core.windows"}}
+    assert upward_imports(graph) == [
+        "heartbeat_runner.lakehouse.store (lakehouse) -> heartbeat_runner.policies.catch_up (policies)"]
 
 
 def test_the_checker_finds_a_cycle():
