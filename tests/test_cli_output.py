@@ -33,11 +33,13 @@ from heartbeat_runner.interfaces.output import (
     console_for,
     emit,
     emit_json,
+    rows_table,
     watch,
 )
 from heartbeat_runner.runner.tick import TickResult
 
 ANSI = re.compile(r"\x1b\[")
+ANSI_SEQUENCE = re.compile(r"\x1b\[[0-9;]*m")
 #: an SGR sequence that sets a foreground colour (30-37, 90-97, 38;5;n / 38;2;r;g;b)
 COLOUR = re.compile(r"\x1b\[(?:[0-9]+;)*(?:3[0-8]|9[0-7])(?:;[0-9]+)*m")
 
@@ -94,11 +96,28 @@ def test_a_wide_table_off_a_terminal_is_not_squeezed():
     assert text.count("v" * 30) == 8
 
 
-def test_long_cells_are_clipped_with_an_ellipsis():
+def test_off_a_terminal_every_value_is_whole():
     text = table_text()
-    assert "x" * 10 + "…" in text and "x" * 80 not in text
-    (failed,) = [line for line in text.splitlines() if line.startswith("102")]
-    assert len(failed.split("   ")[-1].strip()) <= 48
+    assert "exit code 1 [bold]not markup[/bold] " + "x" * 80 in text and "…" not in text
+
+
+def test_on_a_terminal_ids_and_states_stay_whole_and_long_text_is_folded_and_clipped(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "140")
+    rows = [dict(ROWS[0], job_run_id="local-1234", status="IN_PROGRESS"), ROWS[1]]
+    text = ANSI_SEQUENCE.sub("", table_text(rows, out=Tty()))
+    assert "-[ 1 ]" not in text  # a table, not the rows one after another
+    for whole in ("local-1234", "IN_PROGRESS", "FAILED", "UNPAUSED", "2026-05-01 08:30:00", "demo_sales.orders"):
+        assert whole in text, whole
+    assert "x" * 60 not in text  # free text is folded / clipped to fit
+    assert max(len(line.rstrip()) for line in text.splitlines()) <= 140
+
+
+def test_a_terminal_too_narrow_for_whole_ids_shows_the_rows_one_after_another(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    run_id = "run-" + "9f3a2c71" * 8
+    text = ANSI_SEQUENCE.sub("", table_text([dict(ROWS[0], job_run_id=run_id), ROWS[1]], out=Tty()))
+    assert f"JOB_RUN_ID               {run_id}" in text and "-[ 2 ]" in text
+    assert "STATUS                   COMPLETED" in text and "STATUS                   FAILED" in text
 
 
 def test_no_rows_print_none_under_the_title():

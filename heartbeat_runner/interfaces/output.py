@@ -35,10 +35,16 @@ STATUS_COLUMNS = ["trigger_job_id", "trigger_job_name", "sensor_source", "sensor
                   "status", "status_change_timestamp", "job_run_id", "last_error"]
 #: Width of what is written to anything but a terminal, unless $COLUMNS says otherwise.
 PLAIN_WIDTH = 160
-#: The widest a cell is shown; longer ones end in an ellipsis.
+#: The widest a free-text cell is shown on a terminal; longer ones end in an ellipsis (off a terminal: whole).
 MAX_CELL_WIDTH = 48
+#: The narrowest a free-text column is folded to on a narrow terminal (ids and states are never narrowed).
+MIN_FREE_WIDTH = 8
+#: What a table puts between two columns (the box's separator and the cell's right padding).
+COLUMN_GAP = 2
 #: Columns whose values are coloured by what they say.
 STATE_COLUMNS = frozenset({"status", "job_state", "outcome", "last_outcome"})
+#: Besides every ``*_id`` column: keys and states shown whole, never cut (see :func:`is_whole_column`).
+WHOLE_COLUMNS = STATE_COLUMNS | {"source_key", "row_state", "dependency_flag", "dependency", "run"}
 STATE_STYLES = {
     JobStatus.COMPLETED.value: "green", TickStatus.OK.value: "green",
     JobStatus.FAILED.value: "bold red", Outcome.ERROR.value: "bold red", TickStatus.INCOMPLETE.value: "red",
@@ -95,7 +101,8 @@ def _is_terminal(stream: object) -> bool:
 def show(console: Console, renderable: RenderableType) -> None:
     """Print on ``console``; off a terminal at least as wide as the renderable needs, lines without trailing blanks."""
     if on_screen(console):
-        console.print(renderable)
+        # plain text (the rows one after another) is left to the terminal to wrap: no value is broken by us
+        console.print(renderable, soft_wrap=isinstance(renderable, Text))
         return
     needed = console.measure(renderable, options=console.options.update_width(10_000)).maximum
     wide = Console(file=console.file, width=max(console.width, needed), force_terminal=console.is_terminal,
@@ -123,28 +130,98 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
-def _styled(column: str, value: Any, max_width: int) -> Text:
-    """A cell as rich Text, cut to ``max_width``; a state column's value in its colour."""
+def _styled(column: str, value: Any, max_width: int | None) -> Text:
+    """A cell as rich Text, cut to ``max_width`` (None: whole); a state column's value in its colour."""
     shown = _cell(value)
     text = Text(shown, style=STATE_STYLES.get(shown, "") if column in STATE_COLUMNS else "")
-    text.truncate(max_width, overflow="ellipsis")
+    if max_width is not None:
+        text.truncate(max_width, overflow="ellipsis")
     return text
 
 
-def rows_table(rows: Sequence[dict], columns: Sequence[str], *, title: str | None = None,
-               caption: str | None = None, max_width: int = MAX_CELL_WIDTH, wrap: bool = True) -> Table:
-    """Rows as a rich Table: upper-case headers, coloured states, cells cut with an ellipsis past ``max_width``.
+def is_whole_column(column: str) -> bool:
+    """Ids, keys, times and states: what people copy into the next command or read at a glance, never cut or wrapped."""
+    return column.endswith(("_id", "_timestamp", "_ts", "_at")) or column in WHOLE_COLUMNS
 
-    ``wrap``: a table wider than the screen wraps its widest cells; without, every row stays one line.
+
+def rows_table(rows: Sequence[dict], columns: Sequence[str], *, title: str | None = None,
+               caption: str | None = None, max_width: int | None = MAX_CELL_WIDTH, wrap: bool = True,
+               screen_width: int | None = None) -> Table:
+    """Rows as a rich Table: upper-case headers, coloured states.
+
+    Id, key and state columns (:func:`is_whole_column`) are always shown whole on one line.
+    Other cells are cut with an ellipsis past ``max_width`` (None: never cut); with ``wrap`` and a
+    ``screen_width`` they share what the whole columns leave of the screen (at least
+    MIN_FREE_WIDTH each) and fold onto more lines. Without ``wrap`` every row stays one line.
     """
     table = Table(title=Text(title) if title else None, title_justify="left", title_style="bold",
                   caption=Text(caption) if caption else None, caption_justify="left", caption_style="dim",
                   header_style="bold", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0))
+    widths = _column_widths(rows, columns)
+    free = [c for c in columns if not is_whole_column(c)]
+    share = _free_share(widths, free, screen_width) if wrap and screen_width else None
     for column in columns:
-        table.add_column(column.upper(), no_wrap=not wrap, overflow="ellipsis", max_width=max_width)
+        if not is_whole_column(column):
+            limit = min(x for x in (max_width, share) if x is not None) if (max_width or share) else None
+            table.add_column(column.upper(), no_wrap=not wrap, overflow="fold" if wrap else "ellipsis",
+                             max_width=limit, min_width=min(widths[column], limit or widths[column]))
+        else:
+            header = folded_header(column, widths[column]) if wrap else column.upper()
+            table.add_column(header, no_wrap=True, min_width=_whole_width(column, widths[column]) if wrap else None)
     for row in rows:
-        table.add_row(*(_styled(column, row.get(column), max_width) for column in columns))
+        table.add_row(*(_styled(column, row.get(column), None if is_whole_column(column) else max_width)
+                        for column in columns))
     return table
+
+
+def folded_header(column: str, width: int) -> str:
+    """``column`` upper-cased, broken after underscores onto lines of at most ``width`` (or its longest part)."""
+    parts = [p + "_" for p in column.upper().split("_")]
+    parts[-1] = parts[-1][:-1]
+    width = max(width, *(len(p) for p in parts))
+    lines = [""]
+    for part in parts:
+        if lines[-1] and len(lines[-1]) + len(part) > width:
+            lines.append("")
+        lines[-1] += part
+    return "\n".join(lines)
+
+
+def _column_widths(rows: Sequence[dict], columns: Sequence[str]) -> dict[str, int]:
+    """Each column's natural width: its widest value (a header may fold onto two lines), at least 4."""
+    return {c: max([4, *(len(_cell(r.get(c))) for r in rows)]) for c in columns}
+
+
+def table_min_width(rows: Sequence[dict], columns: Sequence[str]) -> int:
+    """The narrowest a table of ``rows`` can be drawn with its whole columns whole."""
+    widths = _column_widths(rows, columns)
+    return sum(_whole_width(c, w) if is_whole_column(c) else min(w, MIN_FREE_WIDTH)
+               for c, w in widths.items()) + COLUMN_GAP * len(columns)
+
+
+def _whole_width(column: str, width: int) -> int:
+    """The width a whole column takes: its widest value or the widest line of its folded header."""
+    return max(width, *map(len, folded_header(column, width).splitlines()))
+
+
+def records_view(rows: Sequence[dict], columns: Sequence[str], title: str | None = None) -> RenderableType:
+    """Rows one after another, a ``COLUMN  value`` line each (psql's expanded display): for a terminal too
+    narrow for the table with its ids whole."""
+    label = max(len(c) for c in columns)
+    lines = [Text(title, style="bold")] if title else []
+    for number, row in enumerate(rows, 1):
+        lines.append(Text(f"-[ {number} ]" + "-" * max(0, label - 4), style="dim"))
+        for column in columns:
+            lines.append(Text(f"{column.upper():<{label}}  ") + _styled(column, row.get(column), None))
+    return Text("\n").join(lines)
+
+
+def _free_share(widths: dict[str, int], free: Sequence[str], screen_width: int) -> int | None:
+    """The width each free-text column may take so the table fits ``screen_width`` (None: it fits as it is)."""
+    if sum(widths.values()) + COLUMN_GAP * len(widths) <= screen_width or not free:
+        return None
+    left = screen_width - COLUMN_GAP * len(widths) - sum(_whole_width(c, w) for c, w in widths.items() if c not in free)
+    return max(MIN_FREE_WIDTH, left // len(free))
 
 
 def emit(rows: Sequence[dict], columns: Sequence[str], *, as_json: bool, title: str | None = None,
@@ -164,9 +241,14 @@ def emit(rows: Sequence[dict], columns: Sequence[str], *, as_json: bool, title: 
 
 def _table_or_none(console: Console, rows: Sequence[dict], columns: Sequence[str], title: str | None,
                    caption: str | None = None) -> RenderableType:
-    """The rows' table, or the title over ``(none)`` when there are no rows."""
+    """The rows' table, or the title over ``(none)`` when there are no rows; on a terminal too narrow for the
+    table with its ids whole, the rows one after another (:func:`records_view`)."""
+    if rows and on_screen(console) and table_min_width(rows, columns) > console.width:
+        return records_view(rows, columns, title)
     if rows:
-        return rows_table(rows, columns, title=title, caption=caption, wrap=on_screen(console))
+        screen = on_screen(console)  # off a terminal (a pipe, a file) every value is printed whole
+        return rows_table(rows, columns, title=title, caption=caption, wrap=screen,
+                          max_width=MAX_CELL_WIDTH if screen else None, screen_width=console.width)
     lines = [Text(title, style="bold")] if title else []
     lines += [Text("(none)")] + ([Text(caption, style="dim")] if caption else [])
     return Text("\n").join(lines)
