@@ -8,6 +8,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 TARGETS = ("local", "spark-local", "spark", "databricks")
+#: The targets whose tables live in the lakehouse folder.
+LOCAL_TARGETS = ("local", "spark-local")
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -77,6 +79,12 @@ class Settings:
     auto_maintenance: bool = True
     #: events younger than this always stay in the hot log (a margin for clocks of other writers)
     archive_margin_minutes: float = 10.0
+
+    @property
+    def lakehouse_in_folder(self) -> bool:
+        """Whether Heartbeat's tables live in ``lakehouse_dir`` (the embedded and local Spark targets), rather
+        than in a catalog elsewhere (``spark``, ``databricks``: the folder then holds only the tick lease)."""
+        return self.target in LOCAL_TARGETS
 
     @property
     def warehouse_dir(self) -> Path:

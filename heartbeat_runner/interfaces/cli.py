@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 import sys
 import time
@@ -23,7 +24,7 @@ from rich.text import Text
 from heartbeat_runner import __version__
 from heartbeat_runner.core.errors import ConfigError, HeartbeatError, describe
 from heartbeat_runner.core.records import EventType
-from heartbeat_runner.core.settings import Settings, load_settings
+from heartbeat_runner.core.settings import TARGETS, Settings, load_settings
 from heartbeat_runner.core.stopping import StopRequest
 from heartbeat_runner.interfaces.operations import (
     DEFAULT_MAX_REMOVAL_SHARE,
@@ -64,11 +65,16 @@ MIN_BACKOFF_S = 1.0
 MAX_BACKOFF_S = 300.0
 #: Seconds between tables of ``status --watch`` without a value.
 DEFAULT_WATCH_S = 5.0
+#: The most rows a listing flag (``runs --limit``) asks for, and the longest wait a seconds flag takes (a day).
+MAX_LIMIT = 100_000
+MAX_SECONDS = 86_400.0
+#: Commands that may start a lakehouse in a folder that does not exist yet; every other command needs one.
+CREATING_COMMANDS = frozenset({"seed", "run", "demo", "serve", "dbt", "validate"})
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lakehouse-dir", help="where the embedded lakehouse lives (default $HEARTBEAT_HOME or ./.heartbeat)")
-    parser.add_argument("--target", choices=["local", "spark", "databricks"], help="engine (default $HEARTBEAT_TARGET or local)")
+    parser.add_argument("--target", choices=TARGETS, help="engine (default $HEARTBEAT_TARGET or local)")
     parser.add_argument("--config", help="sensor config CSV (default seeds/heartbeat_sensor_config.csv)")
     parser.add_argument("--jobs-file", help="local jobs file (default ./heartbeat_jobs.yml)")
     parser.add_argument("--jobs-backend", choices=["local", "databricks"], help="where jobs run")
@@ -92,10 +98,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", parents=[common], help="run one tick (default), or keep ticking with --loop")
     run.add_argument("--loop", action="store_true", help="tick continuously until Ctrl-C / SIGTERM")
-    run.add_argument("--interval", type=float, default=60.0, help="seconds between tick starts in --loop (default 60)")
+    run.add_argument("--interval", type=_non_negative_seconds, default=60.0,
+                     help="seconds between tick starts in --loop (default 60)")
     run.add_argument("--replay-new-sensors", action="store_true",
                      help="a brand-new sensor replays its source from the beginning (default: starts at its current end)")
-    run.add_argument("--wait-lease", type=float, metavar="SECONDS",
+    run.add_argument("--wait-lease", type=_non_negative_seconds, metavar="SECONDS",
                      help="wait this long for another runner's tick to end, then skip (default $HEARTBEAT_LEASE_WAIT or 30)")
     seed = sub.add_parser("seed", parents=[common], help="validate the config CSV and load it (dbt seed + build)")
     seed.add_argument("--allow-removals", action="store_true",
@@ -105,7 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--watch", nargs="?", type=_seconds, const=DEFAULT_WATCH_S, metavar="SECONDS",
                         help=f"redraw it every SECONDS (default {DEFAULT_WATCH_S:g}) until Ctrl-C; with --json or "
                              "when not on a terminal, print a fresh one each time")
-    status.add_argument("--watch-count", type=int, help=argparse.SUPPRESS)  # stop after this many (for tests)
+    status.add_argument("--watch-count", type=_count, help=argparse.SUPPRESS)  # stop after this many (for tests)
     for name, text in (("pause", "stop sensing and triggering a job"), ("resume", "undo pause")):
         p = sub.add_parser(name, parents=[common], help=text)
         p.add_argument("--job-id", required=True)
@@ -116,7 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
     complete.add_argument("--run-id", help="the job run id (default $HEARTBEAT_JOB_RUN_ID)")
     complete.add_argument("--message", help="a note stored with the event")
     runs = sub.add_parser("runs", parents=[common], help="recent runs, or one run's per-source report")
-    runs.add_argument("--limit", type=int, default=20, help="how many runs (default 20)")
+    runs.add_argument("--limit", type=_count, default=20, help=f"how many runs (default 20, at most {MAX_LIMIT})")
     runs.add_argument("--run-id", help="show this run's per-source rows (window, outcome, error or skip reason)")
     explain_cmd = sub.add_parser("explain", parents=[common], help="why a job did or did not trigger")
     explain_cmd.add_argument("--job-id", required=True)
@@ -134,15 +141,15 @@ def build_parser() -> argparse.ArgumentParser:
     dbt.add_argument("dbt_args", nargs=argparse.REMAINDER)
     serve = sub.add_parser("serve", parents=[common],
                            help="keep the embedded engine running so plain `dbt` commands work locally")
-    serve.add_argument("--port", type=int, default=15002, help="Spark Connect port (default 15002)")
+    serve.add_argument("--port", type=_port, default=15002, help="Spark Connect port (default 15002)")
     ui = sub.add_parser("ui", parents=[common], help="the status page (overview, graph, job pages, ticks)")
-    ui.add_argument("--port", type=int, default=None,
+    ui.add_argument("--port", type=_port, default=None,
                     help="port (default 8080; in a Databricks App, $DATABRICKS_APP_PORT)")
     ui.add_argument("--host", default=None,
                     help="address to bind (default 127.0.0.1; in a Databricks App, 0.0.0.0 behind its proxy)")
     ui.add_argument("--allow-actions", action="store_true",
                     help="offer pause/resume/complete/reset on job pages (each confirmed and audited)")
-    ui.add_argument("--refresh", type=float, default=5.0, help="seconds between the page's refreshes (default 5)")
+    ui.add_argument("--refresh", type=_seconds, default=5.0, help="seconds between the page's refreshes (default 5)")
     demo = sub.add_parser("demo", parents=[common], help="a self-contained demo on the embedded lakehouse")
     demo.add_argument("--keep", action="store_true", help="keep an existing demo lakehouse instead of starting afresh")
     return parser
@@ -150,13 +157,51 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _seconds(text: str) -> float:
     """A positive number of seconds (an argparse type)."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
+    value = _number(text, float)
+    if value is None or not 0 < value <= MAX_SECONDS:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds (at most {MAX_SECONDS:g})")
     return value
+
+
+def _non_negative_seconds(text: str) -> float:
+    """Zero or a positive number of seconds (an argparse type)."""
+    value = _number(text, float)
+    if value is None or not 0 <= value <= MAX_SECONDS:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds from 0 to {MAX_SECONDS:g}")
+    return value
+
+
+def _count(text: str) -> int:
+    """A whole number from 1 to MAX_LIMIT (an argparse type)."""
+    value = _whole(text)
+    if value is None or not 1 <= value <= MAX_LIMIT:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number from 1 to {MAX_LIMIT}")
+    return value
+
+
+def _port(text: str) -> int:
+    """A TCP port, 0 (any free one) to 65535 (an argparse type)."""
+    value = _whole(text)
+    if value is None or not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a TCP port (0 to 65535)")
+    return value
+
+
+def _number(text: str, kind: type[float]) -> float | None:
+    """``text`` as a finite float, or None."""
+    try:
+        value = kind(text)
+    except (ValueError, OverflowError):
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _whole(text: str) -> int | None:
+    """``text`` as a whole number, or None."""
+    try:
+        return int(text)
+    except ValueError:
+        return None
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -177,13 +222,18 @@ def main(argv: list[str] | None = None) -> int:
         settings = _settings(args)
         if command == "run" and getattr(args, "replay_new_sensors", False):
             settings = settings.with_(replay_new_sensors=True)
+        _check_lakehouse_dir(command, settings)
         return handler(args, settings)
     except ConfigError as exc:
+        if args.json:
+            emit_json({"valid": False, "problems": exc.problems})
         print("Invalid configuration; nothing was written:", file=sys.stderr)
         for problem in exc.problems:
             print(f"  {problem}", file=sys.stderr)
         return 1
     except (HeartbeatError, ValueError) as exc:
+        if args.json:
+            emit_json({"error": str(exc)})
         print(f"error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
@@ -192,6 +242,17 @@ def main(argv: list[str] | None = None) -> int:
         print("error: the command failed unexpectedly:", file=sys.stderr)
         traceback.print_exc()
         return 1
+
+
+def _check_lakehouse_dir(command: str, settings: Settings) -> None:
+    """The lakehouse folder is a folder, and exists unless ``command`` may start one: a mistyped
+    ``--lakehouse-dir`` is an error that creates nothing, not a new empty lakehouse."""
+    path = settings.lakehouse_dir
+    if path.exists() and not path.is_dir():
+        raise HeartbeatError(f"the lakehouse {path} is a file, not a folder (check --lakehouse-dir / $HEARTBEAT_HOME)")
+    if command not in CREATING_COMMANDS and settings.lakehouse_in_folder and not path.is_dir():
+        raise HeartbeatError(f"no lakehouse at {path}; nothing was created (check --lakehouse-dir / "
+                             "$HEARTBEAT_HOME, or run `seed` to make one there)")
 
 
 class _CurrentStderr:
@@ -664,8 +725,6 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_ui(args: argparse.Namespace, settings: Settings) -> int:
     from heartbeat_runner.interfaces.ui import run_ui
 
-    if args.refresh <= 0:
-        raise HeartbeatError("--refresh must be a positive number of seconds")
     run_ui(settings, host=args.host, port=args.port, allow_actions=args.allow_actions, refresh_s=args.refresh)
     return 0
 

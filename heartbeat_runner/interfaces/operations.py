@@ -196,7 +196,11 @@ def parse_since(text: str) -> datetime:
     except ValueError as exc:
         raise HeartbeatError(f"--since {text!r} is not an ISO 8601 date or timestamp "
                              "(e.g. 2026-05-01 or 2026-05-01T08:30:00Z)") from exc
-    return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
+    since = value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
+    if since > utcnow():
+        raise HeartbeatError(f"--since {text!r} is in the future: there is nothing to re-process after it "
+                             "(give a past date, or leave --since out to re-process from the beginning)")
+    return since
 
 
 def _iso(value: datetime | None) -> str | None:

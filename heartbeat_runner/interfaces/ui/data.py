@@ -268,8 +268,15 @@ def recent_events(store: TableStore, job_id: str, source_keys: list[str]) -> lis
     return found[:RECENT_EVENTS]
 
 
-def run_output(backend: JobsBackend, job_id: str, run_id: str) -> RunOutput | None:
-    """Where to read a run's output (a page of the jobs service, or the captured text)."""
+def run_output(store: TableStore, backend: JobsBackend, job_id: str, run_id: str) -> RunOutput | None:
+    """Where to read a run's output (a page of the jobs service, or the captured text).
+
+    None unless Heartbeat recorded ``run_id`` as a run of ``job_id``: a page never shows
+    another job's output under this job's address.
+    """
+    if not store.read(JOB_RUNS_VIEW, Cond("trigger_job_id", job_id), Cond("job_run_id", run_id),
+                      columns=["job_run_id"], limit=1):
+        return None
     return backend.run_output(job_id, run_id)
 
 

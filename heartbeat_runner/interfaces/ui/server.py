@@ -190,9 +190,10 @@ class Handler(BaseHTTPRequestHandler):
         self._send(HTTPStatus.OK, asset.read_bytes(), STATIC_TYPES[suffix])
 
     def _run_output(self, job_id: str, run_id: str) -> None:
-        output = data.run_output(self.page.backend(), job_id, run_id)
+        output = self.page.read(lambda: data.run_output(self.page.app.store, self.page.backend(), job_id, run_id))
         if output is None:
-            return self._error(HTTPStatus.NOT_FOUND, f"no output is kept for run {run_id} of job {job_id}")
+            return self._error(HTTPStatus.NOT_FOUND, f"no output is kept for run {run_id} of job {job_id} "
+                                                     "(or it is not a run of that job)")
         if output.url:
             return self._send(HTTPStatus.FOUND, b"", "text/plain", {"Location": output.url})
         self._send(HTTPStatus.OK, (output.text or "").encode(), "text/plain; charset=utf-8")
@@ -229,6 +230,10 @@ class Handler(BaseHTTPRequestHandler):
 def make_server(page: StatusPage, host: str, port: int) -> ThreadingHTTPServer:
     """A threaded HTTP server bound to ``host:port`` (port 0: any free port) serving ``page``."""
     handler = type("StatusPageHandler", (Handler,), {"page": page})
-    server = ThreadingHTTPServer((host, port), handler)
+    try:
+        server = ThreadingHTTPServer((host, port), handler)
+    except OSError as exc:  # busy port, an address this machine does not have, a port below 1024 without root
+        raise HeartbeatError(f"cannot listen on {host}:{port}: {exc.strerror or exc} "
+                             "(is another program using it? choose another with --port / --host)") from exc
     server.daemon_threads = True
     return server
