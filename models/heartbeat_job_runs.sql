@@ -1,7 +1,9 @@
 {#
   One row per run Heartbeat requested of a job (the trigger request, its retries too),
   with what the jobs API answered and how the run ended: the job page's timeline and the
-  overview's "last run". `parameters` is the JSON the job received, including the windows
+  overview's "last run". Durations are the run's own (its start and end as the jobs service
+  or the local job process recorded them), never the time Heartbeat took to notice the end.
+  `parameters` is the JSON the job received, including the windows
   it consumed (`heartbeat_windows`). A run recorded by `complete` or found through the
   jobs API without a request of ours has no row here.
 #}
@@ -39,7 +41,11 @@ answers as (
 endings as (
   select * from (
     select
-      trigger_job_id, job_run_id, event_type as outcome, event_ts as ended_at, message,
+      trigger_job_id, job_run_id, event_type as outcome, event_ts as noticed_at, message,
+      {# the run's own times, as the jobs service (or the local job process) measured them #}
+      cast(get_json_object(payload, '$.run_started_at') as timestamp) as run_started_at,
+      cast(get_json_object(payload, '$.run_ended_at') as timestamp) as run_ended_at,
+      cast(get_json_object(payload, '$.run_queued_s') as double) as queued_s,
       row_number() over (partition by trigger_job_id, job_run_id order by event_ts) as nth
     from job_events
     where event_type in ('COMPLETED', 'FAILED') and job_run_id is not null
@@ -55,15 +61,18 @@ select
   r.requested_at,
   a.triggered_at,
   a.job_run_id,
-  d.ended_at,
+  d.run_started_at as started_at,
+  coalesce(d.run_ended_at, d.noticed_at) as ended_at,
+  d.noticed_at,
   case
     when d.outcome is not null then d.outcome
     when a.trigger_error is not null then 'TRIGGER_ERROR'
     when a.job_run_id is not null then 'RUNNING'
     else 'REQUESTED'
   end as outcome,
-  cast(unix_millis(d.ended_at) - unix_millis(coalesce(a.triggered_at, r.requested_at)) as double) / 1000
-    as duration_s,
+  {# the run's own duration; NULL while it runs or where its own times are unknown (never detection latency) #}
+  cast(unix_millis(d.run_ended_at) - unix_millis(d.run_started_at) as double) / 1000 as duration_s,
+  d.queued_s,
   coalesce(d.message, a.trigger_error) as message,
   r.parameters
 from requests r

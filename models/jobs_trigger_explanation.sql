@@ -4,7 +4,8 @@
   report, and the job's one-line verdict. `python -m heartbeat_runner explain
   --job-id ID` prints it. The verdict reads the same rule as jobs_ready_to_trigger
   (heartbeat_job_rollup), in this order: paused, already running, blocked by a
-  failure, no hard dependency, ready, waiting for hard dependencies.
+  failure, no hard dependency, ready (or ready but the jobs API refused the last
+  call: asked again next tick), waiting for hard dependencies.
 #}
 {{ config(materialized='view') }}
 
@@ -125,6 +126,9 @@ verdicts as (
         then concat('event-time window ', ew.next_window, ' waits for the watermark (now ',
                     cast(from_unixtime(ew.watermark_s) as string), ', lateness ', cast(ew.lateness_s as string),
                     ' s) to pass its end; latest event times: ', ew.source_event_times)
+      when j.is_ready and r.failure is not null
+        then concat('trigger call failed: ', r.failure,
+                    '; the next tick asks the jobs API again with the same idempotency token')
       when j.is_ready then 'ready: triggers at the next tick'
       when w.waiting_count = 1 then concat('waiting for new data on hard dependency ', w.waiting_for)
       when w.waiting_count > 1 then concat('waiting for new data on hard dependencies ', w.waiting_for)

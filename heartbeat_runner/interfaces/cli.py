@@ -39,6 +39,7 @@ from heartbeat_runner.interfaces.operations import (
     reset_job,
     retry_outlook,
     run_details,
+    with_sensing_errors,
 )
 from heartbeat_runner.interfaces.output import STATUS_COLUMNS, LiveLine, Snapshot, Steps, emit, emit_json, watch
 from heartbeat_runner.policies.event_windows import source_grains
@@ -547,7 +548,7 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
         if getattr(args, "watch", None) is not None:
             return _watch_status(app, settings, args)
         _open_fresh(app, settings)
-        rows = app.store.control_rows()
+        rows = with_sensing_errors(app.store, app.store.control_rows())
         emit(rows, _status_columns(rows, args), as_json=args.json)
         sequences = [] if args.json else app.store.open_sequences()
     if sequences:
@@ -568,7 +569,7 @@ def _watch_status(app: App, settings: Settings, args: argparse.Namespace) -> int
 
     def read() -> Snapshot:
         fresh = refresh_if_idle(app, lease)
-        rows = app.store.control_rows()
+        rows = with_sensing_errors(app.store, app.store.control_rows())
         return rows, _status_columns(rows, args), None if fresh else "a runner is ticking: as of its last build"
 
     watch(read, title="Control table", interval=args.watch, count=getattr(args, "watch_count", None),

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import overload
 
 from heartbeat_runner.core.errors import ConfigError, HeartbeatError
-from heartbeat_runner.core.records import Event, EventType, JobStatus, utcnow
+from heartbeat_runner.core.records import Event, EventType, JobStatus, Outcome, utcnow
 from heartbeat_runner.lakehouse.store import CONTROL, Cond, TableStore
 from heartbeat_runner.policies.retry import RetryPolicies
 from heartbeat_runner.runner.app import App
@@ -205,6 +205,20 @@ def parse_since(text: str) -> datetime:
 
 def _iso(value: datetime | None) -> str | None:
     return value.isoformat() if value is not None else None
+
+
+def with_sensing_errors(store: TableStore, rows: list[dict]) -> list[dict]:
+    """Control rows with ``sensing_error`` (the row's source failed its latest sensing) and, where the row has
+    no other error, ``last_error`` saying so: a failing source is visible in ``status``, not only in ``runs``."""
+    failing = {(r["trigger_job_id"], r["source_key"]): r["sensing_error"]
+               for r in store.read(EXPLANATION_VIEW, Cond("is_active", True), Cond("last_outcome", Outcome.ERROR.value),
+                                   columns=["trigger_job_id", "source_key", "sensing_error"])}
+    for row in rows:
+        error = failing.get((row["trigger_job_id"], row["source_key"]))
+        row["sensing_error"] = error
+        if error and not row.get("last_error"):
+            row["last_error"] = f"sensing failed: {error}"
+    return rows
 
 
 # -- runs ------------------------------------------------------------------------------------

@@ -41,8 +41,23 @@ class RunStatus:
     run_id: str
     outcome: RunOutcome
     message: str | None = None
+    #: when the run itself started and ended (not when Heartbeat triggered it or noticed its end)
     start_time: datetime | None = None
     end_time: datetime | None = None
+    #: seconds the run waited in the jobs service's queue before it started, where the service says
+    queue_s: float | None = None
+
+    def timing(self) -> dict[str, str | float]:
+        """The run's own times for its end event's payload (``run_started_at``, ``run_ended_at``,
+        ``run_queued_s``; what is unknown is left out): the source of every duration shown."""
+        timing: dict[str, str | float] = {}
+        if self.start_time is not None:
+            timing["run_started_at"] = self.start_time.isoformat()
+        if self.end_time is not None:
+            timing["run_ended_at"] = self.end_time.isoformat()
+        if self.queue_s is not None:
+            timing["run_queued_s"] = self.queue_s
+        return timing
 
 
 @dataclass(frozen=True)

@@ -189,7 +189,8 @@ def run_status_of(run: Run | BaseRun) -> RunStatus:
         if run.run_page_url:
             text += f" ({run.run_page_url})"
     return RunStatus(run_id=str(run.run_id), outcome=outcome, message=text,
-                     start_time=_from_ms(run.start_time), end_time=_from_ms(run.end_time) if outcome.finished else None)
+                     start_time=_from_ms(run.start_time), end_time=_from_ms(run.end_time) if outcome.finished else None,
+                     queue_s=run.queue_duration / 1000 if run.queue_duration else None)
 
 
 def _lifecycle(run: Run | BaseRun) -> tuple[str | None, str | None, str | None]:

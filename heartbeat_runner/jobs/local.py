@@ -122,7 +122,7 @@ class LocalJobsBackend(JobsBackend):
                 run_id=run_id,
                 outcome=RunOutcome.SUCCESS if code == 0 else RunOutcome.FAILED,
                 message=None if code == 0 else f"exit code {code}; output in {run_dir / 'output.log'}",
-                start_time=started,
+                start_time=_parse_ts(result.get("started_at")) or started,
                 end_time=_parse_ts(result.get("ended_at")),
             )
         if not (run_dir / "launched").exists():

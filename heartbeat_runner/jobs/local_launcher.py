@@ -1,8 +1,9 @@
 """Runs one local job command and records its exit code (``python -m ... RUN_DIR -- CMD...``).
 
 Started detached by the local backend; writes ``result.json`` atomically when the
-command ends, so a later tick can tell success from failure even if the runner
-that started it is gone.
+command ends (exit code, and when the command itself started and ended: the run's own
+duration), so a later tick can tell success from failure even if the runner that
+started it is gone.
 """
 
 from __future__ import annotations
@@ -21,12 +22,13 @@ def main(argv: list[str]) -> int:
         return 2
     run_dir = Path(argv[0])
     command = argv[2:]
+    started_at = datetime.now(timezone.utc).isoformat()
     try:
         code = subprocess.call(command)
     except OSError as exc:
         print(f"heartbeat: cannot run {command!r}: {exc}", flush=True)
         code = 127
-    result = {"exit_code": code, "ended_at": datetime.now(timezone.utc).isoformat()}
+    result = {"exit_code": code, "started_at": started_at, "ended_at": datetime.now(timezone.utc).isoformat()}
     tmp = run_dir / "result.json.tmp"
     tmp.write_text(json.dumps(result))
     os.replace(tmp, run_dir / "result.json")

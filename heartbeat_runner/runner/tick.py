@@ -480,7 +480,7 @@ class Heartbeat:
         success = status.outcome is RunOutcome.SUCCESS
         (result.completed if success else result.failed).append(row.trigger_job_id)
         return [self._event(result, EventType.COMPLETED if success else EventType.FAILED, row.trigger_job_id,
-                            job_run_id=run_id, message=status.message)]
+                            job_run_id=run_id, message=status.message, payload=_timing_payload(status))]
 
     def _recovery_events(self, row: ControlRow, result: TickResult) -> list[Event]:
         since = row.job_end_timestamp or row.status_change_timestamp
@@ -495,7 +495,7 @@ class Heartbeat:
             return []
         result.completed.append(row.trigger_job_id)
         return [self._event(result, EventType.COMPLETED, row.trigger_job_id, job_run_id=run.run_id,
-                            message=f"successful run {run.run_id} found; job unblocked")]
+                            message=f"successful run {run.run_id} found; job unblocked", payload=_timing_payload(run))]
 
     # -- step 6: report ---------------------------------------------------------------------
 
@@ -554,6 +554,12 @@ class Heartbeat:
     def _event(result: TickResult, kind: EventType, job_id: str, **fields) -> Event:
         return Event(event_type=kind, run_id=result.run_id, snapshot_ts=result.snapshot_ts,
                      trigger_job_id=job_id, **fields)
+
+
+def _timing_payload(status: RunStatus) -> str | None:
+    """A run end event's payload: the run's own start, end and queue time (None when the backend knows none)."""
+    timing = status.timing()
+    return json.dumps(timing) if timing else None
 
 
 class _stage:

@@ -42,6 +42,8 @@ class JobPhase(str, enum.Enum):
     PAUSED = "PAUSED"          # a row is paused
     RUNNING = "RUNNING"        # a run is in progress (or requested)
     FAILED = "FAILED"          # the last run failed: blocked until a successful run
+    TRIGGER_ERROR = "TRIGGER_ERROR"  # the jobs API refused the latest request: asked again each tick (same token)
+    SENSING_ERROR = "SENSING_ERROR"  # a hard dependency's source fails sensing: the job cannot get ready
     READY = "READY"            # every hard dependency has new data: triggers at the next tick
     WAITING = "WAITING"        # some dependency has new data, a hard one has none yet
     IDLE = "IDLE"              # nothing new on any dependency
@@ -76,8 +78,12 @@ class RunRecord:
     outcome: str
     requested_at: datetime | None
     triggered_at: datetime | None
+    #: the run's own start and end (its backend's times); duration_s is theirs, None while running or unknown
+    started_at: datetime | None
     ended_at: datetime | None
     duration_s: float | None
+    #: seconds it waited in the jobs service's queue, where there is one
+    queued_s: float | None
     is_retry: bool
     message: str | None
     windows: list[dict[str, Any]] = field(default_factory=list)
@@ -141,6 +147,10 @@ def job_phase(rows: Iterable[dict]) -> JobPhase:
         return JobPhase.RUNNING
     if JobStatus.FAILED in statuses:
         return JobPhase.FAILED
+    if any(r["last_error"] and r["status"] == JobStatus.NEW_EVENT_AVAILABLE for r in rows):
+        return JobPhase.TRIGGER_ERROR
+    if any(r["sensing_error"] and r["dependency"] == "hard" for r in rows):
+        return JobPhase.SENSING_ERROR
     if any(r["is_ready"] for r in rows):
         return JobPhase.READY
     if JobStatus.NEW_EVENT_AVAILABLE in statuses:
@@ -170,7 +180,8 @@ def _dependency(row: dict) -> Dependency:
 
 def _run_record(row: dict) -> RunRecord:
     return RunRecord(job_run_id=row["job_run_id"], outcome=row["outcome"], requested_at=row["requested_at"],
-                     triggered_at=row["triggered_at"], ended_at=row["ended_at"], duration_s=row["duration_s"],
+                     triggered_at=row["triggered_at"], started_at=row["started_at"], ended_at=row["ended_at"],
+                     duration_s=row["duration_s"], queued_s=row["queued_s"],
                      is_retry=bool(row["is_retry"]), message=row["message"], windows=windows_of(row["parameters"]),
                      catch_up=catch_up_of(row["parameters"]))
 

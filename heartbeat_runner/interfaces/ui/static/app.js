@@ -7,7 +7,7 @@ let PHASES = [];  // the job phases the server names (JobPhase), set at start
 const state = { meta: null, timer: null, notice: null, filter: { phase: "", q: "" }, graph: { scale: 1, x: 0, y: 0 } };
 const COLORS = {
   RUNNING: "#1c7ed6", FAILED: "#e03131", READY: "#f08c00", WAITING: "#fab005", IDLE: "#adb5bd",
-  PAUSED: "#868e96", ERROR: "#e03131", NEW_DATA: "#f08c00", QUIET: "#dee2e6",
+  PAUSED: "#868e96", ERROR: "#e03131", NEW_DATA: "#f08c00", QUIET: "#dee2e6", TRIGGER_ERROR: "#e03131",
 };
 const STAGE_COLORS = ["#1c7ed6", "#f08c00", "#2f9e44", "#ae3ec9", "#e03131", "#0ca678", "#868e96", "#fab005", "#d6336c"];
 
@@ -23,6 +23,14 @@ function when(iso) {
   return `<span title="${esc(t.toISOString())}">${ago} ago</span>`;
 }
 const secs = (v) => (v == null ? "-" : v < 60 ? `${Number(v).toFixed(1)} s` : `${(v / 60).toFixed(1)} min`);
+// A run's own duration (never the time Heartbeat took to notice its end); what is not known yet is said.
+function runDuration(r) {
+  if (r.outcome === "RUNNING") return '<span class="muted">running</span>';
+  if (r.outcome === "REQUESTED") return '<span class="muted">not started</span>';
+  if (r.outcome === "TRIGGER_ERROR") return '<span class="muted">never started</span>';
+  const queued = r.queued_s ? ` <span class="muted">(queued ${secs(r.queued_s)})</span>` : "";
+  return (r.duration_s == null ? '<span class="muted">unknown</span>' : secs(r.duration_s)) + queued;
+}
 
 function windowsText(windows) {
   if (!windows || !windows.length) return "-";
@@ -105,7 +113,7 @@ function depChip(d) {
 
 function jobRow(j) {
   const run = j.last_run;
-  const runCell = run ? `${badge(run.outcome)} ${secs(run.duration_s)}<br><span class="muted">${when(run.ended_at || run.triggered_at || run.requested_at)}</span>` : `<span class="muted">never</span>`;
+  const runCell = run ? `${badge(run.outcome)} ${runDuration(run)}<br><span class="muted">${when(run.ended_at || run.triggered_at || run.requested_at)}</span>` : `<span class="muted">never</span>`;
   return `<tr data-job="${esc(j.job_id)}">
     <td><a class="job-link" href="${jobHref(j.job_id)}">${esc(j.job_id)}</a><br><span class="muted">${esc(j.job_name)}</span></td>
     <td>${badge(j.phase)}</td>
@@ -136,7 +144,7 @@ async function renderJob(view, jobId) {
     ${timeline(job.runs)}
     <table id="runs"><thead><tr><th>Run</th><th>Outcome</th><th>Requested</th><th>Duration</th><th>Windows consumed</th><th>Message</th><th>Output</th></tr></thead><tbody>
     ${job.runs.map((r) => `<tr><td>${esc(r.job_run_id ?? "-")}${r.is_retry ? ' <span class="muted">(retry)</span>' : ""}${r.catch_up ? ` <span class="muted">(catch-up ${esc(r.catch_up)})</span>` : ""}</td><td>${badge(r.outcome)}</td>
-      <td>${when(r.requested_at)}</td><td>${secs(r.duration_s)}</td><td class="windows">${windowsText(r.windows)}</td><td>${esc(r.message ?? "")}</td>
+      <td>${when(r.requested_at)}</td><td>${runDuration(r)}</td><td class="windows">${windowsText(r.windows)}</td><td>${esc(r.message ?? "")}</td>
       <td>${r.job_run_id ? `<a target="_blank" rel="noopener" href="/api/jobs/${encodeURIComponent(job.job_id)}/runs/${encodeURIComponent(r.job_run_id)}/output">output</a>` : ""}</td></tr>`).join("")
       || `<tr><td colspan="7" class="muted">Not triggered yet.</td></tr>`}
     </tbody></table>
@@ -162,14 +170,17 @@ function actionsBar(job) {
 }
 
 function timeline(runs) {
-  const spans = runs.filter((r) => r.requested_at).map((r) => ({
-    r, start: Date.parse(r.triggered_at || r.requested_at), end: r.ended_at ? Date.parse(r.ended_at) : Date.now(),
-  }));
+  // a run spans its own start to its own end (now while it runs); a refused or unanswered request is a mark
+  const spans = runs.filter((r) => r.requested_at).map((r) => {
+    const start = Date.parse(r.started_at || r.triggered_at || r.requested_at);
+    const end = r.ended_at ? Date.parse(r.ended_at) : r.outcome === "RUNNING" ? Date.now() : start;
+    return { r, start, end: Math.max(start, end) };
+  });
   if (!spans.length) return "";
   const lo = Math.min(...spans.map((s) => s.start)), hi = Math.max(...spans.map((s) => s.end), lo + 1000);
   const width = 900, x = (t) => 10 + ((t - lo) / (hi - lo)) * (width - 20);
   const bars = spans.map((s) => `<rect x="${x(s.start)}" y="14" height="18" width="${Math.max(3, x(s.end) - x(s.start))}"
-      fill="${COLORS[s.r.outcome] || (s.r.outcome === "COMPLETED" ? "#2f9e44" : "#1c7ed6")}"><title>${esc(s.r.job_run_id)} ${esc(s.r.outcome)}: ${secs(s.r.duration_s)}</title></rect>`).join("");
+      fill="${COLORS[s.r.outcome] || (s.r.outcome === "COMPLETED" ? "#2f9e44" : "#1c7ed6")}"><title>${esc(s.r.job_run_id ?? "request")} ${esc(s.r.outcome)}: ${s.r.duration_s == null ? "-" : secs(s.r.duration_s)}</title></rect>`).join("");
   return `<div class="chart"><svg id="timeline" viewBox="0 0 ${width} 50" width="100%" height="50">${bars}
     <text x="10" y="46" font-size="10" fill="#6b7385">${esc(new Date(lo).toLocaleString())}</text>
     <text x="${width - 10}" y="46" font-size="10" fill="#6b7385" text-anchor="end">${esc(new Date(hi).toLocaleString())}</text></svg></div>`;
