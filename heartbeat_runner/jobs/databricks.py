@@ -139,12 +139,13 @@ class DatabricksJobsBackend(JobsBackend):
 
     def trigger(self, request: TriggerRequest) -> str:
         job = parse_job_id(request.job_id)
+        called_ms = _now_ms()
         with self._api(f"run-now of job {job}", "run-now", job=job):
             waiter = self.client.jobs.run_now(job, idempotency_token=request.idempotency_token,
                                               job_parameters=dict(request.parameters) or None)
         if waiter.run_id is None:
             raise JobsBackendError(f"run-now of job {job} returned no run id (is it a continuous job?)")
-        self._started_ms.setdefault(waiter.run_id, _now_ms())
+        self._started_ms.setdefault(waiter.run_id, (called_ms + _now_ms()) // 2)  # exact after the next listing
         return str(waiter.run_id)
 
     def run_status(self, job_id: str, run_id: str) -> RunStatus:
