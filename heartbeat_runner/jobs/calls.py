@@ -12,6 +12,7 @@ Invariants:
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -32,6 +33,7 @@ class ApiBudget:
     def __init__(self, limits: JobsApiLimits | None = None):
         self.limits = limits or JobsApiLimits()
         self.deadline = time.monotonic() + self.limits.budget_s
+        self.max_calls = self.limits.max_calls
         self.calls = 0
         self._spent = False
         self._lock = threading.Lock()
@@ -39,11 +41,18 @@ class ApiBudget:
     def take(self) -> bool:
         """Spend one call if the budget allows it now; False (and spent for good) once it does not."""
         with self._lock:
-            if self._spent or self.calls >= self.limits.max_calls or time.monotonic() >= self.deadline:
+            if self._spent or self.calls >= self.max_calls or time.monotonic() >= self.deadline:
                 self._spent = True
                 return False
             self.calls += 1
             return True
+
+    def time_only(self) -> ApiBudget:
+        """A budget with the same deadline and no count of calls: for the pages of a listing, which have
+        their own page budget, so that triggering cannot starve reconciliation."""
+        view = ApiBudget(self.limits)
+        view.deadline, view.max_calls = self.deadline, sys.maxsize
+        return view
 
     @property
     def spent(self) -> bool:

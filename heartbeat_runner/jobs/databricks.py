@@ -218,7 +218,8 @@ class DatabricksJobsBackend(JobsBackend):
         wanted = {job.job_id for job in known}
         since_ms = memory.looked_at_ms - int(LISTING_OVERLAP.total_seconds() * 1000)
         try:
-            completed = self._list(_Slice(since_ms, None), budget, _Pages(self.limits.list_pages), completed=True)
+            completed = self._list(_Slice(since_ms, None), budget.time_only(), _Pages(self.limits.list_pages),
+                                   completed=True)
         except JobsBackendError as exc:
             found.notes.append(f"listing the runs completed since the previous look failed ({exc}): "
                                "failed jobs were looked up one by one")
@@ -249,7 +250,9 @@ class DatabricksJobsBackend(JobsBackend):
                         if ref.run_id.isdigit() and int(ref.run_id) in self._started_ms)
         slices = _slices(starts, self.limits.concurrency)
         pages = _Pages(self.limits.list_pages)
-        listed = call_all(slices, lambda part: self._list(part, budget, pages, completed=False), budget)
+        listing_budget = budget.time_only()
+        listed = call_all(slices, lambda part: self._list(part, listing_budget, pages, completed=False),
+                          listing_budget)
         merged = _Listing(complete=not listed.not_started)
         for answer in listed.answers:
             if answer.value is None:
