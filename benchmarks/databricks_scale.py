@@ -4,12 +4,14 @@ Real parts: a temporary lakehouse (Sail + Delta, dbt, built by the test harness)
 databricks-sdk and Heartbeat's Databricks backend; the Jobs API is the stand-in of the tests
 (``tests/databricks_jobs_server.py``), with ``--latency`` seconds added to every answer. Each job
 is fed by its own trigger-file folder. The workspace also holds other teams' runs (30 active,
-200 completed) that Heartbeat must ignore. Setup runs at zero latency; only the measured tick
-pays the latency. Figures (each printed beside its target):
+200 completed, started an hour ago) that Heartbeat must ignore. Setup runs at zero latency; only
+the measured tick pays the latency. Figures (each printed beside its target):
 
 * busy tick: N ready jobs triggered in one tick (default 300);
 * steady tick with 1,000 runs RUNNING (after one reconcile has learnt their start times);
-* steady tick with 1,000 jobs FAILED, each with 100 earlier runs (after the first look);
+* steady tick with 1,000 jobs FAILED, each with 100 earlier runs, after the first look (which reads
+  each job's history once per process; printed too) and with the failed runs older than the
+  2-minute overlap of the incremental look, as on any tick after the first minutes;
 * 429 storm: the busy tick again with every 3rd run-now answered 429 (Retry-After 1 s, honoured by
   the SDK): no duplicate run, no lost request, the tick's API calls within their budget.
 
@@ -83,7 +85,7 @@ def workspace(jobs: int, *, retries_real_time: bool = False) -> Iterator[Workspa
             Harness(Path(tmp), engine="sail") as hb:
         api.record_requests = False
         ids = [api.add_job(f"job_{i}") for i in range(jobs)]
-        api.add_other_runs(active=30, completed=200)
+        api.add_other_runs(active=30, completed=200, start_ms=int(time.time() * 1000) - 3_600_000)
         hb.seed(*(row("trigger_file", f"drop_{i}", str(job)) for i, job in enumerate(ids)))
         client = api.client(http_timeout_s=30, retry_timeout_s=120, fast_retries=not retries_real_time)
         heartbeat = hb.app.heartbeat(backend=DatabricksJobsBackend(client, limits=JobsApiLimits()))
@@ -131,7 +133,8 @@ def steady_failed(latency: float) -> list[Figure]:
         ws.drop_all("batch.done")
         assert len(ws.heartbeat.tick().triggered) == 1000
         for run in list(ws.api.runs.values()):
-            if run.token:
+            if run.token:  # each ran for an hour before it failed: the steady state, later than the first look
+                run.start_ms -= 3_600_000
                 ws.api.finish_run(run.run_id, "FAILED", "Task etl failed")
         assert len(ws.heartbeat.tick().failed) == 1000
         ws.api.reset_counts()

@@ -61,9 +61,10 @@ RECOVERY_LOOKBACK = timedelta(days=7)
 RECOVERY_MAX_RUNS = 500
 #: Runs a runs/list page holds at most (the API's maximum ``limit``).
 PAGE_SIZE = 25
-#: The incremental look for successful runs of failed jobs reaches this far before the previous look
-#: (a run created just before a listing may not be visible in it yet; clocks of client and workspace differ).
-LISTING_OVERLAP = timedelta(minutes=10)
+#: The incremental look for successful runs of failed jobs reaches this far before the newest start time
+#: the previous look saw (the workspace's clock): a run created just before a listing may not show in it yet.
+LISTING_OVERLAP = timedelta(minutes=2)
+_OVERLAP_MS = int(LISTING_OVERLAP.total_seconds() * 1000)
 
 _PENDING_STATES = {"QUEUED", "PENDING", "BLOCKED", "WAITING", "WAITING_FOR_RETRY"}
 _RUNNING_STATES = {"RUNNING", "TERMINATING"}
@@ -96,9 +97,10 @@ class DatabricksJobsBackend(JobsBackend):
         self.limits = limits or JobsApiLimits()
         self._limiters: dict[str, RateLimiter] = {}
         self._limiters_lock = threading.Lock()
-        #: start times (ms) of tracked runs: from run-now (the local clock), then exact from listings;
-        #: pruned to the tracked runs every reconcile (bounded by them)
+        #: start times (ms) of tracked runs, exact from listings; pruned to the tracked runs every reconcile
         self._started_ms: dict[int, int] = {}
+        #: start times (ms, the local clock around run-now) of runs triggered since the last reconcile
+        self._triggered_ms: dict[int, int] = {}
         #: how far the previous tick's look for successful runs of failed jobs reached
         self._recovery: _RecoveryMemory | None = None
 
@@ -145,7 +147,7 @@ class DatabricksJobsBackend(JobsBackend):
                                               job_parameters=dict(request.parameters) or None)
         if waiter.run_id is None:
             raise JobsBackendError(f"run-now of job {job} returned no run id (is it a continuous job?)")
-        self._started_ms.setdefault(waiter.run_id, (called_ms + _now_ms()) // 2)  # exact after the next listing
+        self._triggered_ms[waiter.run_id] = (called_ms + _now_ms()) // 2  # exact after the next listing
         return str(waiter.run_id)
 
     def run_status(self, job_id: str, run_id: str) -> RunStatus:
@@ -166,8 +168,7 @@ class DatabricksJobsBackend(JobsBackend):
                 f"the workspace has more active runs than {self.limits.list_pages} pages of {PAGE_SIZE} "
                 "(HEARTBEAT_JOBS_API_LIST_PAGES) or the tick's API budget allows: runs not listed were "
                 "looked up one by one")
-        self._started_ms = {int(ref.run_id): listing.started_ms(ref.run_id, self._started_ms) for ref in runs
-                            if ref.run_id.isdigit()}
+        self._remember_starts(runs, listing)
         missing = [ref for ref in runs if listing.get(ref.run_id) is None]
         found.statuses.update({ref.run_id: run_status_of(run) for ref in runs
                                if (run := listing.get(ref.run_id)) is not None})
@@ -187,6 +188,15 @@ class DatabricksJobsBackend(JobsBackend):
 
     # -- bulk reconciliation ----------------------------------------------------------------
 
+    def _remember_starts(self, runs: list[RunRef], listing: _Listing) -> None:
+        """Keep the start times of the tracked runs (exact when listed) and of the runs triggered since the
+        last reconcile (tracked from the next); forget the rest (memory bounded by the tracked runs)."""
+        known = {**self._started_ms, **self._triggered_ms}
+        self._started_ms = {int(ref.run_id): started for ref in runs if (started := listing.started_ms(ref.run_id, known))}
+        for run_id, started in self._triggered_ms.items():
+            self._started_ms.setdefault(run_id, started)
+        self._triggered_ms = {}
+
     def _recover(self, failed: list[FailedJob], listing: _Listing, began_ms: int, budget: ApiBudget,
                  found: Reconciliation) -> None:
         """Successful runs of failed jobs, incrementally: a job failed since the previous look (or the first
@@ -199,8 +209,10 @@ class DatabricksJobsBackend(JobsBackend):
         known = [job for job in failed if memory is not None and job.job_id in memory.jobs]
         fresh = [job for job in failed if job not in known]
         covered: set[str] = set()
+        newest_ms = max(listing.newest_start_ms, memory.looked_at_ms if memory is not None else 0)
         if memory is not None and known:
-            covered = self._recover_known(known, memory, listing, budget, found)
+            look = self._recover_known(known, memory, listing, budget, found)
+            covered, newest_ms = look.covered, max(newest_ms, look.newest_start_ms)
             fresh += [job for job in known if job.job_id not in covered]
         recoveries = call_all(fresh, lambda job: self.successful_run_after(job.job_id, job.failed_at), budget)
         found.absorb_recoveries(recoveries)
@@ -208,30 +220,30 @@ class DatabricksJobsBackend(JobsBackend):
         found.deferred += [job.job_id for job in recoveries.not_started]
         failed_ids = {job.job_id for job in failed}
         self._recovery = _RecoveryMemory(
-            began_ms, covered - set(found.recovered),
+            newest_ms or began_ms - _OVERLAP_MS, covered - set(found.recovered),
             {run_id: str(run.job_id) for run_id, run in listing.runs.items() if str(run.job_id) in failed_ids},
         ) if listing.complete else None
 
     def _recover_known(self, known: list[FailedJob], memory: _RecoveryMemory, listing: _Listing,
-                       budget: ApiBudget, found: Reconciliation) -> set[str]:
-        """The incremental look for ``known`` jobs; returns the jobs it covered (the others are looked up anew)."""
+                       budget: ApiBudget, found: Reconciliation) -> _Look:
+        """The incremental look for ``known`` jobs: the jobs it covered (the others are looked up anew)."""
         wanted = {job.job_id for job in known}
-        since_ms = memory.looked_at_ms - int(LISTING_OVERLAP.total_seconds() * 1000)
+        since_ms = memory.looked_at_ms - _OVERLAP_MS
         try:
             completed = self._list(_Slice(since_ms, None), budget.time_only(), _Pages(self.limits.list_pages),
                                    completed=True)
         except JobsBackendError as exc:
             found.notes.append(f"listing the runs completed since the previous look failed ({exc}): "
                                "failed jobs were looked up one by one")
-            return set()
+            return _Look(set(), 0)
         if not completed.complete:
             found.notes.append("runs completed since the previous look exceed the page budget "
                                "(HEARTBEAT_JOBS_API_LIST_PAGES): failed jobs were looked up one by one")
-            return set()
+            return _Look(set(), 0)
         left = [run_id for run_id, job in memory.watched.items() if job in wanted and run_id not in listing.runs]
         gets = call_all(left, lambda run_id: self._get_run(memory.watched[run_id], str(run_id)), budget)
         if gets.not_started or any(a.error is not None for a in gets.answers):
-            return set()
+            return _Look(set(), 0)
         candidates: list[Run | BaseRun] = [*completed.runs.values()]
         candidates += [a.value for a in gets.answers if a.value is not None]
         by_job: dict[str, list[Run | BaseRun]] = {}
@@ -242,7 +254,7 @@ class DatabricksJobsBackend(JobsBackend):
             best = latest_success_after(by_job.get(job.job_id, []), as_utc(job.failed_at))
             if best is not None:
                 found.recovered[job.job_id] = best
-        return wanted
+        return _Look(wanted, completed.newest_start_ms)
 
     def _list_active(self, runs: list[RunRef], budget: ApiBudget) -> _Listing:
         """The workspace's active runs, read in start-time slices in parallel (each slice's pages in turn)."""
@@ -353,14 +365,28 @@ class _Listing:
     complete: bool
     runs: dict[int, BaseRun] = field(default_factory=dict)
 
+    @property
+    def newest_start_ms(self) -> int:
+        """The latest start time among the runs read (the workspace's clock); 0 when none."""
+        return max((run.start_time or 0 for run in self.runs.values()), default=0)
+
     def get(self, run_id: str) -> BaseRun | None:
         return self.runs.get(int(run_id)) if run_id.isdigit() else None
 
     def started_ms(self, run_id: str, known: dict[int, int]) -> int:
+        """The run's start time as listed, else as ``known``; 0 when unknown."""
         run = self.get(run_id)
         if run is not None and run.start_time:
             return run.start_time
-        return known.get(int(run_id), 0)
+        return known.get(int(run_id), 0) if run_id.isdigit() else 0
+
+
+@dataclass(frozen=True)
+class _Look:
+    """What an incremental look covered: the jobs, and the newest start time it saw (0: none)."""
+
+    covered: set[str]
+    newest_start_ms: int
 
 
 @dataclass
@@ -368,6 +394,8 @@ class _RecoveryMemory:
     """How far the previous look for successful runs of failed jobs reached (per process; bounded by the
     failed jobs and their active runs)."""
 
+    #: the newest start time the look saw (the workspace's clock): every run that started before it was
+    #: either read as completed or listed as active (and then watched)
     looked_at_ms: int
     #: failed jobs whose runs up to ``looked_at_ms`` have been read
     jobs: set[str]
