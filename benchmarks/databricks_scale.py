@@ -13,7 +13,9 @@ the measured tick pays the latency. Figures (each printed beside its target):
   each job's history once per process; printed too) and with the failed runs older than the
   2-minute overlap of the incremental look, as on any tick after the first minutes;
 * 429 storm: the busy tick again with every 3rd run-now answered 429 (Retry-After 1 s, honoured by
-  the SDK): no duplicate run, no lost request, the tick's API calls within their budget.
+  the SDK): no duplicate run, no lost request, the tick's API calls within their budget;
+* local jobs: launching 334 local job processes (the busy tick at 10,000 sensors) on the same pool,
+  against one after another.
 
     python benchmarks/databricks_scale.py                 # everything (~10 min on 2 shared cores)
     python benchmarks/databricks_scale.py --only busy,storm --busy-jobs 300
@@ -169,11 +171,35 @@ def storm(jobs: int, latency: float) -> list[Figure]:
                 Figure("  duplicates / lost requests", f"{duplicates} / {lost}", "0 / 0", duplicates == lost == 0)]
 
 
+def local_launches(count: int = 334) -> list[Figure]:
+    """The local backend's trigger calls one after another, then on the tick's pool (fresh tokens each)."""
+    from heartbeat_runner.jobs.base import TriggerRequest
+    from heartbeat_runner.jobs.calls import ApiBudget, call_all
+    from heartbeat_runner.jobs.local import LocalJobsBackend
+
+    with tempfile.TemporaryDirectory(prefix="hb-local-") as tmp:
+        jobs_file = Path(tmp) / "jobs.yml"
+        jobs_file.write_text("jobs:\n" + "".join(f"  'J{i}': ['true']\n" for i in range(count)))
+        backend = LocalJobsBackend(jobs_file, Path(tmp) / "state")
+        timings = {}
+        for label, concurrency in (("one after another", 1), ("pool", JobsApiLimits().concurrency)):
+            requests = [TriggerRequest(f"J{i}", None, f"{label[0]}-{i}") for i in range(count)]
+            began = time.monotonic()
+            calls = call_all(requests, backend.trigger, ApiBudget(JobsApiLimits(concurrency=concurrency)))
+            timings[label] = time.monotonic() - began
+            assert len(calls.answers) == count and all(a.error is None for a in calls.answers)
+        sequential, pooled = timings["one after another"], timings["pool"]
+        return [Figure(f"local jobs: {count} launches", f"{pooled:.2f} s on the pool, {sequential:.2f} s one "
+                       f"after another ({sequential / pooled:.1f}x)", "faster than one after another",
+                       pooled < sequential)]
+
+
 SCENARIOS: dict[str, Callable[[argparse.Namespace], list[Figure]]] = {
     "busy": lambda a: busy(a.busy_jobs, a.latency),
     "running": lambda a: steady_running(a.latency),
     "failed": lambda a: steady_failed(a.latency),
     "storm": lambda a: storm(a.busy_jobs, a.latency),
+    "local": lambda a: local_launches(),
 }
 
 

@@ -20,6 +20,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
+from email.utils import parsedate_to_datetime
 from itertools import islice
 from typing import Any
 
@@ -61,8 +62,8 @@ RECOVERY_LOOKBACK = timedelta(days=7)
 RECOVERY_MAX_RUNS = 500
 #: Runs a runs/list page holds at most (the API's maximum ``limit``).
 PAGE_SIZE = 25
-#: The incremental look for successful runs of failed jobs reaches this far before the newest start time
-#: the previous look saw (the workspace's clock): a run created just before a listing may not show in it yet.
+#: The incremental look for successful runs of failed jobs reaches this far before the workspace's time at
+#: the previous look (its ``Date`` header): a run created just before a listing may not show in it yet.
 LISTING_OVERLAP = timedelta(minutes=2)
 _OVERLAP_MS = int(LISTING_OVERLAP.total_seconds() * 1000)
 
@@ -209,10 +210,9 @@ class DatabricksJobsBackend(JobsBackend):
         known = [job for job in failed if memory is not None and job.job_id in memory.jobs]
         fresh = [job for job in failed if job not in known]
         covered: set[str] = set()
-        newest_ms = max(listing.newest_start_ms, memory.looked_at_ms if memory is not None else 0)
+        newest_ms = max(listing.seen_until_ms, memory.looked_at_ms if memory is not None else 0)
         if memory is not None and known:
-            look = self._recover_known(known, memory, listing, budget, found)
-            covered, newest_ms = look.covered, max(newest_ms, look.newest_start_ms)
+            covered = self._recover_known(known, memory, listing, budget, found)
             fresh += [job for job in known if job.job_id not in covered]
         recoveries = call_all(fresh, lambda job: self.successful_run_after(job.job_id, job.failed_at), budget)
         found.absorb_recoveries(recoveries)
@@ -225,7 +225,7 @@ class DatabricksJobsBackend(JobsBackend):
         ) if listing.complete else None
 
     def _recover_known(self, known: list[FailedJob], memory: _RecoveryMemory, listing: _Listing,
-                       budget: ApiBudget, found: Reconciliation) -> _Look:
+                       budget: ApiBudget, found: Reconciliation) -> set[str]:
         """The incremental look for ``known`` jobs: the jobs it covered (the others are looked up anew)."""
         wanted = {job.job_id for job in known}
         since_ms = memory.looked_at_ms - _OVERLAP_MS
@@ -235,15 +235,15 @@ class DatabricksJobsBackend(JobsBackend):
         except JobsBackendError as exc:
             found.notes.append(f"listing the runs completed since the previous look failed ({exc}): "
                                "failed jobs were looked up one by one")
-            return _Look(set(), 0)
+            return set()
         if not completed.complete:
             found.notes.append("runs completed since the previous look exceed the page budget "
                                "(HEARTBEAT_JOBS_API_LIST_PAGES): failed jobs were looked up one by one")
-            return _Look(set(), 0)
+            return set()
         left = [run_id for run_id, job in memory.watched.items() if job in wanted and run_id not in listing.runs]
         gets = call_all(left, lambda run_id: self._get_run(memory.watched[run_id], str(run_id)), budget)
         if gets.not_started or any(a.error is not None for a in gets.answers):
-            return _Look(set(), 0)
+            return set()
         candidates: list[Run | BaseRun] = [*completed.runs.values()]
         candidates += [a.value for a in gets.answers if a.value is not None]
         by_job: dict[str, list[Run | BaseRun]] = {}
@@ -254,7 +254,7 @@ class DatabricksJobsBackend(JobsBackend):
             best = latest_success_after(by_job.get(job.job_id, []), as_utc(job.failed_at))
             if best is not None:
                 found.recovered[job.job_id] = best
-        return _Look(wanted, completed.newest_start_ms)
+        return wanted
 
     def _list_active(self, runs: list[RunRef], budget: ApiBudget) -> _Listing:
         """The workspace's active runs, read in start-time slices in parallel (each slice's pages in turn)."""
@@ -271,6 +271,7 @@ class DatabricksJobsBackend(JobsBackend):
                 merged.complete = False
                 continue
             merged.runs.update(answer.value.runs)
+            merged.server_ms = min(filter(None, (merged.server_ms, answer.value.server_ms)), default=0)
             merged.complete &= answer.value.complete
         return merged
 
@@ -289,9 +290,10 @@ class DatabricksJobsBackend(JobsBackend):
             with self._api("runs/list of the workspace's runs", "runs/list"):
                 body = self.client.api_client.do(
                     "GET", "/api/2.2/jobs/runs/list", query={**query, **({"page_token": token} if token else {})},
-                    headers={"Accept": "application/json"})
+                    headers={"Accept": "application/json"}, response_headers=["Date"])
             if not isinstance(body, dict):
                 raise JobsBackendError(f"runs/list answered {type(body).__name__}, not a JSON object")
+            listing.server_ms = listing.server_ms or _http_date_ms(body.get("Date"))
             answer = ListRunsResponse.from_dict(body)
             listing.runs.update({run.run_id: run for run in answer.runs or [] if run.run_id is not None})
             token = answer.next_page_token if answer.has_more else None
@@ -365,9 +367,15 @@ class _Listing:
     complete: bool
     runs: dict[int, BaseRun] = field(default_factory=dict)
 
+    #: the workspace's time (``Date`` of the first answer, ms) when the listing began; 0 when not known
+    server_ms: int = 0
+
     @property
-    def newest_start_ms(self) -> int:
-        """The latest start time among the runs read (the workspace's clock); 0 when none."""
+    def seen_until_ms(self) -> int:
+        """Every run that started before this (the workspace's clock) was visible to the listing: the
+        time it began (less the ``Date`` header's one-second resolution), else the newest start it saw."""
+        if self.server_ms:
+            return self.server_ms - 1000
         return max((run.start_time or 0 for run in self.runs.values()), default=0)
 
     def get(self, run_id: str) -> BaseRun | None:
@@ -381,20 +389,12 @@ class _Listing:
         return known.get(int(run_id), 0) if run_id.isdigit() else 0
 
 
-@dataclass(frozen=True)
-class _Look:
-    """What an incremental look covered: the jobs, and the newest start time it saw (0: none)."""
-
-    covered: set[str]
-    newest_start_ms: int
-
-
 @dataclass
 class _RecoveryMemory:
     """How far the previous look for successful runs of failed jobs reached (per process; bounded by the
     failed jobs and their active runs)."""
 
-    #: the newest start time the look saw (the workspace's clock): every run that started before it was
+    #: the workspace's time when the look's active listing began: every run that started before it was
     #: either read as completed or listed as active (and then watched)
     looked_at_ms: int
     #: failed jobs whose runs up to ``looked_at_ms`` have been read
@@ -497,6 +497,14 @@ def _describe(exc: DatabricksError) -> str:
 
 def _from_ms(value: int | None) -> datetime | None:
     return datetime.fromtimestamp(value / 1000, tz=timezone.utc) if value else None
+
+
+def _http_date_ms(value: object) -> int:
+    """An HTTP ``Date`` header in ms since the epoch; 0 when absent or unreadable."""
+    try:
+        return int(parsedate_to_datetime(str(value)).timestamp() * 1000) if value else 0
+    except (TypeError, ValueError):
+        return 0
 
 
 def _now_ms() -> int:
