@@ -4,6 +4,7 @@ under throttling. Assertions count API calls (never times)."""
 
 from __future__ import annotations
 
+import time
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -149,3 +150,12 @@ def test_the_budget_leaves_a_suffix_of_the_calls_in_order():
     calls = call_all(list(range(20)), lambda n: n * n, budget)
     assert [a.value for a in calls.answers] == [n * n for n in range(7)]
     assert calls.not_started == list(range(7, 20)) and budget.spent
+
+
+def test_past_its_deadline_a_budget_starts_nothing_and_listings_stop_too():
+    budget = ApiBudget(JobsApiLimits(budget_s=1e-9))
+    time.sleep(0.001)
+    calls = call_all([1, 2, 3], lambda n: n, budget)
+    assert calls.answers == [] and calls.not_started == [1, 2, 3]
+    assert budget.spent and budget.time_only().spent
+    assert not ApiBudget(JobsApiLimits(max_calls=1)).time_only().spent  # listings are not counted in calls

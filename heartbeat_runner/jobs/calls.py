@@ -56,7 +56,9 @@ class ApiBudget:
 
     @property
     def spent(self) -> bool:
+        """Whether no call may start any more (the deadline passed or the calls ran out); stays so."""
         with self._lock:
+            self._spent = self._spent or self.calls >= self.max_calls or time.monotonic() >= self.deadline
             return self._spent
 
 
