@@ -7,6 +7,14 @@ the real API (checked against ``databricks.sdk.service.jobs``). Runs move QUEUED
 RUNNING → TERMINATED only when a test says so. Faults are injected per endpoint for the
 next N calls: an HTTP error (429 with Retry-After, 500, 503, 401, ...) returned before
 or *after* the call took effect, or an answer delayed beyond the client's timeout.
+
+At scale, as a workspace behaves: every answer can wait ``latency_s`` (a round trip to a
+workspace); an endpoint can have a rate limit (``limit_rate``: more calls in a second than
+allowed answer 429 with Retry-After) or throttle every n-th call (``throttle_every``, a 429
+storm); ``runs/list`` pages hold at most 25 runs (20 by default) behind a ``page_token``;
+``add_other_runs`` fills the workspace with runs of jobs Heartbeat does not track; and
+``calls(endpoint)`` counts the calls per endpoint. The socket sets ``TCP_NODELAY``: without
+it every answer (headers and body written separately) waited ~47 ms for a delayed ACK.
 """
 
 from __future__ import annotations
@@ -15,7 +23,9 @@ import itertools
 import json
 import threading
 import time
-from dataclasses import dataclass, field
+from collections import Counter, deque
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlparse
@@ -23,6 +33,7 @@ from urllib.parse import parse_qs, urlparse
 from databricks.sdk import WorkspaceClient
 from databricks.sdk.clock import Clock, RealClock
 from databricks.sdk.config import Config
+from requests.adapters import HTTPAdapter
 
 TOKEN = "dapi-test-token-0123456789"
 
@@ -69,8 +80,16 @@ class JobsApiServer:
         self.host = ""
         self.jobs: dict[int, FakeJob] = {}
         self.runs: dict[int, FakeRun] = {}
+        self._by_job: dict[int, list[FakeRun]] = {}
         self.tokens: dict[str, int] = {}
         self.requests: list[tuple[str, str, dict[str, Any]]] = []  # (method, path, query or body)
+        self.counts: Counter[str] = Counter()  # calls per endpoint (``run-now``, ``runs/get``, ``runs/list``)
+        #: seconds every answer waits (not holding the state lock: calls overlap as on a real workspace)
+        self.latency_s = 0.0
+        self.record_requests = True
+        self._rates: dict[str, _Window] = {}
+        self._every: dict[str, tuple[int, int]] = {}  # endpoint -> (n, Retry-After seconds)
+        self._hooks: dict[tuple[str, int], Callable[[], None]] = {}
         self._faults: dict[str, list[Fault]] = {}
         self._lock = threading.RLock()
         self._ids = itertools.count(1001)
@@ -79,7 +98,7 @@ class JobsApiServer:
     # -- lifecycle ----------------------------------------------------------------------------
 
     def __enter__(self) -> JobsApiServer:
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
+        self._httpd = _Server(("127.0.0.1", 0), _handler_for(self))
         self._httpd.daemon_threads = True
         self.host = f"http://127.0.0.1:{self._httpd.server_port}"
         threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.02}, name="fake-jobs-api",
@@ -96,7 +115,11 @@ class JobsApiServer:
         """A real SDK client for this server. ``fast_retries`` shortens the SDK's sleeps between retries."""
         cfg = Config(host=self.host, token=token or self.token, http_timeout_seconds=http_timeout_s,
                      retry_timeout_seconds=retry_timeout_s, clock=_FastClock() if fast_retries else RealClock())
-        return WorkspaceClient(config=cfg)
+        client = WorkspaceClient(config=cfg)
+        # The SDK sizes its connection pool (20) for https only; give plain http the same, as a workspace has.
+        client.api_client._api_client._session.mount("http://", HTTPAdapter(pool_connections=20, pool_maxsize=20,
+                                                                            pool_block=True))
+        return client
 
     # -- test controls ------------------------------------------------------------------------
 
@@ -136,12 +159,48 @@ class JobsApiServer:
         with self._lock:
             self._faults.clear()
 
+    def limit_rate(self, endpoint: str, per_second: int, retry_after: int = 1) -> None:
+        """More than ``per_second`` calls to ``endpoint`` within one second answer 429 with Retry-After."""
+        with self._lock:
+            self._rates[endpoint] = _Window(per_second, retry_after)
+
+    def throttle_every(self, endpoint: str, n: int, retry_after: int = 1) -> None:
+        """Every ``n``-th call to ``endpoint`` answers 429 with Retry-After (before taking effect); 0: off."""
+        with self._lock:
+            if n:
+                self._every[endpoint] = (n, retry_after)
+            else:
+                self._every.pop(endpoint, None)
+
+    def add_other_runs(self, active: int, completed: int = 0, *, start_ms: int | None = None) -> list[int]:
+        """Runs of a job Heartbeat does not track (other teams' work in the same workspace)."""
+        with self._lock:
+            job = self.add_job("someone else's job")
+            started = start_ms or _now_ms()
+            runs = [self._new_run(job, {}, None, start_ms=started - i) for i in range(active + completed)]
+            for run in runs[:active]:
+                run.lifecycle = "RUNNING"
+            for run in runs[active:]:
+                self.finish_run(run.run_id, "SUCCESS", end_ms=run.start_ms + 1000)
+            return [run.run_id for run in runs]
+
+    def after_call(self, endpoint: str, n: int, action: Callable[[], None]) -> None:
+        """Run ``action`` once the ``n``-th call to ``endpoint`` (counted from now) has taken effect, e.g.
+        finish runs between two pages of a listing."""
+        with self._lock:
+            self._hooks[(endpoint, self.counts[endpoint] + n)] = action
+
+    def reset_counts(self) -> None:
+        with self._lock:
+            self.counts.clear()
+
     def runs_of(self, job_id: int) -> list[FakeRun]:
         with self._lock:
             return [run for run in self.runs.values() if run.job_id == job_id]
 
     def calls(self, endpoint: str) -> int:
-        return sum(1 for _, path, _ in self.requests if _endpoint(path) == endpoint)
+        with self._lock:
+            return self.counts[endpoint]
 
     # -- the API ------------------------------------------------------------------------------
 
@@ -149,18 +208,36 @@ class JobsApiServer:
         """Answer one call: (status, JSON body, extra headers)."""
         endpoint = _endpoint(path)
         with self._lock:
-            self.requests.append((method, path, params))
-            fault = self._faults[endpoint].pop(0) if self._faults.get(endpoint) else None
+            if self.record_requests:
+                self.requests.append((method, path, params))
+            self.counts[endpoint] += 1
+            number = self.counts[endpoint]
+            fault = self._faults[endpoint].pop(0) if self._faults.get(endpoint) else self._throttled(endpoint)
+        time.sleep(self.latency_s)
         if fault is not None and not fault.after_effect:
             time.sleep(fault.delay_s)
             if fault.status is not None:
                 return _fault_answer(fault)
         status, body = self._apply(method, path, endpoint, params)
+        with self._lock:
+            hook = self._hooks.pop((endpoint, number), None)
+            if hook is not None:
+                hook()
         if fault is not None and fault.after_effect:
             time.sleep(fault.delay_s)
             if fault.status is not None:
                 return _fault_answer(fault)
         return status, body, {}
+
+    def _throttled(self, endpoint: str) -> Fault | None:
+        """A 429 when the endpoint's rate limit or throttle cadence says so (under the lock)."""
+        window = self._rates.get(endpoint)
+        if window is not None and not window.admit(time.monotonic()):
+            return replace(THROTTLED, retry_after=window.retry_after)
+        every = self._every.get(endpoint)
+        if every is not None and self.counts[endpoint] % every[0] == 0:
+            return replace(THROTTLED, retry_after=every[1])
+        return None
 
     def _apply(self, method: str, path: str, endpoint: str, params: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         if path == "/.well-known/databricks-config":
@@ -196,6 +273,7 @@ class JobsApiServer:
         run_id = next(self._ids)
         run = FakeRun(run_id, job_id, parameters, token, start_ms or _now_ms(), self.jobs[job_id].name, trigger)
         self.runs[run_id] = run
+        self._by_job.setdefault(job_id, []).append(run)
         if token is not None:
             self.tokens[token] = run_id
         return run
@@ -215,12 +293,12 @@ class JobsApiServer:
         return 200, self._run_json(run)
 
     def _list_runs(self, query: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-        runs = sorted(self.runs.values(), key=lambda r: (r.start_ms, r.run_id), reverse=True)
+        runs: list[FakeRun] | Any = self.runs.values()
         if "job_id" in query:
             job_id = int(query["job_id"])
             if job_id not in self.jobs:
                 return 400, {"error_code": "INVALID_PARAMETER_VALUE", "message": f"Job {job_id} does not exist."}
-            runs = [r for r in runs if r.job_id == job_id]
+            runs = self._by_job.get(job_id, [])
         if query.get("completed_only") == "true":
             runs = [r for r in runs if r.lifecycle in ("TERMINATED", "SKIPPED", "INTERNAL_ERROR")]
         if query.get("active_only") == "true":
@@ -229,6 +307,7 @@ class JobsApiServer:
             runs = [r for r in runs if r.start_ms >= int(query["start_time_from"])]
         if "start_time_to" in query:
             runs = [r for r in runs if r.start_ms <= int(query["start_time_to"])]
+        runs = sorted(runs, key=lambda r: (r.start_ms, r.run_id), reverse=True)
         limit = min(int(query.get("limit") or 20) or 25, 25)
         offset = int(query.get("page_token") or 0)
         page = runs[offset:offset + limit]
@@ -279,6 +358,23 @@ class JobsApiServer:
         }
 
 
+@dataclass
+class _Window:
+    """A sliding one-second window of admitted calls (a rate limit)."""
+
+    per_second: int
+    retry_after: int
+    admitted: deque[float] = field(default_factory=deque)
+
+    def admit(self, now: float) -> bool:
+        while self.admitted and now - self.admitted[0] >= 1.0:
+            self.admitted.popleft()
+        if len(self.admitted) >= self.per_second:
+            return False
+        self.admitted.append(now)
+        return True
+
+
 class _FastClock(Clock):
     """Real time, but the SDK's back-off sleeps between retries are capped at 50 ms."""
 
@@ -296,6 +392,7 @@ class _FastClock(Clock):
 def _handler_for(server: JobsApiServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        disable_nagle_algorithm = True  # TCP_NODELAY: headers and body go out at once, not ~47 ms apart
 
         def do_GET(self) -> None:
             self._serve({k: v[-1] for k, v in parse_qs(urlparse(self.path).query).items()})
@@ -327,6 +424,10 @@ def _handler_for(server: JobsApiServer) -> type[BaseHTTPRequestHandler]:
             pass
 
     return Handler
+
+
+class _Server(ThreadingHTTPServer):
+    request_queue_size = 128  # many workers connect at once
 
 
 def _fault_answer(fault: Fault) -> tuple[int, dict[str, Any], dict[str, str]]:

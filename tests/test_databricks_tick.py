@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import json
+import time
+from dataclasses import replace
 
 import pytest
-from databricks_jobs_server import UNAVAILABLE_AFTER_RUN, JobsApiServer
+from databricks_jobs_server import TOKEN, UNAVAILABLE_AFTER_RUN, JobsApiServer
+from harness import HEADER, CliLakehouse
 from harness import config_row as row
 
+from heartbeat_runner.core.faults import CRASH_EXIT_CODE
+from heartbeat_runner.core.settings import JobsApiLimits
 from heartbeat_runner.jobs.databricks import DatabricksJobsBackend
+from heartbeat_runner.lakehouse.store import Cond
 from heartbeat_runner.runner.tick import TriggeredJob
+
+LIMITS = JobsApiLimits(concurrency=8, rate_per_s=10_000)
 
 
 @pytest.fixture
@@ -109,3 +117,104 @@ def test_unknown_outcome_is_retried_next_tick_into_the_same_run(beat, api):
     assert resumed.triggered == [TriggeredJob(str(job), str(run.run_id))]
     (control,) = beat.rows(str(job))
     assert control["job_run_id"] == str(run.run_id)
+
+
+# -- at scale: parallel calls, the tick's API budget, incremental recovery ------------------------
+
+
+def trigger_file_jobs(hb, api, count: int) -> list[int]:
+    """``count`` Databricks jobs, each fed by its own trigger-file folder; baseline tick done."""
+    jobs = [api.add_job(f"job_{i}") for i in range(count)]
+    hb.seed(*(row("trigger_file", f"drop_{i}", str(job)) for i, job in enumerate(jobs)))
+    return jobs
+
+
+def test_what_does_not_fit_the_api_budget_is_carried_to_the_next_ticks_in_order(hb, api):
+    jobs = trigger_file_jobs(hb, api, 40)
+    heartbeat = hb.app.heartbeat(backend=DatabricksJobsBackend(api.client(), limits=LIMITS))
+    heartbeat.settings = heartbeat.settings.with_(jobs_api=replace(LIMITS, max_calls=15))
+    heartbeat.tick()
+    for i in range(40):
+        hb.drop_trigger_file(f"drop_{i}", "batch.done")
+
+    first = heartbeat.tick()
+    ordered = sorted(map(str, jobs))  # requests are made in job order
+    assert first.triggered_job_ids == ordered[:15] and first.carried == ordered[15:]
+    assert api.calls("run-now") == 15
+    summary = hb.app.store.read("heartbeat_runs", Cond("run_id", first.run_id))[0]
+    assert "carried to the next tick" in summary["message"] and ordered[15] in summary["message"]
+
+    second = heartbeat.tick()  # the carried requests go first, in order, with their recorded tokens
+    assert second.triggered_job_ids == ordered[15:30] and second.carried == ordered[30:]
+    third = heartbeat.tick()
+    assert third.triggered_job_ids == ordered[30:] and third.carried == []
+
+    assert all(len(api.runs_of(job)) == 1 for job in jobs) and api.calls("run-now") == 40
+    tokens = {e["idempotency_token"] for e in hb.events("TRIGGER_REQUESTED")}
+    assert len(tokens) == 40 and all(run.token in tokens for run in api.runs.values())
+    assert hb.job_status(ordered[0]) == {"IN_PROGRESS"} and hb.job_status(ordered[-1]) == {"IN_PROGRESS"}
+
+
+def test_a_failed_job_is_unblocked_by_a_manual_run_without_reading_its_history_each_tick(beat, api):
+    job = api.add_job()
+    long_ago = int(time.time() * 1000) - 3_600_000
+    for i in range(100):  # earlier runs of the job, within the 7 days a first look reads
+        api.create_manual_run(job, "SUCCESS", start_ms=long_ago + i, end_ms=long_ago + i + 1)
+    beat.seed(row("delta_table", "sales.orders", str(job)))
+    heartbeat = heartbeat_for(beat, api)
+    heartbeat.tick()
+    new_data_then_tick(beat, heartbeat, 2)
+    (run,) = [r for r in api.runs_of(job) if r.token]
+    api.finish_run(run.run_id, "FAILED", "Task etl failed")
+    assert heartbeat.tick().failed == [str(job)]
+
+    heartbeat.tick()  # the first look at the failed job reads its history once
+    history_reads = per_job_listings(api)
+    assert history_reads >= 1
+    api.reset_counts()
+    for _ in range(3):
+        assert heartbeat.tick().completed == []
+    assert per_job_listings(api) == history_reads  # never again
+    assert api.calls("runs/list") == 3 * 2 and api.calls("runs/get") == 0  # active + completed listing a tick
+
+    api.create_manual_run(job, "SUCCESS")
+    api.reset_counts()
+    assert heartbeat.tick().completed == [str(job)]
+    assert api.calls("runs/list") == 2 and per_job_listings(api) == history_reads
+    assert beat.job_status(str(job)) != {"FAILED"}
+
+
+def per_job_listings(api: JobsApiServer) -> int:
+    return sum(1 for _, path, query in api.requests if path.endswith("/runs/list") and "job_id" in query)
+
+
+@pytest.mark.slow
+def test_300_jobs_triggered_in_one_tick_once_each_under_429s_and_a_kill_midway(tmp_path, api):
+    """``run`` dies after half of the parallel run-now calls answered (every 3rd call throttled); the next
+    run resumes the other requests with their recorded tokens: one run per job, none lost."""
+    jobs = [api.add_job(f"job_{i}") for i in range(300)]
+    config = tmp_path / "config.csv"
+    config.write_text("\n".join([HEADER, *(row("trigger_file", f"drop_{i}", str(job)) for i, job in enumerate(jobs))])
+                      + "\n")
+    env = {"DATABRICKS_HOST": api.host, "DATABRICKS_TOKEN": TOKEN, "HEARTBEAT_JOBS_BACKEND": "databricks"}
+    lake = CliLakehouse(tmp_path / "lakehouse", config=config, jobs_file=tmp_path / "jobs.yml", env=env)
+    lake.home.mkdir()
+    lake.cli("seed")
+    lake.cli("run")
+    for i in range(300):
+        lake.drop_trigger_file(f"drop_{i}", "batch.done")
+    api.throttle_every("run-now", 3, retry_after=0)
+
+    killed = lake.cli("run", check=False, env={"HEARTBEAT_CRASH_AT": "during_trigger_calls"})
+    assert killed.returncode == CRASH_EXIT_CODE, killed.stderr
+    started = len(api.runs)
+    assert 150 <= started < 300  # killed in the middle: half answered, the rest not yet called or in flight
+    assert api.calls("run-now") > started  # throttled calls were retried
+
+    lake.cli("run")
+    assert all(len(api.runs_of(job)) == 1 for job in jobs) and len(api.runs) == 300
+    requests = lake.events("TRIGGER_REQUESTED")
+    assert len(requests) == 300 and {r.token for r in api.runs.values()} == {e["idempotency_token"] for e in requests}
+    triggered = lake.events("TRIGGERED")
+    assert sorted(int(e["job_run_id"]) for e in triggered) == sorted(api.runs)
+    assert {r[3] for r in lake.control()} == {"IN_PROGRESS"}

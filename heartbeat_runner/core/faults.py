@@ -19,6 +19,7 @@ CRASH_POINTS = (
     "during_dbt_build",
     "after_trigger_requested",
     "after_trigger_call",
+    "during_trigger_calls",
     "after_triggered",
 )
 CRASH_EXIT_CODE = 86

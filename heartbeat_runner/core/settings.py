@@ -41,6 +41,23 @@ class MaintenancePolicy:
 
 
 @dataclass(frozen=True)
+class JobsApiLimits:
+    """How hard one tick may use the jobs API (HEARTBEAT_JOBS_API_*; see docs/databricks.md for the
+    calls a tick makes as a formula of the workload)."""
+
+    #: calls in flight at once (trigger calls, single-run lookups, slices of a listing); local jobs too
+    concurrency: int = 16
+    #: client-side limit of calls per second to one endpoint (run-now, runs/get, runs/list), Databricks only
+    rate_per_s: float = 100.0
+    #: seconds of a tick spent on jobs API calls; no call starts later, the rest waits for the next tick
+    budget_s: float = 30.0
+    #: calls one tick may start (triggers and single-run lookups); the rest waits for the next tick
+    max_calls: int = 2000
+    #: pages (25 runs each) one tick may read of a workspace-wide run listing before it falls back
+    list_pages: int = 120
+
+
+@dataclass(frozen=True)
 class Settings:
     """Everything a command needs to know about where things live and how to run."""
 
@@ -79,6 +96,8 @@ class Settings:
     auto_maintenance: bool = True
     #: events younger than this always stay in the hot log (a margin for clocks of other writers)
     archive_margin_minutes: float = 10.0
+    #: bounds of the jobs API calls of one tick
+    jobs_api: JobsApiLimits = field(default_factory=JobsApiLimits)
 
     @property
     def lakehouse_in_folder(self) -> bool:
@@ -187,12 +206,36 @@ def load_settings(
         maintenance=_maintenance_policy(env),
         auto_maintenance=(env.get("HEARTBEAT_MAINTENANCE") or "on").strip().lower() not in ("off", "false", "0", "no"),
         archive_margin_minutes=float(env.get("HEARTBEAT_ARCHIVE_MARGIN_MINUTES", "10")),
+        jobs_api=jobs_api_limits(env),
     )
 
 
 def _choice(value: str, allowed: tuple[str, ...], what: str) -> str:
     if value not in allowed:
         raise ValueError(f"{what} {value!r} is not one of {', '.join(allowed)}")
+    return value
+
+
+def jobs_api_limits(env: dict[str, str]) -> JobsApiLimits:
+    """JobsApiLimits from HEARTBEAT_JOBS_API_* variables (defaults for the ones not set); each must be > 0."""
+    default = JobsApiLimits()
+    return JobsApiLimits(
+        concurrency=int(_positive(env, "HEARTBEAT_JOBS_API_CONCURRENCY", default.concurrency)),
+        rate_per_s=_positive(env, "HEARTBEAT_JOBS_API_RATE", default.rate_per_s),
+        budget_s=_positive(env, "HEARTBEAT_JOBS_API_BUDGET", default.budget_s),
+        max_calls=int(_positive(env, "HEARTBEAT_JOBS_API_MAX_CALLS", default.max_calls)),
+        list_pages=int(_positive(env, "HEARTBEAT_JOBS_API_LIST_PAGES", default.list_pages)),
+    )
+
+
+def _positive(env: dict[str, str], name: str, default: float) -> float:
+    text = (env.get(name) or "").strip()
+    try:
+        value = float(text) if text else float(default)
+    except ValueError:
+        value = 0.0
+    if value <= 0:
+        raise ValueError(f"{name}={text!r} is not a positive number")
     return value
 
 

@@ -533,6 +533,11 @@ def _print_tick(result: TickResult, args: argparse.Namespace) -> None:
         print(f"  job {problem}", flush=True)
     for job_id in result.retried:
         print(f"  retried job {job_id} (retry policy)", flush=True)
+    if result.carried:
+        print(f"  carried to the next tick (jobs API budget): {len(result.carried)} job(s), "
+              f"{', '.join(result.carried[:10])}{' ...' if len(result.carried) > 10 else ''}", flush=True)
+    for note in result.api_notes:
+        print(f"  jobs API: {note}", flush=True)
 
 
 def _open_fresh(app: App, settings: Settings) -> None:

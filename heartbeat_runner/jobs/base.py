@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Protocol
 
 from heartbeat_runner.core.errors import JobsBackendError
+from heartbeat_runner.jobs.calls import ApiBudget, Calls, call_all
 
 
 class RunOutcome(str, enum.Enum):
@@ -68,6 +69,66 @@ class RunOutput:
     text: str | None = None
 
 
+@dataclass(frozen=True)
+class RunRef:
+    """A run Heartbeat tracks (IN_PROGRESS with a run id)."""
+
+    job_id: str
+    run_id: str
+
+
+@dataclass(frozen=True)
+class FailedJob:
+    """A job blocked by a failure at ``failed_at``, waiting for a successful run that ends after it."""
+
+    job_id: str
+    failed_at: datetime
+
+
+@dataclass(frozen=True)
+class CallProblem:
+    """A call about one job that failed; the job is looked at again next tick."""
+
+    job_id: str
+    message: str
+
+
+@dataclass
+class Reconciliation:
+    """What :meth:`JobsBackend.reconcile` learnt in one tick.
+
+    A run or job absent from ``statuses``/``recovered`` is unchanged as far as the tick knows (still running,
+    still failed, or ``deferred``/in ``problems``); nothing in it is ever a guess."""
+
+    #: run id -> status, for tracked runs whose status was read this tick
+    statuses: dict[str, RunStatus] = field(default_factory=dict)
+    #: job id -> its successful run that ended after the failure, for failed jobs found recovered
+    recovered: dict[str, RunStatus] = field(default_factory=dict)
+    problems: list[CallProblem] = field(default_factory=list)
+    #: job ids not looked at because the tick's API budget was spent (looked at next tick)
+    deferred: list[str] = field(default_factory=list)
+    #: what the run report should say about how the backend read (e.g. a listing over its page budget)
+    notes: list[str] = field(default_factory=list)
+
+
+    def absorb_statuses(self, calls: Calls[RunRef, RunStatus]) -> None:
+        """Add the answers of per-run :meth:`JobsBackend.run_status` calls; the runs not asked are deferred."""
+        for answer in calls.answers:
+            if answer.error is not None:
+                self.problems.append(CallProblem(answer.item.job_id, f"run status: {answer.error}"))
+            elif answer.value is not None:
+                self.statuses[answer.item.run_id] = answer.value
+        self.deferred += [ref.job_id for ref in calls.not_started]
+
+    def absorb_recoveries(self, calls: Calls[FailedJob, RunStatus | None]) -> None:
+        """Add the answers of per-job :meth:`JobsBackend.successful_run_after` calls (not the ones not started)."""
+        for answer in calls.answers:
+            if answer.error is not None:
+                self.problems.append(CallProblem(answer.item.job_id, f"looking for a successful run: {answer.error}"))
+            elif answer.value is not None:
+                self.recovered[answer.item.job_id] = answer.value
+
+
 class JobsBackend(Protocol):
     """Starts jobs and reports on their runs. Implementations subclass it to inherit the defaults."""
 
@@ -86,6 +147,20 @@ class JobsBackend(Protocol):
     def successful_run_after(self, job_id: str, after: datetime) -> RunStatus | None:
         """A successful run of the job that ended after ``after`` (e.g. a manual rerun), if any."""
         ...
+
+    def reconcile(self, runs: list[RunRef], failed: list[FailedJob], budget: ApiBudget) -> Reconciliation:
+        """Statuses of ``runs`` and successful runs of ``failed`` jobs, within ``budget``.
+
+        The default asks per run (:meth:`run_status`) and per job (:meth:`successful_run_after`) on the
+        tick's pool of workers; a backend that can answer many at once (Databricks: one listing of the
+        workspace's active runs) overrides it."""
+        found = Reconciliation()
+        statuses = call_all(runs, lambda ref: self.run_status(ref.job_id, ref.run_id), budget)
+        found.absorb_statuses(statuses)
+        recoveries = call_all(failed, lambda job: self.successful_run_after(job.job_id, job.failed_at), budget)
+        found.absorb_recoveries(recoveries)
+        found.deferred += [job.job_id for job in recoveries.not_started]
+        return found
 
     def run_output(self, job_id: str, run_id: str) -> RunOutput | None:
         """Where to see the output of one run; None when the backend keeps none."""

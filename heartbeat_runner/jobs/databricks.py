@@ -14,9 +14,13 @@ retry of a request whose outcome was unknown (``retryable=True``).
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping
+import threading
+import time
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
+from email.utils import parsedate_to_datetime
 from itertools import islice
 from typing import Any
 
@@ -31,11 +35,22 @@ from databricks.sdk.errors import (
     ResourceConflict,
     Unauthenticated,
 )
-from databricks.sdk.service.jobs import BaseRun, Run
+from databricks.sdk.service.jobs import BaseRun, ListRunsResponse, Run
 
 from heartbeat_runner.core.errors import AuthError, JobNotFoundError, JobsBackendError, describe, first_line
 from heartbeat_runner.core.records import as_utc
-from heartbeat_runner.jobs.base import JobsBackend, RunOutcome, RunOutput, RunStatus, TriggerRequest
+from heartbeat_runner.core.settings import JobsApiLimits, jobs_api_limits
+from heartbeat_runner.jobs.base import (
+    FailedJob,
+    JobsBackend,
+    Reconciliation,
+    RunOutcome,
+    RunOutput,
+    RunRef,
+    RunStatus,
+    TriggerRequest,
+)
+from heartbeat_runner.jobs.calls import ApiBudget, RateLimiter, call_all
 
 #: Seconds one HTTP call may take (``HEARTBEAT_DATABRICKS_HTTP_TIMEOUT``).
 HTTP_TIMEOUT_S = 30.0
@@ -45,6 +60,12 @@ RETRY_TIMEOUT_S = 120
 RECOVERY_LOOKBACK = timedelta(days=7)
 #: Upper bound on runs examined when looking for a successful run (runs/list pages hold 25).
 RECOVERY_MAX_RUNS = 500
+#: Runs a runs/list page holds at most (the API's maximum ``limit``).
+PAGE_SIZE = 25
+#: The incremental look for successful runs of failed jobs reaches this far before the workspace's time at
+#: the previous look (its ``Date`` header): a run created just before a listing may not show in it yet.
+LISTING_OVERLAP = timedelta(minutes=2)
+_OVERLAP_MS = int(LISTING_OVERLAP.total_seconds() * 1000)
 
 _PENDING_STATES = {"QUEUED", "PENDING", "BLOCKED", "WAITING", "WAITING_FOR_RETRY"}
 _RUNNING_STATES = {"RUNNING", "TERMINATING"}
@@ -70,10 +91,19 @@ class DatabricksJobsBackend(JobsBackend):
     can_cancel = True
 
     def __init__(self, client: WorkspaceClient, *, recovery_lookback: timedelta = RECOVERY_LOOKBACK,
-                 recovery_max_runs: int = RECOVERY_MAX_RUNS):
+                 recovery_max_runs: int = RECOVERY_MAX_RUNS, limits: JobsApiLimits | None = None):
         self.client = client
         self.recovery_lookback = recovery_lookback
         self.recovery_max_runs = recovery_max_runs
+        self.limits = limits or JobsApiLimits()
+        self._limiters: dict[str, RateLimiter] = {}
+        self._limiters_lock = threading.Lock()
+        #: start times (ms) of tracked runs, exact from listings; pruned to the tracked runs every reconcile
+        self._started_ms: dict[int, int] = {}
+        #: start times (ms, the local clock around run-now) of runs triggered since the last reconcile
+        self._triggered_ms: dict[int, int] = {}
+        #: how far the previous tick's look for successful runs of failed jobs reached
+        self._recovery: _RecoveryMemory | None = None
 
     @classmethod
     def from_environment(cls, env: Mapping[str, str] | None = None, **config: Any) -> DatabricksJobsBackend:
@@ -91,13 +121,17 @@ class DatabricksJobsBackend(JobsBackend):
             raise JobsBackendError(f"HEARTBEAT_DATABRICKS_*_TIMEOUT must be a number of seconds: {exc}") from exc
         options.update(config)
         try:
+            limits = jobs_api_limits(dict(env))
+        except ValueError as exc:
+            raise JobsBackendError(str(exc)) from exc
+        try:
             cfg = Config(product="heartbeat-runner", product_version=_version(), **options)
         except ValueError as exc:
             raise AuthError(
                 "Databricks authentication is not configured. Set DATABRICKS_HOST and DATABRICKS_TOKEN "
                 "(or DATABRICKS_CLIENT_ID/DATABRICKS_CLIENT_SECRET), or DATABRICKS_CONFIG_PROFILE naming a "
                 f"~/.databrickscfg profile, or run on Databricks. The SDK said: {first_line(exc)}") from exc
-        return cls(WorkspaceClient(config=cfg))
+        return cls(WorkspaceClient(config=cfg), limits=limits)
 
     # -- JobsBackend ------------------------------------------------------------------------
 
@@ -108,45 +142,191 @@ class DatabricksJobsBackend(JobsBackend):
 
     def trigger(self, request: TriggerRequest) -> str:
         job = parse_job_id(request.job_id)
-        with self._api(f"run-now of job {job}", job=job):
+        called_ms = _now_ms()
+        with self._api(f"run-now of job {job}", "run-now", job=job):
             waiter = self.client.jobs.run_now(job, idempotency_token=request.idempotency_token,
                                               job_parameters=dict(request.parameters) or None)
         if waiter.run_id is None:
             raise JobsBackendError(f"run-now of job {job} returned no run id (is it a continuous job?)")
+        self._triggered_ms[waiter.run_id] = (called_ms + _now_ms()) // 2  # exact after the next listing
         return str(waiter.run_id)
 
     def run_status(self, job_id: str, run_id: str) -> RunStatus:
-        with self._api(f"runs/get of run {run_id} (job {job_id})"):
-            run = self.client.jobs.get_run(_run_number(run_id))
-        return run_status_of(run)
+        return run_status_of(self._get_run(job_id, run_id))
+
+    def reconcile(self, runs: list[RunRef], failed: list[FailedJob], budget: ApiBudget) -> Reconciliation:
+        """One listing of the workspace's active runs (in start-time slices read in parallel) answers every
+        tracked run still active; only runs absent from it (finished, or moved between two pages while
+        they were read) are looked up one by one. Failed jobs: see :meth:`_recover`."""
+        found = Reconciliation()
+        if not runs and not failed:
+            self._recovery = None
+            return found
+        began_ms = _now_ms()
+        listing = self._list_active(runs, budget)
+        if not listing.complete:
+            found.notes.append(
+                f"the workspace has more active runs than {self.limits.list_pages} pages of {PAGE_SIZE} "
+                "(HEARTBEAT_JOBS_API_LIST_PAGES) or the tick's API budget allows: runs not listed were "
+                "looked up one by one")
+        self._remember_starts(runs, listing)
+        missing = [ref for ref in runs if listing.get(ref.run_id) is None]
+        found.statuses.update({ref.run_id: run_status_of(run) for ref in runs
+                               if (run := listing.get(ref.run_id)) is not None})
+        lookups = call_all(missing, lambda ref: self.run_status(ref.job_id, ref.run_id), budget)
+        found.absorb_statuses(lookups)
+        self._recover(failed, listing, began_ms, budget, found)
+        return found
 
     def successful_run_after(self, job_id: str, after: datetime) -> RunStatus | None:
         job = parse_job_id(job_id)
         after = as_utc(after)
         since_ms = int((after - self.recovery_lookback).timestamp() * 1000)
-        best: RunStatus | None = None
-        with self._api(f"runs/list of job {job}", job=job):
-            runs = self.client.jobs.list_runs(job_id=job, completed_only=True, start_time_from=since_ms)
-            for run in islice(runs, self.recovery_max_runs):
-                status = run_status_of(run)
-                if status.outcome is not RunOutcome.SUCCESS or status.end_time is None or status.end_time <= after:
-                    continue
-                if best is None or status.end_time > best.end_time:  # type: ignore[operator]
-                    best = status
-        return best
+        with self._api(f"runs/list of job {job}", "runs/list", job=job):
+            runs = self.client.jobs.list_runs(job_id=job, completed_only=True, start_time_from=since_ms,
+                                              limit=PAGE_SIZE)
+            return latest_success_after(islice(runs, self.recovery_max_runs), after)
+
+    # -- bulk reconciliation ----------------------------------------------------------------
+
+    def _remember_starts(self, runs: list[RunRef], listing: _Listing) -> None:
+        """Keep the start times of the tracked runs (exact when listed) and of the runs triggered since the
+        last reconcile (tracked from the next); forget the rest (memory bounded by the tracked runs)."""
+        known = {**self._started_ms, **self._triggered_ms}
+        self._started_ms = {int(ref.run_id): started for ref in runs if (started := listing.started_ms(ref.run_id, known))}
+        for run_id, started in self._triggered_ms.items():
+            self._started_ms.setdefault(run_id, started)
+        self._triggered_ms = {}
+
+    def _recover(self, failed: list[FailedJob], listing: _Listing, began_ms: int, budget: ApiBudget,
+                 found: Reconciliation) -> None:
+        """Successful runs of failed jobs, incrementally: a job failed since the previous look (or the first
+        look of this process) is looked up once (its history since the failure); after that, a tick reads
+        one workspace-wide listing of the runs *completed* since the previous look, plus a ``runs/get`` of
+        each run of a failed job that was active at the previous look and is not any more (a repaired run
+        keeps its old start time). A run that ends after the failure is either of those, so nothing is missed.
+        """
+        memory = self._recovery if listing.complete else None
+        known = [job for job in failed if memory is not None and job.job_id in memory.jobs]
+        fresh = [job for job in failed if job not in known]
+        covered: set[str] = set()
+        newest_ms = max(listing.seen_until_ms, memory.looked_at_ms if memory is not None else 0)
+        if memory is not None and known:
+            covered = self._recover_known(known, memory, listing, budget, found)
+            fresh += [job for job in known if job.job_id not in covered]
+        recoveries = call_all(fresh, lambda job: self.successful_run_after(job.job_id, job.failed_at), budget)
+        found.absorb_recoveries(recoveries)
+        covered |= {a.item.job_id for a in recoveries.answers if a.error is None}
+        found.deferred += [job.job_id for job in recoveries.not_started]
+        failed_ids = {job.job_id for job in failed}
+        self._recovery = _RecoveryMemory(
+            newest_ms or began_ms - _OVERLAP_MS, covered - set(found.recovered),
+            {run_id: str(run.job_id) for run_id, run in listing.runs.items() if str(run.job_id) in failed_ids},
+        ) if listing.complete else None
+
+    def _recover_known(self, known: list[FailedJob], memory: _RecoveryMemory, listing: _Listing,
+                       budget: ApiBudget, found: Reconciliation) -> set[str]:
+        """The incremental look for ``known`` jobs: the jobs it covered (the others are looked up anew)."""
+        wanted = {job.job_id for job in known}
+        since_ms = memory.looked_at_ms - _OVERLAP_MS
+        try:
+            completed = self._list(_Slice(since_ms, None), budget.time_only(), _Pages(self.limits.list_pages),
+                                   completed=True)
+        except JobsBackendError as exc:
+            found.notes.append(f"listing the runs completed since the previous look failed ({exc}): "
+                               "failed jobs were looked up one by one")
+            return set()
+        if not completed.complete:
+            found.notes.append("runs completed since the previous look exceed the page budget "
+                               "(HEARTBEAT_JOBS_API_LIST_PAGES): failed jobs were looked up one by one")
+            return set()
+        left = [run_id for run_id, job in memory.watched.items() if job in wanted and run_id not in listing.runs]
+        gets = call_all(left, lambda run_id: self._get_run(memory.watched[run_id], str(run_id)), budget)
+        if gets.not_started or any(a.error is not None for a in gets.answers):
+            return set()
+        candidates: list[Run | BaseRun] = [*completed.runs.values()]
+        candidates += [a.value for a in gets.answers if a.value is not None]
+        by_job: dict[str, list[Run | BaseRun]] = {}
+        for run in candidates:
+            if str(run.job_id) in wanted:
+                by_job.setdefault(str(run.job_id), []).append(run)
+        for job in known:
+            best = latest_success_after(by_job.get(job.job_id, []), as_utc(job.failed_at))
+            if best is not None:
+                found.recovered[job.job_id] = best
+        return wanted
+
+    def _list_active(self, runs: list[RunRef], budget: ApiBudget) -> _Listing:
+        """The workspace's active runs, read in start-time slices in parallel (each slice's pages in turn)."""
+        starts = sorted(self._started_ms[int(ref.run_id)] for ref in runs
+                        if ref.run_id.isdigit() and int(ref.run_id) in self._started_ms)
+        slices = _slices(starts, self.limits.concurrency)
+        pages = _Pages(self.limits.list_pages)
+        listing_budget = budget.time_only()
+        listed = call_all(slices, lambda part: self._list(part, listing_budget, pages, completed=False),
+                          listing_budget)
+        merged = _Listing(complete=not listed.not_started)
+        for answer in listed.answers:
+            if answer.value is None:
+                merged.complete = False
+                continue
+            merged.runs.update(answer.value.runs)
+            merged.server_ms = min(filter(None, (merged.server_ms, answer.value.server_ms)), default=0)
+            merged.complete &= answer.value.complete
+        return merged
+
+    def _list(self, part: _Slice, budget: ApiBudget, pages: _Pages, *, completed: bool) -> _Listing:
+        """Runs of the whole workspace (no job filter) that started within ``part``: active ones, or
+        completed ones; incomplete when the page budget or the tick's budget ends first."""
+        query: dict[str, Any] = {"limit": PAGE_SIZE, ("completed_only" if completed else "active_only"): "true"}
+        if part.from_ms is not None:
+            query["start_time_from"] = part.from_ms
+        if part.to_ms is not None:
+            query["start_time_to"] = part.to_ms
+        listing = _Listing(complete=False)
+        token: str | None = None
+        # the first page is paid by the slice's own call of the tick's budget; later pages by the page budget
+        while (token is None or not budget.spent) and pages.take():
+            with self._api("runs/list of the workspace's runs", "runs/list"):
+                body = self.client.api_client.do(
+                    "GET", "/api/2.2/jobs/runs/list", query={**query, **({"page_token": token} if token else {})},
+                    headers={"Accept": "application/json"}, response_headers=["Date"])
+            if not isinstance(body, dict):
+                raise JobsBackendError(f"runs/list answered {type(body).__name__}, not a JSON object")
+            listing.server_ms = listing.server_ms or _http_date_ms(body.get("Date"))
+            answer = ListRunsResponse.from_dict(body)
+            listing.runs.update({run.run_id: run for run in answer.runs or [] if run.run_id is not None})
+            token = answer.next_page_token if answer.has_more else None
+            if token is None:
+                listing.complete = True
+                break
+        return listing
 
     # -- extras -----------------------------------------------------------------------------
 
     def cancel_run(self, job_id: str, run_id: str) -> None:
         """Ask Databricks to cancel a run (e.g. one past its maximum duration); returns at once."""
-        with self._api(f"runs/cancel of run {run_id} (job {job_id})"):
+        with self._api(f"runs/cancel of run {run_id} (job {job_id})", "runs/cancel"):
             self.client.jobs.cancel_run(_run_number(run_id))
 
     # -- internals --------------------------------------------------------------------------
 
+    def _get_run(self, job_id: str, run_id: str) -> Run:
+        with self._api(f"runs/get of run {run_id} (job {job_id})", "runs/get"):
+            return self.client.jobs.get_run(_run_number(run_id))
+
+    def _limiter(self, endpoint: str) -> RateLimiter:
+        with self._limiters_lock:
+            if endpoint not in self._limiters:
+                self._limiters[endpoint] = RateLimiter(self.limits.rate_per_s)
+            return self._limiters[endpoint]
+
     @contextmanager
-    def _api(self, what: str, *, job: int | None = None) -> Iterator[None]:
-        """Translate SDK and transport errors into the runner's error types."""
+    def _api(self, what: str, endpoint: str, *, job: int | None = None) -> Iterator[None]:
+        """Wait for the endpoint's turn (client-side rate limit), then translate SDK and transport errors
+        into the runner's error types. A 429 is retried by the SDK after its Retry-After in the worker
+        that got it; the tick's other workers go on."""
+        self._limiter(endpoint).acquire()
         try:
             yield
         except JobsBackendError:
@@ -170,6 +350,100 @@ class DatabricksJobsBackend(JobsBackend):
             cause = exc.__cause__ or exc
             raise JobsBackendError(f"{what}: no answer from Databricks ({type(cause).__name__}: "
                                    f"{first_line(cause)}); outcome unknown, will retry", retryable=True) from exc
+
+
+@dataclass(frozen=True)
+class _Slice:
+    """Runs that started in [from_ms, to_ms] (None: unbounded), listed on their own page chain."""
+
+    from_ms: int | None
+    to_ms: int | None
+
+
+@dataclass
+class _Listing:
+    """Runs read from a listing, by run id; ``complete`` when every page was read."""
+
+    complete: bool
+    runs: dict[int, BaseRun] = field(default_factory=dict)
+
+    #: the workspace's time (``Date`` of the first answer, ms) when the listing began; 0 when not known
+    server_ms: int = 0
+
+    @property
+    def seen_until_ms(self) -> int:
+        """Every run that started before this (the workspace's clock) was visible to the listing: the
+        time it began (less the ``Date`` header's one-second resolution), else the newest start it saw."""
+        if self.server_ms:
+            return self.server_ms - 1000
+        return max((run.start_time or 0 for run in self.runs.values()), default=0)
+
+    def get(self, run_id: str) -> BaseRun | None:
+        return self.runs.get(int(run_id)) if run_id.isdigit() else None
+
+    def started_ms(self, run_id: str, known: dict[int, int]) -> int:
+        """The run's start time as listed, else as ``known``; 0 when unknown."""
+        run = self.get(run_id)
+        if run is not None and run.start_time:
+            return run.start_time
+        return known.get(int(run_id), 0) if run_id.isdigit() else 0
+
+
+@dataclass
+class _RecoveryMemory:
+    """How far the previous look for successful runs of failed jobs reached (per process; bounded by the
+    failed jobs and their active runs)."""
+
+    #: the workspace's time when the look's active listing began: every run that started before it was
+    #: either read as completed or listed as active (and then watched)
+    looked_at_ms: int
+    #: failed jobs whose runs up to ``looked_at_ms`` have been read
+    jobs: set[str]
+    #: runs of failed jobs active at that look: run id -> job id
+    watched: dict[int, str]
+
+
+class _Pages:
+    """A page budget shared by the slices of one listing (thread-safe)."""
+
+    def __init__(self, pages: int):
+        self.left = pages
+        self._lock = threading.Lock()
+
+    def take(self) -> bool:
+        with self._lock:
+            if self.left <= 0:
+                return False
+            self.left -= 1
+            return True
+
+
+def _slices(starts: list[int], workers: int) -> list[_Slice]:
+    """Start-time slices covering all time, each holding whole pages of the tracked runs (``starts``,
+    sorted), at most ``workers`` of them; a boundary falls between two different start times."""
+    if not starts:
+        return [_Slice(None, None)]
+    per_slice = -(-len(starts) // workers)
+    per_slice = -(-per_slice // PAGE_SIZE) * PAGE_SIZE
+    bounds: list[int] = []
+    for index in range(per_slice, len(starts), per_slice):
+        before, at = starts[index - 1], starts[index]
+        if at > before and (not bounds or before >= bounds[-1]):
+            bounds.append(before + 1 + (at - before - 1) // 2)
+    edges: list[int | None] = [None, *bounds]
+    return [_Slice(lo, (hi - 1) if hi is not None else None) for lo, hi in zip(edges, [*bounds, None])]
+
+
+def latest_success_after(runs: Iterable[Run | BaseRun], after: datetime) -> RunStatus | None:
+    """The successful run among ``runs`` that ended last, after ``after``; None if none did."""
+    best: RunStatus | None = None
+    for run in runs:
+        status = run_status_of(run)
+        if status.outcome is not RunOutcome.SUCCESS or status.end_time is None or status.end_time <= after:
+            continue
+        if best is None or status.end_time > best.end_time:  # type: ignore[operator]
+            best = status
+    return best
 
 
 def run_status_of(run: Run | BaseRun) -> RunStatus:
@@ -224,6 +498,18 @@ def _describe(exc: DatabricksError) -> str:
 
 def _from_ms(value: int | None) -> datetime | None:
     return datetime.fromtimestamp(value / 1000, tz=timezone.utc) if value else None
+
+
+def _http_date_ms(value: object) -> int:
+    """An HTTP ``Date`` header in ms since the epoch; 0 when absent or unreadable."""
+    try:
+        return int(parsedate_to_datetime(str(value)).timestamp() * 1000) if value else 0
+    except (TypeError, ValueError):
+        return 0
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
 
 
 def _version() -> str:

@@ -314,6 +314,15 @@ class TableStore:
         """The job parameters first sent with a trigger request (empty when none was recorded)."""
         return job_parameters(self.request_payload(idempotency_token))
 
+    def trigger_payloads(self, idempotency_tokens: list[str]) -> dict[str, dict[str, str]]:
+        """:meth:`trigger_payload` of many requests in one query (token -> job parameters)."""
+        if not idempotency_tokens:
+            return {}
+        found = self.read(TRIGGER_REQUESTS_VIEW, Cond("idempotency_token", idempotency_tokens, "in"),
+                          columns=["idempotency_token", "payload"])
+        return {row["idempotency_token"]: job_parameters(json.loads(row["payload"]) if row["payload"] else {})
+                for row in found}
+
     def request_payload(self, idempotency_token: str) -> dict[str, Any]:
         """The whole payload of a trigger request: the job parameters and Heartbeat's own ``_`` keys
         (a catch-up sequence's plan)."""

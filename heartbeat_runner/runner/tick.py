@@ -9,13 +9,16 @@ The order is what makes a tick safe to crash anywhere:
    hash of the source, the cursor event sensed from and the window, so re-sensing
    the same window after a crash yields the same event);
 3. rebuild the control table (dbt) when any event arrived since the last build;
-4. for each job in ``jobs_ready_to_trigger``: append TRIGGER_REQUESTED with a
-   deterministic idempotency token, *then* call the jobs API with that token, then
-   append TRIGGERED with the run id (``before_trigger`` runs first: the CLI checks
-   there that it still holds the lease);
-5. reconcile IN_PROGRESS jobs: resume requests that never got a run id (same
-   token, so no second run), and turn finished runs into COMPLETED / FAILED;
-   look for a successful run of FAILED jobs (unblocks them);
+4. resume, first and in order, requests an earlier tick recorded that never got a run
+   id (same token, so no second run: a crash, an unknown outcome, or the API budget);
+   then for each job in ``jobs_ready_to_trigger``: append TRIGGER_REQUESTED with a
+   deterministic idempotency token (all in one commit), *then* call the jobs API with
+   those tokens on a bounded pool of workers within the tick's API budget, then append
+   every TRIGGERED with its run id in one commit (``before_trigger`` runs first: the
+   CLI checks there that it still holds the lease); a request the budget left out
+   stays recorded and is resumed next tick;
+5. reconcile IN_PROGRESS jobs in one ``JobsBackend.reconcile`` (finished runs become
+   COMPLETED / FAILED) and look for a successful run of FAILED jobs (unblocks them);
 6. write the run report, and rebuild the control table if anything changed.
 """
 
@@ -47,7 +50,16 @@ from heartbeat_runner.core.records import (
     random_event_id,
     utcnow,
 )
-from heartbeat_runner.jobs.base import JobsBackend, RunOutcome, RunStatus, TriggerRequest
+from heartbeat_runner.jobs.base import (
+    FailedJob,
+    JobsBackend,
+    Reconciliation,
+    RunOutcome,
+    RunRef,
+    RunStatus,
+    TriggerRequest,
+)
+from heartbeat_runner.jobs.calls import ApiBudget, call_all
 from heartbeat_runner.lakehouse.dbt_invoke import DbtProject
 from heartbeat_runner.lakehouse.maintenance import Maintenance, MaintenanceResult
 from heartbeat_runner.lakehouse.store import ControlRow, ReadyRow, SkippedSource, TableStore
@@ -98,6 +110,10 @@ class TickResult:
     trigger_errors: list[JobProblem] = field(default_factory=list)
     retried: list[str] = field(default_factory=list)  # job ids re-run by their retry policy
     overdue: list[JobProblem] = field(default_factory=list)  # runs past their maximum duration
+    #: job ids whose trigger request or run lookup did not fit the tick's API budget (done next tick, in order)
+    carried: list[str] = field(default_factory=list)
+    #: what the jobs backend said about how it read (e.g. a listing over its page budget)
+    api_notes: list[str] = field(default_factory=list)
     stage_timings: dict[str, float] = field(default_factory=dict)
     duration_s: float = 0.0
     #: events this tick appended (0 for a tick that found and changed nothing)
@@ -125,7 +141,8 @@ class TickResult:
     def is_idle(self) -> bool:
         """Nothing sensed, triggered, reconciled, written or failed: the run report coalesces such ticks."""
         return (self.events_written == 0 and self.sources_with_new_data == 0 and self.exit_code == 0
-                and not (self.triggered or self.completed or self.failed or self.retried or self.overdue)
+                and not (self.triggered or self.completed or self.failed or self.retried or self.overdue
+                         or self.carried or self.api_notes)
                 and not any(s.note for s in self.sensed))
 
     @property
@@ -142,6 +159,7 @@ class TickResult:
             "trigger_errors": [p.as_dict() for p in self.trigger_errors],
             "retried": self.retried,
             "overdue": [p.as_dict("message") for p in self.overdue],
+            "carried": self.carried, "api_notes": self.api_notes,
             "stage_timings": self.stage_timings, "exit_code": self.exit_code,
             **({"maintenance": self.maintenance.as_dict()} if self.maintenance else {}),
         }
@@ -193,6 +211,8 @@ class Heartbeat:
         self.before_trigger: Callable[[], None] = lambda: None
         self.maintenance = maintenance
         self._idle: IdleStreak | None = None
+        #: the jobs API budget of the current tick (trigger and reconcile steps share it)
+        self._budget = ApiBudget(self.settings.jobs_api)
         self._windows_synced = False
 
     # -- the tick ---------------------------------------------------------------------------
@@ -219,6 +239,7 @@ class Heartbeat:
         crash_point("after_new_data_events")
         with _stage(timings, "dbt"):
             self.refresh_models()
+        self._budget = ApiBudget(self.settings.jobs_api)
         with _stage(timings, "triggering"):
             self._trigger_ready(result)
             self._trigger_windows(result)
@@ -286,10 +307,15 @@ class Heartbeat:
     # -- step 4: trigger --------------------------------------------------------------------
 
     def _trigger_ready(self, result: TickResult) -> None:
+        carried = self._carried_requests()
         by_job: dict[str, list[ReadyRow]] = defaultdict(list)
         for row in self.store.ready_rows():
             by_job[row.trigger_job_id].append(row)
+        if carried:
+            self.progress(f"resuming {len(carried)} trigger request(s) left by an earlier tick")
         if not by_job:
+            if carried:
+                self._request_runs(result, [], carried)
             return
         planned: list[tuple[TriggerRequest, dict[str, Any]]] = []
         for job_id, rows in by_job.items():
@@ -297,10 +323,19 @@ class Heartbeat:
                 planned.append(self._request_for(job_id, rows, result.run_id))
             except SourceError as exc:  # a catch-up policy the source cannot apply: this job waits
                 result.trigger_errors.append(JobProblem(job_id, f"catch-up plan: {exc}"))
-        if planned:
-            self._request_runs(result, [self._requested_event(result, req, payload,
-                                                              by_job[req.job_id][0].consumed_event_ids)
-                                        for req, payload in planned], [req for req, _ in planned])
+        self._request_runs(result, [self._requested_event(result, req, payload, by_job[req.job_id][0].consumed_event_ids)
+                                    for req, payload in planned], carried + [req for req, _ in planned])
+
+    def _carried_requests(self) -> list[TriggerRequest]:
+        """Recorded requests that never got a run id (IN_PROGRESS without one), in job order; their
+        parameters in one query."""
+        self._in_progress = self.store.jobs_with_status(JobStatus.IN_PROGRESS)
+        rows = [row for row in self._in_progress if row.job_run_id is None and row.last_idempotency_token]
+        payloads = self.store.trigger_payloads([row.last_idempotency_token for row in rows
+                                                if row.last_idempotency_token])
+        return [TriggerRequest(row.trigger_job_id, row.trigger_job_name, row.last_idempotency_token,
+                               payloads.get(row.last_idempotency_token, {}))
+                for row in rows if row.last_idempotency_token]
 
     def _requested_event(self, result: TickResult, request: TriggerRequest, payload: dict[str, Any],
                          consumed_event_ids: str | None = None) -> Event:
@@ -310,7 +345,10 @@ class Heartbeat:
                      consumed_event_ids=consumed_event_ids, payload=json.dumps(payload, sort_keys=True))
 
     def _request_runs(self, result: TickResult, events: list[Event], requests: list[TriggerRequest]) -> None:
-        """Record ``events`` (the requests among them) in one commit, then call the jobs API for ``requests``."""
+        """Record ``events`` (the new requests among them) in one commit, then call the jobs API for ``requests``
+        (earlier requests carried over first)."""
+        if not events and not requests:
+            return
         self.before_trigger()
         self._append(result, events)
         crash_point("after_trigger_requested")
@@ -357,25 +395,29 @@ class Heartbeat:
                               parameters=job_parameters(payload)), payload
 
     def _call_backend(self, requests: list[TriggerRequest], result: TickResult) -> None:
-        """Call the jobs API for each request and record what it answered (one commit)."""
+        """Call the jobs API for the (recorded) requests on the pool, within the tick's budget, and record
+        every answer in one commit. A request that did not start, or whose outcome is unknown, stays
+        recorded without a run id: the next tick resumes it with the same token (no second run)."""
+        calls = call_all(requests, self.backend.trigger, self._budget, on_answer=_trigger_crash_points(len(requests)))
         answers: list[Event] = []
-        for request in requests:
-            try:
-                run_id = self.backend.trigger(request)
-            except JobsBackendError as exc:
+        for answer in calls.answers:
+            request, exc = answer.item, answer.error
+            if exc is not None:
                 result.trigger_errors.append(JobProblem(request.job_id, str(exc)))
                 if exc.retryable:
-                    # Unknown whether a run started: keep the request; the next tick
-                    # retries it with the same token, which cannot start a second run.
                     log.warning("trigger of %s will be retried: %s", request.job_id, exc)
                     continue
                 answers.append(self._event(result, EventType.TRIGGER_ERROR, request.job_id,
                                            idempotency_token=request.idempotency_token, message=str(exc)))
                 continue
-            crash_point("after_trigger_call")
+            run_id = str(answer.value)
             result.triggered.append(TriggeredJob(request.job_id, run_id))
             answers.append(self._event(result, EventType.TRIGGERED, request.job_id, job_run_id=run_id,
                                        idempotency_token=request.idempotency_token))
+        if calls.not_started:
+            result.carried += [request.job_id for request in calls.not_started]
+            log.warning("%d trigger request(s) did not fit the tick's jobs API budget; next tick resumes them",
+                        len(calls.not_started))
         self._append(result, answers)
         crash_point("after_triggered")
 
@@ -383,24 +425,20 @@ class Heartbeat:
 
     def _reconcile(self, result: TickResult) -> None:
         just_triggered = set(result.triggered_job_ids)
+        tracked = [row for row in self._in_progress if row.trigger_job_id not in just_triggered and row.job_run_id]
+        failed = self.store.jobs_with_status(JobStatus.FAILED)
+        found = self._reconciliation(tracked, failed, result)
         events: list[Event] = []
-        dangling: list[TriggerRequest] = []
         next_runs: list[NextRun] = self.sequences.due(result.run_id, result.snapshot_ts)
-        for row in self.store.jobs_with_status(JobStatus.IN_PROGRESS):
-            if row.trigger_job_id in just_triggered:
-                continue
-            if row.job_run_id is None:
-                request = self._requested(row)
-                if request is not None:
-                    dangling.append(request)
-                continue
-            finished = self._finished_run_events(row, row.job_run_id, result)
+        for row in tracked:
+            status = found.statuses.get(row.job_run_id or "")
+            finished = self._finished_run_events(row, status, result) if status is not None else []
             events.extend(finished)
             next_runs.extend(self._next_run(row, finished, result))
         retries: list[TriggerRequest] = []
-        for row in self.store.jobs_with_status(JobStatus.FAILED):
-            recovered = self._recovery_events(row, result)
-            retry = None if recovered else self._retry_request(row)
+        for row in failed:
+            recovered = self._recovery_events(row, found.recovered.get(row.trigger_job_id), result)
+            retry = None if recovered or row.trigger_job_id in found.deferred else self._retry_request(row)
             events.extend(recovered)
             next_runs.extend(self._next_run(row, recovered, result))
             if retry is not None:
@@ -415,11 +453,21 @@ class Heartbeat:
         self._append(result, events)
         if next_runs:
             crash_point("after_next_window_requested")
-        if dangling or retries or next_runs:
+        if retries or next_runs:
             self.before_trigger()
-            if dangling:
-                self.progress(f"resuming {len(dangling)} trigger request(s) left by an earlier tick")
-            self._call_backend(dangling + retries + [step.request for step in next_runs], result)
+            self._call_backend(retries + [step.request for step in next_runs], result)
+
+    def _reconciliation(self, tracked: list[ControlRow], failed: list[ControlRow], result: TickResult) -> Reconciliation:
+        """Ask the backend, in one call, about the tracked runs and the failed jobs; note what it could not do."""
+        found = self.backend.reconcile(
+            [RunRef(row.trigger_job_id, row.job_run_id) for row in tracked if row.job_run_id],
+            [FailedJob(row.trigger_job_id, since) for row in failed
+             if (since := row.job_end_timestamp or row.status_change_timestamp) is not None],
+            self._budget)
+        result.trigger_errors += [JobProblem(p.job_id, p.message) for p in found.problems]
+        result.carried += found.deferred
+        result.api_notes += found.notes
+        return found
 
     def _next_run(self, row: ControlRow, finished: list[Event], result: TickResult) -> list[NextRun]:
         """The next run of the job's catch-up sequence if ``finished`` records its current run's success."""
@@ -428,13 +476,6 @@ class Heartbeat:
         step = self.sequences.after_success(row.trigger_job_id, row.trigger_job_name, row.base_idempotency_token,
                                             result.run_id, result.snapshot_ts)
         return [step] if step is not None else []
-
-    def _requested(self, row: ControlRow, token: str | None = None) -> TriggerRequest | None:
-        """Rebuild a recorded request (by default the latest, e.g. one that never got a run id)."""
-        token = token or row.last_idempotency_token
-        if token is None:
-            return None
-        return self._request(row, token)
 
     def _request(self, row: ControlRow, token: str) -> TriggerRequest:
         """Rebuild the recorded request of ``row`` with idempotency token ``token``."""
@@ -467,13 +508,9 @@ class Heartbeat:
         log.warning("job %s: %s", row.trigger_job_id, message)
         result.overdue.append(JobProblem(row.trigger_job_id, message))
 
-    def _finished_run_events(self, row: ControlRow, run_id: str, result: TickResult) -> list[Event]:
-        """Events for run ``run_id`` (the row's job_run_id) if it has finished; report it if overdue."""
-        try:
-            status = self.backend.run_status(row.trigger_job_id, run_id)
-        except JobsBackendError as exc:
-            result.trigger_errors.append(JobProblem(row.trigger_job_id, f"run status: {exc}"))
-            return []
+    def _finished_run_events(self, row: ControlRow, status: RunStatus, result: TickResult) -> list[Event]:
+        """Events for the row's run (``status``) if it has finished; report it if overdue."""
+        run_id = status.run_id
         if not status.outcome.finished:
             self._report_overrun(row, run_id, status, result)
             return []
@@ -482,15 +519,8 @@ class Heartbeat:
         return [self._event(result, EventType.COMPLETED if success else EventType.FAILED, row.trigger_job_id,
                             job_run_id=run_id, message=status.message, payload=_timing_payload(status))]
 
-    def _recovery_events(self, row: ControlRow, result: TickResult) -> list[Event]:
-        since = row.job_end_timestamp or row.status_change_timestamp
-        if since is None:
-            return []
-        try:
-            run = self.backend.successful_run_after(row.trigger_job_id, since)
-        except JobsBackendError as exc:
-            result.trigger_errors.append(JobProblem(row.trigger_job_id, f"looking for a successful run: {exc}"))
-            return []
+    def _recovery_events(self, row: ControlRow, run: RunStatus | None, result: TickResult) -> list[Event]:
+        """A COMPLETED event when ``run``, a successful run after the row's failure, was found."""
         if run is None:
             return []
         result.completed.append(row.trigger_job_id)
@@ -541,7 +571,9 @@ class Heartbeat:
             jobs_completed=len(result.completed), jobs_failed=len(result.failed),
             trigger_errors=len(result.trigger_errors),
             status=result.status,
-            message="; ".join(map(str, result.trigger_errors + result.overdue)) or None,
+            message="; ".join([*map(str, result.trigger_errors + result.overdue), *result.api_notes,
+                               *([f"carried to the next tick (jobs API budget): {', '.join(result.carried)}"]
+                                 if result.carried else [])]) or None,
             stage_timings=json.dumps({k: round(v, 4) for k, v in result.stage_timings.items()}),
         )]
         self.store.append_runs(summaries, evaluations)
@@ -560,6 +592,16 @@ def _timing_payload(status: RunStatus) -> str | None:
     """A run end event's payload: the run's own start, end and queue time (None when the backend knows none)."""
     timing = status.timing()
     return json.dumps(timing) if timing else None
+
+
+def _trigger_crash_points(calls: int) -> Callable[[int], None]:
+    """Crash points among the parallel trigger calls: after the first answer, and after half of them."""
+    def on_answer(answered: int) -> None:
+        if answered == 1:
+            crash_point("after_trigger_call")
+        if answered == (calls + 1) // 2:
+            crash_point("during_trigger_calls")
+    return on_answer
 
 
 class _stage:
