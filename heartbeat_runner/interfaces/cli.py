@@ -23,7 +23,7 @@ from rich.text import Text
 from heartbeat_runner import __version__
 from heartbeat_runner.core.errors import ConfigError, HeartbeatError, describe
 from heartbeat_runner.core.records import EventType
-from heartbeat_runner.core.settings import Settings, load_settings
+from heartbeat_runner.core.settings import TARGETS, JobsBackendKind, Settings, load_settings
 from heartbeat_runner.core.stopping import StopRequest
 from heartbeat_runner.interfaces.operations import (
     DEFAULT_MAX_REMOVAL_SHARE,
@@ -68,10 +68,11 @@ DEFAULT_WATCH_S = 5.0
 
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lakehouse-dir", help="where the embedded lakehouse lives (default $HEARTBEAT_HOME or ./.heartbeat)")
-    parser.add_argument("--target", choices=["local", "spark", "databricks"], help="engine (default $HEARTBEAT_TARGET or local)")
+    parser.add_argument("--target", choices=TARGETS, help="engine (default $HEARTBEAT_TARGET or local)")
     parser.add_argument("--config", help="sensor config CSV (default seeds/heartbeat_sensor_config.csv)")
     parser.add_argument("--jobs-file", help="local jobs file (default ./heartbeat_jobs.yml)")
-    parser.add_argument("--jobs-backend", choices=["local", "databricks"], help="where jobs run")
+    parser.add_argument("--jobs-backend", help=f"where jobs run: {', '.join(k.value for k in JobsBackendKind)} or an "
+                        "installed plugin's name (default $HEARTBEAT_JOBS_BACKEND; databricks on that target, else local)")
     parser.add_argument("--trigger-dir", help="base folder of trigger_file sources (default <lakehouse>/triggers)")
     parser.add_argument("--sources-file", help="connection settings for kafka/sap/jdbc (heartbeat_sources.yml)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")

@@ -35,6 +35,7 @@ from databricks.sdk.service.jobs import BaseRun, Run
 
 from heartbeat_runner.core.errors import AuthError, JobNotFoundError, JobsBackendError, describe, first_line
 from heartbeat_runner.core.records import as_utc
+from heartbeat_runner.core.settings import JobsBackendKind, Settings
 from heartbeat_runner.jobs.base import JobsBackend, RunOutcome, RunOutput, RunStatus, TriggerRequest
 
 #: Seconds one HTTP call may take (``HEARTBEAT_DATABRICKS_HTTP_TIMEOUT``).
@@ -66,7 +67,7 @@ def parse_job_id(job_id: str) -> int:
 class DatabricksJobsBackend(JobsBackend):
     """Triggers and tracks Databricks job runs."""
 
-    name = "databricks"
+    name = JobsBackendKind.DATABRICKS.value
     can_cancel = True
 
     def __init__(self, client: WorkspaceClient, *, recovery_lookback: timedelta = RECOVERY_LOOKBACK,
@@ -74,6 +75,11 @@ class DatabricksJobsBackend(JobsBackend):
         self.client = client
         self.recovery_lookback = recovery_lookback
         self.recovery_max_runs = recovery_max_runs
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> DatabricksJobsBackend:
+        """Authenticated by the SDK's auth chain from the environment (see :meth:`from_environment`)."""
+        return cls.from_environment()
 
     @classmethod
     def from_environment(cls, env: Mapping[str, str] | None = None, **config: Any) -> DatabricksJobsBackend:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from heartbeat_runner.core.errors import HeartbeatError
 from heartbeat_runner.core.faults import crash_point
+from heartbeat_runner.core.settings import Target
 from heartbeat_runner.lakehouse.engine import Engine
 from heartbeat_runner.lakehouse.store import retry_lost_commits
 
@@ -95,7 +96,7 @@ class DbtProject:
             "HEARTBEAT_SEED_DIR": str(self.seed_dir),
             "HEARTBEAT_DBT_TARGET_PATH": str(self.work_dir / "target"),
             "HEARTBEAT_SCHEMA": self.settings.schema,
-            "HEARTBEAT_TARGET": self.settings.target,
+            "HEARTBEAT_TARGET": self.settings.target.value,
             "DBT_SEND_ANONYMOUS_USAGE_STATS": "false",
         }
         saved = {k: os.environ.get(k) for k in values}
@@ -127,7 +128,7 @@ class DbtProject:
             *args,
             "--project-dir", str(self.settings.project_dir),
             "--profiles-dir", str(self._profiles_dir()),
-            "--target", self.settings.target,
+            "--target", self.settings.target.value,
             "--vars", json.dumps({"heartbeat_location_root": location_root,
                                   "heartbeat_archive_margin_minutes": self.settings.archive_margin_minutes,
                                   "heartbeat_stage_events": self.engine.ops.stage_events,
@@ -166,7 +167,7 @@ class DbtProject:
 
     def _check_credentials(self) -> None:
         """dbt-databricks without credentials falls back to a browser login and waits minutes: fail fast."""
-        if self.settings.target != "databricks":
+        if self.settings.target is not Target.DATABRICKS:
             return
         if not (os.environ.get("DATABRICKS_TOKEN") or os.environ.get("DATABRICKS_CLIENT_SECRET")
                 or os.environ.get("DBT_PROFILES_DIR")):

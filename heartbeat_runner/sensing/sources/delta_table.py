@@ -39,6 +39,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 class DeltaTableSource(Source):
     source_types: ClassVar[tuple[str, ...]] = ("delta_table", "lmu_delta_table")
+    reports_event_times: ClassVar[bool] = True
 
     def check_config(self, sensor_id: str, upstream_key: str | None) -> str | None:
         return check_table_reference(sensor_id)

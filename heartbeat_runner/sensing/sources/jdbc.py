@@ -195,6 +195,7 @@ def jdbc_reader(ctx: SenseContext, connection: str) -> JdbcReader:
 
 class JdbcSource(Source):
     source_types: ClassVar[tuple[str, ...]] = ("jdbc",)
+    reports_event_times: ClassVar[bool] = True
 
     def split(self, window: SourceWindow, limit: WindowLimit, upstream_key: str | None) -> list[SourceWindow]:
         """Spans of the key column: ``7d`` for a date or timestamp key, a count for a numeric one."""

@@ -78,6 +78,7 @@ class ChainLog:
 
 class SapChainSource(Source):
     source_types: ClassVar[tuple[str, ...]] = ("sap_bw", "sap_b4")
+    reports_event_times: ClassVar[bool] = True
 
     def check_config(self, sensor_id: str, upstream_key: str | None) -> str | None:
         system, chain_id = split_reference(sensor_id)
