@@ -156,6 +156,10 @@ def test_delta_hourly_windows_fire_when_final_skip_empty_ones_and_rerun_late_one
         settle(hb)
         assert starts(out, "H") == [("10:00", "false")]
         assert recorded(out, "H")[0]["window_end"] == f"{DAY}T11:00:00Z"
+        structured = json.loads(recorded(out, "H")[0]["heartbeat_params"])
+        assert structured["window"] == {"start": f"{DAY}T10:00:00Z", "end": f"{DAY}T11:00:00Z", "correction": False}
+        assert [(s["kind"], s["from"], s["until"]) for s in structured["sources"]] == [
+            ("event_time", f"{DAY}T10:00:00Z", f"{DAY}T11:00:00Z")]
 
         hb.insert("up.clicks", f"(TIMESTAMP'{DAY} 12:30:00', 4), (TIMESTAMP'{DAY} 14:10:00', 5)")
         settle(hb)  # 11:00 and 12:00 run, in order; 13:00 had no data: skipped; 14:00 is not final
@@ -166,6 +170,7 @@ def test_delta_hourly_windows_fire_when_final_skip_empty_ones_and_rerun_late_one
         hb.insert("up.clicks", f"(TIMESTAMP'{DAY} 10:30:00', 6)")  # late for the 10:00 window
         settle(hb)
         assert starts(out, "H")[-1] == ("10:00", "true")  # one correction run, flagged
+        assert json.loads(recorded(out, "H")[-1]["heartbeat_params"])["window"]["correction"] is True
         assert late_data(hb.app.store, hb.settings.retry_policy_file, "H") == [
             {"source_key": hb.rows("H")[0]["source_key"], "window_start": f"{DAY}T10:00:00Z", "rows": 1}]
         hb.insert("up.clicks", f"(TIMESTAMP'{DAY} 10:40:00', 7)")  # late again: counted, no second correction

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-import enum
 import os
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from heartbeat_runner.core.names import TextEnum
 
-class Target(str, enum.Enum):
+
+class Target(TextEnum):
     """Where the lakehouse runs (``--target``, ``HEARTBEAT_TARGET``; the dbt profile's target of the same name)."""
 
     #: the embedded engine (Sail) in this process
@@ -21,11 +22,8 @@ class Target(str, enum.Enum):
     #: Databricks (Databricks Connect, Unity Catalog)
     DATABRICKS = "databricks"
 
-    def __str__(self) -> str:
-        return self.value
 
-
-class JobsBackendKind(str, enum.Enum):
+class JobsBackendKind(TextEnum):
     """The built-in jobs backends (``--jobs-backend``, ``HEARTBEAT_JOBS_BACKEND``); plugins add others by name
     (the entry-point group ``heartbeat.jobs_backends``, see docs/plugins.md)."""
 
@@ -33,9 +31,6 @@ class JobsBackendKind(str, enum.Enum):
     LOCAL = "local"
     #: the Databricks Jobs API
     DATABRICKS = "databricks"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 TARGETS = tuple(t.value for t in Target)

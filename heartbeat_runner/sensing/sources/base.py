@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from heartbeat_runner.core.records import SensingTarget
-from heartbeat_runner.core.windows import CUT_POINTS_KEY, EventTimes, SourceWindow, WindowLimit
+from heartbeat_runner.core.windows import CUT_POINTS_KEY, EventTimes, SourceWindow, WindowBounds, WindowLimit
 from heartbeat_runner.sensing.preprocess import render_preprocess_query
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -150,3 +150,8 @@ class Source(abc.ABC):
         Delta versions). The default cannot cut: the whole backlog is one piece.
         """
         return [window]
+
+    def bounds(self, cursor_from: str | None, cursor_to: str | None) -> WindowBounds:
+        """The window after ``cursor_from`` up to ``cursor_to`` in the job's terms (the structured job
+        parameter ``heartbeat_params``). No I/O. The default gives the cursors themselves (kind ``cursor``)."""
+        return WindowBounds("cursor", load_cursor(cursor_from), load_cursor(cursor_to))
