@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
 
-from heartbeat_runner.core.errors import HeartbeatError, describe
+from heartbeat_runner.core.errors import TerminalError, describe
 
 #: the entry-point group of source types (the ``sensor_source`` values they sense)
 SOURCES_GROUP = "heartbeat.sources"
@@ -28,7 +28,7 @@ BUILT_IN = "built-in"
 _NAME = re.compile(r"^[a-z_][a-z0-9_]*$")
 
 
-class PluginError(HeartbeatError):
+class PluginError(TerminalError):
     """A plugin is declared wrongly, clashes with another extension, or cannot be loaded."""
 
 

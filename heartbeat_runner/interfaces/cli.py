@@ -39,6 +39,7 @@ from heartbeat_runner.interfaces.operations import (
     retry_outlook,
     run_details,
 )
+from heartbeat_runner.interfaces.outcomes import outcome_of
 from heartbeat_runner.interfaces.output import STATUS_COLUMNS, LiveLine, Snapshot, Steps, emit, emit_json, watch
 from heartbeat_runner.policies.event_windows import source_grains
 from heartbeat_runner.policies.retry import load_retry_policies, policy_problem
@@ -183,16 +184,16 @@ def main(argv: list[str] | None = None) -> int:
         print("Invalid configuration; nothing was written:", file=sys.stderr)
         for problem in exc.problems:
             print(f"  {problem}", file=sys.stderr)
-        return 1
+        return outcome_of(exc).exit_code
     except (HeartbeatError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 1
+        return outcome_of(exc).exit_code
     except KeyboardInterrupt:
         return 130
-    except Exception:  # noqa: BLE001 - an engine or library failure: show it whole, nothing was half-done
+    except Exception as exc:  # noqa: BLE001 - an engine or library failure: show it whole, nothing was half-done
         print("error: the command failed unexpectedly:", file=sys.stderr)
         traceback.print_exc()
-        return 1
+        return outcome_of(exc).exit_code
 
 
 class _CurrentStderr:
