@@ -358,3 +358,18 @@ def test_a_bad_window_policy_is_a_clear_error_naming_the_file(tmp_path):
     assert source_grains({"a": hourly, "b": quarter}, [("a", "s"), ("b", "s"), ("c", "s")]) == {"s": 900}
     with pytest.raises(ConfigError, match="multiple of the smallest"):
         source_grains({"b": quarter, "c": tens}, [("b", "s"), ("c", "s")])
+
+
+def test_validate_warns_when_a_windowed_job_reads_a_source_without_event_times(tmp_path, monkeypatch, capsys):
+    from heartbeat_runner.interfaces.cli import main
+
+    config = tmp_path / "config.csv"
+    config.write_text("\n".join([HEADER, row("delta_table", "up.clicks", "H"), row("trigger_file", "drops", "H"),
+                                 row("trigger_file", "soft", "H", hard="FALSE")]) + "\n")
+    policy = tmp_path / "policies.yml"
+    policy.write_text('jobs: {"H": {window: {size: 1h}}}')
+    monkeypatch.setenv("HEARTBEAT_RETRY_POLICY", str(policy))
+    assert main(["validate", "--config", str(config), "--lakehouse-dir", str(tmp_path / "lake")]) == 0
+    warnings = [line for line in capsys.readouterr().out.splitlines() if "report no event times" in line]
+    assert warnings == ["  warning: line 3: job H has a window policy, but trigger_file sources report no event "
+                        "times: its windows never become final"]  # the soft row and the Delta table are fine

@@ -48,6 +48,7 @@ from heartbeat_runner.runner.app import App, open_app
 from heartbeat_runner.runner.lease import Lease, LeaseHeld, tick_lease
 from heartbeat_runner.runner.tick import TickResult
 from heartbeat_runner.sensing.config import LoadedConfig, load_config
+from heartbeat_runner.sensing.sources.registry import source_for
 
 EXPLAIN_COLUMNS = ["sensor_source", "sensor_id", "dependency", "status", "row_state", "last_evaluated_at",
                    "last_outcome"]
@@ -218,6 +219,7 @@ def cmd_validate(args: argparse.Namespace, settings: Settings) -> int:
     config, policies = _checked_config(settings)
     jobs = sorted({r.trigger_job_id for r in config.rows})
     unknown = policies.unknown_jobs(jobs)
+    untimed = _windows_without_event_times(config, policies)
     policy_file = settings.retry_policy_file
     if args.json:
         emit_json({"file": str(config.path), "rows": len(config.rows), "jobs": jobs, "valid": True,
@@ -225,7 +227,8 @@ def cmd_validate(args: argparse.Namespace, settings: Settings) -> int:
                    "run_policies": {"file": str(policy_file) if policy_file else None,
                                     "exists": bool(policy_file and policy_file.exists()),
                                     "retry": sorted(policies.retry.jobs), "catch_up": sorted(policies.catch_up),
-                                    "window": sorted(policies.windows), "unknown_jobs": unknown}})
+                                    "window": sorted(policies.windows), "unknown_jobs": unknown,
+                                    "window_sources_without_event_times": untimed}})
         return 0
     print(f"{config.path}: {len(config.rows)} row(s), {len(jobs)} job(s): valid")
     if config.defaulted_columns:
@@ -237,7 +240,18 @@ def cmd_validate(args: argparse.Namespace, settings: Settings) -> int:
               f"{len(policies.windows)} window policy(ies): valid")
     for job_id in unknown:
         print(f"  warning: {policy_file} has a policy for job {job_id}, which no config row triggers")
+    for problem in untimed:
+        print(f"  warning: {problem}")
     return 0
+
+
+def _windows_without_event_times(config: LoadedConfig, policies: RunPolicies) -> list[str]:
+    """Hard sources of jobs with an event-time window policy whose source type reports no event times
+    (the ``Source.reports_event_times`` capability): such a job never finalizes a window."""
+    return [f"line {r.line}: job {r.trigger_job_id} has a window policy, but {r.sensor_source} sources report no "
+            "event times: its windows never become final" for r in config.rows
+            if r.dependency_flag and r.trigger_job_id in policies.windows
+            and not source_for(r.sensor_source).reports_event_times]
 
 
 def _checked_config(settings: Settings) -> tuple[LoadedConfig, RunPolicies]:
