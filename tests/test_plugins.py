@@ -7,17 +7,26 @@ service it talks to is its own process; the test reads what that service receive
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import urllib.request
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
 from harness import HEADER, CliLakehouse, config_row
+
+from heartbeat_runner.core.errors import JobNotFoundError
+from heartbeat_runner.core.records import SensingTarget
+from heartbeat_runner.core.windows import SourceWindow, WindowLimit
+from heartbeat_runner.jobs.base import RunOutcome, TriggerRequest
+from heartbeat_runner.sensing.sources.base import SenseContext
 
 PLUGIN_PACKAGE = Path(__file__).resolve().parents[1] / "examples" / "plugins"
 
@@ -109,6 +118,55 @@ def test_plugin_source_and_backend_from_an_installed_package(tmp_path, plugin_pa
     status = json.loads(lake.cli("status", "--json", env=plugged).stdout)
     # run 2 started only because the backend's run_status said run 1 succeeded (a job in flight waits)
     assert [(r["sensor_source"], r["job_run_id"]) for r in status] == [("local_prefix", "2")]
+
+
+def plugin_module(name: str):
+    """A module of the example package, loaded from its file (its folder stays off sys.path, so this
+    process's registries never see the package's entry points)."""
+    spec = importlib.util.spec_from_file_location(f"example_{name}", PLUGIN_PACKAGE / "heartbeat_example_plugins"
+                                                  / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_example_source_cuts_a_backlog_and_reports_event_times(tmp_path, monkeypatch):
+    prefix = plugin_module("prefix_source")
+    monkeypatch.setenv(prefix.BUCKETS_DIR, str(tmp_path))
+    for i in range(5):
+        put_object(tmp_path / "landing", f"orders/{i}.csv", 1_700_000_000 + 3600 * i)
+    source = prefix.LocalPrefixSource()
+    target = SensingTarget("k", "local_prefix", "landing/orders/", None, None, "batch", None)
+    context = SenseContext(engine=None, trigger_dir=tmp_path, replay_new_sensors=True, event_time_grains={"k": 3600})
+    found = source.sense(target, context)
+    assert (found.new_data, found.rows, found.window_from, found.window_to) == (True, 5, "orders/0.csv", "orders/4.csv")
+    assert found.event_times.buckets == {1_700_000_000 - 1_700_000_000 % 3600 + 3600 * i: 1 for i in range(5)}
+    backlog = SourceWindow("local_prefix", "landing/orders/", None, found.cursor_to, found.window_from,
+                           found.window_to, found.cut_points)
+    pieces = source.split(backlog, WindowLimit(count=2), None)
+    assert [(p.window_from, p.window_to) for p in pieces] == [
+        ("beginning", "orders/1.csv"), ("orders/1.csv", "orders/3.csv"), ("orders/3.csv", "orders/4.csv")]
+    assert source.bounds(pieces[1].cursor_from, pieces[1].cursor_to).upper["key"] == "orders/3.csv"
+    assert source.check_config("../etc/x", None) is not None
+
+
+def test_the_example_backend_starts_one_run_per_token():
+    backend_module, service_module = plugin_module("http_backend"), plugin_module("http_service")
+    service = service_module.JobsService()
+    threading.Thread(target=service.serve_forever, daemon=True).start()
+    try:
+        backend = backend_module.HttpPostJobsBackend(service.url)
+        request = TriggerRequest("etl", None, "token-1", {"heartbeat_run_id": "r1"})
+        before = datetime.now(timezone.utc) - timedelta(seconds=1)
+        run_id = backend.trigger(request)
+        assert backend.trigger(request) == run_id and len(service.runs) == 1  # the same token: the same run
+        assert backend.run_status("etl", run_id).outcome is RunOutcome.SUCCESS
+        assert backend.successful_run_after("etl", before).run_id == run_id
+        with pytest.raises(JobNotFoundError):
+            backend.run_status("etl", "999")
+    finally:
+        service.shutdown()
 
 
 def fake_distribution(root: Path, name: str, entry_points: str) -> Path:
