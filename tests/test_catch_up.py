@@ -151,6 +151,11 @@ def test_a_backlog_of_delta_versions_after_a_pause_runs_window_by_window_in_orde
         assert [windows(p) for p in runs] == [[("version 1", "version 2")], [("version 3", "version 4")],
                                               [("version 3", "version 4")], [("version 5", "version 5")]]
         assert [json.loads(p["heartbeat_catch_up"])["run"] for p in runs] == [1, 2, 2, 3]
+        structured = [json.loads(p["heartbeat_params"]) for p in runs]  # the same windows, no text to parse
+        assert [[(s["kind"], s["from"], s["until"]) for s in p["sources"]] for p in structured] == [
+            [("delta_version", 0, 2)], [("delta_version", 2, 4)], [("delta_version", 2, 4)], [("delta_version", 4, 5)]]
+        assert [p["catch_up"] for p in structured] == [{"run": 1, "runs": 3}, {"run": 2, "runs": 3},
+                                                       {"run": 2, "runs": 3}, {"run": 3, "runs": 3}]
         assert not any(k.startswith("_") for p in runs for k in p), "the plan is Heartbeat's, not the job's"
         assert len(hb.events("TRIGGER_REQUESTED")) == 1 and len(hb.events("NEXT_WINDOW_REQUESTED")) == 2
         assert len(hb.events("RETRY_REQUESTED")) == 1 and len(hb.events("FAILED")) == 1

@@ -173,26 +173,28 @@ def test_nothing_secret_in_the_bundle():
 
 def test_example_job_receives_heartbeat_parameters_and_ends_with_complete():
     job = resolved_jobs("prod")["example_orders_etl"]
-    assert {p["name"] for p in job["parameters"]} == {"heartbeat_run_id", "heartbeat_windows", "heartbeat_catch_up",
-                                                      "window_start", "window_end", "heartbeat_window_correction"}
+    assert {p["name"] for p in job["parameters"]} == {"heartbeat_run_id", "heartbeat_windows", "heartbeat_params",
+                                                      "heartbeat_catch_up", "window_start", "window_end",
+                                                      "heartbeat_window_correction"}
     etl = job["tasks"][0]["spark_python_task"]["parameters"]
-    assert "{{job.parameters.heartbeat_windows}}" in etl and "{{job.parameters.heartbeat_run_id}}" in etl
+    assert "{{job.parameters.heartbeat_params}}" in etl and "{{job.parameters.heartbeat_run_id}}" in etl
     last = job["tasks"][-1]
     assert last["depends_on"] == [{"task_key": "etl"}] and last.get("run_if") == "ALL_SUCCESS"
     args = last["python_wheel_task"]["parameters"]
     assert args[0] == "complete" and args[args.index("--job-id") + 1] == "{{job.id}}"
 
 
-def test_example_plans_reads_from_the_windows_heartbeat_sends():
-    windows = json.dumps([
-        {"sensor_source": "delta_table", "sensor_id": "sales.orders", "from": "version 4", "to": "version 9"},
-        {"sensor_source": "trigger_file", "sensor_id": "orders_ready", "from": "a.done", "to": "b.done"},
-    ], sort_keys=True)
-    assert orders_etl.plan_reads(orders_etl.parse_windows(windows), ["sales.orders"]) == \
+def test_example_plans_reads_from_the_structured_parameter_heartbeat_sends():
+    params = json.dumps({"version": 1, "run_id": "r", "window": None, "catch_up": None, "sources": [
+        {"sensor_source": "delta_table", "sensor_id": "sales.orders", "kind": "delta_version", "from": 3, "until": 9},
+        {"sensor_source": "trigger_file", "sensor_id": "orders_ready", "kind": "cursor", "from": None,
+         "until": {"mtime_ns": 1, "name": "b.done"}},
+    ]}, sort_keys=True)
+    assert orders_etl.plan_reads(orders_etl.parse_params(params), ["sales.orders"]) == \
         [orders_etl.Read("sales.orders", 4, 9)]
-    assert orders_etl.plan_reads(orders_etl.parse_windows("[]"), ["sales.orders"]) == [orders_etl.Read("sales.orders")]
-    with pytest.raises(ValueError):
-        orders_etl.parse_windows('{"not": "a list"}')
+    assert orders_etl.plan_reads(orders_etl.parse_params(""), ["sales.orders"]) == [orders_etl.Read("sales.orders")]
+    with pytest.raises(ValueError, match="version"):
+        orders_etl.parse_params('{"version": 2, "sources": []}')
 
 
 # -- the status page app -------------------------------------------------------------------------

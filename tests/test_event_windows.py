@@ -156,6 +156,10 @@ def test_delta_hourly_windows_fire_when_final_skip_empty_ones_and_rerun_late_one
         settle(hb)
         assert starts(out, "H") == [("10:00", "false")]
         assert recorded(out, "H")[0]["window_end"] == f"{DAY}T11:00:00Z"
+        structured = json.loads(recorded(out, "H")[0]["heartbeat_params"])
+        assert structured["window"] == {"start": f"{DAY}T10:00:00Z", "end": f"{DAY}T11:00:00Z", "correction": False}
+        assert [(s["kind"], s["from"], s["until"]) for s in structured["sources"]] == [
+            ("event_time", f"{DAY}T10:00:00Z", f"{DAY}T11:00:00Z")]
 
         hb.insert("up.clicks", f"(TIMESTAMP'{DAY} 12:30:00', 4), (TIMESTAMP'{DAY} 14:10:00', 5)")
         settle(hb)  # 11:00 and 12:00 run, in order; 13:00 had no data: skipped; 14:00 is not final
@@ -166,6 +170,7 @@ def test_delta_hourly_windows_fire_when_final_skip_empty_ones_and_rerun_late_one
         hb.insert("up.clicks", f"(TIMESTAMP'{DAY} 10:30:00', 6)")  # late for the 10:00 window
         settle(hb)
         assert starts(out, "H")[-1] == ("10:00", "true")  # one correction run, flagged
+        assert json.loads(recorded(out, "H")[-1]["heartbeat_params"])["window"]["correction"] is True
         assert late_data(hb.app.store, hb.settings.retry_policy_file, "H") == [
             {"source_key": hb.rows("H")[0]["source_key"], "window_start": f"{DAY}T10:00:00Z", "rows": 1}]
         hb.insert("up.clicks", f"(TIMESTAMP'{DAY} 10:40:00', 7)")  # late again: counted, no second correction
@@ -353,3 +358,18 @@ def test_a_bad_window_policy_is_a_clear_error_naming_the_file(tmp_path):
     assert source_grains({"a": hourly, "b": quarter}, [("a", "s"), ("b", "s"), ("c", "s")]) == {"s": 900}
     with pytest.raises(ConfigError, match="multiple of the smallest"):
         source_grains({"b": quarter, "c": tens}, [("b", "s"), ("c", "s")])
+
+
+def test_validate_warns_when_a_windowed_job_reads_a_source_without_event_times(tmp_path, monkeypatch, capsys):
+    from heartbeat_runner.interfaces.cli import main
+
+    config = tmp_path / "config.csv"
+    config.write_text("\n".join([HEADER, row("delta_table", "up.clicks", "H"), row("trigger_file", "drops", "H"),
+                                 row("trigger_file", "soft", "H", hard="FALSE")]) + "\n")
+    policy = tmp_path / "policies.yml"
+    policy.write_text('jobs: {"H": {window: {size: 1h}}}')
+    monkeypatch.setenv("HEARTBEAT_RETRY_POLICY", str(policy))
+    assert main(["validate", "--config", str(config), "--lakehouse-dir", str(tmp_path / "lake")]) == 0
+    warnings = [line for line in capsys.readouterr().out.splitlines() if "report no event times" in line]
+    assert warnings == ["  warning: line 3: job H has a window policy, but trigger_file sources report no event "
+                        "times: its windows never become final"]  # the soft row and the Delta table are fine

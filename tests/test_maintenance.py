@@ -10,11 +10,12 @@ import pytest
 from harness import HEADER, CliLakehouse, Harness, marker_jobs_file
 from harness import config_row as row
 
-from heartbeat_runner.core.faults import CRASH_EXIT_CODE
+from heartbeat_runner.core.faults import ARCHIVE_STEPS, CRASH_EXIT_CODE, FaultPoint
 from heartbeat_runner.core.records import TickStatus
 
-ARCHIVE_CRASH_POINTS = ("archive_events_after_staging", "archive_events_after_copy", "archive_events_after_delete",
-                        "archive_report_after_copy", "during_compaction")
+#: from the registry: every step of archiving the events, a step of another table, and compaction
+ARCHIVE_CRASH_POINTS = (*vars(ARCHIVE_STEPS["events"]).values(), ARCHIVE_STEPS["report"].after_copy,
+                        FaultPoint.DURING_COMPACTION)
 
 
 def test_idle_ticks_write_nothing_until_a_busy_tick_writes_their_summary(tmp_path):

@@ -100,3 +100,26 @@ def test_the_checker_finds_an_upward_import():
 
 def test_the_checker_finds_a_cycle():
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+
+
+def fault_points_used() -> set[str]:
+    """The fault points the package's code names (``FaultPoint.X``, or a step of ``ARCHIVE_STEPS``)."""
+    from heartbeat_runner.core.faults import ARCHIVE_STEPS, FaultPoint
+
+    used: set[str] = set()
+    for path in PACKAGE.rglob("*.py"):
+        if path.name == "faults.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "FaultPoint":
+                used.add(FaultPoint[node.attr].value)
+            elif isinstance(node, ast.Name) and node.id == "ARCHIVE_STEPS":
+                used |= {point.value for steps in ARCHIVE_STEPS.values() for point in vars(steps).values()}
+    return used
+
+
+def test_every_fault_point_is_in_the_one_registry_and_used():
+    """crash_point/fail_point take a FaultPoint (mypy rejects a bare string); every member is reached by the code."""
+    from heartbeat_runner.core.faults import FaultPoint
+
+    assert fault_points_used() == {p.value for p in FaultPoint}

@@ -273,6 +273,25 @@ def test_behind_the_app_proxy_only_named_operators_may_act(operator_page, lakeho
     assert [json.loads(e["payload"])["by"] for e in resumed] == ["ops@example.com"]
 
 
+def test_the_api_answers_by_the_kind_of_error_not_its_text(operator_page):
+    """404 for a job that does not exist, 400 for a body that is no JSON: decided by the error's class."""
+    def answer(path: str, body: bytes | None = None) -> tuple[int, str]:
+        headers = {"Content-Type": "application/json", "X-Heartbeat-Action": "confirm",
+                   "X-Forwarded-Email": "ops@example.com"}
+        request = urllib.request.Request(operator_page + path, data=body, headers=headers,
+                                         method="POST" if body is not None else "GET")
+        try:
+            with urllib.request.urlopen(request) as found:
+                return found.status, ""
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.loads(exc.read())["error"]
+
+    assert answer("/api/jobs/NOPE") == (404, "job 'NOPE' is not in the control table")
+    assert answer("/api/actions/pause", json.dumps({"job_id": "NOPE"}).encode())[0] == 404
+    status, error = answer("/api/actions/pause", b"{not json")
+    assert status == 400 and error.startswith("request body is not JSON")
+
+
 # -- the command ------------------------------------------------------------------------------
 
 def test_ui_command_serves_the_page_read_only_and_sees_what_another_process_writes(lakehouse, tmp_path):

@@ -8,6 +8,10 @@ import pytest
 import yaml
 
 from heartbeat_runner.core.records import EventType, JobState, JobStatus, Outcome, TickStatus
+from heartbeat_runner.core.settings import JobsBackendKind, Target
+from heartbeat_runner.interfaces.cli import build_parser
+from heartbeat_runner.jobs.registry import BUILT_IN_BACKENDS
+from heartbeat_runner.sensing.sources.registry import BUILT_IN_SOURCES
 
 #: runs on Sail and on Apache Spark + Delta (classic); see tests/conftest.py
 ON_SPARK = pytest.mark.engines("sail", "spark-classic")
@@ -38,6 +42,27 @@ def accepted_values(file: str, section: str, relation: str, column: str) -> set[
 ])
 def test_enum_matches_the_sql_accepted_values(enum, file, section, relation, column):
     assert {member.value for member in enum} == accepted_values(file, section, relation, column)
+
+
+def seed_accepted_values(column: str) -> set[str]:
+    document = yaml.safe_load((ROOT / "models" / "seed_properties.yml").read_text())
+    col = next(c for c in document["seeds"][0]["columns"] if c["name"] == column)
+    test = next(t["heartbeat_accepted_values_normalized"] for t in col["data_tests"]
+                if isinstance(t, dict) and "heartbeat_accepted_values_normalized" in t)
+    return set(test["values"])
+
+
+def test_the_seed_accepts_the_built_in_source_types_of_the_registry():
+    assert seed_accepted_values("sensor_source") == set(BUILT_IN_SOURCES)
+
+
+def test_targets_and_backends_come_from_their_enums():
+    """The CLI offers every target (spark-local too) and the engines page documents each."""
+    options = {a.dest: a for a in build_parser()._actions}
+    assert tuple(options["target"].choices) == tuple(t.value for t in Target)
+    engines = (ROOT / "docs" / "engines.md").read_text()
+    assert all(f"`{t.value}`" in engines for t in Target)
+    assert set(BUILT_IN_BACKENDS) == {k.value for k in JobsBackendKind}
 
 
 def test_a_finished_tick_is_ok_or_error_only():

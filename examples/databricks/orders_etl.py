@@ -1,26 +1,28 @@
 """Example downstream task: process exactly the data Heartbeat says is new.
 
-Heartbeat starts the job with two job parameters; the job passes them to this task
+Heartbeat starts the job with job parameters; the job passes two to this task
 (see resources/example_downstream.job.yml)::
 
-    --heartbeat-run-id  {{job.parameters.heartbeat_run_id}}   the tick that triggered the run
-    --heartbeat-windows {{job.parameters.heartbeat_windows}}  JSON list of
-                        {"sensor_source", "sensor_id", "from", "to"}, one per consumed source
+    --heartbeat-run-id {{job.parameters.heartbeat_run_id}}  the tick that triggered the run
+    --heartbeat-params {{job.parameters.heartbeat_params}}  the run's windows as JSON (version 1):
+        {"version": 1, "run_id": ..., "window": ..., "catch_up": ...,
+         "sources": [{"sensor_source", "sensor_id", "kind", "from", "until", "rows", ...}]}
 
-For a ``delta_table`` source, ``from``/``to`` read ``version N``: the Delta versions the
-run should cover. A run started by hand gets the defaults (no windows) and processes
-the full tables. The job's last task records completion with
-``python -m heartbeat_runner complete``.
+For a ``delta_table`` source without ``upstream_key`` the kind is ``delta_version``: the run
+covers the Delta versions after ``from`` up to ``until`` (``from`` null: from the first). No
+text is parsed. A run started by hand gets the default (empty) and processes the full
+tables. The job's last task records completion with ``python -m heartbeat_runner complete``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import re
 from dataclasses import dataclass
+from typing import Any
 
-_VERSION = re.compile(r"^\s*version\s+(\d+)\s*$")
+#: the versions of the ``heartbeat_params`` schema this job understands
+SUPPORTED_VERSIONS = (1,)
 
 
 @dataclass(frozen=True)
@@ -32,35 +34,31 @@ class Read:
     last_version: int | None = None
 
 
-def parse_windows(text: str | None) -> list[dict[str, str | None]]:
-    """The ``heartbeat_windows`` parameter as a list; empty for a manual run."""
-    windows = json.loads(text) if text and text.strip() else []
-    if not isinstance(windows, list) or not all(isinstance(w, dict) and "sensor_id" in w for w in windows):
-        raise ValueError(f"heartbeat_windows is not a list of windows: {text!r}")
-    return windows
+def parse_params(text: str | None) -> list[dict[str, Any]]:
+    """The sources of the ``heartbeat_params`` parameter; empty for a manual run."""
+    if not text or not text.strip():
+        return []
+    params = json.loads(text)
+    if not isinstance(params, dict) or params.get("version") not in SUPPORTED_VERSIONS:
+        raise ValueError(f"heartbeat_params: expected a JSON object of version {SUPPORTED_VERSIONS}: {text!r}")
+    return list(params["sources"])
 
 
-def plan_reads(windows: list[dict[str, str | None]], default_tables: list[str]) -> list[Read]:
-    """What to read: the versions each Delta window names, or every default table in full."""
-    if not windows:
+def plan_reads(sources: list[dict[str, Any]], default_tables: list[str]) -> list[Read]:
+    """What to read: the versions each Delta window covers, or every default table in full."""
+    if not sources:
         return [Read(table) for table in default_tables]
-    reads = []
-    for window in windows:
-        if window.get("sensor_source") not in ("delta_table", "lmu_delta_table"):
-            continue
-        first, last = (_VERSION.match(window.get(k) or "") for k in ("from", "to"))
-        reads.append(Read(str(window["sensor_id"]), int(first.group(1)) if first else None,
-                          int(last.group(1)) if last else None))
-    return reads
+    return [Read(str(s["sensor_id"]), None if s["from"] is None else int(s["from"]) + 1, int(s["until"]))
+            for s in sources if s["kind"] == "delta_version"]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--heartbeat-run-id", default="")
-    parser.add_argument("--heartbeat-windows", default="[]")
+    parser.add_argument("--heartbeat-params", default="")
     parser.add_argument("--table", action="append", default=[], help="table to process on a manual run")
     args = parser.parse_args(argv)
-    reads = plan_reads(parse_windows(args.heartbeat_windows), args.table)
+    reads = plan_reads(parse_params(args.heartbeat_params), args.table)
     print(f"heartbeat run {args.heartbeat_run_id or '(manual run)'}: {len(reads)} read(s)")
 
     from pyspark.sql import SparkSession

@@ -4,10 +4,35 @@ from __future__ import annotations
 
 
 class HeartbeatError(Exception):
-    """Base class for errors the CLI reports without a traceback."""
+    """Base class for errors the CLI reports without a traceback.
+
+    The kinds below say what a caller can do about an error; the layer that knows raises the
+    kind (``raise ... from exc``), and the CLI and the status page map kinds to exit codes and
+    HTTP statuses in one table (``interfaces/outcomes.py``). Nothing tells errors apart by text.
+    """
 
 
-class ConfigError(HeartbeatError):
+class NotFoundError(HeartbeatError):
+    """What was asked for does not exist (a job, a run, a table)."""
+
+
+class ConflictError(HeartbeatError):
+    """Someone else holds or changed what the request needs (the tick lease, a concurrent write)."""
+
+
+class InvalidInputError(HeartbeatError):
+    """The user's input is wrong (a flag, a file, a field): fix it and ask again; nothing was changed."""
+
+
+class TransientError(HeartbeatError):
+    """It may work if tried again as it is (a timeout, an unavailable service)."""
+
+
+class TerminalError(HeartbeatError):
+    """It will not work as it is (bad credentials, an unsupported request)."""
+
+
+class ConfigError(InvalidInputError):
     """Invalid sensor configuration. Carries every problem found, each naming file, line and column."""
 
     def __init__(self, problems: list[str]):
@@ -27,11 +52,11 @@ class JobsBackendError(HeartbeatError):
         super().__init__(message)
 
 
-class JobNotFoundError(JobsBackendError):
+class JobNotFoundError(JobsBackendError, NotFoundError):
     """The backend does not know the job id."""
 
 
-class AuthError(JobsBackendError):
+class AuthError(JobsBackendError, TerminalError):
     """The backend rejected our credentials."""
 
 

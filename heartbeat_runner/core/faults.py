@@ -11,23 +11,63 @@ from __future__ import annotations
 import os
 import threading
 import time
+from dataclasses import dataclass
 
-#: Named step boundaries of a tick (see tick.py for the order).
-CRASH_POINTS = (
-    "after_sensing",
-    "after_new_data_events",
-    "during_dbt_build",
-    "after_trigger_requested",
-    "after_trigger_call",
-    "during_trigger_calls",
-    "after_triggered",
-)
+from heartbeat_runner.core.names import TextEnum
+
+
+class FaultPoint(TextEnum):
+    """Every point where a test may crash (``HEARTBEAT_CRASH_AT``), fail or hang the process: the one
+    registry. ``crash_point``/``fail_point`` take a member, so mypy rejects a point that is not here."""
+
+    # a tick, in order (runner/tick.py, lakehouse/dbt_invoke.py)
+    AFTER_SENSING = "after_sensing"
+    AFTER_NEW_DATA_EVENTS = "after_new_data_events"
+    DURING_DBT_BUILD = "during_dbt_build"
+    AFTER_TRIGGER_REQUESTED = "after_trigger_requested"
+    AFTER_TRIGGER_CALL = "after_trigger_call"
+    DURING_TRIGGER_CALLS = "during_trigger_calls"
+    AFTER_TRIGGERED = "after_triggered"
+    AFTER_NEXT_WINDOW_REQUESTED = "after_next_window_requested"
+    CLOSING = "closing"
+    # maintenance (lakehouse/maintenance.py): archiving moves keys staged, copied, deleted
+    ARCHIVE_EVENTS_AFTER_STAGING = "archive_events_after_staging"
+    ARCHIVE_EVENTS_AFTER_COPY = "archive_events_after_copy"
+    ARCHIVE_EVENTS_AFTER_DELETE = "archive_events_after_delete"
+    ARCHIVE_RUNS_AFTER_STAGING = "archive_runs_after_staging"
+    ARCHIVE_RUNS_AFTER_COPY = "archive_runs_after_copy"
+    ARCHIVE_RUNS_AFTER_DELETE = "archive_runs_after_delete"
+    ARCHIVE_REPORT_AFTER_STAGING = "archive_report_after_staging"
+    ARCHIVE_REPORT_AFTER_COPY = "archive_report_after_copy"
+    ARCHIVE_REPORT_AFTER_DELETE = "archive_report_after_delete"
+    DURING_COMPACTION = "during_compaction"
+
+
+#: The step boundaries of a plain tick a crash test kills the runner at (tests/test_crash.py runs each).
+CRASH_POINTS = (FaultPoint.AFTER_SENSING, FaultPoint.AFTER_NEW_DATA_EVENTS, FaultPoint.DURING_DBT_BUILD,
+                FaultPoint.AFTER_TRIGGER_REQUESTED, FaultPoint.AFTER_TRIGGER_CALL, FaultPoint.DURING_TRIGGER_CALLS,
+                FaultPoint.AFTER_TRIGGERED)
+
+
+@dataclass(frozen=True)
+class ArchiveSteps:
+    """The crash points of moving one table's rows to its archive."""
+
+    after_staging: FaultPoint
+    after_copy: FaultPoint
+    after_delete: FaultPoint
+
+
+#: what maintenance archives -> its crash points
+ARCHIVE_STEPS = {what: ArchiveSteps(*(FaultPoint(f"archive_{what}_{step}")
+                                      for step in ("after_staging", "after_copy", "after_delete")))
+                 for what in ("events", "runs", "report")}
 CRASH_EXIT_CODE = 86
 
 
-def crash_point(name: str) -> None:
+def crash_point(point: FaultPoint) -> None:
     """Die here, abruptly (no cleanup, like a killed process), when HEARTBEAT_CRASH_AT names this point."""
-    if os.environ.get("HEARTBEAT_CRASH_AT") == name:
+    if os.environ.get("HEARTBEAT_CRASH_AT") == point.value:
         os._exit(CRASH_EXIT_CODE)
 
 
@@ -39,13 +79,14 @@ _failures_left: dict[str, int] = {}
 _lock = threading.Lock()
 
 
-def fail_point(name: str) -> None:
-    """Raise InjectedFault here while HEARTBEAT_FAIL_AT=<name>[:N] has failures left; never return
-    when HEARTBEAT_HANG_AT=<name>."""
+def fail_point(point: FaultPoint) -> None:
+    """Raise InjectedFault here while HEARTBEAT_FAIL_AT=<point>[:N] has failures left; never return
+    when HEARTBEAT_HANG_AT=<point>."""
+    name = point.value
     while os.environ.get("HEARTBEAT_HANG_AT") == name:
         time.sleep(1)
-    point, _, count = os.environ.get("HEARTBEAT_FAIL_AT", "").partition(":")
-    if point != name:
+    chosen, _, count = os.environ.get("HEARTBEAT_FAIL_AT", "").partition(":")
+    if chosen != name:
         return
     with _lock:
         left = _failures_left.setdefault(name, int(count or 1))

@@ -8,6 +8,7 @@ validated.
 
 from __future__ import annotations
 
+import enum
 import re
 
 _IDENTIFIER = r"[A-Za-z_][A-Za-z0-9_]*"
@@ -41,3 +42,10 @@ def qualify(table_name: str, default_schema: str | None) -> str:
 def sql_string(value: str) -> str:
     """A Spark SQL string literal, for the few statements that cannot bind parameters (DDL's LOCATION)."""
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+class TextEnum(str, enum.Enum):
+    """A vocabulary whose values are the words users type and files hold: ``str()`` and f-strings give the value."""
+
+    def __str__(self) -> str:
+        return self.value

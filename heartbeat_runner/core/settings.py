@@ -7,9 +7,35 @@ import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-TARGETS = ("local", "spark-local", "spark", "databricks")
+from heartbeat_runner.core.names import TextEnum
+
+
+class Target(TextEnum):
+    """Where the lakehouse runs (``--target``, ``HEARTBEAT_TARGET``; the dbt profile's target of the same name)."""
+
+    #: the embedded engine (Sail) in this process
+    LOCAL = "local"
+    #: Apache Spark + Delta Lake on this machine (classic or a local Spark Connect server)
+    SPARK_LOCAL = "spark-local"
+    #: a remote Spark Connect server (``SPARK_REMOTE``)
+    SPARK = "spark"
+    #: Databricks (Databricks Connect, Unity Catalog)
+    DATABRICKS = "databricks"
+
+
+class JobsBackendKind(TextEnum):
+    """The built-in jobs backends (``--jobs-backend``, ``HEARTBEAT_JOBS_BACKEND``); plugins add others by name
+    (the entry-point group ``heartbeat.jobs_backends``, see docs/plugins.md)."""
+
+    #: commands from the local jobs file, run as detached processes
+    LOCAL = "local"
+    #: the Databricks Jobs API
+    DATABRICKS = "databricks"
+
+
+TARGETS = tuple(t.value for t in Target)
 #: The targets whose tables live in the lakehouse folder.
-LOCAL_TARGETS = ("local", "spark-local")
+LOCAL_TARGETS = (Target.LOCAL, Target.SPARK_LOCAL)
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -63,7 +89,7 @@ class Settings:
 
     lakehouse_dir: Path
     project_dir: Path
-    target: str = "local"
+    target: Target = Target.LOCAL
     schema: str = "heartbeat"
     catalog: str | None = None
     #: where a bare upstream table name (``orders``) is resolved; None: ``default`` locally,
@@ -73,6 +99,7 @@ class Settings:
     jobs_file: Path | None = None
     trigger_dir: Path | None = None
     sources_file: Path | None = None
+    #: a JobsBackendKind's value or a plugin's name (resolved by the runner, which knows the plugins)
     jobs_backend: str | None = None
     max_workers: int = 8
     sensor_timeout_s: float = 60.0
@@ -141,7 +168,9 @@ class Settings:
 
     @property
     def effective_jobs_backend(self) -> str:
-        return self.jobs_backend or ("databricks" if self.target == "databricks" else "local")
+        if self.jobs_backend:
+            return self.jobs_backend
+        return (JobsBackendKind.DATABRICKS if self.target is Target.DATABRICKS else JobsBackendKind.LOCAL).value
 
     def with_(self, **changes) -> Settings:
         return replace(self, **changes)
@@ -168,9 +197,7 @@ def load_settings(
 ) -> Settings:
     """Resolve settings: explicit arguments, then HEARTBEAT_* variables, then defaults."""
     env = dict(os.environ if env is None else env)
-    target = target or env.get("HEARTBEAT_TARGET", "local")
-    if target not in TARGETS:
-        raise ValueError(f"target {target!r} is not one of {', '.join(TARGETS)}")
+    chosen = Target(_choice(target or env.get("HEARTBEAT_TARGET") or Target.LOCAL.value, TARGETS, "target"))
     schema = validate_identifier(env.get("HEARTBEAT_SCHEMA", "heartbeat"), "HEARTBEAT_SCHEMA")
     catalog = env.get("HEARTBEAT_CATALOG") or None
     if catalog:
@@ -179,13 +206,13 @@ def load_settings(
     if upstream_schema:
         for part in upstream_schema.split(".", 1):
             validate_identifier(part, "HEARTBEAT_UPSTREAM_SCHEMA")
-    backend = jobs_backend or env.get("HEARTBEAT_JOBS_BACKEND") or None
-    if backend not in (None, "local", "databricks"):
-        raise ValueError(f"jobs backend {backend!r} is not one of local, databricks")
+    backend = (jobs_backend or env.get("HEARTBEAT_JOBS_BACKEND") or "").strip() or None
+    if backend is not None:
+        validate_identifier(backend, "jobs backend")
     return Settings(
         lakehouse_dir=_path(lakehouse_dir or env.get("HEARTBEAT_HOME")) or Path(".heartbeat").resolve(),
         project_dir=_path(env.get("HEARTBEAT_PROJECT_DIR")) or package_project_dir(),
-        target=target,
+        target=chosen,
         schema=schema,
         catalog=catalog,
         upstream_schema=upstream_schema,

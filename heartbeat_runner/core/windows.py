@@ -73,6 +73,21 @@ class SourceWindow:
 
 
 @dataclass(frozen=True)
+class WindowBounds:
+    """One source's part of a run in the job's terms (the structured job parameter): new data is after
+    ``lower`` up to and including ``upper``; ``lower`` None: from the beginning. ``kind`` says what the
+    bounds are: ``delta_version`` (ints), ``key`` (values of the upstream key, as text), ``event_time``
+    (ISO 8601 UTC), or ``cursor`` (the source's own cursor, a JSON object)."""
+
+    kind: str
+    lower: object
+    upper: object
+
+    def payload(self) -> dict[str, object]:
+        return {"kind": self.kind, "from": self.lower, "until": self.upper}
+
+
+@dataclass(frozen=True)
 class Bucket:
     """The rows whose event time falls in ``[start_s, start_s + grain)``: how many, earliest, latest."""
 

@@ -24,7 +24,7 @@ from rich.text import Text
 from heartbeat_runner import __version__
 from heartbeat_runner.core.errors import ConfigError, HeartbeatError, describe
 from heartbeat_runner.core.records import EventType
-from heartbeat_runner.core.settings import TARGETS, Settings, load_settings
+from heartbeat_runner.core.settings import TARGETS, JobsBackendKind, Settings, load_settings
 from heartbeat_runner.core.stopping import StopRequest
 from heartbeat_runner.interfaces.operations import (
     DEFAULT_MAX_REMOVAL_SHARE,
@@ -41,6 +41,7 @@ from heartbeat_runner.interfaces.operations import (
     run_details,
     with_sensing_errors,
 )
+from heartbeat_runner.interfaces.outcomes import outcome_of
 from heartbeat_runner.interfaces.output import STATUS_COLUMNS, LiveLine, Snapshot, Steps, emit, emit_json, watch
 from heartbeat_runner.policies.event_windows import source_grains
 from heartbeat_runner.policies.retry import load_retry_policies, policy_problem
@@ -49,6 +50,7 @@ from heartbeat_runner.runner.app import App, open_app
 from heartbeat_runner.runner.lease import Lease, LeaseHeld, tick_lease
 from heartbeat_runner.runner.tick import TickResult
 from heartbeat_runner.sensing.config import LoadedConfig, load_config
+from heartbeat_runner.sensing.sources.registry import source_for
 
 EXPLAIN_COLUMNS = ["sensor_source", "sensor_id", "dependency", "status", "row_state", "last_evaluated_at",
                    "last_outcome"]
@@ -78,7 +80,8 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target", choices=TARGETS, help="engine (default $HEARTBEAT_TARGET or local)")
     parser.add_argument("--config", help="sensor config CSV (default seeds/heartbeat_sensor_config.csv)")
     parser.add_argument("--jobs-file", help="local jobs file (default ./heartbeat_jobs.yml)")
-    parser.add_argument("--jobs-backend", choices=["local", "databricks"], help="where jobs run")
+    parser.add_argument("--jobs-backend", help=f"where jobs run: {', '.join(k.value for k in JobsBackendKind)} or an "
+                        "installed plugin's name (default $HEARTBEAT_JOBS_BACKEND; databricks on that target, else local)")
     parser.add_argument("--trigger-dir", help="base folder of trigger_file sources (default <lakehouse>/triggers)")
     parser.add_argument("--sources-file", help="connection settings for kafka/sap/jdbc (heartbeat_sources.yml)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
@@ -231,18 +234,18 @@ def main(argv: list[str] | None = None) -> int:
         print("Invalid configuration; nothing was written:", file=sys.stderr)
         for problem in exc.problems:
             print(f"  {problem}", file=sys.stderr)
-        return 1
+        return outcome_of(exc).exit_code
     except (HeartbeatError, ValueError) as exc:
         if args.json:
             emit_json({"error": str(exc)})
         print(f"error: {exc}", file=sys.stderr)
-        return 1
+        return outcome_of(exc).exit_code
     except KeyboardInterrupt:
         return 130
-    except Exception:  # noqa: BLE001 - an engine or library failure: show it whole, nothing was half-done
+    except Exception as exc:  # noqa: BLE001 - an engine or library failure: show it whole, nothing was half-done
         print("error: the command failed unexpectedly:", file=sys.stderr)
         traceback.print_exc()
-        return 1
+        return outcome_of(exc).exit_code
 
 
 def _check_lakehouse_dir(command: str, settings: Settings) -> None:
@@ -278,6 +281,7 @@ def cmd_validate(args: argparse.Namespace, settings: Settings) -> int:
     config, policies = _checked_config(settings)
     jobs = sorted({r.trigger_job_id for r in config.rows})
     unknown = policies.unknown_jobs(jobs)
+    untimed = _windows_without_event_times(config, policies)
     policy_file = settings.retry_policy_file
     if args.json:
         emit_json({"file": str(config.path), "rows": len(config.rows), "jobs": jobs, "valid": True,
@@ -285,7 +289,8 @@ def cmd_validate(args: argparse.Namespace, settings: Settings) -> int:
                    "run_policies": {"file": str(policy_file) if policy_file else None,
                                     "exists": bool(policy_file and policy_file.exists()),
                                     "retry": sorted(policies.retry.jobs), "catch_up": sorted(policies.catch_up),
-                                    "window": sorted(policies.windows), "unknown_jobs": unknown}})
+                                    "window": sorted(policies.windows), "unknown_jobs": unknown,
+                                    "window_sources_without_event_times": untimed}})
         return 0
     print(f"{config.path}: {len(config.rows)} row(s), {len(jobs)} job(s): valid")
     if config.defaulted_columns:
@@ -297,7 +302,18 @@ def cmd_validate(args: argparse.Namespace, settings: Settings) -> int:
               f"{len(policies.windows)} window policy(ies): valid")
     for job_id in unknown:
         print(f"  warning: {policy_file} has a policy for job {job_id}, which no config row triggers")
+    for problem in untimed:
+        print(f"  warning: {problem}")
     return 0
+
+
+def _windows_without_event_times(config: LoadedConfig, policies: RunPolicies) -> list[str]:
+    """Hard sources of jobs with an event-time window policy whose source type reports no event times
+    (the ``Source.reports_event_times`` capability): such a job never finalizes a window."""
+    return [f"line {r.line}: job {r.trigger_job_id} has a window policy, but {r.sensor_source} sources report no "
+            "event times: its windows never become final" for r in config.rows
+            if r.dependency_flag and r.trigger_job_id in policies.windows
+            and not source_for(r.sensor_source).reports_event_times]
 
 
 def _checked_config(settings: Settings) -> tuple[LoadedConfig, RunPolicies]:

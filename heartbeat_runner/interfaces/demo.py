@@ -14,7 +14,7 @@ from pathlib import Path
 
 from heartbeat_runner.core.errors import HeartbeatError
 from heartbeat_runner.core.records import JobStatus
-from heartbeat_runner.core.settings import Settings
+from heartbeat_runner.core.settings import JobsBackendKind, Settings
 from heartbeat_runner.interfaces.output import STATUS_COLUMNS, Steps, emit
 from heartbeat_runner.runner.app import App, open_app
 from heartbeat_runner.sensing.config import load_config
@@ -59,7 +59,7 @@ def _prepare(settings: Settings, keep: bool) -> Settings:
     (demo / "heartbeat_sensor_config.csv").write_text(CONFIG)
     (demo / "heartbeat_jobs.yml").write_text(JOBS)
     return settings.with_(config_csv=demo / "heartbeat_sensor_config.csv", jobs_file=demo / "heartbeat_jobs.yml",
-                          jobs_backend="local")
+                          jobs_backend=JobsBackendKind.LOCAL.value)
 
 
 def _create_upstreams(app: App) -> None:

@@ -16,7 +16,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import overload
 
-from heartbeat_runner.core.errors import ConfigError, HeartbeatError
+from heartbeat_runner.core.errors import ConfigError, InvalidInputError, NotFoundError
 from heartbeat_runner.core.records import Event, EventType, JobStatus, Outcome, utcnow
 from heartbeat_runner.lakehouse.store import CONTROL, Cond, TableStore
 from heartbeat_runner.policies.retry import RetryPolicies
@@ -70,7 +70,7 @@ def explain(store: TableStore, job_id: str) -> Explanation:
     rows = store.read(EXPLANATION_VIEW, Cond("trigger_job_id", job_id),
                       order_by=["is_active DESC", "dependency", "sensor_source", "sensor_id"])
     if not rows:
-        raise HeartbeatError(f"job {job_id!r} is not in the control table")
+        raise NotFoundError(f"job {job_id!r} is not in the control table")
     return Explanation(job_id, rows[0]["verdict"], bool(rows[0]["is_ready"]), rows)
 
 
@@ -84,7 +84,7 @@ def record_job_event(app: App, job_id: str, kind: EventType, *, by: str | None =
     """
     app.require_config()
     if not app.store.control_rows(job_id):
-        raise HeartbeatError(f"job {job_id!r} is not in the control table")
+        raise NotFoundError(f"job {job_id!r} is not in the control table")
     event = Event(event_type=kind, run_id=kind.value.lower(), snapshot_ts=utcnow(), trigger_job_id=job_id,
                   job_run_id=job_run_id, message=message,
                   payload=json.dumps({"by": by or local_operator(), "via": via}, sort_keys=True))
@@ -160,7 +160,7 @@ def plan_reset(store: TableStore, job_id: str, since: datetime | None, reason: s
     """Where each source of the job goes back to: the cursor in force at ``since`` (or the beginning)."""
     rows = store.control_rows(job_id)
     if not rows:
-        raise HeartbeatError(f"job {job_id!r} is not in the control table")
+        raise NotFoundError(f"job {job_id!r} is not in the control table")
     as_of = since
     waiting = [r["status_change_timestamp"] for r in rows if r["status"] == JobStatus.NEW_EVENT_AVAILABLE]
     if since is not None and waiting and min(waiting) <= since:
@@ -194,11 +194,11 @@ def parse_since(text: str) -> datetime:
     try:
         value = datetime.fromisoformat(text.strip())
     except ValueError as exc:
-        raise HeartbeatError(f"--since {text!r} is not an ISO 8601 date or timestamp "
+        raise InvalidInputError(f"--since {text!r} is not an ISO 8601 date or timestamp "
                              "(e.g. 2026-05-01 or 2026-05-01T08:30:00Z)") from exc
     since = value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
     if since > utcnow():
-        raise HeartbeatError(f"--since {text!r} is in the future: there is nothing to re-process after it "
+        raise InvalidInputError(f"--since {text!r} is in the future: there is nothing to re-process after it "
                              "(give a past date, or leave --since out to re-process from the beginning)")
     return since
 
@@ -232,7 +232,7 @@ def run_details(store: TableStore, run_id: str) -> tuple[dict, list[dict]]:
     """One run and its per-source rows of the run report."""
     run = store.read(RUN_OVERVIEW_VIEW, Cond("run_id", run_id))
     if not run:
-        raise HeartbeatError(f"run {run_id!r} not found (see `runs` for recent run ids)")
+        raise NotFoundError(f"run {run_id!r} not found (see `runs` for recent run ids)")
     report = store.read(RUN_REPORT_ALL_VIEW, Cond("run_id", run_id), order_by=["outcome", "source_key"])
     return run[0], report
 

@@ -8,12 +8,13 @@ and never start a second one.
 
 from __future__ import annotations
 
+import abc
 import enum
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Protocol
 
 from heartbeat_runner.core.errors import JobsBackendError
+from heartbeat_runner.core.settings import Settings
 from heartbeat_runner.jobs.calls import ApiBudget, Calls, call_all
 
 
@@ -129,24 +130,35 @@ class Reconciliation:
                 self.recovered[answer.item.job_id] = answer.value
 
 
-class JobsBackend(Protocol):
-    """Starts jobs and reports on their runs. Implementations subclass it to inherit the defaults."""
+class JobsBackend(abc.ABC):
+    """Starts jobs and reports on their runs: the jobs-backend plugin API (docs/plugins.md).
+
+    Implementations subclass it (the built-ins are listed in ``jobs.registry``; an installed package
+    adds one through the entry-point group ``heartbeat.jobs_backends``). ``trigger``, ``run_status``
+    and ``successful_run_after`` are required; the rest have defaults.
+    """
 
     name: str
-    #: whether :meth:`cancel_run` can stop a run (used for runs past their maximum duration)
+    #: capability: :meth:`cancel_run` can stop a run (used for runs past their maximum duration)
     can_cancel: bool = False
 
+    @classmethod
+    def from_settings(cls, settings: Settings) -> JobsBackend:
+        """The backend the runner uses with ``settings`` (``--jobs-backend NAME``). The default takes no
+        argument; a backend with its own settings reads them from the environment here (secrets too)."""
+        return cls()
+
+    @abc.abstractmethod
     def trigger(self, request: TriggerRequest) -> str:
         """Start the job (idempotent on the token); return the run id. Raise JobsBackendError."""
-        ...
 
+    @abc.abstractmethod
     def run_status(self, job_id: str, run_id: str) -> RunStatus:
         """Current state of one run."""
-        ...
 
+    @abc.abstractmethod
     def successful_run_after(self, job_id: str, after: datetime) -> RunStatus | None:
         """A successful run of the job that ended after ``after`` (e.g. a manual rerun), if any."""
-        ...
 
     def reconcile(self, runs: list[RunRef], failed: list[FailedJob], budget: ApiBudget) -> Reconciliation:
         """Statuses of ``runs`` and successful runs of ``failed`` jobs, within ``budget``.

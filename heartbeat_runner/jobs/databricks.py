@@ -39,7 +39,7 @@ from databricks.sdk.service.jobs import BaseRun, ListRunsResponse, Run
 
 from heartbeat_runner.core.errors import AuthError, JobNotFoundError, JobsBackendError, describe, first_line
 from heartbeat_runner.core.records import as_utc
-from heartbeat_runner.core.settings import JobsApiLimits, jobs_api_limits
+from heartbeat_runner.core.settings import JobsApiLimits, JobsBackendKind, Settings, jobs_api_limits
 from heartbeat_runner.jobs.base import (
     FailedJob,
     JobsBackend,
@@ -87,7 +87,7 @@ def parse_job_id(job_id: str) -> int:
 class DatabricksJobsBackend(JobsBackend):
     """Triggers and tracks Databricks job runs."""
 
-    name = "databricks"
+    name = JobsBackendKind.DATABRICKS.value
     can_cancel = True
 
     def __init__(self, client: WorkspaceClient, *, recovery_lookback: timedelta = RECOVERY_LOOKBACK,
@@ -104,6 +104,11 @@ class DatabricksJobsBackend(JobsBackend):
         self._triggered_ms: dict[int, int] = {}
         #: how far the previous tick's look for successful runs of failed jobs reached
         self._recovery: _RecoveryMemory | None = None
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> DatabricksJobsBackend:
+        """Authenticated by the SDK's auth chain from the environment (see :meth:`from_environment`)."""
+        return cls.from_environment()
 
     @classmethod
     def from_environment(cls, env: Mapping[str, str] | None = None, **config: Any) -> DatabricksJobsBackend:

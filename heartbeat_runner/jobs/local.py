@@ -34,6 +34,7 @@ from pathlib import Path
 
 from heartbeat_runner.core.errors import ConfigError, JobNotFoundError, JobsBackendError
 from heartbeat_runner.core.processes import pid_alive
+from heartbeat_runner.core.settings import JobsBackendKind, Settings
 from heartbeat_runner.core.yaml_files import read_yaml_mapping
 from heartbeat_runner.jobs.base import JobsBackend, RunOutcome, RunOutput, RunStatus, TriggerRequest
 
@@ -77,7 +78,7 @@ def load_jobs_file(path: Path) -> dict[str, LocalJob]:
 class LocalJobsBackend(JobsBackend):
     """Runs jobs as detached local processes."""
 
-    name = "local"
+    name = JobsBackendKind.LOCAL.value
 
     def __init__(self, jobs_file: Path, state_dir: Path, lakehouse_dir: Path | None = None):
         self.jobs_file = jobs_file
@@ -86,6 +87,11 @@ class LocalJobsBackend(JobsBackend):
         self.lakehouse_dir = lakehouse_dir
         (state_dir / "runs").mkdir(parents=True, exist_ok=True)
         (state_dir / "tokens").mkdir(parents=True, exist_ok=True)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> LocalJobsBackend:
+        """The jobs of the settings' jobs file; run state under ``<lakehouse>/jobs``."""
+        return cls(settings.effective_jobs_file, settings.lakehouse_dir / "jobs", settings.lakehouse_dir)
 
     # -- JobsBackend ------------------------------------------------------------------------
 

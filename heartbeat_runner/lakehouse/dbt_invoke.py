@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from heartbeat_runner.core.errors import HeartbeatError
-from heartbeat_runner.core.faults import crash_point
+from heartbeat_runner.core.faults import FaultPoint, crash_point
+from heartbeat_runner.core.settings import Target
 from heartbeat_runner.lakehouse.engine import Engine
 from heartbeat_runner.lakehouse.store import retry_lost_commits
 
@@ -30,15 +31,10 @@ log = logging.getLogger(__name__)
 
 CONTROL_MODEL = "heartbeat_control"
 SENSOR_STATE_MODEL = "heartbeat_sensor_state"
-#: in dependency order: restore_views() re-creates them one after the other
-VIEW_MODELS = ("heartbeat_job_sequences", "heartbeat_job_rollup", "heartbeat_job_windows", "jobs_ready_to_trigger", "jobs_ready_to_trigger_rows", "heartbeat_job_status",
-               "heartbeat_trigger_requests", "heartbeat_sensors_due", "heartbeat_sensors_skipped",
-               "jobs_trigger_explanation", "heartbeat_cursor_history", "heartbeat_run_report_all",
-               "heartbeat_run_overview", "heartbeat_events_live", "heartbeat_job_runs",
-               "heartbeat_job_latest_run")
+PROJECT_NAME = "heartbeat"
 SEED_NAME = "heartbeat_sensor_config"
 #: what dbt parses, besides the seed: a change to any file under these re-parses the project
-PROJECT_INPUTS = ("dbt_project.yml", "models", "macros", "tests/dbt")
+PROJECT_INPUTS = ("dbt_project.yml", "models", "macros")
 #: where the embedded engine's incremental builds stage their MERGE source (macros/engine_overrides.sql)
 MERGE_SOURCES = "_merge_sources"
 #: a staged MERGE source older than this was left by a dbt process that did not clean up after itself
@@ -95,7 +91,7 @@ class DbtProject:
             "HEARTBEAT_SEED_DIR": str(self.seed_dir),
             "HEARTBEAT_DBT_TARGET_PATH": str(self.work_dir / "target"),
             "HEARTBEAT_SCHEMA": self.settings.schema,
-            "HEARTBEAT_TARGET": self.settings.target,
+            "HEARTBEAT_TARGET": self.settings.target.value,
             "DBT_SEND_ANONYMOUS_USAGE_STATS": "false",
         }
         saved = {k: os.environ.get(k) for k in values}
@@ -127,7 +123,7 @@ class DbtProject:
             *args,
             "--project-dir", str(self.settings.project_dir),
             "--profiles-dir", str(self._profiles_dir()),
-            "--target", self.settings.target,
+            "--target", self.settings.target.value,
             "--vars", json.dumps({"heartbeat_location_root": location_root,
                                   "heartbeat_archive_margin_minutes": self.settings.archive_margin_minutes,
                                   "heartbeat_stage_events": self.engine.ops.stage_events,
@@ -166,7 +162,7 @@ class DbtProject:
 
     def _check_credentials(self) -> None:
         """dbt-databricks without credentials falls back to a browser login and waits minutes: fail fast."""
-        if self.settings.target != "databricks":
+        if self.settings.target is not Target.DATABRICKS:
             return
         if not (os.environ.get("DATABRICKS_TOKEN") or os.environ.get("DATABRICKS_CLIENT_SECRET")
                 or os.environ.get("DBT_PROFILES_DIR")):
@@ -209,7 +205,7 @@ class DbtProject:
         """Rebuild the control table unless it already includes ``events_version``. True if built."""
         if not force and events_version is not None and self.built_version() == str(events_version):
             return False
-        crash_point("during_dbt_build")
+        crash_point(FaultPoint.DURING_DBT_BUILD)
         self.build_control()
         self.mark_built(events_version)
         return True
@@ -218,16 +214,23 @@ class DbtProject:
         """The full-rebuild path: re-derive every row from every event ever recorded (hot log and
         archive). It gives the same table as the normal build (tests/test_growth.py checks that);
         use it after restoring an archive, or to check a lakehouse by hand."""
-        crash_point("during_dbt_build")
+        crash_point(FaultPoint.DURING_DBT_BUILD)
         retry_lost_commits(lambda: self.invoke(["run", "--select", CONTROL_MODEL, SENSOR_STATE_MODEL],
                                                extra_vars={"heartbeat_full_history": True}),
                            "dbt rebuild from all events", also=TRANSIENT_ENGINE_ERRORS)
 
     def build_all(self, events_version: int | None = None) -> None:
-        """Build the control table and (re)create the views; ``events_version``: what the build includes."""
-        self._build(CONTROL_MODEL, SENSOR_STATE_MODEL, *VIEW_MODELS)
+        """Build the control table and (re)create the views; ``events_version``: what the build includes.
+        Records the views' dependency order (from dbt's manifest) for :meth:`restore_views`."""
+        views = view_models(self.manifest())
+        self._build(CONTROL_MODEL, SENSOR_STATE_MODEL, *views)
+        self._view_order.write_text(json.dumps(views))
         if events_version is not None:
             self.mark_built(events_version)
+
+    @property
+    def _view_order(self) -> Path:
+        return self.work_dir / "view_models.json"
 
     @property
     def _marker(self) -> Path:
@@ -257,13 +260,37 @@ class DbtProject:
 
         Returns False when there is nothing compiled yet (build_all() is then needed).
         """
-        compiled = self.work_dir / "target" / "run" / "heartbeat" / "models"
-        statements = [compiled / f"{name}.sql" for name in VIEW_MODELS]
+        compiled = self.work_dir / "target" / "run" / PROJECT_NAME / "models"
+        if not self._view_order.exists():
+            return False
+        statements = [compiled / f"{name}.sql" for name in json.loads(self._view_order.read_text())]
         if not all(p.exists() for p in statements):
             return False
         for path in statements:
             self.engine.spark.sql(path.read_text(encoding="utf-8"))
         return True
+
+
+def view_models(manifest: Any) -> list[str]:
+    """The project's view models, each after the views it reads (dbt's dependency graph, from its manifest)."""
+    views = {uid: node for uid, node in manifest.nodes.items()
+             if node.resource_type == "model" and node.package_name == PROJECT_NAME
+             and node.config.materialized == "view"}
+    order: list[str] = []
+    placed: set[str] = set()
+
+    def place(uid: str) -> None:
+        if uid in placed:
+            return
+        placed.add(uid)
+        for dependency in sorted(views[uid].depends_on.nodes):
+            if dependency in views:
+                place(dependency)
+        order.append(views[uid].name)
+
+    for uid in sorted(views):
+        place(uid)
+    return order
 
 
 def _remove_merge_sources(base: Path) -> None:

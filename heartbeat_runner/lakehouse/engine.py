@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from heartbeat_runner.core.names import is_table_name, qualify, sql_string
-from heartbeat_runner.core.settings import Settings, validate_identifier
+from heartbeat_runner.core.settings import Settings, Target, validate_identifier
 from heartbeat_runner.lakehouse import delta_log
 from heartbeat_runner.lakehouse.spark_local import make_default_connect_session
 
@@ -264,7 +264,7 @@ class Engine:
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
-    def target(self) -> str:
+    def target(self) -> Target:
         return self.settings.target
 
     @property
@@ -382,11 +382,11 @@ def open_engine(settings: Settings, *, port: int = 0, session_id: str | None = N
     per Spark Connect session, so clients that connect with the same session id see the
     tables registered here (see ``serve``).
     """
-    if settings.target == "local":
+    if settings.target is Target.LOCAL:
         engine = _open_local(settings, port, session_id)
-    elif settings.target == "spark-local":
+    elif settings.target is Target.SPARK_LOCAL:
         engine = _open_spark_local(settings)
-    elif settings.target == "spark":
+    elif settings.target is Target.SPARK:
         engine = _open_spark_connect(settings)
     else:
         engine = _open_databricks(settings)

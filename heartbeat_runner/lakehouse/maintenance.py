@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from heartbeat_runner.core.faults import crash_point
+from heartbeat_runner.core.faults import ARCHIVE_STEPS, FaultPoint, crash_point
 from heartbeat_runner.core.records import utcnow
 from heartbeat_runner.core.settings import MaintenancePolicy
 from heartbeat_runner.lakehouse.store import (
@@ -149,11 +149,11 @@ class Maintenance:
         count = self.store.stage_keys(keys)
         if count == 0:
             return 0
-        crash_point(f"archive_{what}_after_staging")
+        crash_point(ARCHIVE_STEPS[what].after_staging)
         self.store.copy_staged(table, archive)
-        crash_point(f"archive_{what}_after_copy")
+        crash_point(ARCHIVE_STEPS[what].after_copy)
         self.store.delete_staged(table)
-        crash_point(f"archive_{what}_after_delete")
+        crash_point(ARCHIVE_STEPS[what].after_delete)
         log.info("archived %d %s", count, what)
         return count
 
@@ -173,7 +173,7 @@ class Maintenance:
             before = self.engine.file_count(name)
             if not force and before <= self.policy.compact_min_files:
                 continue
-            crash_point("during_compaction")
+            crash_point(FaultPoint.DURING_COMPACTION)
             self.engine.compact(name)
             done[table] = (before, self.engine.file_count(name))
         for table in (*OWN_TABLES, *REBUILT_TABLES):

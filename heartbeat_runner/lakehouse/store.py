@@ -335,7 +335,7 @@ class TableStore:
             return []
         return self.read(EVENTS, Cond("event_id", event_ids, "in"), Cond("event_type", EventType.NEW_DATA.value),
                          columns=["event_id", "event_ts", "source_key", "cursor_from", "cursor_to",
-                                  "window_from", "window_to", "payload"])
+                                  "window_from", "window_to", "rows", "payload"])
 
     def open_sequences(self) -> list[dict]:
         """Catch-up sequences not finished yet: running, failed, or with a run due (``status`` shows them)."""

@@ -20,18 +20,41 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from heartbeat_runner.core.windows import SourceWindow, WindowLimit
+from heartbeat_runner.core.windows import SourceWindow, WindowBounds, WindowLimit
 from heartbeat_runner.policies.retry import check_section, load_section, policy_sections
 
 #: The keys of the run-policy YAML's per-job mapping that are a catch-up policy.
 CATCH_UP_KEYS = {"max_window", "max_in_flight"}
 #: Payload keys of a sequence request that are Heartbeat's own (not sent to the job).
 PLAN_KEY, RUN_KEY, RUNS_KEY, EXTRA_KEY = "_plan", "_run", "_runs", "_extra"
+#: The job parameter with the run's windows as JSON (README, "Job parameters") and its schema's version.
+PARAMS_KEY, PARAMS_VERSION = "heartbeat_params", 1
+#: One source's part of a run in the job's terms (``Source.bounds``, by the policies that know the sources).
+Bounds = Callable[[SourceWindow], WindowBounds]
+
+
+def window_parameters(base: Mapping[str, str], windows: Sequence[SourceWindow], bounds: Bounds,
+                      own: Mapping[str, str], rows: Mapping[str, int | None] | None = None) -> dict[str, str]:
+    """What a job receives for a run over ``windows``: ``base`` (the tick's run id), ``heartbeat_windows``
+    (text bounds, for people) and ``heartbeat_params`` (the same as JSON, versioned), and ``own`` (an
+    event-time window's bounds, a catch-up run's position). ``rows``: new rows per ``sensor_source:sensor_id``
+    when known (a catch-up run's piece does not know its count)."""
+    window = {"start": own["window_start"], "end": own["window_end"],
+              "correction": own.get("heartbeat_window_correction") == "true"} if "window_start" in own else None
+    sources = [{"sensor_source": w.sensor_source, "sensor_id": w.sensor_id,
+                **(WindowBounds("event_time", w.window_from, w.window_to) if window else bounds(w)).payload(),
+                "rows": (rows or {}).get(f"{w.sensor_source}:{w.sensor_id}"),
+                "from_text": w.window_from, "until_text": w.window_to} for w in windows]
+    catch_up = json.loads(own["heartbeat_catch_up"]) if "heartbeat_catch_up" in own else None
+    structured = {"version": PARAMS_VERSION, "run_id": base.get("heartbeat_run_id"), "sources": sources,
+                  "window": window, "catch_up": catch_up}
+    return {**base, "heartbeat_windows": json.dumps([w.parameter() for w in windows], sort_keys=True),
+            PARAMS_KEY: json.dumps(structured, sort_keys=True), **own}
 
 
 @dataclass(frozen=True)
@@ -61,12 +84,11 @@ class SequencePlan:
     runs: list[list[SourceWindow]] = field(default_factory=list)
     extra: list[dict[str, str]] = field(default_factory=list)
 
-    def parameters(self, run: int, base: Mapping[str, str]) -> dict[str, Any]:
+    def parameters(self, run: int, base: Mapping[str, str], bounds: Bounds) -> dict[str, Any]:
         """The payload of run ``run``: the job's parameters plus the plan (private keys, not sent)."""
-        windows = [w.parameter() for w in self.runs[run - 1]]
         own = self.extra[run - 1] if self.extra else {
             "heartbeat_catch_up": json.dumps({"run": run, "runs": len(self.runs)}, sort_keys=True)}
-        return {**base, "heartbeat_windows": json.dumps(windows, sort_keys=True), **own,
+        return {**window_parameters(base, self.runs[run - 1], bounds, own),
                 RUN_KEY: run, RUNS_KEY: len(self.runs), PLAN_KEY: self.dump(), EXTRA_KEY: self.extra}
 
     def dump(self) -> list[list[dict[str, str | None]]]:

@@ -25,7 +25,7 @@ from datetime import datetime
 from typing import Any
 
 from heartbeat_runner.core.records import Event, EventType, job_parameters, sequence_event_id
-from heartbeat_runner.core.windows import CUT_POINTS_KEY, EventTimes, SourceWindow, epoch_seconds, iso
+from heartbeat_runner.core.windows import CUT_POINTS_KEY, EventTimes, SourceWindow, WindowBounds, epoch_seconds, iso
 from heartbeat_runner.jobs.base import TriggerRequest
 from heartbeat_runner.lakehouse.store import ReadyRow, TableStore
 from heartbeat_runner.policies.catch_up import (
@@ -36,6 +36,7 @@ from heartbeat_runner.policies.catch_up import (
     next_window_token,
     plan_sequence,
     policy_for,
+    window_parameters,
 )
 from heartbeat_runner.policies.event_windows import (
     Arrival,
@@ -90,33 +91,35 @@ class Sequences:
 
     # -- the first run ------------------------------------------------------------------------
 
-    def first_request(self, job_id: str, rows: Sequence[ReadyRow], token: str, base: dict[str, str]) -> dict[str, Any]:
+    def first_request(self, job_id: str, rows: Sequence[ReadyRow], token: str, base: dict[str, str],
+                      events: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         """The payload of the trigger request consuming ``rows``: ``base`` with all their windows, or,
-        under a catch-up policy with a larger backlog, run 1 of a sequence. SourceError when a
-        source cannot cut its backlog as the policy asks (the job is then not triggered)."""
+        under a catch-up policy with a larger backlog, run 1 of a sequence. ``events``: NEW_DATA events
+        (``store.new_data_events``) that include the ones ``rows`` consume, read once for every ready job.
+        SourceError when a source cannot cut its backlog as the policy asks (the job is then not triggered)."""
+        backlogs = _backlogs(rows, events)
         policy = policy_for(self.policies, job_id)
         if policy is not None:
-            plan = self.plan(rows, policy)
+            plan = self.plan(rows, policy, backlogs)
             if len(plan.runs) > 1:
-                return {**plan.parameters(1, base), SEQUENCE_KEY: token}
-        windows = [{"sensor_source": r.sensor_source, "sensor_id": r.sensor_id,
-                    "from": r.pending_window_from, "to": r.pending_window_to} for r in rows]
-        return {**base, "heartbeat_windows": json.dumps(windows, sort_keys=True)}
+                return {**plan.parameters(1, base, self.bounds), SEQUENCE_KEY: token}
+        windows = [backlogs[r.source_key].window if r.source_key in backlogs else
+                   SourceWindow(r.sensor_source, r.sensor_id, None, None, r.pending_window_from, r.pending_window_to)
+                   for r in rows]
+        counts = {f"{b.window.sensor_source}:{b.window.sensor_id}": b.rows for b in backlogs.values()}
+        return window_parameters(base, windows, self.bounds, {}, counts)
 
-    def plan(self, rows: Sequence[ReadyRow], policy: CatchUpPolicy) -> SequencePlan:
+    def plan(self, rows: Sequence[ReadyRow], policy: CatchUpPolicy, backlogs: Mapping[str, Backlog]) -> SequencePlan:
         """Each source's backlog (its earliest pending cursor to its latest) cut by its source type."""
-        ids = sorted({i for r in rows for i in r.consumed_event_ids.split(",") if i})
-        events = self.store.new_data_events(ids)
-        pieces: dict[str, list[SourceWindow]] = {}
-        for row in rows:
-            mine = sorted((e for e in events if e["source_key"] == row.source_key), key=lambda e: e["event_ts"])
-            if not mine:
-                continue
-            backlog = SourceWindow(row.sensor_source, row.sensor_id, mine[0]["cursor_from"], mine[-1]["cursor_to"],
-                                   row.pending_window_from, row.pending_window_to, _cut_points(mine))
-            pieces[row.source_key] = source_for(row.sensor_source).split(backlog, policy.max_window,
-                                                                        row.upstream_key)
+        pieces = {row.source_key: source_for(row.sensor_source).split(backlogs[row.source_key].window,
+                                                                     policy.max_window, row.upstream_key)
+                  for row in rows if row.source_key in backlogs}
         return plan_sequence(pieces)
+
+    @staticmethod
+    def bounds(window: SourceWindow) -> WindowBounds:
+        """``window`` in the job's terms, as its source type gives them."""
+        return source_for(window.sensor_source).bounds(window.cursor_from, window.cursor_to)
 
     # -- the next runs ------------------------------------------------------------------------
 
@@ -145,7 +148,7 @@ class Sequences:
             return None
         run, first = int(payload[RUN_KEY]) + 1, str(payload[SEQUENCE_KEY])
         token = next_window_token(first, run)
-        parameters = {**plan.parameters(run, {"heartbeat_run_id": tick_run_id}), SEQUENCE_KEY: first}
+        parameters = {**plan.parameters(run, {"heartbeat_run_id": tick_run_id}, self.bounds), SEQUENCE_KEY: first}
         event = Event(event_type=EventType.NEXT_WINDOW_REQUESTED, run_id=tick_run_id, snapshot_ts=snapshot_ts,
                       event_id=sequence_event_id(token),
                       trigger_job_id=job_id, idempotency_token=token,
@@ -179,7 +182,7 @@ class Sequences:
             [{"window_start": iso(w.start_s), "window_end": iso(w.end_s), "heartbeat_window_correction": "false"}
              for w in with_data])
         token = window_token(job_id, with_data[0])
-        payload = {**plan.parameters(1, {"heartbeat_run_id": tick_run_id}), SEQUENCE_KEY: token,
+        payload = {**plan.parameters(1, {"heartbeat_run_id": tick_run_id}, self.bounds), SEQUENCE_KEY: token,
                    UNTIL_KEY: windows[-1].end_s, LEDGER_KEY: ledger}
         return WindowPlan(job_id, skipped, TriggerRequest(job_id, None, token, job_parameters(payload)), payload)
 
@@ -198,11 +201,12 @@ class Sequences:
             token = window_token(job_id, window, correction=True)
             if self.store.request_payload(token):
                 continue  # corrected once already: later late rows earn no second run
-            windows = [{"sensor_source": src, "sensor_id": sid, "from": iso(window.start_s), "to": iso(window.end_s)}
+            windows = [SourceWindow(src, sid, None, None, iso(window.start_s), iso(window.end_s))
                        for src, sid in sources.values()]
-            payload = {"heartbeat_run_id": tick_run_id, "heartbeat_windows": json.dumps(windows, sort_keys=True),
-                       "window_start": iso(window.start_s), "window_end": iso(window.end_s),
-                       "heartbeat_window_correction": "true", LEDGER_KEY: ledger.payload()}
+            own = {"window_start": iso(window.start_s), "window_end": iso(window.end_s),
+                   "heartbeat_window_correction": "true"}
+            payload = {**window_parameters({"heartbeat_run_id": tick_run_id}, windows, self.bounds, own),
+                       LEDGER_KEY: ledger.payload()}
             return WindowPlan(job_id, [], TriggerRequest(job_id, None, token, job_parameters(payload)), payload)
         return None
 
@@ -250,6 +254,31 @@ class Sequences:
                      message=f"window [{iso(window.start_s)}, {iso(window.end_s)}) had no data in any source",
                      payload=json.dumps({UNTIL_KEY: window.end_s, "window_start": iso(window.start_s),
                                          "window_end": iso(window.end_s), LEDGER_KEY: ledger}, sort_keys=True))
+
+
+@dataclass(frozen=True)
+class Backlog:
+    """What a job consumes of one source: its earliest pending cursor to its latest (with the points it may be
+    cut at), and the new rows sensing counted (None when no event counted any)."""
+
+    window: SourceWindow
+    rows: int | None
+
+
+def _backlogs(rows: Sequence[ReadyRow], events: Sequence[Mapping[str, Any]]) -> dict[str, Backlog]:
+    """Per source_key of ``rows``, the backlog the NEW_DATA ``events`` they consume make."""
+    consumed = {i for r in rows for i in r.consumed_event_ids.split(",") if i}
+    found: dict[str, Backlog] = {}
+    for row in rows:
+        mine = sorted((e for e in events if e["source_key"] == row.source_key and e["event_id"] in consumed),
+                      key=lambda e: e["event_ts"])
+        if not mine:
+            continue
+        counted = [e["rows"] for e in mine if e.get("rows") is not None]
+        window = SourceWindow(row.sensor_source, row.sensor_id, mine[0]["cursor_from"], mine[-1]["cursor_to"],
+                              row.pending_window_from, row.pending_window_to, _cut_points(mine))
+        found[row.source_key] = Backlog(window, sum(counted) if counted else None)
+    return found
 
 
 def _payload(event: Mapping[str, Any]) -> dict[str, Any]:

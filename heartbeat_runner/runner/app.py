@@ -10,6 +10,7 @@ from heartbeat_runner.core.errors import HeartbeatError, describe
 from heartbeat_runner.core.records import Event, EventType, utcnow
 from heartbeat_runner.core.settings import Settings
 from heartbeat_runner.jobs.base import JobsBackend
+from heartbeat_runner.jobs.registry import build_backend
 from heartbeat_runner.lakehouse.dbt_invoke import DbtProject
 from heartbeat_runner.lakehouse.engine import Engine, open_engine
 from heartbeat_runner.lakehouse.maintenance import Maintenance
@@ -63,15 +64,8 @@ class App:
             self.dbt.build_all()
 
     def jobs_backend(self) -> JobsBackend:
-        name = self.settings.effective_jobs_backend
-        if name == "databricks":
-            from heartbeat_runner.jobs.databricks import DatabricksJobsBackend
-
-            return DatabricksJobsBackend.from_environment()
-        from heartbeat_runner.jobs.local import LocalJobsBackend
-
-        return LocalJobsBackend(self.settings.effective_jobs_file, self.settings.lakehouse_dir / "jobs",
-                                self.settings.lakehouse_dir)
+        """The backend the settings name: a built-in or an installed plugin (``jobs.registry``)."""
+        return build_backend(self.settings)
 
     def sense_context(self) -> SenseContext:
         from heartbeat_runner.sensing.connections import load_connections

@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from heartbeat_runner.core.errors import HeartbeatError
+from heartbeat_runner.core.errors import ConflictError
 from heartbeat_runner.core.processes import pid_alive
 
 #: Seconds a lease lasts unless renewed (longer than any tick should take).
@@ -57,7 +57,7 @@ class LeaseInfo:
         return f"{self.owner} (until {until})"
 
 
-class LeaseHeld(HeartbeatError):
+class LeaseHeld(ConflictError):
     """Another runner holds the lease."""
 
     def __init__(self, holder: LeaseInfo):
@@ -65,7 +65,7 @@ class LeaseHeld(HeartbeatError):
         super().__init__(f"another runner holds the tick lease: {holder.describe()}")
 
 
-class LeaseLost(HeartbeatError):
+class LeaseLost(ConflictError):
     """The lease expired and another runner took it over: stop before touching the jobs API."""
 
 

@@ -34,7 +34,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from heartbeat_runner.core.errors import JobsBackendError, SourceError
-from heartbeat_runner.core.faults import crash_point, fail_point
+from heartbeat_runner.core.faults import FaultPoint, crash_point, fail_point
 from heartbeat_runner.core.records import (
     Event,
     EventType,
@@ -232,11 +232,11 @@ class Heartbeat:
             self.progress(f"sensing {len(due)} source(s)")
             result.sensed = sense_all(due, self.ctx, max_workers=self.settings.max_workers,
                                       timeout_s=self.settings.sensor_timeout_s)
-        crash_point("after_sensing")
-        fail_point("after_sensing")
+        crash_point(FaultPoint.AFTER_SENSING)
+        fail_point(FaultPoint.AFTER_SENSING)
         with _stage(timings, "events_write"):
             self._append(result, self.sensed_events(result))
-        crash_point("after_new_data_events")
+        crash_point(FaultPoint.AFTER_NEW_DATA_EVENTS)
         with _stage(timings, "dbt"):
             self.refresh_models()
         self._budget = ApiBudget(self.settings.jobs_api)
@@ -264,7 +264,7 @@ class Heartbeat:
 
     def close(self) -> None:
         """Write the summary of a pending idle streak (call when the runner stops)."""
-        fail_point("closing")
+        fail_point(FaultPoint.CLOSING)
         if self._idle is not None:
             self.store.append_run(self._idle.summary(), [])
             self._idle = None
@@ -318,9 +318,11 @@ class Heartbeat:
                 self._request_runs(result, [], carried)
             return
         planned: list[tuple[TriggerRequest, dict[str, Any]]] = []
+        events = self.store.new_data_events(sorted({i for rows in by_job.values()
+                                                    for i in rows[0].consumed_event_ids.split(",") if i}))
         for job_id, rows in by_job.items():
             try:
-                planned.append(self._request_for(job_id, rows, result.run_id))
+                planned.append(self._request_for(job_id, rows, result.run_id, events))
             except SourceError as exc:  # a catch-up policy the source cannot apply: this job waits
                 result.trigger_errors.append(JobProblem(job_id, f"catch-up plan: {exc}"))
         self._request_runs(result, [self._requested_event(result, req, payload, by_job[req.job_id][0].consumed_event_ids)
@@ -351,7 +353,7 @@ class Heartbeat:
             return
         self.before_trigger()
         self._append(result, events)
-        crash_point("after_trigger_requested")
+        crash_point(FaultPoint.AFTER_TRIGGER_REQUESTED)
         if requests:
             self.progress(f"triggering {len(requests)} job(s)")
             self._call_backend(requests, result)
@@ -385,12 +387,13 @@ class Heartbeat:
         if events:
             self._request_runs(result, events, [request for request, _ in requested])
 
-    def _request_for(self, job_id: str, rows: list[ReadyRow], run_id: str) -> tuple[TriggerRequest, dict[str, Any]]:
+    def _request_for(self, job_id: str, rows: list[ReadyRow], run_id: str,
+                     events: list[dict]) -> tuple[TriggerRequest, dict[str, Any]]:
         """The request of a ready job and the payload recorded with it (its parameters, and the plan of a
         catch-up sequence when its policy cuts the backlog into several runs)."""
         consumed = [i for i in rows[0].consumed_event_ids.split(",") if i]
         token = idempotency_token(job_id, consumed)
-        payload = self.sequences.first_request(job_id, rows, token, {"heartbeat_run_id": run_id})
+        payload = self.sequences.first_request(job_id, rows, token, {"heartbeat_run_id": run_id}, events)
         return TriggerRequest(job_id=job_id, job_name=rows[0].trigger_job_name, idempotency_token=token,
                               parameters=job_parameters(payload)), payload
 
@@ -419,7 +422,7 @@ class Heartbeat:
             log.warning("%d trigger request(s) did not fit the tick's jobs API budget; next tick resumes them",
                         len(calls.not_started))
         self._append(result, answers)
-        crash_point("after_triggered")
+        crash_point(FaultPoint.AFTER_TRIGGERED)
 
     # -- step 5: reconcile ------------------------------------------------------------------
 
@@ -452,7 +455,7 @@ class Heartbeat:
         events.extend(step.event for step in next_runs)
         self._append(result, events)
         if next_runs:
-            crash_point("after_next_window_requested")
+            crash_point(FaultPoint.AFTER_NEXT_WINDOW_REQUESTED)
         if retries or next_runs:
             self.before_trigger()
             self._call_backend(retries + [step.request for step in next_runs], result)
@@ -598,9 +601,9 @@ def _trigger_crash_points(calls: int) -> Callable[[int], None]:
     """Crash points among the parallel trigger calls: after the first answer, and after half of them."""
     def on_answer(answered: int) -> None:
         if answered == 1:
-            crash_point("after_trigger_call")
+            crash_point(FaultPoint.AFTER_TRIGGER_CALL)
         if answered == (calls + 1) // 2:
-            crash_point("during_trigger_calls")
+            crash_point(FaultPoint.DURING_TRIGGER_CALLS)
     return on_answer
 
 

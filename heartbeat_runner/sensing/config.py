@@ -16,9 +16,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from heartbeat_runner.core.errors import ConfigError
+from heartbeat_runner.core.plugins import PluginError
 from heartbeat_runner.core.records import JobState
 from heartbeat_runner.sensing.preprocess import check_preprocess_query
-from heartbeat_runner.sensing.sources.registry import source_for, source_types
+from heartbeat_runner.sensing.sources.registry import source_for, source_types, unknown_source
 
 COLUMNS = (
     "sensor_source",
@@ -163,7 +164,7 @@ def _validate_row(path: Path, line: int, values: dict[str, str | None], problems
     if not source:
         bad("sensor_source", "is empty")
     elif source not in source_types():
-        bad("sensor_source", f"unknown source {source!r}; expected one of {', '.join(source_types())}")
+        bad("sensor_source", unknown_source(source))
     sensor_id = values.get("sensor_id")
     if not sensor_id:
         bad("sensor_id", "is empty")
@@ -192,9 +193,13 @@ def _validate_row(path: Path, line: int, values: dict[str, str | None], problems
         if query_problem is not None:
             bad("preprocess_query", str(query_problem))
     if source in source_types() and sensor_id:
-        problem = source_for(source).check_config(sensor_id, upstream_key)
+        try:
+            problem = source_for(source).check_config(sensor_id, upstream_key)
+        except PluginError as exc:
+            problem = f"sensor_source: {exc}"
         if problem:
-            bad("upstream_key" if problem.startswith("upstream_key") else "sensor_id", problem)
+            column = next((c for c in ("upstream_key", "sensor_source") if problem.startswith(c)), "sensor_id")
+            bad(column, problem.removeprefix("sensor_source: "))
     if len(problems) > before:
         return None
     return SensorConfigRow(

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from heartbeat_runner.core.errors import HeartbeatError
+from heartbeat_runner.core.errors import HeartbeatError, InvalidInputError
 from heartbeat_runner.core.records import EventType
 from heartbeat_runner.interfaces.operations import local_operator, parse_since, record_job_event, reset_job
 from heartbeat_runner.runner.app import App
@@ -103,14 +103,14 @@ class ActionRequest:
         try:
             kind = Action(action)
         except ValueError as exc:
-            raise HeartbeatError(f"unknown action {action!r}; expected one of "
+            raise InvalidInputError(f"unknown action {action!r}; expected one of "
                                  f"{', '.join(a.value for a in Action)}") from exc
         job_id = _text(body, "job_id")
         if not job_id:
-            raise HeartbeatError("field job_id: a job id is required")
+            raise InvalidInputError("field job_id: a job id is required")
         reason = _text(body, "reason")
         if kind is Action.RESET and not reason:
-            raise HeartbeatError("field reason: a reset needs a reason (it goes into the audit trail)")
+            raise InvalidInputError("field reason: a reset needs a reason (it goes into the audit trail)")
         return cls(kind, job_id, message=_text(body, "message"), failed=bool(body.get("failed")),
                    since=_text(body, "since"), reason=reason)
 
@@ -121,7 +121,7 @@ def _text(body: Mapping[str, object], name: str) -> str | None:
     if value is None:
         return None
     if not isinstance(value, str):
-        raise HeartbeatError(f"field {name}: expected text")
+        raise InvalidInputError(f"field {name}: expected text")
     return value.strip() or None
 
 

@@ -35,8 +35,9 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from heartbeat_runner import __version__
-from heartbeat_runner.core.errors import HeartbeatError, describe
+from heartbeat_runner.core.errors import HeartbeatError, InvalidInputError, describe
 from heartbeat_runner.interfaces.operations import refresh_if_idle
+from heartbeat_runner.interfaces.outcomes import outcome_of
 from heartbeat_runner.interfaces.ui import data
 from heartbeat_runner.interfaces.ui.actions import ActionPolicy, ActionRefused, ActionRequest, forwarded_user, perform
 from heartbeat_runner.jobs.base import JobsBackend
@@ -128,17 +129,15 @@ class Handler(BaseHTTPRequestHandler):
         self._json({"error": message}, status)
 
     def _guarded(self, route: Callable[[], None]) -> None:
-        """Turn errors into JSON answers: 403 refused, 404 unknown job/run, 400 bad input, 500 otherwise."""
+        """Turn errors into JSON answers, by their kind (``outcomes.ERROR_OUTCOMES``: 403 refused, 404 unknown
+        job/run, 400 bad input, 409 conflict, 503 try again, 500 otherwise)."""
         try:
             route()
-        except ActionRefused as exc:
-            self._error(HTTPStatus.FORBIDDEN, str(exc))
         except HeartbeatError as exc:
-            missing = "not in the control table" in str(exc) or "not found" in str(exc)
-            self._error(HTTPStatus.NOT_FOUND if missing else HTTPStatus.BAD_REQUEST, str(exc))
+            self._error(outcome_of(exc).http_status, str(exc))
         except Exception as exc:  # noqa: BLE001 - a failing read answers this request only; the page stays up
             log.exception("ui request %s failed", self.path)
-            self._error(HTTPStatus.INTERNAL_SERVER_ERROR, describe(exc))
+            self._error(outcome_of(exc).http_status, describe(exc))
 
     # -- GET ----------------------------------------------------------------------------------
 
@@ -217,13 +216,13 @@ class Handler(BaseHTTPRequestHandler):
     def _body(self) -> dict[str, Any]:
         length = int(self.headers.get("Content-Length") or 0)
         if length > MAX_BODY_BYTES:
-            raise HeartbeatError(f"request body over {MAX_BODY_BYTES} bytes")
+            raise InvalidInputError(f"request body over {MAX_BODY_BYTES} bytes")
         try:
             body = json.loads(self.rfile.read(length) or b"{}")
         except ValueError as exc:
-            raise HeartbeatError(f"request body is not JSON: {exc}") from exc
+            raise InvalidInputError(f"request body is not JSON: {exc}") from exc
         if not isinstance(body, dict):
-            raise HeartbeatError("request body must be a JSON object")
+            raise InvalidInputError("request body must be a JSON object")
         return body
 
 

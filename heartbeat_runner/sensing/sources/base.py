@@ -13,15 +13,16 @@ the beginning.
 
 from __future__ import annotations
 
+import abc
 import json
 import threading
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from heartbeat_runner.core.records import SensingTarget
-from heartbeat_runner.core.windows import CUT_POINTS_KEY, EventTimes, SourceWindow, WindowLimit
+from heartbeat_runner.core.windows import CUT_POINTS_KEY, EventTimes, SourceWindow, WindowBounds, WindowLimit
 from heartbeat_runner.sensing.preprocess import render_preprocess_query
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -118,19 +119,28 @@ def load_cursor(cursor: str | None) -> dict[str, Any] | None:
     return None if cursor is None else json.loads(cursor)
 
 
-class Source(Protocol):
-    """A source type. One module per type, registered in ``sources.registry``."""
+class Source(abc.ABC):
+    """A source type: the plugin API (docs/plugins.md). Built-ins are listed in ``sources.registry``;
+    an installed package adds one through the entry-point group ``heartbeat.sources``.
 
-    #: the ``sensor_source`` values this module senses
-    source_types: ClassVar[tuple[str, ...]]
+    Subclass it; the constructor takes no argument (one instance senses every target of its
+    types, from several threads at once: keep per-target state in the cursor, not on ``self``).
+    ``check_config`` and ``sense`` are required; the capabilities below have defaults.
+    """
 
+    #: the ``sensor_source`` values this class senses (documentation: the registry names them)
+    source_types: ClassVar[tuple[str, ...]] = ()
+    #: capability: ``sense`` reports ``SenseResult.event_times`` for the targets in
+    #: ``ctx.event_time_grains`` (sources read by jobs with an event-time window policy)
+    reports_event_times: ClassVar[bool] = False
+
+    @abc.abstractmethod
     def check_config(self, sensor_id: str, upstream_key: str | None) -> str | None:
         """Return a problem with this row's ``sensor_id``/``upstream_key``, or None. No I/O."""
-        ...
 
+    @abc.abstractmethod
     def sense(self, target: SensingTarget, ctx: SenseContext) -> SenseResult:
         """Answer: is there new data after ``target.cursor``? Raise SourceError on failure."""
-        ...
 
     def split(self, window: SourceWindow, limit: WindowLimit, upstream_key: str | None) -> list[SourceWindow]:
         """Cut pending data (``window``, from the earliest pending cursor to the latest) into consecutive
@@ -140,3 +150,8 @@ class Source(Protocol):
         Delta versions). The default cannot cut: the whole backlog is one piece.
         """
         return [window]
+
+    def bounds(self, cursor_from: str | None, cursor_to: str | None) -> WindowBounds:
+        """The window after ``cursor_from`` up to ``cursor_to`` in the job's terms (the structured job
+        parameter ``heartbeat_params``). No I/O. The default gives the cursors themselves (kind ``cursor``)."""
+        return WindowBounds("cursor", load_cursor(cursor_from), load_cursor(cursor_to))

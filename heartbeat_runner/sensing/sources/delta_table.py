@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from heartbeat_runner.core.errors import SourceError
 from heartbeat_runner.core.names import check_table_reference, is_path
-from heartbeat_runner.core.windows import EventTimes, SourceWindow, WindowLimit
+from heartbeat_runner.core.windows import EventTimes, SourceWindow, WindowBounds, WindowLimit
 from heartbeat_runner.lakehouse import delta_log
 from heartbeat_runner.lakehouse.engine import Engine
 from heartbeat_runner.sensing.sources.base import (
@@ -39,6 +39,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 class DeltaTableSource(Source):
     source_types: ClassVar[tuple[str, ...]] = ("delta_table", "lmu_delta_table")
+    reports_event_times: ClassVar[bool] = True
 
     def check_config(self, sensor_id: str, upstream_key: str | None) -> str | None:
         return check_table_reference(sensor_id)
@@ -65,6 +66,15 @@ class DeltaTableSource(Source):
         if target.upstream_key:
             return self._sense_keyed(table, target, ctx, cursor, current, target.upstream_key)
         return self._sense_versions(table, target, ctx, seen, current)
+
+    def bounds(self, cursor_from: str | None, cursor_to: str | None) -> WindowBounds:
+        """Keyed: values of the key (as text). Unkeyed: Delta versions (the run reads the versions after
+        ``from`` up to ``until``; from None: from the first version)."""
+        before, after = load_cursor(cursor_from) or {}, load_cursor(cursor_to) or {}
+        if "value" in after:
+            return WindowBounds("key", before.get("value"), after["value"])
+        version = before.get("version")
+        return WindowBounds("delta_version", None if version is None or version < 0 else version, after.get("version"))
 
     def split(self, window: SourceWindow, limit: WindowLimit, upstream_key: str | None) -> list[SourceWindow]:
         """Keyed: spans of the key (``7d`` for a date or timestamp key, a count for a numeric one).

@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from heartbeat_runner.core.errors import SourceError
-from heartbeat_runner.core.windows import Bucket, EventTimes, SourceWindow, WindowLimit, epoch_seconds
+from heartbeat_runner.core.windows import Bucket, EventTimes, SourceWindow, WindowBounds, WindowLimit, epoch_seconds
 from heartbeat_runner.sensing.connections import env_name, resolve_secrets
 from heartbeat_runner.sensing.sources.base import (
     SenseContext,
@@ -195,6 +195,7 @@ def jdbc_reader(ctx: SenseContext, connection: str) -> JdbcReader:
 
 class JdbcSource(Source):
     source_types: ClassVar[tuple[str, ...]] = ("jdbc",)
+    reports_event_times: ClassVar[bool] = True
 
     def split(self, window: SourceWindow, limit: WindowLimit, upstream_key: str | None) -> list[SourceWindow]:
         """Spans of the key column: ``7d`` for a date or timestamp key, a count for a numeric one."""
@@ -203,6 +204,12 @@ class JdbcSource(Source):
         kind = after.get("type", "str")
         return split_key_span(window, limit, upstream_key or "key", before.get("value"), after.get("value"),
                               lambda top: dump_cursor({"value": {"type": kind, "value": top}}))
+
+    def bounds(self, cursor_from: str | None, cursor_to: str | None) -> WindowBounds:
+        """Values of the key column (as text); from None: from the beginning."""
+        before = (load_cursor(cursor_from) or {}).get("value") or {}
+        after = (load_cursor(cursor_to) or {}).get("value") or {}
+        return WindowBounds("key", before.get("value"), after.get("value"))
 
     def check_config(self, sensor_id: str, upstream_key: str | None) -> str | None:
         connection, table = split_reference(sensor_id)

@@ -59,6 +59,7 @@ log = logging.getLogger(__name__)
 
 class KafkaSource(Source):
     source_types: ClassVar[tuple[str, ...]] = ("kafka",)
+    reports_event_times: ClassVar[bool] = True
 
     def split(self, window: SourceWindow, limit: WindowLimit, upstream_key: str | None) -> list[SourceWindow]:
         """Runs of at most ``limit`` offsets per partition, oldest first."""

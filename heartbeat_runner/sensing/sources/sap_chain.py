@@ -23,7 +23,7 @@ from datetime import date, datetime, time
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from heartbeat_runner.core.errors import SourceError
-from heartbeat_runner.core.windows import EventTimes, SourceWindow, WindowLimit, epoch_seconds
+from heartbeat_runner.core.windows import EventTimes, SourceWindow, WindowBounds, WindowLimit, epoch_seconds
 from heartbeat_runner.sensing.sources.base import (
     SenseContext,
     SenseResult,
@@ -78,6 +78,7 @@ class ChainLog:
 
 class SapChainSource(Source):
     source_types: ClassVar[tuple[str, ...]] = ("sap_bw", "sap_b4")
+    reports_event_times: ClassVar[bool] = True
 
     def check_config(self, sensor_id: str, upstream_key: str | None) -> str | None:
         system, chain_id = split_reference(sensor_id)
@@ -117,6 +118,11 @@ class SapChainSource(Source):
         ends = sorted({r["LOAD_DATE"] for r in new_runs})
         return replace(result, event_times=_event_times([r["LOAD_DATE"] for r in new_runs], target, ctx),
                        cut_points=tuple(dump_cursor({"load_date": _text(end)}) for end in ends))
+
+    def bounds(self, cursor_from: str | None, cursor_to: str | None) -> WindowBounds:
+        """The chain runs' LOAD_DATE (``YYYYMMDDHHMMSS``); from None: from the first green run."""
+        return WindowBounds("key", (load_cursor(cursor_from) or {}).get("load_date"),
+                            (load_cursor(cursor_to) or {}).get("load_date"))
 
     def split(self, window: SourceWindow, limit: WindowLimit, upstream_key: str | None) -> list[SourceWindow]:
         """Runs of at most ``limit`` green chain runs, cut after the runs sensing saw (``cut_points``)."""
