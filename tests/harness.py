@@ -124,7 +124,7 @@ class Harness:
     @property
     def heartbeat(self) -> Heartbeat:
         if self._heartbeat is None:
-            backend = LocalJobsBackend(self.jobs_path, self.home / "jobs", self.home)
+            backend = LocalJobsBackend(self.jobs_path, self.home / "jobs", self.home, self.settings.lakehouse_env())
             self._heartbeat = self.app.heartbeat(backend=backend)
         return self._heartbeat
 

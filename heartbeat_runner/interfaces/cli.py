@@ -23,7 +23,7 @@ from rich.text import Text
 from heartbeat_runner import __version__
 from heartbeat_runner.core.errors import ConfigError, HeartbeatError, describe
 from heartbeat_runner.core.records import EventType
-from heartbeat_runner.core.settings import Settings, load_settings
+from heartbeat_runner.core.settings import TARGETS, Settings, load_settings
 from heartbeat_runner.core.stopping import StopRequest
 from heartbeat_runner.interfaces.operations import (
     DEFAULT_MAX_REMOVAL_SHARE,
@@ -68,7 +68,7 @@ DEFAULT_WATCH_S = 5.0
 
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lakehouse-dir", help="where the embedded lakehouse lives (default $HEARTBEAT_HOME or ./.heartbeat)")
-    parser.add_argument("--target", choices=["local", "spark", "databricks"], help="engine (default $HEARTBEAT_TARGET or local)")
+    parser.add_argument("--target", choices=list(TARGETS), help="engine (default $HEARTBEAT_TARGET or local)")
     parser.add_argument("--config", help="sensor config CSV (default seeds/heartbeat_sensor_config.csv)")
     parser.add_argument("--jobs-file", help="local jobs file (default ./heartbeat_jobs.yml)")
     parser.add_argument("--jobs-backend", choices=["local", "databricks"], help="where jobs run")

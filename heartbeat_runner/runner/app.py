@@ -71,7 +71,7 @@ class App:
         from heartbeat_runner.jobs.local import LocalJobsBackend
 
         return LocalJobsBackend(self.settings.effective_jobs_file, self.settings.lakehouse_dir / "jobs",
-                                self.settings.lakehouse_dir)
+                                self.settings.lakehouse_dir, self.settings.lakehouse_env())
 
     def sense_context(self) -> SenseContext:
         from heartbeat_runner.sensing.connections import load_connections
