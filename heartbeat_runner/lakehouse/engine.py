@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from heartbeat_runner.core.names import is_table_name, qualify, sql_string
 from heartbeat_runner.core.settings import Settings, validate_identifier
-from heartbeat_runner.lakehouse import delta_log
+from heartbeat_runner.lakehouse import delta_log, made_by
 from heartbeat_runner.lakehouse.spark_local import make_default_connect_session
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -437,8 +437,10 @@ def open_engine(settings: Settings, *, port: int = 0, session_id: str | None = N
 
     ``port`` and ``session_id`` (local target) serve other clients: Sail keeps one catalog
     per Spark Connect session, so clients that connect with the same session id see the
-    tables registered here (see ``serve``).
+    tables registered here (see ``serve``). A lakehouse folder another engine made is refused
+    first (made_by.EngineMismatch), before anything starts.
     """
+    made_by.check_and_record(settings)
     if settings.target == "local":
         engine = _open_local(settings, port, session_id)
     elif settings.target == "spark-local":
