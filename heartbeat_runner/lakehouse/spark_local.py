@@ -26,6 +26,7 @@ import signal
 import socket
 import subprocess
 import time
+import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -425,14 +426,27 @@ def _hold(spark_dir: Path, mode: str, handle: IO[str]) -> LocalSpark:
 
 def _join(spark_dir: Path, mode: str, address: spark_share.EngineAddress) -> LocalSpark:
     """A Spark Connect session on the engine another process holds: no JVM of our own."""
-    from pyspark.sql import SparkSession
-
-    os.environ["SPARK_REMOTE"] = address.url
-    spark = SparkSession.builder.remote(address.url).create()
-    make_default_connect_session(spark)
+    spark = _connect_session(address.url)
     log.info("joined the Spark engine of process %d at %s", address.pid, address.url)
     return LocalSpark(mode, spark_dir, spark, delta_table_api=False, url=address.url, shared=True,
                       _stop=spark.stop)
+
+
+def _connect_session(url: str) -> SparkSession:
+    """A Spark Connect session to ``url``, the one dbt-spark's ``session`` method will find.
+
+    dbt-spark asks for ``enableHiveSupport()`` at every statement; over Spark Connect that sets the
+    static ``spark.sql.catalogImplementation`` on a running session, which the server refuses with a
+    CANNOT_MODIFY_CONFIG warning per statement although the value is already ``hive``: not shown.
+    """
+    from pyspark.sql import SparkSession
+
+    warnings.filterwarnings("ignore", message=r"(?s).*CANNOT_MODIFY_CONFIG.*spark\.sql\.catalogImplementation",
+                            category=UserWarning)
+    os.environ["SPARK_REMOTE"] = url
+    spark = SparkSession.builder.remote(url).create()
+    make_default_connect_session(spark)
+    return spark
 
 
 def stop_local_spark() -> None:
@@ -472,13 +486,9 @@ def _start_classic(spark_dir: Path) -> LocalSpark:
 
 
 def _start_connect(spark_dir: Path) -> LocalSpark:
-    from pyspark.sql import SparkSession
-
     server = SparkConnectProcess(spark_dir)
     url = server.start()
-    os.environ["SPARK_REMOTE"] = url
-    spark = SparkSession.builder.remote(url).create()
-    make_default_connect_session(spark)
+    spark = _connect_session(url)
 
     def stop() -> None:
         try:
