@@ -408,17 +408,20 @@ def _hold(spark_dir: Path, mode: str, handle: IO[str]) -> LocalSpark:
                                 "a JVM start takes 10-40 s"):
             running = _start_classic(spark_dir) if mode == "classic" else _start_connect(spark_dir)
     except BaseException:
-        spark_share.release(spark_dir, handle)
+        handle.close()
         raise
     spark_share.publish(spark_dir, spark_share.EngineAddress(pid=os.getpid(), url=str(running.url), mode=mode))
     stop_engine = running._stop
 
     def stop() -> None:
+        """Withdraw the address, stop the JVM, and only then let the lock go: the next holder's JVM
+        must not meet this one's Derby lock."""
         try:
-            spark_share.release(spark_dir, handle)
-        finally:
+            spark_share.withdraw(spark_dir)
             if stop_engine is not None:
                 stop_engine()
+        finally:
+            handle.close()
 
     running._stop = stop
     return running

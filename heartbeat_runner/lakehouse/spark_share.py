@@ -73,12 +73,9 @@ def try_hold(spark_dir: Path) -> IO[str] | None:
     return handle
 
 
-def release(spark_dir: Path, handle: IO[str]) -> None:
-    """Withdraw the address and let the lock go (the holder stops its engine)."""
-    try:
-        (Path(spark_dir) / ADDRESS_FILE).unlink(missing_ok=True)
-    finally:
-        handle.close()
+def withdraw(spark_dir: Path) -> None:
+    """Remove the published address (the holder is about to stop its engine: nobody joins it now)."""
+    (Path(spark_dir) / ADDRESS_FILE).unlink(missing_ok=True)
 
 
 def publish(spark_dir: Path, address: EngineAddress) -> None:
