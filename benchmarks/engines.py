@@ -73,15 +73,20 @@ def measure(engine: str, n: int, repeats: int, root: Path) -> dict[str, Any]:
 
 
 def _timed_status(settings) -> float | None:
-    """Seconds of `status --json` in another process while this one holds the engine (None: it failed)."""
+    """Seconds of `status --json` in another process while this one holds the engine and, as a running
+    `run` does, the tick lease (so `status` reads the control table, not rebuilds it). None: it failed."""
+    from heartbeat_runner.runner.lease import tick_lease
+
     env = {**os.environ, **settings.lakehouse_env(), "HEARTBEAT_CONFIG": str(settings.effective_config_csv)}
-    began = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "heartbeat_runner", "status", "--json"], env=env,
-                          capture_output=True, text=True, check=False)
+    with tick_lease(settings.lakehouse_dir).held(60.0):
+        began = time.monotonic()
+        done = subprocess.run([sys.executable, "-m", "heartbeat_runner", "status", "--json"], env=env,
+                              capture_output=True, text=True, check=False)
+        elapsed = time.monotonic() - began
     if done.returncode != 0:
         print(done.stderr[-2000:], file=sys.stderr)
         return None
-    return round(time.monotonic() - began, 2)
+    return round(elapsed, 2)
 
 
 @dataclass
@@ -132,6 +137,7 @@ def _in_subprocess(engine: str, n: int, repeats: int) -> dict[str, Any]:
         done = subprocess.run([sys.executable, __file__, "--one", engine, "--sensors", str(n),
                                "--repeats", str(repeats), "--root", tmp],
                               capture_output=True, text=True, check=False)
+        elapsed = time.monotonic() - began
     if done.returncode != 0:
         return {"engine": engine, "error": done.stderr.strip().splitlines()[-5:]}
     return json.loads(done.stdout.strip().splitlines()[-1])
