@@ -137,7 +137,6 @@ def _in_subprocess(engine: str, n: int, repeats: int) -> dict[str, Any]:
         done = subprocess.run([sys.executable, __file__, "--one", engine, "--sensors", str(n),
                                "--repeats", str(repeats), "--root", tmp],
                               capture_output=True, text=True, check=False)
-        elapsed = time.monotonic() - began
     if done.returncode != 0:
         return {"engine": engine, "error": done.stderr.strip().splitlines()[-5:]}
     return json.loads(done.stdout.strip().splitlines()[-1])
