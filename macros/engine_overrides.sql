@@ -127,3 +127,39 @@
 {% macro databricks__load_csv_rows(model, agate_table) %}
   {{ return(dbt.databricks__load_csv_rows(model, agate_table)) }}
 {% endmacro %}
+
+{#
+  dbt-spark's MERGE, plus two options dbt-databricks offers under the same names, so that
+  a model reads alike on every engine: `matched_condition` (update a matched row only when
+  it holds, e.g. when a column changed: the table's change data feed then records real
+  changes only) and `not_matched_by_source_action='delete'` (rows the model no longer
+  selects leave the table). Without them it is dbt-spark's MERGE.
+#}
+{% macro spark__get_merge_sql(target, source, unique_key, dest_columns, incremental_predicates) %}
+  {%- set predicates = [] if incremental_predicates is none else [] + incremental_predicates -%}
+  {%- set keys = [unique_key] if unique_key is string else (unique_key or []) -%}
+  {%- for key in keys %}
+    {%- do predicates.append('DBT_INTERNAL_SOURCE.' ~ key ~ ' = DBT_INTERNAL_DEST.' ~ key) -%}
+  {%- endfor %}
+  {%- if not keys %}{% do predicates.append('FALSE') %}{% endif -%}
+  {%- set dest_columns = adapter.get_columns_in_relation(target) -%}
+  {%- set update_columns = get_merge_update_columns(config.get('merge_update_columns'),
+                                                    config.get('merge_exclude_columns'), dest_columns) -%}
+  {%- set matched_condition = config.get('matched_condition') -%}
+  merge into {{ target }} as DBT_INTERNAL_DEST
+      using {{ source }} as DBT_INTERNAL_SOURCE
+      on {{ predicates | join(' and ') }}
+      when matched {%- if matched_condition %} and ({{ matched_condition }}){% endif %} then update set
+        {% if update_columns -%}{%- for column_name in update_columns %}
+            {{ column_name }} = DBT_INTERNAL_SOURCE.{{ column_name }}{{ ', ' if not loop.last }}
+        {%- endfor %}{%- else %} * {% endif %}
+      when not matched then insert *
+      {%- if config.get('not_matched_by_source_action') == 'delete' %}
+      when not matched by source then delete
+      {%- endif %}
+{% endmacro %}
+
+{# `not (s.c <=> d.c and ...)` over ``columns``: a matched row differs in one of them. #}
+{% macro heartbeat_any_column_changed(columns) -%}
+  not ({% for c in columns %}DBT_INTERNAL_SOURCE.{{ c }} <=> DBT_INTERNAL_DEST.{{ c }}{{ ' and ' if not loop.last }}{% endfor %})
+{%- endmacro %}

@@ -6,8 +6,23 @@
     ACQUIRED_NEW_DATA   new data was sensed and some job fed by it has not finished
                         processing it (NEW_EVENT_AVAILABLE, IN_PROGRESS or FAILED)
     PROCESSED_NEW_DATA  every job fed by it completed after the data arrived
+
+  Updated in place (MERGE on sensor_id, rows that changed only; sources no longer selected
+  are deleted), so the table keeps its id and history: a follower can read it by version
+  and, where the engine writes one (var heartbeat_change_feed), by its change data feed.
 #}
-{{ config(materialized='table') }}
+{%- set state_columns = ['assets', 'status', 'status_change_timestamp', 'checkpoint_location', 'upstream_key',
+                         'upstream_value', 'sensor_source', 'latest_event_fetched_timestamp'] -%}
+{{
+  config(
+    materialized='incremental',
+    incremental_strategy='merge',
+    unique_key='sensor_id',
+    matched_condition=heartbeat_any_column_changed(state_columns),
+    not_matched_by_source_action='delete',
+    tblproperties=({'delta.enableChangeDataFeed': 'true'} if var('heartbeat_change_feed', false) else none),
+  )
+}}
 
 with rows_by_source as (
   select

@@ -124,7 +124,7 @@ class Harness:
     @property
     def heartbeat(self) -> Heartbeat:
         if self._heartbeat is None:
-            backend = LocalJobsBackend(self.jobs_path, self.home / "jobs", self.home)
+            backend = LocalJobsBackend(self.jobs_path, self.home / "jobs", self.home, self.settings.lakehouse_env())
             self._heartbeat = self.app.heartbeat(backend=backend)
         return self._heartbeat
 
@@ -147,8 +147,10 @@ class Harness:
         where = [Cond("event_type", kind)] if kind else []
         return self.app.store.read("heartbeat_events", *where, order_by=["event_ts"])
 
-    def wait_for_jobs(self, timeout: float = 30.0) -> None:
-        """Tick until nothing is IN_PROGRESS (jobs are real processes)."""
+    def wait_for_jobs(self, timeout: float | None = None) -> None:
+        """Tick until nothing is IN_PROGRESS (jobs are real processes). The default bound is generous
+        for the engine: 30 s on Sail; 300 s on Spark, where one tick of a loaded JVM can take a minute."""
+        timeout = timeout if timeout is not None else (30.0 if self.engine_kind == "sail" else 300.0)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if "IN_PROGRESS" not in set(self.status().values()):

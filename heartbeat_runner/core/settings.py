@@ -148,6 +148,14 @@ class Settings:
     def effective_spark_dir(self) -> Path:
         return self.spark_dir or self.lakehouse_dir / "spark"
 
+    def lakehouse_env(self) -> dict[str, str]:
+        """The variables that point a job's own ``heartbeat_runner`` commands (a final ``complete``)
+        at this lakehouse on this engine, whatever flags chose them here."""
+        env = {"HEARTBEAT_HOME": str(self.lakehouse_dir), "HEARTBEAT_TARGET": self.target}
+        if self.target is Target.SPARK_LOCAL:
+            env.update(HEARTBEAT_SPARK_MODE=self.spark_mode, HEARTBEAT_SPARK_DIR=str(self.effective_spark_dir))
+        return env
+
     @property
     def effective_jobs_file(self) -> Path:
         if self.jobs_file:

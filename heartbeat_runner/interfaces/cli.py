@@ -77,7 +77,7 @@ CREATING_COMMANDS = frozenset({"seed", "run", "demo", "serve", "dbt", "validate"
 
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lakehouse-dir", help="where the embedded lakehouse lives (default $HEARTBEAT_HOME or ./.heartbeat)")
-    parser.add_argument("--target", choices=TARGETS, help="engine (default $HEARTBEAT_TARGET or local)")
+    parser.add_argument("--target", choices=list(TARGETS), help="engine (default $HEARTBEAT_TARGET or local)")
     parser.add_argument("--config", help="sensor config CSV (default seeds/heartbeat_sensor_config.csv)")
     parser.add_argument("--jobs-file", help="local jobs file (default ./heartbeat_jobs.yml)")
     parser.add_argument("--jobs-backend", help=f"where jobs run: {', '.join(k.value for k in JobsBackendKind)} or an "

@@ -22,6 +22,11 @@ from heartbeat_runner.sensing.config import load_config
 MARKER = ".heartbeat-demo"
 #: The numbered steps of the story (a progress bar over them on a terminal).
 STEPS = 6
+#: seconds the demo waits for its jobs to finish: ticks take ~1 s on the embedded engine, and
+#: 5-60 s on a local Spark JVM (more on a loaded machine), where job 102's own `complete` also
+#: has to reach the demo's engine
+JOBS_WAIT_S = 60
+JOBS_WAIT_SPARK_S = 900
 
 CONFIG = """\
 sensor_source,sensor_id,sensor_read_type,asset_description,upstream_key,preprocess_query,trigger_job_id,trigger_job_name,job_state,dependency_flag
@@ -112,7 +117,7 @@ def run_demo(settings: Settings, *, keep: bool = False, as_json: bool = False) -
         (folder / "inventory_2024-01-01.done").write_text("ok\n")
         tick("102 now has both hard dependencies")
         say("6. Waiting for the jobs to finish, then reconciling", "waiting for the jobs")
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + (JOBS_WAIT_S if app.engine.is_local else JOBS_WAIT_SPARK_S)
         while time.monotonic() < deadline:
             time.sleep(1.0)
             tick("reconcile")

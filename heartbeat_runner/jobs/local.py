@@ -27,7 +27,7 @@ import shlex
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -80,8 +80,11 @@ class LocalJobsBackend(JobsBackend):
 
     name = JobsBackendKind.LOCAL.value
 
-    def __init__(self, jobs_file: Path, state_dir: Path, lakehouse_dir: Path | None = None):
+    def __init__(self, jobs_file: Path, state_dir: Path, lakehouse_dir: Path | None = None,
+                 lakehouse_env: Mapping[str, str] | None = None):
+        """``lakehouse_env``: variables every job gets (Settings.lakehouse_env: the lakehouse and engine)."""
         self.jobs_file = jobs_file
+        self.lakehouse_env = dict(lakehouse_env or {})
         self.jobs = load_jobs_file(jobs_file)
         self.state_dir = state_dir
         self.lakehouse_dir = lakehouse_dir
@@ -91,7 +94,8 @@ class LocalJobsBackend(JobsBackend):
     @classmethod
     def from_settings(cls, settings: Settings) -> LocalJobsBackend:
         """The jobs of the settings' jobs file; run state under ``<lakehouse>/jobs``."""
-        return cls(settings.effective_jobs_file, settings.lakehouse_dir / "jobs", settings.lakehouse_dir)
+        return cls(settings.effective_jobs_file, settings.lakehouse_dir / "jobs", settings.lakehouse_dir,
+                   settings.lakehouse_env())
 
     # -- JobsBackend ------------------------------------------------------------------------
 
@@ -196,6 +200,7 @@ class LocalJobsBackend(JobsBackend):
         })
         if self.lakehouse_dir is not None:
             env["HEARTBEAT_HOME"] = str(self.lakehouse_dir)
+        env.update(self.lakehouse_env)
         for key, value in request.parameters.items():
             env[f"HEARTBEAT_PARAM_{key.upper()}"] = value
         argv = [sys.executable, "-m", "heartbeat_runner.jobs.local_launcher", str(run_dir), "--", *job.command]

@@ -127,6 +127,7 @@ class DbtProject:
             "--vars", json.dumps({"heartbeat_location_root": location_root,
                                   "heartbeat_archive_margin_minutes": self.settings.archive_margin_minutes,
                                   "heartbeat_stage_events": self.engine.ops.stage_events,
+                                  "heartbeat_change_feed": self.engine.ops.writes_change_feed,
                                   **(extra_vars or {})}),
             "--log-path", str(self.work_dir / "logs"),
         ]

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from heartbeat_runner.core.names import is_table_name, qualify, sql_string
 from heartbeat_runner.core.settings import Settings, Target, validate_identifier
-from heartbeat_runner.lakehouse import delta_log
+from heartbeat_runner.lakehouse import delta_log, made_by
 from heartbeat_runner.lakehouse.spark_local import make_default_connect_session
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -63,6 +63,12 @@ class TableOps:
     #: seconds between two checks whether maintenance is due after busy ticks: a check reads the
     #: file count of each of Heartbeat's tables, a query per table here, a file read locally
     maintenance_check_interval_s: float = 600.0
+    #: the engine writes tables with a change data feed (Sail refuses to): Heartbeat's sensor state
+    #: table records one, for the products that follow it (dbt var heartbeat_change_feed)
+    writes_change_feed: bool = True
+    #: the engine keeps its tables on this machine's disk (local Apache Spark): a table's version is
+    #: read from its ``_delta_log`` folder once its location is known, not with a Spark job
+    local_files: bool = False
 
     def location(self, name: str) -> Path | None:
         """Where ``schema.table`` lives on local disk, when the engine manages the files (else None)."""
@@ -71,6 +77,13 @@ class TableOps:
     def table_version(self, spark: SparkSession, name: str) -> int | None:
         rows = spark.sql(f"DESCRIBE HISTORY {name} LIMIT 1").collect()
         return int(rows[0]["version"]) if rows else None
+
+    def disk_location(self, spark: SparkSession, name: str) -> Path | None:
+        """Where ``name`` keeps its files on this machine (None when not ``local_files``, or not a local
+        path): one DESCRIBE DETAIL. Raises what the engine raises for a missing table."""
+        if not self.local_files:
+            return None
+        return local_path(spark.sql(f"DESCRIBE DETAIL {name}").collect()[0]["location"])
 
     def file_count(self, spark: SparkSession, name: str) -> int:
         return int(spark.sql(f"DESCRIBE DETAIL {name}").collect()[0]["numFiles"])
@@ -168,6 +181,7 @@ class EmbeddedOps(TableOps):
     warehouse_dir: Path
     manages_locations: bool = True
     maintenance_check_interval_s: float = 0.0
+    writes_change_feed: bool = False
 
     def location(self, name: str) -> Path:
         return self.warehouse_dir.joinpath(*name.split(".")[-2:])
@@ -241,6 +255,18 @@ def _feed_recorded(table: DeltaTable, start: int, end: int) -> bool:
     return True
 
 
+def local_path(location: str | None) -> Path | None:
+    """A table location (``file:/x``, ``file:///x`` or ``/x``) as a local path; None for other schemes."""
+    from urllib.parse import urlparse
+
+    if not location:
+        return None
+    parsed = urlparse(location)
+    if parsed.scheme not in ("", "file") or not parsed.path.startswith("/"):
+        return None
+    return Path(parsed.path)
+
+
 def delta_path(name: str) -> str | None:
     """The path of a ``delta.`<path>``` table reference, None for a table name."""
     if name.startswith("delta.`") and name.endswith("`"):
@@ -262,6 +288,8 @@ class Engine:
     closer: Callable[[], None] | None = None
     _registered: set[str] = field(default_factory=set)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    #: where tables of a ``local_files`` engine live, asked once per table (see delta_log_dir)
+    _disk: dict[str, Path] = field(default_factory=dict, repr=False)
 
     @property
     def target(self) -> Target:
@@ -291,6 +319,28 @@ class Engine:
         if not is_table_name(table_name) or "." not in table_name:
             return None
         return self.ops.location(table_name)
+
+    def delta_log_dir(self, table_name: str) -> Path | None:
+        """The folder holding ``table_name``'s ``_delta_log`` on this machine, so that its version is a
+        directory listing, not a Spark job; None when the engine's files are elsewhere (Databricks,
+        a remote Spark) or the table is not found. The embedded engine knows it; local Apache Spark is
+        asked once per table (one DESCRIBE DETAIL), remembered while that folder holds a Delta log."""
+        known = self.local_location(table_name) or self._disk.get(table_name)
+        if known is not None or not self.ops.local_files:
+            return known
+        try:
+            found = self.ops.disk_location(self.spark, table_name)
+        except Exception as exc:  # noqa: BLE001 - not found or not readable: the caller's Spark path says why
+            log.debug("%s: no location (%s)", table_name, exc)
+            return None
+        if found is not None and (found / "_delta_log").is_dir():
+            self._disk[table_name] = found
+            return found
+        return None
+
+    def forget_location(self, table_name: str) -> None:
+        """Ask again next time (the table was dropped or re-created elsewhere)."""
+        self._disk.pop(table_name, None)
 
     def own_location(self, name: str) -> Path | None:
         return self.local_location(f"{self.settings.schema}.{name}")
@@ -337,7 +387,14 @@ class Engine:
     # -- table maintenance (through the engine's adapter) --------------------------------------
 
     def table_version(self, name: str) -> int | None:
-        """The newest Delta version of ``name`` (``schema.table``), None when it does not exist."""
+        """The newest Delta version of ``name`` (``schema.table``), None when it does not exist: from its
+        ``_delta_log`` where that is on this machine (see delta_log_dir), else the engine's history."""
+        folder = None if self.ops.manages_locations else self.delta_log_dir(name)
+        if folder is not None:
+            version = delta_log.latest_version(folder)
+            if version is not None:
+                return version
+            self.forget_location(name)
         return self.ops.table_version(self.spark, name)
 
     def file_count(self, name: str) -> int:
@@ -380,8 +437,10 @@ def open_engine(settings: Settings, *, port: int = 0, session_id: str | None = N
 
     ``port`` and ``session_id`` (local target) serve other clients: Sail keeps one catalog
     per Spark Connect session, so clients that connect with the same session id see the
-    tables registered here (see ``serve``).
+    tables registered here (see ``serve``). A lakehouse folder another engine made is refused
+    first (made_by.EngineMismatch), before anything starts.
     """
+    made_by.check_and_record(settings)
     if settings.target is Target.LOCAL:
         engine = _open_local(settings, port, session_id)
     elif settings.target is Target.SPARK_LOCAL:
@@ -438,7 +497,8 @@ def _open_spark_local(settings: Settings) -> Engine:
 
     running = local_spark(settings.effective_spark_dir, settings.spark_mode)
     running.spark.sql(f"CREATE SCHEMA IF NOT EXISTS {settings.schema}")
-    ops = DeltaSparkOps(stage_events=True) if running.delta_table_api else TableOps(stage_events=True)
+    ops = (DeltaSparkOps(stage_events=True, local_files=True) if running.delta_table_api
+           else TableOps(stage_events=True, local_files=True))
     return Engine(spark=running.spark, settings=settings, ops=ops)
 
 

@@ -19,18 +19,21 @@ exit), so no JVM outlives its owner; Spark binds only to 127.0.0.1.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import os
 import signal
 import socket
 import subprocess
 import time
+import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
+from typing import IO, TYPE_CHECKING, cast
 
 from heartbeat_runner.core.errors import HeartbeatError
+from heartbeat_runner.lakehouse import spark_share
 from heartbeat_runner.lakehouse.spark_jars import delta_connect_available, spark_jars
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -42,6 +45,8 @@ log = logging.getLogger(__name__)
 DELTA_RELATION_PLUGIN = "org.apache.spark.sql.connect.delta.DeltaRelationPlugin"
 DELTA_COMMAND_PLUGIN = "org.apache.spark.sql.connect.delta.DeltaCommandPlugin"
 CONNECT_SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
+#: Spark's driver plugin that serves Spark Connect from a classic session's JVM (spark-connect ships in PySpark)
+CONNECT_PLUGIN = "org.apache.spark.sql.connect.SparkConnectPlugin"
 #: How Delta on Apache Spark reports a commit that lost a race (lower-cased substrings). Classic:
 #: ``Py4JJavaError`` (or ``delta.exceptions.ConcurrentAppendException`` once ``delta.exceptions.captured``
 #: is imported) "io.delta.exceptions.ConcurrentAppendException: [DELTA_CONCURRENT_APPEND] ...: Files were
@@ -102,9 +107,11 @@ def delta_confs(lakehouse_dir: Path, *, cores: int = 2) -> dict[str, str]:
 
 
 def open_classic_session(lakehouse_dir: Path, *, jars: Iterable[Path] | None = None,
-                         app_name: str = "heartbeat") -> SparkSession:
+                         app_name: str = "heartbeat", connect_port: int | None = None) -> SparkSession:
     """A classic (py4j) SparkSession with Delta on ``lakehouse_dir``, in a fresh JVM.
 
+    ``connect_port``: the JVM also serves Spark Connect on ``127.0.0.1:<port>`` (Spark's own
+    ``SparkConnectPlugin``), so other processes can use this engine instead of starting theirs.
     Raises when this process already has a SparkContext (its JVM settings could not apply)
     or when ``SPARK_REMOTE`` is set (PySpark would build a Connect session instead).
     Close it with :func:`stop_classic_session`.
@@ -122,6 +129,9 @@ def open_classic_session(lakehouse_dir: Path, *, jars: Iterable[Path] | None = N
         builder = builder.config(key, value)
     jar_list = list(spark_jars() if jars is None else jars)
     builder = builder.config("spark.jars", ",".join(str(j) for j in jar_list))
+    if connect_port is not None:
+        for key, value in {"spark.plugins": CONNECT_PLUGIN, **connect_binding(connect_port)}.items():
+            builder = builder.config(key, value)
     spark = builder.enableHiveSupport().getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     atexit.register(stop_classic_session, spark)
@@ -244,9 +254,7 @@ class SparkConnectProcess:
         return command + ["spark-internal"]
 
     def _connect_confs(self) -> dict[str, str]:
-        confs = {"spark.log.level": "WARN",
-                 "spark.connect.grpc.binding.address": "127.0.0.1",
-                 "spark.connect.grpc.binding.port": str(self.port)}
+        confs = {"spark.log.level": "WARN", **connect_binding(self.port)}
         if self.plugins_loaded:
             confs["spark.connect.extensions.relation.classes"] = DELTA_RELATION_PLUGIN
             confs["spark.connect.extensions.command.classes"] = DELTA_COMMAND_PLUGIN
@@ -272,6 +280,11 @@ class SparkConnectProcess:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return "(no log)"
+
+
+def connect_binding(port: int) -> dict[str, str]:
+    """Spark Connect listens on loopback only."""
+    return {"spark.connect.grpc.binding.address": "127.0.0.1", "spark.connect.grpc.binding.port": str(port)}
 
 
 def _server_env() -> dict[str, str]:
@@ -302,22 +315,33 @@ def _wait_or_kill(proc: subprocess.Popen, *, process_group: bool) -> None:
         proc.wait(timeout=STOP_GRACE_S)
 
 
-# -- one local Spark per process (the spark-local target) ----------------------------------------
+# -- one local Spark per lakehouse (the spark-local target) ---------------------------------------
 
 #: the two shapes of the ``spark-local`` target (HEARTBEAT_SPARK_MODE)
 SPARK_MODES = ("classic", "connect")
+#: seconds a process waits for the engine another process is starting (its JVM start, then the address)
+JOIN_TIMEOUT_S = CONNECT_START_TIMEOUT_S + 60.0
 
 
 @dataclass
 class LocalSpark:
-    """A running local Spark + Delta: its session, and whether delta-spark's DeltaTable API works."""
+    """A running local Spark + Delta: its session, and whether delta-spark's DeltaTable API works.
+
+    ``shared``: this process joined the engine another process holds (a Spark Connect session
+    to it); otherwise this process holds the engine and serves it to others at ``url``.
+    """
 
     mode: str
     spark_dir: Path
     spark: SparkSession
     delta_table_api: bool
     url: str | None = None
+    shared: bool = False
     _stop: Callable[[], None] | None = field(default=None, repr=False)
+
+    @property
+    def is_connect_session(self) -> bool:
+        return self.shared or self.mode == "connect"
 
     def stop(self) -> None:
         stop, self._stop = self._stop, None
@@ -329,29 +353,103 @@ _running: LocalSpark | None = None
 
 
 def local_spark(spark_dir: Path, mode: str) -> LocalSpark:
-    """The process's local Spark for ``spark_dir`` in ``mode``, started on first use and kept.
+    """The local Spark for ``spark_dir`` in ``mode``: this process's, or the one another process holds.
 
-    A JVM takes 8-20 s to start and holds the Derby metastore of ``spark_dir``, so it lives as
-    long as the process (stopped at exit), and every engine opened on the same ``spark_dir`` and
-    mode shares it; asking for another one stops the running one first. Classic mode drops
-    ``SPARK_REMOTE`` from this process's environment (dbt-spark must find the classic session);
-    connect mode points it at the server, as the embedded engine does.
+    A JVM takes 10-40 s to start and holds the Derby metastore of ``spark_dir``, so one JVM serves a
+    lakehouse (spark_share): the first process to open it starts it, serves Spark Connect from it and
+    keeps it until it exits; a process that finds it held connects to it (whatever its mode). Within
+    a process every engine on the same ``spark_dir`` and mode shares it; asking for another one stops
+    the running one first. A classic session drops ``SPARK_REMOTE`` from this process's environment
+    (dbt-spark must find the classic session); a Connect session points it at the server.
     """
     global _running
     if mode not in SPARK_MODES:
         raise ValueError(f"HEARTBEAT_SPARK_MODE {mode!r} is not one of {', '.join(SPARK_MODES)}")
     spark_dir = Path(spark_dir).resolve()
     if _running is not None and (_running.spark_dir, _running.mode) == (spark_dir, mode):
-        if mode == "connect" and _running.url:
+        if _running.is_connect_session and _running.url:
             os.environ["SPARK_REMOTE"] = _running.url
             make_default_connect_session(_running.spark)
         else:
             _leave_connect_mode()
         return _running
     stop_local_spark()
-    _running = _start_classic(spark_dir) if mode == "classic" else _start_connect(spark_dir)
+    _running = _hold_or_join(spark_dir, mode)
     atexit.register(stop_local_spark)
     return _running
+
+
+def _hold_or_join(spark_dir: Path, mode: str) -> LocalSpark:
+    """Start and hold ``spark_dir``'s engine, or join the process that holds it (waiting while it starts)."""
+    deadline = time.monotonic() + JOIN_TIMEOUT_S
+    announced = False
+    with contextlib.ExitStack() as waiting:
+        while True:
+            handle = spark_share.try_hold(spark_dir)
+            if handle is not None:
+                return _hold(spark_dir, mode, handle)
+            address = spark_share.holder_address(spark_dir)
+            if address is not None:
+                return _join(spark_dir, mode, address)
+            if not announced:  # the holder is still starting its JVM
+                announced = True
+                waiting.enter_context(spark_share.notice(
+                    f"Waiting for the Spark engine another process is starting on {spark_dir}"))
+            if time.monotonic() > deadline:
+                raise SparkStartError(f"another process holds {spark_dir / spark_share.LOCK_FILE} but serves no "
+                                      f"Spark Connect address after {JOIN_TIMEOUT_S:.0f} s")
+            time.sleep(0.5)
+
+
+def _hold(spark_dir: Path, mode: str, handle: IO[str]) -> LocalSpark:
+    """Start the JVM for ``spark_dir`` and publish its Spark Connect address; let the lock go if it fails."""
+    try:
+        with spark_share.notice(f"Starting Apache Spark + Delta ({mode}) for {spark_dir}; "
+                                "a JVM start takes 10-40 s"):
+            running = _start_classic(spark_dir) if mode == "classic" else _start_connect(spark_dir)
+    except BaseException:
+        handle.close()
+        raise
+    spark_share.publish(spark_dir, spark_share.EngineAddress(pid=os.getpid(), url=str(running.url), mode=mode))
+    stop_engine = running._stop
+
+    def stop() -> None:
+        """Withdraw the address, stop the JVM, and only then let the lock go: the next holder's JVM
+        must not meet this one's Derby lock."""
+        try:
+            spark_share.withdraw(spark_dir)
+            if stop_engine is not None:
+                stop_engine()
+        finally:
+            handle.close()
+
+    running._stop = stop
+    return running
+
+
+def _join(spark_dir: Path, mode: str, address: spark_share.EngineAddress) -> LocalSpark:
+    """A Spark Connect session on the engine another process holds: no JVM of our own."""
+    spark = _connect_session(address.url)
+    log.info("joined the Spark engine of process %d at %s", address.pid, address.url)
+    return LocalSpark(mode, spark_dir, spark, delta_table_api=False, url=address.url, shared=True,
+                      _stop=spark.stop)
+
+
+def _connect_session(url: str) -> SparkSession:
+    """A Spark Connect session to ``url``, the one dbt-spark's ``session`` method will find.
+
+    dbt-spark asks for ``enableHiveSupport()`` at every statement; over Spark Connect that sets the
+    static ``spark.sql.catalogImplementation`` on a running session, which the server refuses with a
+    CANNOT_MODIFY_CONFIG warning per statement although the value is already ``hive``: not shown.
+    """
+    from pyspark.sql import SparkSession
+
+    warnings.filterwarnings("ignore", message=r"(?s).*CANNOT_MODIFY_CONFIG.*spark\.sql\.catalogImplementation",
+                            category=UserWarning)
+    os.environ["SPARK_REMOTE"] = url
+    spark = SparkSession.builder.remote(url).create()
+    make_default_connect_session(spark)
+    return spark
 
 
 def stop_local_spark() -> None:
@@ -384,19 +482,16 @@ def _leave_connect_mode() -> None:
 
 def _start_classic(spark_dir: Path) -> LocalSpark:
     _leave_connect_mode()
-    spark = open_classic_session(spark_dir)
-    return LocalSpark("classic", spark_dir, spark, delta_table_api=True,
+    port = free_port()
+    spark = open_classic_session(spark_dir, connect_port=port)
+    return LocalSpark("classic", spark_dir, spark, delta_table_api=True, url=f"sc://127.0.0.1:{port}",
                       _stop=lambda: stop_classic_session(spark))
 
 
 def _start_connect(spark_dir: Path) -> LocalSpark:
-    from pyspark.sql import SparkSession
-
     server = SparkConnectProcess(spark_dir)
     url = server.start()
-    os.environ["SPARK_REMOTE"] = url
-    spark = SparkSession.builder.remote(url).create()
-    make_default_connect_session(spark)
+    spark = _connect_session(url)
 
     def stop() -> None:
         try:

@@ -246,9 +246,8 @@ class Heartbeat:
         with _stage(timings, "reconciliation"):
             self._reconcile(result)
         with _stage(timings, "report"):
-            result.duration_s = time.monotonic() - began
-            self._write_report(result)
-            self.refresh_models()
+            self.refresh_models()  # what triggering and reconciliation recorded, before the report
+            self._write_report(result, began, time.monotonic())
         if self.maintenance is not None and not result.is_idle and self.maintenance.due():
             with _stage(timings, "maintenance"):
                 self.progress("maintenance: archiving and compacting Heartbeat's tables")
@@ -532,9 +531,13 @@ class Heartbeat:
 
     # -- step 6: report ---------------------------------------------------------------------
 
-    def _write_report(self, result: TickResult) -> None:
+    def _write_report(self, result: TickResult, began: float, report_began: float) -> None:
         """The run summary and per-source rows of a tick; idle ticks are coalesced into one summary row,
-        written when the streak ends or is ``idle_flush_s`` old (bounded commits while nothing happens)."""
+        written when the streak ends or is ``idle_flush_s`` old (bounded commits while nothing happens).
+
+        The recorded duration counts every stage from ``began``, the report's own per-source rows
+        included; only the summary row's append is after it (it holds the figure)."""
+        result.duration_s = time.monotonic() - began
         if result.is_idle:
             if self._idle is None:
                 self._idle = IdleStreak(result.run_id, result.snapshot_ts)
@@ -566,6 +569,9 @@ class Heartbeat:
             )
             for s in result.skipped
         ]
+        self.store.append_runs([], evaluations)  # the per-source rows first: a summary means they are complete
+        result.duration_s = time.monotonic() - began
+        stages = {**result.stage_timings, "report": time.monotonic() - report_began}
         summaries = pending + [RunSummary(
             run_id=result.run_id, snapshot_ts=result.snapshot_ts, ended_ts=utcnow(),
             duration_s=round(result.duration_s, 4), sources_sensed=len(result.sensed),
@@ -577,9 +583,9 @@ class Heartbeat:
             message="; ".join([*map(str, result.trigger_errors + result.overdue), *result.api_notes,
                                *([f"carried to the next tick (jobs API budget): {', '.join(result.carried)}"]
                                  if result.carried else [])]) or None,
-            stage_timings=json.dumps({k: round(v, 4) for k, v in result.stage_timings.items()}),
+            stage_timings=json.dumps({k: round(v, 4) for k, v in stages.items()}),
         )]
-        self.store.append_runs(summaries, evaluations)
+        self.store.append_runs(summaries, [])
 
     def _append(self, result: TickResult, events: list[Event]) -> None:
         self.store.append_events(events)

@@ -202,11 +202,15 @@ class DeltaRef:
         local = engine.local_location(name)
         if local is not None:
             return cls(engine, f"delta.`{local}`", local)
-        return cls(engine, name, None)
+        return cls(engine, name, engine.delta_log_dir(name))
 
     def latest_version(self) -> int | None:
+        """From the table's ``_delta_log`` when it is on this machine (no Spark job), else its history."""
         if self.local_dir is not None:
-            return delta_log.latest_version(self.local_dir)
+            version = delta_log.latest_version(self.local_dir)
+            if version is not None or self.sql_name.startswith("delta.`"):
+                return version
+            self.engine.forget_location(self.sql_name)  # dropped, maybe re-created elsewhere
         try:
             return self.engine.table_version(self.sql_name)
         except Exception as exc:  # noqa: BLE001 - any engine error means we cannot see the table
