@@ -35,7 +35,7 @@ VIEW_MODELS = ("heartbeat_job_sequences", "heartbeat_job_rollup", "heartbeat_job
                "heartbeat_trigger_requests", "heartbeat_sensors_due", "heartbeat_sensors_skipped",
                "jobs_trigger_explanation", "heartbeat_cursor_history", "heartbeat_run_report_all",
                "heartbeat_run_overview", "heartbeat_events_live", "heartbeat_job_runs",
-               "heartbeat_job_latest_run")
+               "heartbeat_job_latest_run", "heartbeat_alerts")
 SEED_NAME = "heartbeat_sensor_config"
 #: what dbt parses, besides the seed: a change to any file under these re-parses the project
 PROJECT_INPUTS = ("dbt_project.yml", "models", "macros", "tests/dbt")

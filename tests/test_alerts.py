@@ -1,0 +1,188 @@
+"""Alerts (docs/alerts.md): conditions, root cause, delivery to real receivers on loopback, crash safety."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from dataclasses import replace
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+from alert_receivers import AlertReceiver, MailReceiver
+from databricks_jobs_server import UNAUTHENTICATED, JobsApiServer
+from harness import config_row as row
+
+from heartbeat_runner.core.errors import ConfigError
+from heartbeat_runner.jobs.databricks import DatabricksJobsBackend
+from heartbeat_runner.policies.alerts import Deadline, Destination, DestinationKind
+from heartbeat_runner.policies.run_policies import load_run_policies
+from heartbeat_runner.runner.alert_delivery import AlertAction, Notice, message_id, send
+
+ROOT = Path(__file__).resolve().parent.parent
+HOOK_ENV, PD_ENV = "HB_TEST_ALERT_HOOK", "HB_TEST_PD_KEY"
+
+
+def policy_file(tmp_path: Path, receiver: AlertReceiver, alerts: str, *, mail: MailReceiver | None = None,
+                group: str = "off") -> Path:
+    """A run-policy file whose alerts go to the receiver's webhook and PagerDuty endpoints (and the mail server)."""
+    email = (f"    mail: {{type: email, host: 127.0.0.1, port: {mail.port}, from: hb@example.com, "
+             f"to: [data@example.com], ca_file: '{mail.cert}'}}\n") if mail else ""
+    path = tmp_path / "run_policies.yml"
+    path.write_text(f"alerts:\n  group_interval: {group}\n  destinations:\n"
+                    f"    hook: {{type: webhook, url_env: {HOOK_ENV}}}\n"
+                    f"    pager: {{type: pagerduty, routing_key_env: {PD_ENV}, url: '{receiver.url}/v2/enqueue'}}\n"
+                    + email + alerts)
+    return path
+
+
+@pytest.fixture
+def receiver(monkeypatch):
+    with AlertReceiver() as server:
+        monkeypatch.setenv(HOOK_ENV, f"{server.url}/hook")
+        monkeypatch.setenv(PD_ENV, "routing-key-from-env")
+        yield server
+
+
+def notices(receiver: AlertReceiver) -> list[dict]:
+    return [n for body in receiver.hooks() for n in body["alerts"]]
+
+
+def by_kind(found: list[dict]) -> dict[str, Counter]:
+    counts: dict[str, Counter] = {}
+    for n in found:
+        counts.setdefault(n["kind"], Counter())[n["action"]] += 1
+    return counts
+
+
+def mail_keys(message) -> list[str]:
+    """The alert keys an email names (its last line)."""
+    body = message.get_payload(decode=True).decode()
+    return body.split("Alert keys:")[1].split()
+
+
+def settle(monitor, timeout: float = 20.0) -> None:
+    """Wait until the monitor's outbox has sent everything queued."""
+    deadline = time.monotonic() + timeout
+    while monitor.outbox.pending() and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+# -- the policy section ---------------------------------------------------------------------------
+
+def test_validate_names_every_bad_alert_field(tmp_path):
+    path = tmp_path / "p.yml"
+    path.write_text("alerts:\n  default:\n    job: {trigger_error_after: soon}\n"
+                    "  jobs:\n    '444': {deadline: '25:00 Europe/Berlin'}\n"
+                    "  sources:\n    'delta_table:a': {new_data_every: 1h, every: 2h}\n"
+                    "  destinations:\n    x: {type: slack}\n    m: {type: email, host: h}\n")
+    with pytest.raises(ConfigError) as caught:
+        load_run_policies(path)
+    text = str(caught.value)
+    for field in ("alerts.default.job.trigger_error_after", "alerts.jobs.444.deadline", "alerts.sources.delta_table:a",
+                  "alerts.destinations.x.type", "alerts.destinations.m: a email destination needs from, to"):
+        assert field in text
+    assert str(path) in text
+    good = tmp_path / "good.yml"
+    good.write_text("default: {max_retries: 1}\nalerts:\n  jobs:\n    '444': {deadline: '06:00 Europe/Berlin'}\n")
+    policies = load_run_policies(good)
+    assert policies.retry.default.max_retries == 1 and policies.alerts.jobs["444"].deadline == Deadline.parse(
+        "06:00 Europe/Berlin", "x")
+
+
+def test_a_deadline_is_a_time_of_day_in_its_zone():
+    deadline = Deadline.parse("06:00 Europe/Berlin", "d")
+    # 05:30 UTC on a winter day is 06:30 in Berlin: today's deadline (05:00 UTC) has passed
+    due, start = deadline.latest(datetime(2026, 11, 23, 5, 30, tzinfo=timezone.utc))
+    assert due == datetime(2026, 11, 23, 5, 0, tzinfo=timezone.utc)
+    assert start == datetime(2026, 11, 22, 23, 0, tzinfo=timezone.utc)  # Berlin midnight
+    due, _ = deadline.latest(datetime(2026, 11, 23, 4, 30, tzinfo=timezone.utc))
+    assert due == datetime(2026, 11, 22, 5, 0, tzinfo=timezone.utc)   # not yet today: yesterday's
+    summer, _ = deadline.latest(datetime(2026, 7, 1, 5, 0, tzinfo=timezone.utc))
+    assert summer == datetime(2026, 7, 1, 4, 0, tzinfo=timezone.utc)  # CEST
+
+
+def test_email_goes_over_starttls_with_a_message_id_from_the_alert_key(tmp_path):
+    with MailReceiver(tmp_path) as mail:
+        destination = Destination("mail", DestinationKind.EMAIL, host="127.0.0.1", port=mail.port,
+                                  sender="hb@example.com", to=("data@example.com",), ca_file=str(mail.cert))
+        notice = Notice("k" * 32, AlertAction.RAISE, "JOB_FAILED", "job 1", "job 1: run 7 failed: boom", "error",
+                        "2026-11-23T05:00:00+00:00")
+        send(destination, [notice])
+        send(destination, [replace(notice, action=AlertAction.RESOLVE)])
+        first, second = mail.wait(2)
+    assert mail.tls_sessions == 2
+    assert first["Message-ID"] == message_id([notice]) == f"<{'k' * 32}.raise@heartbeat>"
+    assert second["In-Reply-To"] == first["Message-ID"]          # the resolve threads under the raise
+    assert "job 1: run 7 failed: boom" in first["Subject"]
+
+
+# -- conditions through real ticks ------------------------------------------------------------------
+
+def test_each_condition_raises_one_alert_and_one_resolve(hb, receiver, tmp_path):
+    """Run failed (with its link), trigger error, sensing error, a run too long and a late source: each
+    reaches the webhook, PagerDuty and email once when it begins and once when it clears, with one key."""
+    with JobsApiServer() as api, MailReceiver(tmp_path) as mail:
+        job, quiet = str(api.add_job()), str(api.add_job())
+        hb.app.settings = hb.settings.with_(retry_policy_file=policy_file(tmp_path, receiver, (
+            "  default:\n    job: {failed: true, trigger_error_after: 1s}\n    source: {sensing_error_after: 1s}\n"
+            f"  jobs:\n    '{job}': {{run_longer_than: 3s}}\n"
+            "  sources:\n    'delta_table:sales.quiet': {new_data_every: 2s}\n"), mail=mail))
+        hb.create_table("sales.orders", "id int")
+        hb.create_table("sales.quiet", "id int")
+        hb.seed(row("delta_table", "sales.orders", job), row("delta_table", "sales.quiet", quiet),
+                row("delta_table", "sales.missing", "404"))
+        heartbeat = hb.app.heartbeat(backend=DatabricksJobsBackend(api.client(http_timeout_s=2, retry_timeout_s=2)))
+        monitor = heartbeat.observer
+        began = time.monotonic()
+        heartbeat.tick()                                            # baseline; sales.missing fails to sense
+        hb.insert("sales.orders", "(1)")
+        triggered = time.monotonic()
+        heartbeat.tick()                                            # job triggered
+        time.sleep(max(0.0, 3.2 - (time.monotonic() - triggered), 2.2 - (time.monotonic() - began)))
+        heartbeat.tick()                                            # run too long, sensing error, quiet late
+        hb.create_table("sales.missing", "id int")
+        hb.insert("sales.quiet", "(1)")
+        api.finish_run(api.runs_of(int(job))[-1].run_id, "FAILED", "boom")
+        heartbeat.tick()                                            # all three clear; the run failed
+        monitor.policies = replace(monitor.policies, sources={}, jobs={})  # no freshness rule, no run limit
+        for _ in range(2):
+            settle(monitor)
+            heartbeat.tick()                                        # records the deliveries
+        version = hb.app.store.events_version()
+        heartbeat.tick()
+        assert hb.app.store.events_version() == version             # nothing to alert: nothing written
+        api.create_manual_run(int(job), "SUCCESS")
+        heartbeat.tick()                                            # a success unblocks it: failure resolved
+        api.inject("run-now", UNAUTHENTICATED, times=2)
+        hb.insert("sales.orders", "(2)")
+        heartbeat.tick()                                            # refused
+        time.sleep(1.1)
+        heartbeat.tick()                                            # refused for over 1s: raised
+        heartbeat.tick()                                            # triggered: resolved
+        heartbeat.close()
+
+        found = notices(receiver)
+        assert by_kind(found) == {kind: Counter({"raise": 1, "resolve": 1}) for kind in
+                                  ("RUN_TOO_LONG", "SENSING_ERROR", "SOURCE_LATE", "JOB_FAILED", "TRIGGER_ERROR")}
+        keys = {n["kind"]: n["key"] for n in found}
+        assert all(sum(1 for n in found if n["key"] == key) == 2 for key in keys.values())  # raise + resolve, one key
+        failed = next(n for n in found if n["kind"] == "JOB_FAILED" and n["action"] == "raise")
+        assert "boom" in failed["summary"] and failed["link"].endswith(f"/jobs/{job}/runs/"
+                                                                        f"{api.runs_of(int(job))[0].run_id}")
+        pager = receiver.pagerduty()
+        assert Counter((p["dedup_key"], p["event_action"]) for p in pager) == Counter(
+            {(key, action): 1 for key in keys.values() for action in ("trigger", "resolve")})
+        assert {p["routing_key"] for p in pager} == {"routing-key-from-env"}
+        mailed = Counter(key for m in mail.messages for key in mail_keys(m))
+        assert mailed == Counter({key: 2 for key in keys.values()})  # one raise, one resolve (maybe in a digest)
+        single = [m for m in mail.messages if len(mail_keys(m)) == 1]
+        assert all(m["Message-ID"].startswith(f"<{mail_keys(m)[0]}.") for m in single)
+        view = {r["kind"]: r for r in hb.app.store.read("heartbeat_alerts")}
+        assert set(view) == set(keys) and not any(r["is_open"] for r in view.values())
+        assert view["JOB_FAILED"]["raise_delivered_to"] == "hook,mail,pager"
