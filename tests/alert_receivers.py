@@ -28,6 +28,7 @@ class AlertReceiver:
     mode: str = "ok"
     received: list[Received] = field(default_factory=list)
     refused: int = 0
+    in_flight: int = 0   # requests being held (mode "hang")
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __enter__(self) -> AlertReceiver:
@@ -41,7 +42,11 @@ class AlertReceiver:
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 if receiver.mode == "hang":
+                    with receiver._lock:
+                        receiver.in_flight += 1
                     time.sleep(3)
+                    with receiver._lock:
+                        receiver.in_flight -= 1
                 if receiver.mode != "ok":
                     with receiver._lock:
                         receiver.refused += 1

@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-import sys
 import time
 from collections import Counter
 from dataclasses import replace
@@ -186,3 +183,91 @@ def test_each_condition_raises_one_alert_and_one_resolve(hb, receiver, tmp_path)
         view = {r["kind"]: r for r in hb.app.store.read("heartbeat_alerts")}
         assert set(view) == set(keys) and not any(r["is_open"] for r in view.values())
         assert view["JOB_FAILED"]["raise_delivered_to"] == "hook,mail,pager"
+
+
+def test_a_receiver_that_is_down_or_hangs_gets_the_alert_once_it_is_back(hb, receiver, tmp_path):
+    """Refused (500) and hanging deliveries are retried with back-off and recorded; the tick never waits for
+    them; once the receiver answers, each destination has the alert exactly once."""
+    hb.app.settings = hb.settings.with_(retry_policy_file=policy_file(
+        tmp_path, receiver, "  default:\n    source: {sensing_error_after: 0.1s}\n"))
+    hb.seed(row("delta_table", "sales.missing", "7"))
+    monitor = hb.heartbeat.observer
+    monitor.outbox.backoff_base_s = 0.2
+    receiver.mode = "error"
+    hb.tick()                                                       # failing since now
+    hb.tick()                                                       # raised; the first send is refused
+    deadline = time.monotonic() + 20
+    while receiver.refused < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    receiver.mode = "hang"
+    time.sleep(0.5)                                                 # the retry is now held by the receiver
+    hb.tick()                                                       # records the refusals
+    assert receiver.in_flight >= 1                                  # the tick ended while a send was hanging
+    receiver.mode = "ok"
+    settle(monitor)
+    hb.tick()
+    assert [n["kind"] for n in notices(receiver)] == ["SENSING_ERROR"]
+    assert len(receiver.pagerduty()) == 1
+    (alert,) = hb.app.store.read("heartbeat_alerts")
+    assert alert["is_open"] and alert["raise_delivered_to"] == "hook,pager"
+    assert alert["failed_deliveries"] >= 2 and "HTTP 500" in alert["last_delivery_error"]
+
+
+def test_late_source_for_50_jobs_is_one_message_delivered_across_kills_and_watched_by_check(tmp_path, receiver):
+    """A real runner: 50 jobs past their deadline because their one hard source has no data make ONE alert
+    naming all 50 and the source; SIGKILL after the send but before it is recorded: sent again once, same key;
+    a crash after recording a resolve and before sending it: sent once by the next run; `explain` and `alerts`
+    show it; `check` says "runner not ticking" once the killed runner's limit has passed."""
+    from harness import HEADER, CliLakehouse, marker_jobs_file
+
+    jobs = [f"J{i:02d}" for i in range(1, 51)]
+    config = tmp_path / "config.csv"
+    config.write_text("\n".join([HEADER, *(row("trigger_file", "drop", job) for job in jobs)]) + "\n")
+    passed = (datetime.now(timezone.utc) - timedelta(minutes=1)).strftime("%H:%M")
+    policy = policy_file(tmp_path, receiver, f"  runner: {{not_ticking_after: 8s}}\n"
+                         f"  default:\n    job: {{deadline: '{passed} UTC'}}\n", group="1h")
+    lake = CliLakehouse(tmp_path / "lakehouse", config=config, jobs_file=marker_jobs_file(tmp_path / "jobs.yml", *jobs),
+                        env={"HEARTBEAT_RETRY_POLICY": str(policy), HOOK_ENV: f"{receiver.url}/hook",
+                             PD_ENV: "routing-key-from-env"})
+    lake.home.mkdir()
+    lake.cli("seed")
+    runner = lake.start("run", "--loop", "--interval", "120")
+    try:
+        found = receiver.wait(1, timeout=90)
+    finally:
+        runner.send_signal(signal.SIGKILL)                           # before the next tick records the send
+        runner.wait(30)
+    assert len(found) == 1, runner.stderr.read()
+    first = found[0]
+    (overdue,) = first["alerts"]
+    assert overdue["kind"] == "JOB_OVERDUE" and overdue["jobs"] == jobs
+    assert "50 jobs" in first["text"] and "waiting on trigger_file:drop, which has had no new data" in first["text"]
+    assert len(lake.events("ALERT_RAISED")) == 1 and not lake.events("ALERT_SENT")
+
+    ticked = json.loads((lake.home / "locks" / "heartbeat.alive").read_text())["ticked_at"]
+    time.sleep(max(0.0, ticked + 8.5 - time.time()))
+    watched = lake.cli("check", check=False)
+    assert watched.returncode == 2 and "runner not ticking" in watched.stdout
+    lake.cli("check", check=False)                                  # still down: not raised again
+
+    lake.cli("run")                                                 # re-sends what was not recorded as sent
+    assert lake.cli("check").returncode == 0                        # ticking again: resolved
+    hooks = [n for body in receiver.hooks() for n in body["alerts"]]
+    assert [(n["kind"], n["action"]) for n in hooks] == [("JOB_OVERDUE", "raise"), ("RUNNER_NOT_TICKING", "raise"),
+                                                         ("JOB_OVERDUE", "raise"), ("RUNNER_NOT_TICKING", "resolve")]
+    assert hooks[0]["key"] == hooks[2]["key"]                        # delivered twice at most, one key
+    # PagerDuty's send may or may not have happened before the kill: once or twice, never more
+    assert [p["dedup_key"] for p in receiver.pagerduty() if p["event_action"] == "trigger"].count(overdue["key"]) in (
+        1, 2)
+    explained = lake.cli("explain", "--job-id", "J07").stdout
+    assert "deadline: overdue since" in explained and "waiting on trigger_file:drop" in explained
+    (listed,) = json.loads(lake.cli("alerts", "--json").stdout)
+    assert listed["alert_key"] == overdue["key"] and listed["raise_delivered_to"] == "hook,pager"
+
+    policy_file(tmp_path, receiver, "  runner: {not_ticking_after: 8s}\n", group="1h")  # the deadline is gone
+    crashed = lake.cli("run", check=False, env={"HEARTBEAT_CRASH_AT": "after_alert_recorded"})
+    assert crashed.returncode == 86 and len(lake.events("ALERT_RESOLVED")) == 1
+    lake.cli("run")
+    resolves = [n for body in receiver.hooks()[4:] for n in body["alerts"]]
+    assert [(n["kind"], n["action"], n["key"]) for n in resolves] == [("JOB_OVERDUE", "resolve", overdue["key"])]
+    assert len(receiver.hooks()) == 5                                 # the raise was not sent a third time

@@ -719,10 +719,12 @@ def cmd_alerts(args: argparse.Namespace, settings: Settings) -> int:
         app.require_config()
         app.ensure_views()
         rows = list_alerts(app.store, include_resolved=args.all, limit=args.limit)
-    if not rows and not args.json:
+    if args.json:
+        emit_json(rows)
+    elif not rows:
         print("no open alerts" if not args.all else "no alerts")
-        return 0
-    emit(rows, ALERT_COLUMNS, as_json=args.json)
+    else:
+        emit(rows, ALERT_COLUMNS, as_json=False)
     return 0
 
 
