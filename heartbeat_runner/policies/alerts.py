@@ -419,19 +419,25 @@ def _job_alerts(policies: AlertPolicies, state: HotState, now: datetime) -> Iter
 def _source_alerts(policies: AlertPolicies, state: HotState, now: datetime) -> Iterable[Alert]:
     for source in state.sources.values():
         policy = policies.for_source(source.source_key)
-        jobs = tuple(sorted(source.jobs))
-        named = f" (feeds {len(jobs)} job(s): {', '.join(jobs)})" if jobs else ""
         after = policy.sensing_error_after
         if after is not None and source.failing_since is not None and now - source.failing_since >= after:
+            jobs, named = _fed(source)
             yield Alert(AlertKind.SENSING_ERROR, f"source {source.source_key}",
                         f"source {source.source_key} has failed sensing since {_when(source.failing_since)}: "
                         f"{source.last_error}{named}", source.failing_since, jobs=jobs)
         every, last = policy.new_data_every, source.last_new_data or source.watched_since
         if every is None or last is None or now - last < every:
             continue
+        jobs, named = _fed(source)
         yield Alert(AlertKind.SOURCE_LATE, f"source {source.source_key}",
                     f"source {source.source_key} is late: no new data since {_when(source.last_new_data)} "
                     f"(expected every {every}){named}", last + every, jobs=jobs)
+
+
+def _fed(source: SourceFacts) -> tuple[tuple[str, ...], str]:
+    """The jobs a source feeds, and the words that name them."""
+    jobs = tuple(sorted(source.jobs))
+    return jobs, f" (feeds {len(jobs)} job(s): {', '.join(jobs)})" if jobs else ""
 
 
 @dataclass(frozen=True)
@@ -448,11 +454,14 @@ class Overdue:
 def overdue_jobs(policies: AlertPolicies, state: HotState, now: datetime) -> list[Overdue]:
     """Jobs whose latest deadline passed without a run that completed in its period, with the cause."""
     found = []
+    periods: dict[Deadline, tuple[datetime, datetime]] = {}  # jobs share a few deadlines: each computed once
     for job in state.jobs.values():
         deadline = policies.for_job(job.job_id).deadline
         if deadline is None:
             continue
-        due, start = deadline.latest(now)
+        if deadline not in periods:
+            periods[deadline] = deadline.latest(now)
+        due, start = periods[deadline]
         if job.last_completed is not None and job.last_completed >= start:
             continue
         late = tuple(sorted(k for k in job.hard_sources

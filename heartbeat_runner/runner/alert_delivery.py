@@ -231,6 +231,11 @@ class Outbox:
             done, self._done = self._done, []
         return done
 
+    def requeue_results(self, attempts: list[Attempt]) -> None:
+        """Give back drained attempts that could not be recorded (the next drain returns them again)."""
+        with self._lock:
+            self._done[:0] = attempts
+
     def pending(self) -> int:
         with self._lock:
             return sum(len(q.waiting) for q in self._queues.values())

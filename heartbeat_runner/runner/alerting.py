@@ -116,11 +116,18 @@ class AlertMonitor(TickObserver):
             self._load(first=self._loaded_at is None)
         self.fold(result)
         assert self.outbox is not None
-        events = self._attempt_events(self.outbox.drain(), result.run_id)
+        attempts = self.outbox.drain()
+        before = dict(self.open)
         raised, resolved = self._changes(evaluate(self.policies, self.state, utcnow()))
+        events = self._attempt_events(attempts, result.run_id)
         events += [self._raised_event(a, result.run_id) for a in raised]
         events += [self._resolved_event(a, result.run_id) for a in resolved]
-        self._append(events)  # recorded first: then sent
+        try:
+            self._append(events)  # recorded first: then sent
+        except Exception:
+            self.open = before  # not recorded: the next tick raises (and resolves) them again
+            self.outbox.requeue_results(attempts)
+            raise
         crash_point("after_alert_recorded")
         self._submit(raised + resolved)
 
