@@ -103,17 +103,22 @@ def deadline_delay() -> float:
     threading.Thread(target=server.serve_forever, daemon=True).start()
     os.environ["HB_BENCH_HOOK"] = f"http://127.0.0.1:{server.server_address[1]}/"
     now = datetime.now(timezone.utc)
-    due = (now + timedelta(seconds=25)).replace(microsecond=0)
+    due = (now + timedelta(seconds=40)).replace(microsecond=0)
     start = due - timedelta(seconds=10)  # the jobs completed before today's period began: due at `due`
-    policy = ("alerts:\n  destinations:\n    hook: {type: webhook, url_env: HB_BENCH_HOOK}\n"
+    policy = ("alerts:\n  group_interval: off\n  destinations:\n    hook: {type: webhook, url_env: HB_BENCH_HOOK}\n"
               f"  default:\n    job: {{deadline: {{by: '{due:%H:%M:%S}', after: '{start:%H:%M:%S}'}}}}\n")
     with tempfile.TemporaryDirectory() as folder:
         settings = lakehouse(Path(folder), 10, policy)
         with open_app(settings) as app:
             app.load_config(load_config(settings.effective_config_csv))
             heartbeat = app.heartbeat()
-            heartbeat.tick()
+            heartbeat.tick()  # yesterday's deadline: never completed, so raised
             completed_today(heartbeat)
+            heartbeat.tick()  # completed since: resolved
+            wait_until = time.monotonic() + 30
+            while len(arrived) < 2 and time.monotonic() < wait_until:
+                time.sleep(0.05)
+            arrived.clear()
             while not arrived and time.time() < due.timestamp() + 30:
                 started = time.monotonic()
                 heartbeat.tick()

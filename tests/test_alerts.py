@@ -104,6 +104,35 @@ def test_a_deadline_is_a_time_of_day_in_its_zone():
     assert summer == datetime(2026, 7, 1, 4, 0, tzinfo=timezone.utc)  # CEST
 
 
+def test_overdue_jobs_are_grouped_by_the_late_source_that_holds_them_up():
+    """Ten jobs waiting on one late chain: one alert naming the ten and the chain's last data; a job whose run is
+    still going says so; a job completed in the period is not overdue."""
+    from heartbeat_runner.policies.alerts import AlertKind, HotState, alert_policies, evaluate
+
+    now = datetime(2026, 11, 23, 6, 30, tzinfo=timezone.utc)
+    policies = alert_policies({"alerts": {"default": {"job": {"deadline": "06:00 Europe/Berlin"}}}})
+    state = HotState()
+    chain, fx = state.source("sap_b4:CHAIN_X"), state.source("delta_table:fx")
+    chain.last_new_data = datetime(2026, 11, 22, 21, 14, tzinfo=timezone.utc)
+    fx.last_new_data = now - timedelta(minutes=10)
+    for i in range(10):
+        state.job(f"J{i}").hard_sources.update({chain.source_key, fx.source_key})
+    state.job("RUNNING").hard_sources.add(fx.source_key)
+    state.job("RUNNING").running_since = now - timedelta(hours=2)
+    state.job("DONE").hard_sources.add(chain.source_key)
+    state.job("DONE").last_completed = datetime(2026, 11, 23, 1, 0, tzinfo=timezone.utc)  # after Berlin midnight
+    alerts = {a.subject: a for a in evaluate(policies, state, now)}
+    assert set(alerts) == {"source sap_b4:CHAIN_X", "job RUNNING"}
+    grouped = alerts["source sap_b4:CHAIN_X"]
+    assert grouped.kind is AlertKind.JOB_OVERDUE and grouped.jobs == tuple(f"J{i}" for i in range(10))
+    assert grouped.summary.startswith("10 jobs (J0, J1, J2, J3, J4, J5, J6, J7, J8, J9) overdue since 06:00 "
+                                      "Europe/Berlin (2026-11-23 05:00 UTC): waiting on sap_b4:CHAIN_X, which has "
+                                      "had no new data since 2026-11-22 21:14 UTC")
+    assert "run ? running since 2026-11-23 04:30 UTC" in alerts["job RUNNING"].summary
+    later = {a.subject: a.key for a in evaluate(policies, state, now + timedelta(minutes=5))}
+    assert later[grouped.subject] == grouped.key                   # the same alert at the next tick
+
+
 def test_email_goes_over_starttls_with_a_message_id_from_the_alert_key(tmp_path):
     with MailReceiver(tmp_path) as mail:
         destination = Destination("mail", DestinationKind.EMAIL, host="127.0.0.1", port=mail.port,

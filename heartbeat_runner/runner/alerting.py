@@ -82,6 +82,7 @@ class AlertMonitor(TickObserver):
     state: HotState = field(default_factory=HotState)
     open: dict[str, OpenAlert] = field(default_factory=dict)  # by identity
     _loaded_at: float | None = None
+    _erring: set[str] = field(default_factory=set)  # jobs whose last tick had a trigger error
     _last_tick: float | None = None
 
     def __post_init__(self) -> None:
@@ -148,19 +149,22 @@ class AlertMonitor(TickObserver):
         now = result.snapshot_ts
         for sensed in result.sensed:
             facts = self.state.source(sensed.target.source_key)
-            facts.jobs.update(j for j in sensed.trigger_job_ids.split(",") if j)
-            facts.watched_since = facts.watched_since or now
-            if sensed.outcome is Outcome.ERROR:
+            if facts.watched_since is None:  # first seen: which jobs it feeds, and freshness counts from now
+                facts.jobs.update(j for j in sensed.trigger_job_ids.split(",") if j)
+                facts.watched_since = now
+            outcome = sensed.outcome
+            if outcome is Outcome.ERROR:
                 facts.failing_since = facts.failing_since or now
                 facts.last_error = sensed.error
                 continue
-            facts.failing_since, facts.last_error = None, None
-            if sensed.outcome is Outcome.NEW_DATA:
+            facts.failing_since = facts.last_error = None
+            if outcome is Outcome.NEW_DATA:
                 facts.last_new_data = now
         erring = {p.job_id: p.message for p in result.trigger_errors}
-        for job in self.state.jobs.values():
-            if job.job_id not in erring:
-                job.trigger_error_since, job.trigger_error = None, None
+        for job_id in self._erring - set(erring):
+            job = self.state.job(job_id)
+            job.trigger_error_since = job.trigger_error = None
+        self._erring = set(erring)
         for job_id, message in erring.items():
             job = self.state.job(job_id)
             job.trigger_error_since, job.trigger_error = job.trigger_error_since or now, message
