@@ -30,6 +30,8 @@ class FaultPoint(TextEnum):
     AFTER_TRIGGERED = "after_triggered"
     AFTER_NEXT_WINDOW_REQUESTED = "after_next_window_requested"
     CLOSING = "closing"
+    # alerts (runner/alerting.py): a raised or resolved alert recorded, its message not sent yet
+    AFTER_ALERT_RECORDED = "after_alert_recorded"
     # maintenance (lakehouse/maintenance.py): archiving moves keys staged, copied, deleted
     ARCHIVE_EVENTS_AFTER_STAGING = "archive_events_after_staging"
     ARCHIVE_EVENTS_AFTER_COPY = "archive_events_after_copy"

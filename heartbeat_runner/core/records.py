@@ -27,6 +27,10 @@ class EventType(str, enum.Enum):
     RESET = "RESET"                  # operator re-processing (job) or moved-back cursor (source)
     JOB_PAUSED = "JOB_PAUSED"
     JOB_RESUMED = "JOB_RESUMED"
+    ALERT_RAISED = "ALERT_RAISED"      # an alert condition began (recorded before any message is sent)
+    ALERT_RESOLVED = "ALERT_RESOLVED"  # it cleared (recorded before the resolve messages are sent)
+    ALERT_SENT = "ALERT_SENT"          # a destination accepted the raise or resolve message
+    ALERT_DELIVERY_FAILED = "ALERT_DELIVERY_FAILED"  # a destination refused or did not answer (retried)
 
 
 class JobStatus(str, enum.Enum):
@@ -152,6 +156,11 @@ def new_data_event_id(source_key: str, parent_event_id: str | None, cursor_from:
 def sequence_event_id(idempotency_token: str) -> str:
     """Deterministic id of the NEXT_WINDOW_REQUESTED event of the request with this token."""
     return _digest("NEXT_WINDOW_REQUESTED", idempotency_token)
+
+
+def alert_event_id(kind: EventType, alert_key: str, *parts: str) -> str:
+    """Deterministic id of an alert event: recording it twice (a crash, a replay) leaves one event."""
+    return _digest(kind.value, alert_key, *parts)
 
 
 def idempotency_token(job_id: str, consumed_event_ids: list[str]) -> str:

@@ -156,6 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
     ui.add_argument("--refresh", type=_seconds, default=5.0, help="seconds between the page's refreshes (default 5)")
     demo = sub.add_parser("demo", parents=[common], help="a self-contained demo on the embedded lakehouse")
     demo.add_argument("--keep", action="store_true", help="keep an existing demo lakehouse instead of starting afresh")
+    _alert_parsers(sub, common)
     return parser
 
 
@@ -290,7 +291,10 @@ def cmd_validate(args: argparse.Namespace, settings: Settings) -> int:
                                     "exists": bool(policy_file and policy_file.exists()),
                                     "retry": sorted(policies.retry.jobs), "catch_up": sorted(policies.catch_up),
                                     "window": sorted(policies.windows), "unknown_jobs": unknown,
-                                    "window_sources_without_event_times": untimed}})
+                                    "window_sources_without_event_times": untimed,
+                                    "alerts": {"enabled": policies.alerts.enabled, "jobs": sorted(policies.alerts.jobs),
+                                               "sources": sorted(policies.alerts.sources),
+                                               "destinations": [d.name for d in policies.alerts.destinations]}}})
         return 0
     print(f"{config.path}: {len(config.rows)} row(s), {len(jobs)} job(s): valid")
     if config.defaulted_columns:
@@ -300,6 +304,9 @@ def cmd_validate(args: argparse.Namespace, settings: Settings) -> int:
     elif policy_file is not None:
         print(f"{policy_file}: {len(policies.retry.jobs)} retry, {len(policies.catch_up)} catch-up and "
               f"{len(policies.windows)} window policy(ies): valid")
+        if policies.alerts.enabled:
+            print(f"  alerts: {len(policies.alerts.jobs)} job and {len(policies.alerts.sources)} source override(s), "
+                  f"destinations: {', '.join(d.name for d in policies.alerts.destinations) or 'none (lakehouse only)'}")
     for job_id in unknown:
         print(f"  warning: {policy_file} has a policy for job {job_id}, which no config row triggers")
     for problem in untimed:
@@ -648,11 +655,14 @@ def cmd_explain(args: argparse.Namespace, settings: Settings) -> int:
         found = explain(app.store, args.job_id)
         retry = retry_outlook(app.store, load_retry_policies(settings.retry_policy_file), args.job_id)
         late = late_data(app.store, settings.retry_policy_file, args.job_id)
+        deadline = _deadline_note(app, settings, args.job_id)
     if args.json:
         emit_json({"job_id": found.job_id, "verdict": found.verdict, "ready": found.is_ready, "rows": found.rows,
-                   "automatic_retry": retry, "late_data": late})
+                   "automatic_retry": retry, "late_data": late, "deadline": deadline})
         return 0
     print(f"job {found.job_id}: {found.verdict}")
+    if deadline:
+        print(f"deadline: {deadline}")
     if retry:
         print(f"automatic retry: {retry}")
     for item in late:
@@ -757,6 +767,59 @@ def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     return run_demo(settings, keep=args.keep, as_json=args.json)
 
 
+# -- alerts (docs/alerts.md) ---------------------------------------------------------------------
+
+ALERT_COLUMNS = ["kind", "subject", "summary", "since_ts", "is_open", "resolved_at", "raise_delivered_to",
+                 "failed_deliveries"]
+#: Exit code of ``check`` when no runner ticked within the limit.
+EXIT_NOT_TICKING = 2
+
+
+def _alert_parsers(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    alerts = sub.add_parser("alerts", parents=[common], help="open alerts (and resolved ones with --all)")
+    alerts.add_argument("--all", action="store_true", help="also the resolved alerts")
+    alerts.add_argument("--limit", type=int, default=50, help="at most this many, newest first (default 50)")
+    sub.add_parser("check", parents=[common],
+                   help="is a runner ticking? exit 0 yes, 2 no; raises/resolves 'runner not ticking' (for cron)")
+
+
+def _deadline_note(app: App, settings: Settings, job_id: str) -> str | None:
+    """The job's missed deadline and its root cause, when its alert policy sets one."""
+    from heartbeat_runner.runner.alerting import overdue_now
+
+    policies = load_run_policies(settings.retry_policy_file).alerts
+    overdue = overdue_now(policies, app.store.control_rows(), job_id) if policies.enabled else None
+    return None if overdue is None else f"overdue since {overdue.deadline} ({overdue.due:%Y-%m-%d %H:%M} UTC): " \
+                                        f"{overdue.reason}"
+
+
+def cmd_alerts(args: argparse.Namespace, settings: Settings) -> int:
+    from heartbeat_runner.runner.alerting import list_alerts
+
+    with open_app(settings) as app:
+        app.require_config()
+        app.ensure_views()
+        rows = list_alerts(app.store, include_resolved=args.all, limit=args.limit)
+    if args.json:
+        emit_json(rows)
+    elif not rows:
+        print("no open alerts" if not args.all else "no alerts")
+    else:
+        emit(rows, ALERT_COLUMNS, as_json=False)
+    return 0
+
+
+def cmd_check(args: argparse.Namespace, settings: Settings) -> int:
+    from heartbeat_runner.runner.alerting import watch_runner
+
+    found = watch_runner(settings.lakehouse_dir, load_run_policies(settings.retry_policy_file).alerts)
+    if args.json:
+        emit_json({"healthy": found.healthy, "message": found.message, "age_s": found.age_s, "limit_s": found.limit_s})
+    else:
+        print(found.message)
+    return 0 if found.healthy else EXIT_NOT_TICKING
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace, Settings], int]] = {
     "run": cmd_run,
     "seed": cmd_seed,
@@ -774,4 +837,6 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Settings], int]] = {
     "demo": cmd_demo,
     "serve": cmd_serve,
     "ui": cmd_ui,
+    "alerts": cmd_alerts,
+    "check": cmd_check,
 }

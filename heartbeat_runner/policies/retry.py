@@ -123,8 +123,8 @@ def load_section(path: Path | None, name: str, build: Callable[[Mapping[str, Any
 
 def retry_policies(data: Mapping[str, Any]) -> RetryPolicies:
     """The retry policies of a run-policy mapping; ValueError when it is malformed."""
-    if set(data) - {"default", "jobs"}:
-        raise ValueError("expected only the keys 'default' and 'jobs'")
+    if set(data) - {"default", "jobs", "alerts"}:
+        raise ValueError("expected only the keys 'default', 'jobs' and 'alerts' (policies/alerts.py)")
     jobs = data.get("jobs") or {}
     if not isinstance(jobs, dict):
         raise ValueError("'jobs' must map job ids to policies")

@@ -1,4 +1,4 @@
-"""The run-policy YAML as a whole: retry, catch-up and event-time window policies, read once.
+"""The run-policy YAML as a whole: retry, catch-up, event-time window and alert policies, read once.
 
 Each section has its own parser (``policies/retry.py``, ``policies/catch_up.py``, ``policies/event_windows.py``);
 this module reads the file once, checks every section and reports every problem together, as
@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from heartbeat_runner.core.errors import ConfigError
+from heartbeat_runner.policies.alerts import AlertPolicies, alert_policies
 from heartbeat_runner.policies.catch_up import CatchUpPolicy, catch_up_policies
 from heartbeat_runner.policies.event_windows import WindowPolicy, window_policies
 from heartbeat_runner.policies.retry import RetryPolicies, build_section, read_policy_file, retry_policies
@@ -29,10 +30,11 @@ class RunPolicies:
     retry: RetryPolicies = field(default_factory=RetryPolicies)
     catch_up: Mapping[str, CatchUpPolicy] = field(default_factory=dict)
     windows: Mapping[str, WindowPolicy] = field(default_factory=dict)
+    alerts: AlertPolicies = field(default_factory=AlertPolicies)
 
     def jobs(self) -> set[str]:
         """The job ids the file names (``"*"``, the default, is none of them)."""
-        return (set(self.retry.jobs) | set(self.catch_up) | set(self.windows)) - {"*"}
+        return (set(self.retry.jobs) | set(self.catch_up) | set(self.windows) | set(self.alerts.jobs)) - {"*"}
 
     def unknown_jobs(self, known: Iterable[str]) -> list[str]:
         """Job ids with a policy but no row in the config (a typo, or a job removed since)."""
@@ -56,7 +58,8 @@ def load_run_policies(path: Path | None) -> RunPolicies:
 
     policies = RunPolicies(retry=section("retry", retry_policies, RetryPolicies()),
                            catch_up=section("catch_up", catch_up_policies, {}),
-                           windows=section("window", window_policies, {}))
+                           windows=section("window", window_policies, {}),
+                           alerts=section("alerts", alert_policies, AlertPolicies()))
     if problems:
         raise ConfigError(problems)
     return policies

@@ -83,12 +83,16 @@ class App:
         self.ensure_views()
         from heartbeat_runner.policies.run_policies import load_run_policies
         from heartbeat_runner.policies.sequences import Sequences
+        from heartbeat_runner.runner.alerting import AlertMonitor
 
         policies = load_run_policies(self.settings.retry_policy_file)
-        return Heartbeat(self.store, self.dbt, backend or self.jobs_backend(), self.sense_context(),
-                         progress=progress, policies=policies.retry,
-                         sequences=Sequences(self.store, policies.catch_up, policies.windows),
-                         maintenance=self.maintenance(progress) if self.settings.auto_maintenance else None)
+        jobs = backend or self.jobs_backend()
+        heartbeat = Heartbeat(self.store, self.dbt, jobs, self.sense_context(),
+                              progress=progress, policies=policies.retry,
+                              sequences=Sequences(self.store, policies.catch_up, policies.windows),
+                              maintenance=self.maintenance(progress) if self.settings.auto_maintenance else None)
+        heartbeat.observer = AlertMonitor(self.store, self.dbt, jobs, policies.alerts, self.settings.lakehouse_dir)
+        return heartbeat
 
     def maintenance(self, progress: Callable[[str], None] | None = None) -> Maintenance:
         """Maintenance of this lakehouse with the settings' policy."""

@@ -165,6 +165,19 @@ class TickResult:
         }
 
 
+class TickObserver:
+    """Watches each tick's result after its report is written (the alert monitor, runner/alerting.py).
+
+    The default watches nothing. ``observe`` must not raise and must not block on the network.
+    """
+
+    def observe(self, result: TickResult) -> None:
+        """Called once per tick, after the report."""
+
+    def close(self) -> None:
+        """Called when the runner stops."""
+
+
 @dataclass
 class IdleStreak:
     """Consecutive idle ticks, written to the run summary as one row when the streak ends or grows old."""
@@ -210,6 +223,7 @@ class Heartbeat:
         #: called before any jobs API call; raising stops the tick there (e.g. a lost lease)
         self.before_trigger: Callable[[], None] = lambda: None
         self.maintenance = maintenance
+        self.observer = TickObserver()
         self._idle: IdleStreak | None = None
         #: the jobs API budget of the current tick (trigger and reconcile steps share it)
         self._budget = ApiBudget(self.settings.jobs_api)
@@ -248,6 +262,8 @@ class Heartbeat:
         with _stage(timings, "report"):
             self.refresh_models()  # what triggering and reconciliation recorded, before the report
             self._write_report(result, began, time.monotonic())
+        with _stage(timings, "alerts"):
+            self.observer.observe(result)
         if self.maintenance is not None and not result.is_idle and self.maintenance.due():
             with _stage(timings, "maintenance"):
                 self.progress("maintenance: archiving and compacting Heartbeat's tables")
@@ -264,6 +280,7 @@ class Heartbeat:
     def close(self) -> None:
         """Write the summary of a pending idle streak (call when the runner stops)."""
         fail_point(FaultPoint.CLOSING)
+        self.observer.close()
         if self._idle is not None:
             self.store.append_run(self._idle.summary(), [])
             self._idle = None

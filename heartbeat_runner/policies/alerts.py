@@ -1,0 +1,502 @@
+"""Alert conditions: what is wrong or late, decided from hot state only (the ``alerts:`` run-policy section).
+
+Pure functions of the policies, a :class:`HotState` the runner folds forward from each tick's result,
+and the time. Nothing here reads a table or sends anything: the runner records and delivers
+(``runner/alerting.py``, ``runner/alert_delivery.py``).
+
+Invariants:
+- an alert's *identity* (kind, subject, period) is what a condition is about; its *key* is a digest of the
+  identity and the time the condition began, so it is the same on every tick, in every process that
+  sees the same facts, and a receiver can de-duplicate on it;
+- a source late for many jobs, and jobs overdue because of one late source, are one alert each
+  (grouped by the source), never one per job.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import re
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, time, timedelta, timezone
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+
+class AlertKind(str, enum.Enum):
+    JOB_FAILED = "JOB_FAILED"
+    TRIGGER_ERROR = "TRIGGER_ERROR"
+    SENSING_ERROR = "SENSING_ERROR"
+    RUN_TOO_LONG = "RUN_TOO_LONG"
+    SOURCE_LATE = "SOURCE_LATE"
+    JOB_OVERDUE = "JOB_OVERDUE"
+    RUNNER_NOT_TICKING = "RUNNER_NOT_TICKING"
+
+
+class Severity(str, enum.Enum):
+    """PagerDuty's severities (Events API v2)."""
+
+    CRITICAL = "critical"
+    ERROR = "error"
+    WARNING = "warning"
+    INFO = "info"
+
+
+SEVERITY = {AlertKind.JOB_FAILED: Severity.ERROR, AlertKind.TRIGGER_ERROR: Severity.ERROR,
+            AlertKind.SENSING_ERROR: Severity.WARNING, AlertKind.RUN_TOO_LONG: Severity.WARNING,
+            AlertKind.SOURCE_LATE: Severity.WARNING, AlertKind.JOB_OVERDUE: Severity.ERROR,
+            AlertKind.RUNNER_NOT_TICKING: Severity.CRITICAL}
+
+
+class DestinationKind(str, enum.Enum):
+    WEBHOOK = "webhook"
+    PAGERDUTY = "pagerduty"
+    EMAIL = "email"
+
+
+PAGERDUTY_URL = "https://events.pagerduty.com/v2/enqueue"
+
+# -- the section ----------------------------------------------------------------------------------
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)\s*$")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(value: object, field_name: str) -> timedelta | None:
+    """``90s``, ``15m``, ``1h``, ``2d`` or a number of seconds; None/``off`` for no limit."""
+    if value is None or value is False or (isinstance(value, str) and value.strip().lower() in ("off", "none", "")):
+        return None
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+        return timedelta(seconds=float(value))
+    found = _DURATION.match(str(value))
+    if not found or float(found.group(1)) <= 0:
+        raise ValueError(f"{field_name}: {value!r} is not a duration such as 90s, 15m, 1h or 2d")
+    return timedelta(seconds=float(found.group(1)) * _UNITS[found.group(2)])
+
+
+@dataclass(frozen=True)
+class Deadline:
+    """Completed by ``by`` every day in ``zone``, by a run that ended after ``after`` (the day's start)."""
+
+    by: time
+    zone: str = "UTC"
+    after: time = time(0, 0)
+
+    @classmethod
+    def parse(cls, value: object, field_name: str) -> Deadline:
+        """``"06:00 Europe/Berlin"``, ``"06:00"`` (UTC) or ``{by: "06:00", zone: ..., after: "22:00"}``."""
+        if isinstance(value, Mapping):
+            unknown = set(value) - {"by", "zone", "after"}
+            if unknown:
+                raise ValueError(f"{field_name}: unknown setting(s) {', '.join(sorted(unknown))}")
+            by, zone, after = value.get("by"), str(value.get("zone", "UTC")), value.get("after", "00:00")
+        else:
+            by, _, zone = str(value).strip().partition(" ")
+            zone, after = zone.strip() or "UTC", "00:00"
+        try:
+            ZoneInfo(zone)
+        except (ZoneInfoNotFoundError, ValueError) as exc:
+            raise ValueError(f"{field_name}: unknown time zone {zone!r}") from exc
+        return cls(by=_clock_time(by, field_name), zone=zone, after=_clock_time(after, field_name))
+
+    def latest(self, now: datetime) -> tuple[datetime, datetime]:
+        """The latest deadline at or before ``now`` and the start of the period it closes (both UTC)."""
+        zone = ZoneInfo(self.zone)
+        day = now.astimezone(zone).date()
+        due = datetime.combine(day, self.by, zone)
+        if due > now:
+            due = datetime.combine(day - timedelta(days=1), self.by, zone)
+        start = datetime.combine(due.date(), self.after, zone)
+        if start >= due:
+            start = datetime.combine(due.date() - timedelta(days=1), self.after, zone)
+        return due.astimezone(timezone.utc), start.astimezone(timezone.utc)
+
+    def __str__(self) -> str:
+        return f"{self.by:%H:%M} {self.zone}"
+
+
+def _clock_time(value: object, field_name: str) -> time:
+    try:
+        return time.fromisoformat(str(value))
+    except ValueError as exc:
+        raise ValueError(f"{field_name}: {value!r} is not a time of day HH:MM") from exc
+
+
+@dataclass(frozen=True)
+class JobAlertPolicy:
+    failed: bool = True
+    trigger_error_after: timedelta | None = timedelta(minutes=10)
+    run_longer_than: timedelta | None = None
+    deadline: Deadline | None = None
+
+
+@dataclass(frozen=True)
+class SourceAlertPolicy:
+    sensing_error_after: timedelta | None = timedelta(minutes=15)
+    new_data_every: timedelta | None = None
+
+
+@dataclass(frozen=True)
+class Destination:
+    """Where alerts go. Secrets (URLs of webhooks, routing keys, passwords) are names of environment variables."""
+
+    name: str
+    kind: DestinationKind
+    url_env: str | None = None        # webhook: the URL (a secret)
+    url: str = PAGERDUTY_URL          # pagerduty: the Events API endpoint
+    routing_key_env: str | None = None
+    host: str = ""                    # email
+    port: int = 587
+    sender: str = ""
+    to: tuple[str, ...] = ()
+    username_env: str | None = None
+    password_env: str | None = None
+    starttls: bool = True
+    ca_file: str | None = None
+
+
+_DESTINATION_FIELDS = {
+    DestinationKind.WEBHOOK: ({"url_env"}, set()),
+    DestinationKind.PAGERDUTY: ({"routing_key_env"}, {"url"}),
+    DestinationKind.EMAIL: ({"host", "from", "to"}, {"port", "username_env", "password_env", "starttls", "ca_file"}),
+}
+
+
+@dataclass(frozen=True)
+class AlertPolicies:
+    """The ``alerts:`` section. ``enabled`` is False when the file has none: then nothing is evaluated."""
+
+    enabled: bool = False
+    job_default: JobAlertPolicy = JobAlertPolicy()
+    jobs: Mapping[str, JobAlertPolicy] = field(default_factory=dict)
+    source_default: SourceAlertPolicy = SourceAlertPolicy()
+    sources: Mapping[str, SourceAlertPolicy] = field(default_factory=dict)
+    destinations: tuple[Destination, ...] = ()
+    #: at most one message per destination per interval; what comes meanwhile goes out as one digest
+    group_interval: timedelta = timedelta(minutes=5)
+    #: ``check`` raises "runner not ticking" after this long without a tick (None: 3 intervals + 1 minute)
+    not_ticking_after: timedelta | None = None
+
+    def for_job(self, job_id: str) -> JobAlertPolicy:
+        return self.jobs.get(job_id, self.job_default)
+
+    def for_source(self, source_key: str) -> SourceAlertPolicy:
+        """By the source's key, or by ``sensor_source:sensor_id`` (the key without its query hash)."""
+        return self.sources.get(source_key) or self.sources.get(source_key.split("#")[0], self.source_default)
+
+
+_JOB_FIELDS = {"failed", "trigger_error_after", "run_longer_than", "deadline"}
+_SOURCE_FIELDS = {"sensing_error_after", "new_data_every"}
+
+
+def alert_policies(data: Mapping[str, Any]) -> AlertPolicies:
+    """The ``alerts:`` section of a run-policy mapping; ValueError naming every bad field (``alerts.jobs.444.deadline``)."""
+    section = data.get("alerts")
+    if section is None:
+        return AlertPolicies()
+    if not isinstance(section, Mapping):
+        raise ValueError("alerts: must be a mapping")
+    problems: list[str] = []
+    unknown = set(section) - {"default", "jobs", "sources", "destinations", "group_interval", "runner"}
+    if unknown:
+        problems.append(f"alerts: unknown setting(s) {', '.join(sorted(map(str, unknown)))}")
+    default = _mapping(section.get("default"), "alerts.default", problems)
+    job_default = _job_policy(_mapping(default.get("job"), "alerts.default.job", problems), JobAlertPolicy(),
+                              "alerts.default.job", problems)
+    source_default = _source_policy(_mapping(default.get("source"), "alerts.default.source", problems),
+                                    SourceAlertPolicy(), "alerts.default.source", problems)
+    jobs = {str(k): _job_policy(_mapping(v, f"alerts.jobs.{k}", problems), job_default, f"alerts.jobs.{k}", problems)
+            for k, v in _mapping(section.get("jobs"), "alerts.jobs", problems).items()}
+    sources = {str(k): _source_policy(_mapping(v, f"alerts.sources.{k}", problems), source_default,
+                                      f"alerts.sources.{k}", problems)
+               for k, v in _mapping(section.get("sources"), "alerts.sources", problems).items()}
+    destinations = [_destination(str(k), _mapping(v, f"alerts.destinations.{k}", problems), problems)
+                    for k, v in _mapping(section.get("destinations"), "alerts.destinations", problems).items()]
+    runner = _mapping(section.get("runner"), "alerts.runner", problems)
+    group = _checked(problems, lambda: parse_duration(section.get("group_interval", "5m"), "alerts.group_interval"))
+    not_ticking = _checked(problems, lambda: parse_duration(runner.get("not_ticking_after"),
+                                                            "alerts.runner.not_ticking_after"))
+    if set(default) - {"job", "source"}:
+        problems.append("alerts.default: expected only 'job' and 'source'")
+    if set(runner) - {"not_ticking_after"}:
+        problems.append("alerts.runner: expected only 'not_ticking_after'")
+    if problems:
+        raise ValueError("; ".join(problems))
+    return AlertPolicies(enabled=True, job_default=job_default, jobs=jobs, source_default=source_default,
+                         sources=sources, destinations=tuple(d for d in destinations if d is not None),
+                         group_interval=group or timedelta(0), not_ticking_after=not_ticking)
+
+
+def _checked(problems: list[str], parse: Any) -> Any:
+    try:
+        return parse()
+    except ValueError as exc:
+        problems.append(str(exc))
+        return None
+
+
+def _mapping(value: object, field_name: str, problems: list[str]) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        problems.append(f"{field_name}: must be a mapping")
+        return {}
+    return value
+
+
+def _job_policy(values: Mapping[str, Any], base: JobAlertPolicy, name: str, problems: list[str]) -> JobAlertPolicy:
+    _unknown(values, _JOB_FIELDS, name, problems)
+    failed = values.get("failed", base.failed)
+    if not isinstance(failed, bool):
+        problems.append(f"{name}.failed: must be true or false")
+        failed = base.failed
+    return JobAlertPolicy(
+        failed=failed,
+        trigger_error_after=_setting(values, "trigger_error_after", base.trigger_error_after, name, problems),
+        run_longer_than=_setting(values, "run_longer_than", base.run_longer_than, name, problems),
+        deadline=(_checked(problems, lambda: Deadline.parse(values["deadline"], f"{name}.deadline"))
+                  if values.get("deadline") else None if "deadline" in values else base.deadline))
+
+
+def _source_policy(values: Mapping[str, Any], base: SourceAlertPolicy, name: str,
+                   problems: list[str]) -> SourceAlertPolicy:
+    _unknown(values, _SOURCE_FIELDS, name, problems)
+    return SourceAlertPolicy(
+        sensing_error_after=_setting(values, "sensing_error_after", base.sensing_error_after, name, problems),
+        new_data_every=_setting(values, "new_data_every", base.new_data_every, name, problems))
+
+
+def _setting(values: Mapping[str, Any], key: str, base: timedelta | None, name: str,
+             problems: list[str]) -> timedelta | None:
+    if key not in values:
+        return base
+    return _checked(problems, lambda: parse_duration(values[key], f"{name}.{key}"))
+
+
+def _unknown(values: Mapping[str, Any], allowed: set[str], name: str, problems: list[str]) -> None:
+    unknown = set(values) - allowed
+    if unknown:
+        problems.append(f"{name}: unknown setting(s) {', '.join(sorted(map(str, unknown)))} "
+                        f"(expected {', '.join(sorted(allowed))})")
+
+
+def _destination(name: str, values: Mapping[str, Any], problems: list[str]) -> Destination | None:
+    where = f"alerts.destinations.{name}"
+    try:
+        kind = DestinationKind(str(values.get("type")))
+    except ValueError:
+        problems.append(f"{where}.type: {values.get('type')!r} is not one of "
+                        f"{', '.join(k.value for k in DestinationKind)}")
+        return None
+    required, optional = _DESTINATION_FIELDS[kind]
+    missing = sorted(required - set(values))
+    if missing:
+        problems.append(f"{where}: a {kind.value} destination needs {', '.join(missing)}")
+    _unknown({k: v for k, v in values.items() if k != "type"}, required | optional, where, problems)
+    if missing:
+        return None
+    to = values.get("to", ())
+    try:
+        port = int(values.get("port", 587))
+    except (TypeError, ValueError):
+        problems.append(f"{where}.port: {values.get('port')!r} is not a port number")
+        return None
+    return Destination(name=name, kind=kind, url_env=values.get("url_env"), url=str(values.get("url", PAGERDUTY_URL)),
+                       routing_key_env=values.get("routing_key_env"), host=str(values.get("host", "")), port=port,
+                       sender=str(values.get("from", "")), to=tuple([to] if isinstance(to, str) else to),
+                       username_env=values.get("username_env"), password_env=values.get("password_env"),
+                       starttls=bool(values.get("starttls", True)), ca_file=values.get("ca_file"))
+
+
+# -- the hot state and the conditions -----------------------------------------------------------
+
+
+@dataclass
+class SourceFacts:
+    """What the runner knows of one source, folded forward from each tick."""
+
+    source_key: str
+    jobs: set[str] = field(default_factory=set)
+    last_new_data: datetime | None = None
+    #: since when it is watched (first seen, or its control row's creation): freshness counts from here
+    watched_since: datetime | None = None
+    failing_since: datetime | None = None
+    last_error: str | None = None
+
+
+@dataclass
+class JobFacts:
+    """What the runner knows of one job, folded forward from each tick."""
+
+    job_id: str
+    hard_sources: set[str] = field(default_factory=set)
+    running_since: datetime | None = None
+    run_id: str | None = None
+    last_completed: datetime | None = None
+    failed_run: str | None = None
+    failed_at: datetime | None = None
+    failure: str | None = None
+    output_link: str | None = None
+    trigger_error_since: datetime | None = None
+    trigger_error: str | None = None
+
+
+@dataclass
+class HotState:
+    sources: dict[str, SourceFacts] = field(default_factory=dict)
+    jobs: dict[str, JobFacts] = field(default_factory=dict)
+
+    def source(self, key: str) -> SourceFacts:
+        return self.sources.setdefault(key, SourceFacts(key))
+
+    def job(self, job_id: str) -> JobFacts:
+        return self.jobs.setdefault(job_id, JobFacts(job_id))
+
+
+@dataclass(frozen=True)
+class Alert:
+    """One condition that holds now. ``identity`` is what it is about; ``key`` also says since when."""
+
+    kind: AlertKind
+    subject: str
+    summary: str
+    since: datetime
+    period: str = ""
+    jobs: tuple[str, ...] = ()
+    link: str | None = None
+
+    @property
+    def identity(self) -> str:
+        return f"{self.kind.value}|{self.subject}|{self.period}"
+
+    @property
+    def key(self) -> str:
+        return alert_key(self.identity, self.since)
+
+    @property
+    def severity(self) -> Severity:
+        return SEVERITY[self.kind]
+
+
+def alert_key(identity: str, since: datetime) -> str:
+    """The deterministic key of the alert with this identity that began at ``since``."""
+    return hashlib.sha256(f"{identity}\x1f{since.astimezone(timezone.utc).isoformat()}".encode()).hexdigest()[:32]
+
+
+def _when(moment: datetime | None) -> str:
+    return f"{moment.astimezone(timezone.utc):%Y-%m-%d %H:%M} UTC" if moment else "never"
+
+
+def evaluate(policies: AlertPolicies, state: HotState, now: datetime) -> list[Alert]:
+    """Every alert condition that holds at ``now``."""
+    if not policies.enabled:
+        return []
+    return [*_job_alerts(policies, state, now), *_source_alerts(policies, state, now),
+            *_deadline_alerts(policies, state, now)]
+
+
+def _job_alerts(policies: AlertPolicies, state: HotState, now: datetime) -> Iterable[Alert]:
+    for job in state.jobs.values():
+        policy = policies.for_job(job.job_id)
+        if policy.failed and job.failed_run is not None and job.failed_at is not None:
+            yield Alert(AlertKind.JOB_FAILED, f"job {job.job_id}",
+                        f"job {job.job_id}: run {job.failed_run} failed: {job.failure or 'no message'}",
+                        job.failed_at, period=job.failed_run, jobs=(job.job_id,), link=job.output_link)
+        after = policy.trigger_error_after
+        if after is not None and job.trigger_error_since is not None and now - job.trigger_error_since >= after:
+            yield Alert(AlertKind.TRIGGER_ERROR, f"job {job.job_id}",
+                        f"job {job.job_id}: triggering has failed since {_when(job.trigger_error_since)}: "
+                        f"{job.trigger_error}", job.trigger_error_since, jobs=(job.job_id,))
+        limit = policy.run_longer_than
+        if limit is not None and job.running_since is not None and now - job.running_since >= limit:
+            yield Alert(AlertKind.RUN_TOO_LONG, f"job {job.job_id}",
+                        f"job {job.job_id}: run {job.run_id or '?'} has been running since {_when(job.running_since)} "
+                        f"(limit {limit})", job.running_since, period=job.run_id or "", jobs=(job.job_id,))
+
+
+def _source_alerts(policies: AlertPolicies, state: HotState, now: datetime) -> Iterable[Alert]:
+    for source in state.sources.values():
+        policy = policies.for_source(source.source_key)
+        after = policy.sensing_error_after
+        if after is not None and source.failing_since is not None and now - source.failing_since >= after:
+            jobs, named = _fed(source)
+            yield Alert(AlertKind.SENSING_ERROR, f"source {source.source_key}",
+                        f"source {source.source_key} has failed sensing since {_when(source.failing_since)}: "
+                        f"{source.last_error}{named}", source.failing_since, jobs=jobs)
+        every, last = policy.new_data_every, source.last_new_data or source.watched_since
+        if every is None or last is None or now - last < every:
+            continue
+        jobs, named = _fed(source)
+        yield Alert(AlertKind.SOURCE_LATE, f"source {source.source_key}",
+                    f"source {source.source_key} is late: no new data since {_when(source.last_new_data)} "
+                    f"(expected every {every}){named}", last + every, jobs=jobs)
+
+
+def _fed(source: SourceFacts) -> tuple[tuple[str, ...], str]:
+    """The jobs a source feeds, and the words that name them."""
+    jobs = tuple(sorted(source.jobs))
+    return jobs, f" (feeds {len(jobs)} job(s): {', '.join(jobs)})" if jobs else ""
+
+
+@dataclass(frozen=True)
+class Overdue:
+    """A job past its deadline, and why: the hard sources without new data in the period (its root cause)."""
+
+    job_id: str
+    due: datetime
+    deadline: Deadline
+    late_sources: tuple[str, ...]
+    reason: str
+
+
+def overdue_jobs(policies: AlertPolicies, state: HotState, now: datetime) -> list[Overdue]:
+    """Jobs whose latest deadline passed without a run that completed in its period, with the cause."""
+    found = []
+    periods: dict[Deadline, tuple[datetime, datetime]] = {}  # jobs share a few deadlines: each computed once
+    for job in state.jobs.values():
+        deadline = policies.for_job(job.job_id).deadline
+        if deadline is None:
+            continue
+        if deadline not in periods:
+            periods[deadline] = deadline.latest(now)
+        due, start = periods[deadline]
+        if job.last_completed is not None and job.last_completed >= start:
+            continue
+        late = tuple(sorted(k for k in job.hard_sources
+                            if (f := state.sources.get(k)) is None or f.last_new_data is None or f.last_new_data < start
+                            or f.failing_since is not None))
+        found.append(Overdue(job.job_id, due, deadline, late, _overdue_reason(job, late, state, start)))
+    return found
+
+
+def _overdue_reason(job: JobFacts, late: tuple[str, ...], state: HotState, start: datetime) -> str:
+    if late:
+        return "; ".join(_waiting_on(state.sources.get(key), key) for key in late)
+    if job.running_since is not None:
+        return f"run {job.run_id or '?'} running since {_when(job.running_since)}"
+    if job.failed_run is not None:
+        return f"run {job.failed_run} failed: {job.failure or 'no message'}"
+    return f"every hard source has new data since {_when(start)}, yet no run completed"
+
+
+def _waiting_on(facts: SourceFacts | None, key: str) -> str:
+    if facts is not None and facts.failing_since is not None:
+        return f"waiting on {key}, which has failed sensing since {_when(facts.failing_since)}"
+    last = facts.last_new_data if facts else None
+    return f"waiting on {key}, which has had no new data since {_when(last)}"
+
+
+def _deadline_alerts(policies: AlertPolicies, state: HotState, now: datetime) -> Iterable[Alert]:
+    """One alert per late source (naming every overdue job waiting on it), one per job overdue for another reason."""
+    by_cause: dict[tuple[str, datetime], list[Overdue]] = defaultdict(list)
+    for item in overdue_jobs(policies, state, now):
+        by_cause[(item.late_sources[0] if item.late_sources else f"job {item.job_id}", item.due)].append(item)
+    for (cause, due), items in sorted(by_cause.items()):
+        jobs = tuple(sorted(i.job_id for i in items))
+        first = items[0]
+        who = f"job {jobs[0]}" if len(jobs) == 1 else f"{len(jobs)} jobs ({', '.join(jobs)})"
+        subject = cause if cause.startswith("job ") else f"source {cause}"
+        yield Alert(AlertKind.JOB_OVERDUE, subject, f"{who} overdue since {first.deadline} ({_when(due)}): "
+                    f"{first.reason}", due, period=f"{due:%Y-%m-%dT%H:%M}", jobs=jobs)

@@ -1,0 +1,433 @@
+"""The alert monitor: after each tick, fold its result into hot state, raise and resolve alerts, hand them to delivery.
+
+Crash-safe like triggering: ALERT_RAISED / ALERT_RESOLVED are appended *before* any message goes
+out (the payload names the destinations); ALERT_SENT is appended after a destination accepted it,
+on a later tick (the outbox's thread only sends). A runner that starts reads the alert events once
+and re-queues every notice not yet recorded as sent: a kill between a send and its record sends it
+again, once, with the same key. Event ids are deterministic, so a replayed record is one event.
+
+Cost: the tick's own result is the input; the control table is read when the monitor starts (and
+every ``REFRESH_S`` for config changes), the FAILED events of a tick only when a job failed. A tick
+with nothing to raise, resolve or record appends nothing; it only rewrites the small liveness file
+that ``check`` reads (``<lakehouse>/locks/heartbeat.alive``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+from heartbeat_runner.core.faults import FaultPoint, crash_point
+from heartbeat_runner.core.records import Event, EventType, JobStatus, Outcome, alert_event_id, utcnow
+from heartbeat_runner.jobs.base import JobsBackend
+from heartbeat_runner.lakehouse.dbt_invoke import DbtProject
+from heartbeat_runner.lakehouse.store import EVENTS, Cond, TableStore
+from heartbeat_runner.policies.alerts import (
+    Alert,
+    AlertKind,
+    AlertPolicies,
+    HotState,
+    JobFacts,
+    Overdue,
+    Severity,
+    SourceFacts,
+    evaluate,
+    overdue_jobs,
+)
+from heartbeat_runner.runner.alert_delivery import AlertAction, Attempt, Notice, Outbox
+from heartbeat_runner.runner.tick import TickObserver, TickResult
+
+log = logging.getLogger(__name__)
+
+ALERT_EVENT_TYPES = [EventType.ALERT_RAISED.value, EventType.ALERT_RESOLVED.value, EventType.ALERT_SENT.value,
+                     EventType.ALERT_DELIVERY_FAILED.value]
+#: seconds between re-reads of which jobs read which sources (a seed while the loop runs)
+REFRESH_S = 600.0
+#: seconds ``close`` waits for messages still queued (a single ``run``)
+CLOSE_FLUSH_S = 10.0
+ALERTS_VIEW = "heartbeat_alerts"
+
+
+def liveness_path(lakehouse_dir: Path) -> Path:
+    return lakehouse_dir / "locks" / "heartbeat.alive"
+
+
+@dataclass
+class OpenAlert:
+    """An alert raised and not resolved: its key, what it said, where it goes."""
+
+    identity: str
+    key: str
+    notice: Notice
+    destinations: tuple[str, ...]
+
+
+@dataclass
+class AlertMonitor(TickObserver):
+    """Evaluates the ``alerts:`` policies after each tick; records and queues what changed."""
+
+    store: TableStore
+    dbt: DbtProject
+    backend: JobsBackend
+    policies: AlertPolicies
+    lakehouse_dir: Path
+    outbox: Outbox | None = None
+    state: HotState = field(default_factory=HotState)
+    open: dict[str, OpenAlert] = field(default_factory=dict)  # by identity
+    _loaded_at: float | None = None
+    _erring: set[str] = field(default_factory=set)  # jobs whose last tick had a trigger error
+    _last_tick: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.outbox is None and self.policies.enabled:
+            self.outbox = Outbox(self.policies.destinations,
+                                 group_interval_s=self.policies.group_interval.total_seconds())
+
+    # -- the hook --------------------------------------------------------------------------------
+
+    def observe(self, result: TickResult) -> None:
+        """After a tick: liveness, then (with alert policies) fold, evaluate, record, queue. Never raises."""
+        self._write_liveness()
+        if not self.policies.enabled:
+            return
+        try:
+            self._observe(result)
+        except Exception:  # noqa: BLE001 - alerting must never fail the tick; it tries again next tick
+            log.exception("evaluating alerts failed")
+
+    def close(self) -> None:
+        """Send what is queued (bounded), record it, stop the outbox."""
+        if self.outbox is None:
+            return
+        try:
+            self.outbox.close(CLOSE_FLUSH_S)
+            self._append(self._attempt_events(self.outbox.drain(), "close"))
+        except Exception:  # noqa: BLE001 - closing must not hide the command's own outcome
+            log.exception("recording the last alert deliveries failed")
+
+    def _observe(self, result: TickResult) -> None:
+        if self._loaded_at is None or time.monotonic() - self._loaded_at >= REFRESH_S:
+            self._load(first=self._loaded_at is None)
+        self.fold(result)
+        assert self.outbox is not None
+        attempts = self.outbox.drain()
+        before = dict(self.open)
+        raised, resolved = self._changes(evaluate(self.policies, self.state, utcnow()))
+        events = self._attempt_events(attempts, result.run_id)
+        events += [self._raised_event(a, result.run_id) for a in raised]
+        events += [self._resolved_event(a, result.run_id) for a in resolved]
+        try:
+            self._append(events)  # recorded first: then sent
+        except Exception:
+            self.open = before  # not recorded: the next tick raises (and resolves) them again
+            self.outbox.requeue_results(attempts)
+            raise
+        crash_point(FaultPoint.AFTER_ALERT_RECORDED)
+        self._submit(raised + resolved)
+
+    def _submit(self, alerts: list[OpenAlert]) -> None:
+        """Queue each alert's notice for its destinations, all of a destination's in one go (one digest)."""
+        by_destination: dict[str, list[Notice]] = defaultdict(list)
+        for alert in alerts:
+            for destination in alert.destinations:
+                by_destination[destination].append(alert.notice)
+        assert self.outbox is not None
+        for destination, notices in by_destination.items():
+            self.outbox.submit(destination, notices)
+
+    # -- hot state ------------------------------------------------------------------------------
+
+    def fold(self, result: TickResult) -> None:
+        """Move the hot state forward by what one tick saw and did."""
+        now = result.snapshot_ts
+        for sensed in result.sensed:
+            facts = self.state.source(sensed.target.source_key)
+            if facts.watched_since is None:  # first seen: which jobs it feeds, and freshness counts from now
+                facts.jobs.update(j for j in sensed.trigger_job_ids.split(",") if j)
+                facts.watched_since = now
+            outcome = sensed.outcome
+            if outcome is Outcome.ERROR:
+                facts.failing_since = facts.failing_since or now
+                facts.last_error = sensed.error
+                continue
+            facts.failing_since = facts.last_error = None
+            if outcome is Outcome.NEW_DATA:
+                facts.last_new_data = now
+        erring = {p.job_id: p.message for p in result.trigger_errors}
+        for job_id in self._erring - set(erring):
+            job = self.state.job(job_id)
+            job.trigger_error_since = job.trigger_error = None
+        self._erring = set(erring)
+        for job_id, message in erring.items():
+            job = self.state.job(job_id)
+            job.trigger_error_since, job.trigger_error = job.trigger_error_since or now, message
+        for triggered in result.triggered:
+            job = self.state.job(triggered.job_id)
+            job.running_since, job.run_id = now, triggered.run_id
+        for job_id in result.completed:
+            job = self.state.job(job_id)
+            job.last_completed, job.running_since, job.failed_run, job.failed_at = now, None, None, None
+        if result.failed:
+            self._fold_failures(result)
+
+    def _fold_failures(self, result: TickResult) -> None:
+        """The failed runs of a tick: their error (the FAILED event) and output link (the jobs backend)."""
+        events = {e["trigger_job_id"]: e for e in self.store.read(
+            EVENTS, Cond("run_id", result.run_id), Cond("event_type", EventType.FAILED.value),
+            columns=["trigger_job_id", "job_run_id", "message"])}
+        for job_id in result.failed:
+            job, event = self.state.job(job_id), events.get(job_id, {})
+            job.failed_run = event.get("job_run_id") or job.run_id or "?"
+            job.failed_at, job.running_since = result.snapshot_ts, None
+            job.failure, job.output_link = event.get("message"), self._output_link(job_id, job.failed_run)
+
+    def _output_link(self, job_id: str, run_id: str) -> str | None:
+        try:
+            output = self.backend.run_output(job_id, run_id)
+        except Exception:  # noqa: BLE001 - a link is a nicety; the alert goes without it
+            return None
+        return output.url if output else None
+
+    def _load(self, *, first: bool) -> None:
+        """Which jobs read which sources (hard ones too) and, the first time, the times and open alerts."""
+        fold_control_rows(self.state, self.store.control_rows(), times=first)
+        if first:
+            self._load_alerts()
+        self._loaded_at = time.monotonic()
+
+    def _load_alerts(self) -> None:
+        """Open alerts from the event log, and every notice recorded but not yet sent: queued again."""
+        rows = self.store.read(EVENTS, Cond("event_type", ALERT_EVENT_TYPES, "in"),
+                               columns=["event_type", "event_ts", "idempotency_token", "payload"],
+                               order_by=["event_ts"])
+        sent: set[tuple[str, str, str]] = set()
+        recorded: list[tuple[str, OpenAlert, AlertAction]] = []
+        for row in rows:
+            payload = json.loads(row["payload"] or "{}")
+            kind = EventType(row["event_type"])
+            if kind is EventType.ALERT_SENT:
+                sent.update((k, payload["action"], payload["destination"]) for k in payload.get("keys", []))
+            elif kind in (EventType.ALERT_RAISED, EventType.ALERT_RESOLVED):
+                action = AlertAction.RAISE if kind is EventType.ALERT_RAISED else AlertAction.RESOLVE
+                recorded.append((payload["identity"], _open_alert(payload, action), action))
+        unsent = []
+        for identity, alert, action in recorded:
+            if action is AlertAction.RAISE:
+                self.open[identity] = alert
+            else:
+                self.open.pop(identity, None)
+            missing = tuple(d for d in alert.destinations if (alert.key, action.value, d) not in sent)
+            if missing:
+                unsent.append(replace(alert, destinations=missing))
+        self._submit(unsent)
+
+    # -- raising and resolving ------------------------------------------------------------------
+
+    def _changes(self, alerts: list[Alert]) -> tuple[list[OpenAlert], list[OpenAlert]]:
+        """The alerts that began (keyed now) and the open ones whose condition cleared."""
+        now = {a.identity: a for a in alerts}
+        destinations = tuple(d.name for d in self.policies.destinations)
+        raised = []
+        for identity, alert in now.items():
+            if identity not in self.open:
+                self.open[identity] = OpenAlert(identity, alert.key, _notice(alert, AlertAction.RAISE), destinations)
+                raised.append(self.open[identity])
+        resolved = []
+        for identity in [i for i in self.open if i not in now]:
+            gone = self.open.pop(identity)
+            resolved.append(OpenAlert(identity, gone.key, replace(gone.notice, action=AlertAction.RESOLVE),
+                                      gone.destinations))
+        return raised, resolved
+
+    def _raised_event(self, alert: OpenAlert, run_id: str) -> Event:
+        return self._event(EventType.ALERT_RAISED, alert, run_id)
+
+    def _resolved_event(self, alert: OpenAlert, run_id: str) -> Event:
+        return self._event(EventType.ALERT_RESOLVED, alert, run_id)
+
+    def _event(self, kind: EventType, alert: OpenAlert, run_id: str) -> Event:
+        notice = alert.notice
+        payload = {**notice.as_dict(), "identity": alert.identity, "destinations": list(alert.destinations)}
+        return Event(event_type=kind, run_id=run_id, snapshot_ts=utcnow(), event_id=alert_event_id(kind, alert.key),
+                     idempotency_token=alert.key, message=notice.summary, payload=json.dumps(payload, sort_keys=True))
+
+    def _attempt_events(self, attempts: list[Attempt], run_id: str) -> list[Event]:
+        """ALERT_SENT for each accepted message, ALERT_DELIVERY_FAILED for each refused one (retried)."""
+        events: list[Event] = []
+        for attempt in attempts:
+            by_action: dict[AlertAction, list[str]] = defaultdict(list)
+            for notice in attempt.notices:
+                by_action[notice.action].append(notice.key)
+            for action, keys in by_action.items():
+                kind = EventType.ALERT_SENT if attempt.ok else EventType.ALERT_DELIVERY_FAILED
+                parts = (action.value, attempt.destination) + (() if attempt.ok else (str(attempt.attempt),))
+                payload = {"keys": keys, "action": action.value, "destination": attempt.destination,
+                           "attempt": attempt.attempt}
+                events.extend(Event(event_type=kind, run_id=run_id, snapshot_ts=utcnow(),
+                                    event_id=alert_event_id(kind, key, *parts), idempotency_token=key,
+                                    message=attempt.error, payload=json.dumps(payload, sort_keys=True))
+                              for key in keys)
+        return events
+
+    def _append(self, events: list[Event]) -> None:
+        """One commit; alert events change nothing the control table derives, so it stays current."""
+        if events:
+            with self.dbt.keeping_built_marker(self.store.events_version):
+                self.store.append_events(events)
+
+    # -- liveness --------------------------------------------------------------------------------
+
+    def _write_liveness(self) -> None:
+        """When this runner last ticked and how far apart its ticks are (for ``check``)."""
+        now = time.time()
+        interval = now - self._last_tick if self._last_tick is not None else None
+        self._last_tick = now
+        path = liveness_path(self.lakehouse_dir)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            temporary = path.with_suffix(f".{os.getpid()}.tmp")
+            temporary.write_text(json.dumps({"ticked_at": now, "interval_s": interval, "pid": os.getpid(),
+                                             "host": socket.gethostname()}))
+            temporary.replace(path)
+        except OSError as exc:
+            log.warning("could not write %s: %s", path, exc)
+
+
+def fold_control_rows(state: HotState, rows: list[dict], *, times: bool) -> HotState:
+    """Which jobs read which sources (and which are hard) from control rows; with ``times``, also the
+    latest fetch, run start, end and failure of each (how a monitor starts, and ``explain``)."""
+    for row in rows:
+        job, source = state.job(row["trigger_job_id"]), state.source(row["source_key"])
+        source.jobs.add(job.job_id)
+        if row["dependency_flag"] == "TRUE":
+            job.hard_sources.add(source.source_key)
+        if times:
+            _seed_times(job, source, row)
+    return state
+
+
+def overdue_now(policies: AlertPolicies, control_rows: list[dict], job_id: str) -> Overdue | None:
+    """The job's missed deadline and its cause as the control table tells it now (``explain``), or None."""
+    state = fold_control_rows(HotState(), control_rows, times=True)
+    return next((o for o in overdue_jobs(policies, state, utcnow()) if o.job_id == job_id), None)
+
+
+def _seed_times(job: JobFacts, source: SourceFacts, row: dict) -> None:
+    """Times from the control table when the monitor starts (afterwards the ticks move them)."""
+    fetched = row.get("latest_event_fetched_timestamp")
+    if fetched is not None and (source.last_new_data is None or fetched > source.last_new_data):
+        source.last_new_data = fetched
+    created = row.get("row_created_timestamp")
+    if created is not None and (source.watched_since is None or created < source.watched_since):
+        source.watched_since = created
+    status = row.get("status")
+    if status == JobStatus.IN_PROGRESS.value:
+        job.running_since, job.run_id = row.get("job_start_timestamp"), row.get("job_run_id")
+    elif status == JobStatus.COMPLETED.value:
+        job.last_completed = row.get("job_end_timestamp")
+    elif status == JobStatus.FAILED.value:
+        job.failed_run = row.get("job_run_id") or "?"
+        job.failed_at = row.get("job_end_timestamp") or row.get("status_change_timestamp")
+        job.failure = row.get("last_error")
+
+
+def _notice(alert: Alert, action: AlertAction) -> Notice:
+    return Notice(key=alert.key, action=action, kind=alert.kind.value, subject=alert.subject, summary=alert.summary,
+                  severity=alert.severity.value, since=alert.since.astimezone(timezone.utc).isoformat(),
+                  jobs=alert.jobs, link=alert.link)
+
+
+def _open_alert(payload: dict, action: AlertAction) -> OpenAlert:
+    notice = Notice(key=payload["key"], action=action, kind=payload["kind"], subject=payload["subject"],
+                    summary=payload["summary"], severity=payload["severity"], since=payload["since"],
+                    jobs=tuple(payload.get("jobs", ())), link=payload.get("link"))
+    return OpenAlert(payload["identity"], notice.key, notice, tuple(payload.get("destinations", ())))
+
+
+def list_alerts(store: TableStore, *, include_resolved: bool, limit: int) -> list[dict]:
+    """Rows of the heartbeat_alerts view, newest first: the open ones, or all."""
+    where = [] if include_resolved else [Cond("is_open", True)]
+    return store.read(ALERTS_VIEW, *where, order_by=["raised_at DESC"], limit=limit)
+
+
+# -- the watcher: "runner not ticking" ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Liveness:
+    """What ``check`` found: whether a runner ticked recently enough, and the words for it."""
+
+    healthy: bool
+    message: str
+    age_s: float | None
+    limit_s: float
+
+
+def runner_liveness(lakehouse_dir: Path, policies: AlertPolicies, now: float | None = None) -> Liveness:
+    """Healthy when the last tick ended less than the limit ago: ``alerts.runner.not_ticking_after``, else
+    three of the runner's own intervals plus a minute (60 s intervals when it ticked only once)."""
+    now = time.time() if now is None else now
+    path = liveness_path(lakehouse_dir)
+    try:
+        found = json.loads(path.read_text())
+        ticked_at, interval = float(found["ticked_at"]), found.get("interval_s")
+    except (OSError, ValueError, KeyError, TypeError):
+        limit = (policies.not_ticking_after or timedelta(seconds=240)).total_seconds()
+        return Liveness(False, f"runner not ticking: no tick recorded in {lakehouse_dir}", None, limit)
+    limit = (policies.not_ticking_after.total_seconds() if policies.not_ticking_after
+             else 3 * float(interval or 60.0) + 60.0)
+    age = now - ticked_at
+    if age > limit:
+        return Liveness(False, f"runner not ticking: the last tick ended {age:.0f} s ago (limit {limit:.0f} s)",
+                        age, limit)
+    return Liveness(True, f"runner ticking: the last tick ended {age:.0f} s ago (limit {limit:.0f} s)", age, limit)
+
+
+def watch_runner(lakehouse_dir: Path, policies: AlertPolicies, *, timeout_s: float = 5.0) -> Liveness:
+    """``check``: the runner's liveness, and its alert raised / resolved at every destination.
+
+    The open "runner not ticking" alert is kept in ``<lakehouse>/alerts/not_ticking.json``, with the
+    destinations that accepted it; a destination that refused is tried again at the next ``check``.
+    """
+    from heartbeat_runner.runner.alert_delivery import DeliveryError, send
+
+    found = runner_liveness(lakehouse_dir, policies)
+    path = lakehouse_dir / "alerts" / "not_ticking.json"
+    try:
+        state = json.loads(path.read_text())
+    except (OSError, ValueError):
+        state = {}
+    if found.healthy and not state:
+        return found
+    if not found.healthy and not state:
+        since = datetime.now(timezone.utc)
+        alert = Alert(AlertKind.RUNNER_NOT_TICKING, f"runner {lakehouse_dir}", found.message, since)
+        state = {"notice": _notice(alert, AlertAction.RAISE).as_dict(), "sent": [], "resolved": False}
+    if found.healthy:
+        state["resolved"] = True
+    notice = Notice(**{**state["notice"], "jobs": tuple(state["notice"]["jobs"]),
+                       "action": AlertAction.RESOLVE if state["resolved"] else AlertAction.RAISE,
+                       "severity": Severity.CRITICAL.value})
+    for destination in policies.destinations:
+        mark = f"{destination.name}:{notice.action.value}"
+        if mark in state["sent"]:
+            continue
+        try:
+            send(destination, [notice], timeout_s)
+            state["sent"].append(mark)
+        except DeliveryError as exc:
+            log.warning("sending %s to %s failed: %s", notice.action.value, destination.name, exc)
+    done = state["resolved"] and all(f"{d.name}:resolve" in state["sent"] for d in policies.destinations)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if done:
+        path.unlink(missing_ok=True)
+    else:
+        path.write_text(json.dumps(state))
+    return found

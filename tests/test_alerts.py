@@ -1,0 +1,302 @@
+"""Alerts (docs/alerts.md): conditions, root cause, delivery to real receivers on loopback, crash safety."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from collections import Counter
+from dataclasses import replace
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+from alert_receivers import AlertReceiver, MailReceiver
+from databricks_jobs_server import UNAUTHENTICATED, JobsApiServer
+from harness import config_row as row
+
+from heartbeat_runner.core.errors import ConfigError
+from heartbeat_runner.jobs.databricks import DatabricksJobsBackend
+from heartbeat_runner.policies.alerts import Deadline, Destination, DestinationKind
+from heartbeat_runner.policies.run_policies import load_run_policies
+from heartbeat_runner.runner.alert_delivery import AlertAction, Notice, message_id, send
+
+ROOT = Path(__file__).resolve().parent.parent
+HOOK_ENV, PD_ENV = "HB_TEST_ALERT_HOOK", "HB_TEST_PD_KEY"
+
+
+def policy_file(tmp_path: Path, receiver: AlertReceiver, alerts: str, *, mail: MailReceiver | None = None,
+                group: str = "off") -> Path:
+    """A run-policy file whose alerts go to the receiver's webhook and PagerDuty endpoints (and the mail server)."""
+    email = (f"    mail: {{type: email, host: 127.0.0.1, port: {mail.port}, from: hb@example.com, "
+             f"to: [data@example.com], ca_file: '{mail.cert}'}}\n") if mail else ""
+    path = tmp_path / "run_policies.yml"
+    path.write_text(f"alerts:\n  group_interval: {group}\n  destinations:\n"
+                    f"    hook: {{type: webhook, url_env: {HOOK_ENV}}}\n"
+                    f"    pager: {{type: pagerduty, routing_key_env: {PD_ENV}, url: '{receiver.url}/v2/enqueue'}}\n"
+                    + email + alerts)
+    return path
+
+
+@pytest.fixture
+def receiver(monkeypatch):
+    with AlertReceiver() as server:
+        monkeypatch.setenv(HOOK_ENV, f"{server.url}/hook")
+        monkeypatch.setenv(PD_ENV, "routing-key-from-env")
+        yield server
+
+
+def notices(receiver: AlertReceiver) -> list[dict]:
+    return [n for body in receiver.hooks() for n in body["alerts"]]
+
+
+def by_kind(found: list[dict]) -> dict[str, Counter]:
+    counts: dict[str, Counter] = {}
+    for n in found:
+        counts.setdefault(n["kind"], Counter())[n["action"]] += 1
+    return counts
+
+
+def mail_keys(message) -> list[str]:
+    """The alert keys an email names (its last line)."""
+    body = message.get_payload(decode=True).decode()
+    return body.split("Alert keys:")[1].split()
+
+
+def settle(monitor, timeout: float = 20.0) -> None:
+    """Wait until the monitor's outbox has sent everything queued."""
+    deadline = time.monotonic() + timeout
+    while monitor.outbox.pending() and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+# -- the policy section ---------------------------------------------------------------------------
+
+def test_validate_names_every_bad_alert_field(tmp_path):
+    path = tmp_path / "p.yml"
+    path.write_text("alerts:\n  default:\n    job: {trigger_error_after: soon}\n"
+                    "  jobs:\n    '444': {deadline: '25:00 Europe/Berlin'}\n"
+                    "  sources:\n    'delta_table:a': {new_data_every: 1h, every: 2h}\n"
+                    "  destinations:\n    x: {type: slack}\n    m: {type: email, host: h}\n")
+    with pytest.raises(ConfigError) as caught:
+        load_run_policies(path)
+    text = str(caught.value)
+    for field in ("alerts.default.job.trigger_error_after", "alerts.jobs.444.deadline", "alerts.sources.delta_table:a",
+                  "alerts.destinations.x.type", "alerts.destinations.m: a email destination needs from, to"):
+        assert field in text
+    assert str(path) in text
+    good = tmp_path / "good.yml"
+    good.write_text("default: {max_retries: 1}\nalerts:\n  jobs:\n    '444': {deadline: '06:00 Europe/Berlin'}\n")
+    policies = load_run_policies(good)
+    assert policies.retry.default.max_retries == 1 and policies.alerts.jobs["444"].deadline == Deadline.parse(
+        "06:00 Europe/Berlin", "x")
+
+
+def test_a_deadline_is_a_time_of_day_in_its_zone():
+    deadline = Deadline.parse("06:00 Europe/Berlin", "d")
+    # 05:30 UTC on a winter day is 06:30 in Berlin: today's deadline (05:00 UTC) has passed
+    due, start = deadline.latest(datetime(2026, 11, 23, 5, 30, tzinfo=timezone.utc))
+    assert due == datetime(2026, 11, 23, 5, 0, tzinfo=timezone.utc)
+    assert start == datetime(2026, 11, 22, 23, 0, tzinfo=timezone.utc)  # Berlin midnight
+    due, _ = deadline.latest(datetime(2026, 11, 23, 4, 30, tzinfo=timezone.utc))
+    assert due == datetime(2026, 11, 22, 5, 0, tzinfo=timezone.utc)   # not yet today: yesterday's
+    summer, _ = deadline.latest(datetime(2026, 7, 1, 5, 0, tzinfo=timezone.utc))
+    assert summer == datetime(2026, 7, 1, 4, 0, tzinfo=timezone.utc)  # CEST
+
+
+def test_overdue_jobs_are_grouped_by_the_late_source_that_holds_them_up():
+    """Ten jobs waiting on one late chain: one alert naming the ten and the chain's last data; a job whose run is
+    still going says so; a job completed in the period is not overdue."""
+    from heartbeat_runner.policies.alerts import AlertKind, HotState, alert_policies, evaluate
+
+    now = datetime(2026, 11, 23, 6, 30, tzinfo=timezone.utc)
+    policies = alert_policies({"alerts": {"default": {"job": {"deadline": "06:00 Europe/Berlin"}}}})
+    state = HotState()
+    chain, fx = state.source("sap_b4:CHAIN_X"), state.source("delta_table:fx")
+    chain.last_new_data = datetime(2026, 11, 22, 21, 14, tzinfo=timezone.utc)
+    fx.last_new_data = now - timedelta(minutes=10)
+    for i in range(10):
+        state.job(f"J{i}").hard_sources.update({chain.source_key, fx.source_key})
+    state.job("RUNNING").hard_sources.add(fx.source_key)
+    state.job("RUNNING").running_since = now - timedelta(hours=2)
+    state.job("DONE").hard_sources.add(chain.source_key)
+    state.job("DONE").last_completed = datetime(2026, 11, 23, 1, 0, tzinfo=timezone.utc)  # after Berlin midnight
+    alerts = {a.subject: a for a in evaluate(policies, state, now)}
+    assert set(alerts) == {"source sap_b4:CHAIN_X", "job RUNNING"}
+    grouped = alerts["source sap_b4:CHAIN_X"]
+    assert grouped.kind is AlertKind.JOB_OVERDUE and grouped.jobs == tuple(f"J{i}" for i in range(10))
+    assert grouped.summary.startswith("10 jobs (J0, J1, J2, J3, J4, J5, J6, J7, J8, J9) overdue since 06:00 "
+                                      "Europe/Berlin (2026-11-23 05:00 UTC): waiting on sap_b4:CHAIN_X, which has "
+                                      "had no new data since 2026-11-22 21:14 UTC")
+    assert "run ? running since 2026-11-23 04:30 UTC" in alerts["job RUNNING"].summary
+    later = {a.subject: a.key for a in evaluate(policies, state, now + timedelta(minutes=5))}
+    assert later[grouped.subject] == grouped.key                   # the same alert at the next tick
+
+
+def test_email_goes_over_starttls_with_a_message_id_from_the_alert_key(tmp_path):
+    with MailReceiver(tmp_path) as mail:
+        destination = Destination("mail", DestinationKind.EMAIL, host="127.0.0.1", port=mail.port,
+                                  sender="hb@example.com", to=("data@example.com",), ca_file=str(mail.cert))
+        notice = Notice("k" * 32, AlertAction.RAISE, "JOB_FAILED", "job 1", "job 1: run 7 failed: boom", "error",
+                        "2026-11-23T05:00:00+00:00")
+        send(destination, [notice])
+        send(destination, [replace(notice, action=AlertAction.RESOLVE)])
+        first, second = mail.wait(2)
+    assert mail.tls_sessions == 2
+    assert first["Message-ID"] == message_id([notice]) == f"<{'k' * 32}.raise@heartbeat>"
+    assert second["In-Reply-To"] == first["Message-ID"]          # the resolve threads under the raise
+    assert "job 1: run 7 failed: boom" in first["Subject"]
+
+
+# -- conditions through real ticks ------------------------------------------------------------------
+
+def test_each_condition_raises_one_alert_and_one_resolve(hb, receiver, tmp_path):
+    """Run failed (with its link), trigger error, sensing error, a run too long and a late source: each
+    reaches the webhook, PagerDuty and email once when it begins and once when it clears, with one key."""
+    with JobsApiServer() as api, MailReceiver(tmp_path) as mail:
+        job, quiet = str(api.add_job()), str(api.add_job())
+        hb.app.settings = hb.settings.with_(retry_policy_file=policy_file(tmp_path, receiver, (
+            "  default:\n    job: {failed: true, trigger_error_after: 1s}\n    source: {sensing_error_after: 1s}\n"
+            f"  jobs:\n    '{job}': {{run_longer_than: 3s}}\n"
+            "  sources:\n    'delta_table:sales.quiet': {new_data_every: 2s}\n"), mail=mail))
+        hb.create_table("sales.orders", "id int")
+        hb.create_table("sales.quiet", "id int")
+        hb.seed(row("delta_table", "sales.orders", job), row("delta_table", "sales.quiet", quiet),
+                row("delta_table", "sales.missing", "404"))
+        heartbeat = hb.app.heartbeat(backend=DatabricksJobsBackend(api.client(http_timeout_s=2, retry_timeout_s=2)))
+        monitor = heartbeat.observer
+        began = time.monotonic()
+        heartbeat.tick()                                            # baseline; sales.missing fails to sense
+        hb.insert("sales.orders", "(1)")
+        triggered = time.monotonic()
+        heartbeat.tick()                                            # job triggered
+        time.sleep(max(0.0, 3.2 - (time.monotonic() - triggered), 2.2 - (time.monotonic() - began)))
+        heartbeat.tick()                                            # run too long, sensing error, quiet late
+        hb.create_table("sales.missing", "id int")
+        hb.insert("sales.quiet", "(1)")
+        api.finish_run(api.runs_of(int(job))[-1].run_id, "FAILED", "boom")
+        heartbeat.tick()                                            # all three clear; the run failed
+        monitor.policies = replace(monitor.policies, sources={}, jobs={})  # no freshness rule, no run limit
+        for _ in range(2):
+            settle(monitor)
+            heartbeat.tick()                                        # records the deliveries
+        version = hb.app.store.events_version()
+        heartbeat.tick()
+        assert hb.app.store.events_version() == version             # nothing to alert: nothing written
+        api.create_manual_run(int(job), "SUCCESS")
+        heartbeat.tick()                                            # a success unblocks it: failure resolved
+        api.inject("run-now", UNAUTHENTICATED, times=2)
+        hb.insert("sales.orders", "(2)")
+        heartbeat.tick()                                            # refused
+        time.sleep(1.1)
+        heartbeat.tick()                                            # refused for over 1s: raised
+        heartbeat.tick()                                            # triggered: resolved
+        heartbeat.close()
+
+        found = notices(receiver)
+        assert by_kind(found) == {kind: Counter({"raise": 1, "resolve": 1}) for kind in
+                                  ("RUN_TOO_LONG", "SENSING_ERROR", "SOURCE_LATE", "JOB_FAILED", "TRIGGER_ERROR")}
+        keys = {n["kind"]: n["key"] for n in found}
+        assert all(sum(1 for n in found if n["key"] == key) == 2 for key in keys.values())  # raise + resolve, one key
+        failed = next(n for n in found if n["kind"] == "JOB_FAILED" and n["action"] == "raise")
+        assert "boom" in failed["summary"] and failed["link"].endswith(f"/jobs/{job}/runs/"
+                                                                        f"{api.runs_of(int(job))[0].run_id}")
+        pager = receiver.pagerduty()
+        assert Counter((p["dedup_key"], p["event_action"]) for p in pager) == Counter(
+            {(key, action): 1 for key in keys.values() for action in ("trigger", "resolve")})
+        assert {p["routing_key"] for p in pager} == {"routing-key-from-env"}
+        mailed = Counter(key for m in mail.messages for key in mail_keys(m))
+        assert mailed == Counter({key: 2 for key in keys.values()})  # one raise, one resolve (maybe in a digest)
+        single = [m for m in mail.messages if len(mail_keys(m)) == 1]
+        assert all(m["Message-ID"].startswith(f"<{mail_keys(m)[0]}.") for m in single)
+        view = {r["kind"]: r for r in hb.app.store.read("heartbeat_alerts")}
+        assert set(view) == set(keys) and not any(r["is_open"] for r in view.values())
+        assert view["JOB_FAILED"]["raise_delivered_to"] == "hook,mail,pager"
+
+
+def test_a_receiver_that_is_down_or_hangs_gets_the_alert_once_it_is_back(hb, receiver, tmp_path):
+    """Refused (500) and hanging deliveries are retried with back-off and recorded; the tick never waits for
+    them; once the receiver answers, each destination has the alert exactly once."""
+    hb.app.settings = hb.settings.with_(retry_policy_file=policy_file(
+        tmp_path, receiver, "  default:\n    source: {sensing_error_after: 0.1s}\n"))
+    hb.seed(row("delta_table", "sales.missing", "7"))
+    monitor = hb.heartbeat.observer
+    monitor.outbox.backoff_base_s = 0.2
+    receiver.mode = "error"
+    hb.tick()                                                       # failing since now
+    hb.tick()                                                       # raised; the first send is refused
+    deadline = time.monotonic() + 20
+    while receiver.refused < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    receiver.mode = "hang"
+    time.sleep(0.5)                                                 # the retry is now held by the receiver
+    hb.tick()                                                       # records the refusals
+    assert receiver.in_flight >= 1                                  # the tick ended while a send was hanging
+    receiver.mode = "ok"
+    settle(monitor)
+    hb.tick()
+    assert [n["kind"] for n in notices(receiver)] == ["SENSING_ERROR"]
+    assert len(receiver.pagerduty()) == 1
+    (alert,) = hb.app.store.read("heartbeat_alerts")
+    assert alert["is_open"] and alert["raise_delivered_to"] == "hook,pager"
+    assert alert["failed_deliveries"] >= 2 and "HTTP 500" in alert["last_delivery_error"]
+
+
+def test_late_source_for_50_jobs_is_one_message_delivered_across_kills_and_watched_by_check(tmp_path, receiver):
+    """A real runner: 50 jobs past their deadline because their one hard source has no data make ONE alert
+    naming all 50 and the source; SIGKILL after the send but before it is recorded: sent again once, same key;
+    a crash after recording a resolve and before sending it: sent once by the next run; `explain` and `alerts`
+    show it; `check` says "runner not ticking" once the killed runner's limit has passed."""
+    from harness import HEADER, CliLakehouse, marker_jobs_file
+
+    jobs = [f"J{i:02d}" for i in range(1, 51)]
+    config = tmp_path / "config.csv"
+    config.write_text("\n".join([HEADER, *(row("trigger_file", "drop", job) for job in jobs)]) + "\n")
+    passed = (datetime.now(timezone.utc) - timedelta(minutes=1)).strftime("%H:%M")
+    policy = policy_file(tmp_path, receiver, f"  runner: {{not_ticking_after: 8s}}\n"
+                         f"  default:\n    job: {{deadline: '{passed} UTC'}}\n", group="1h")
+    lake = CliLakehouse(tmp_path / "lakehouse", config=config, jobs_file=marker_jobs_file(tmp_path / "jobs.yml", *jobs),
+                        env={"HEARTBEAT_RETRY_POLICY": str(policy), HOOK_ENV: f"{receiver.url}/hook",
+                             PD_ENV: "routing-key-from-env"})
+    lake.home.mkdir()
+    lake.cli("seed")
+    runner = lake.start("run", "--loop", "--interval", "120")
+    try:
+        found = receiver.wait(1, timeout=90)
+    finally:
+        runner.send_signal(signal.SIGKILL)                           # before the next tick records the send
+        runner.wait(30)
+    assert len(found) == 1, runner.stderr.read()
+    first = found[0]
+    (overdue,) = first["alerts"]
+    assert overdue["kind"] == "JOB_OVERDUE" and overdue["jobs"] == jobs
+    assert "50 jobs" in first["text"] and "waiting on trigger_file:drop, which has had no new data" in first["text"]
+    assert len(lake.events("ALERT_RAISED")) == 1 and not lake.events("ALERT_SENT")
+
+    ticked = json.loads((lake.home / "locks" / "heartbeat.alive").read_text())["ticked_at"]
+    time.sleep(max(0.0, ticked + 8.5 - time.time()))
+    watched = lake.cli("check", check=False)
+    assert watched.returncode == 2 and "runner not ticking" in watched.stdout
+    lake.cli("check", check=False)                                  # still down: not raised again
+
+    lake.cli("run")                                                 # re-sends what was not recorded as sent
+    assert lake.cli("check").returncode == 0                        # ticking again: resolved
+    hooks = [n for body in receiver.hooks() for n in body["alerts"]]
+    assert [(n["kind"], n["action"]) for n in hooks] == [("JOB_OVERDUE", "raise"), ("RUNNER_NOT_TICKING", "raise"),
+                                                         ("JOB_OVERDUE", "raise"), ("RUNNER_NOT_TICKING", "resolve")]
+    assert hooks[0]["key"] == hooks[2]["key"]                        # delivered twice at most, one key
+    # PagerDuty's send may or may not have happened before the kill: once or twice, never more
+    assert [p["dedup_key"] for p in receiver.pagerduty() if p["event_action"] == "trigger"].count(overdue["key"]) in (
+        1, 2)
+    explained = lake.cli("explain", "--job-id", "J07").stdout
+    assert "deadline: overdue since" in explained and "waiting on trigger_file:drop" in explained
+    (listed,) = json.loads(lake.cli("alerts", "--json").stdout)
+    assert listed["alert_key"] == overdue["key"] and listed["raise_delivered_to"] == "hook,pager"
+
+    policy_file(tmp_path, receiver, "  runner: {not_ticking_after: 8s}\n", group="1h")  # the deadline is gone
+    crashed = lake.cli("run", check=False, env={"HEARTBEAT_CRASH_AT": "after_alert_recorded"})
+    assert crashed.returncode == 86 and len(lake.events("ALERT_RESOLVED")) == 1
+    lake.cli("run")
+    resolves = [n for body in receiver.hooks()[4:] for n in body["alerts"]]
+    assert [(n["kind"], n["action"], n["key"]) for n in resolves] == [("JOB_OVERDUE", "resolve", overdue["key"])]
+    assert len(receiver.hooks()) == 5                                 # the raise was not sent a third time
