@@ -102,6 +102,8 @@ class TickResult:
     duration_s: float = 0.0
     #: events this tick appended (0 for a tick that found and changed nothing)
     events_written: int = 0
+    #: SQL texts this tick sent to the engine (each one parsed there; see Engine.sql)
+    sql_parses: int = 0
     maintenance: MaintenanceResult | None = None
 
     @property
@@ -142,7 +144,7 @@ class TickResult:
             "trigger_errors": [p.as_dict() for p in self.trigger_errors],
             "retried": self.retried,
             "overdue": [p.as_dict("message") for p in self.overdue],
-            "stage_timings": self.stage_timings, "exit_code": self.exit_code,
+            "stage_timings": self.stage_timings, "sql_parses": self.sql_parses, "exit_code": self.exit_code,
             **({"maintenance": self.maintenance.as_dict()} if self.maintenance else {}),
         }
 
@@ -156,14 +158,16 @@ class IdleStreak:
     ticks: int = 0
     duration_s: float = 0.0
     sources_sensed: int = 0
+    sql_parses: int = 0
     began: float = field(default_factory=time.monotonic)
 
     def add(self, result: TickResult) -> None:
         self.ticks += 1
         self.duration_s += result.duration_s
         self.sources_sensed = len(result.sensed)
+        self.sql_parses += result.sql_parses
 
-    def summary(self) -> RunSummary:
+    def summary(self, process: dict[str, int] | None = None) -> RunSummary:
         return RunSummary(
             run_id=self.first_run_id, snapshot_ts=self.first_snapshot, ended_ts=utcnow(),
             duration_s=round(self.duration_s, 4), sources_sensed=self.sources_sensed, sources_with_new_data=0,
@@ -171,7 +175,9 @@ class IdleStreak:
             status=TickStatus.OK,
             message=f"{self.ticks} idle tick(s) coalesced: nothing new, triggered or reconciled",
             stage_timings=json.dumps({"idle_ticks": self.ticks,
-                                      "mean_tick_s": round(self.duration_s / max(1, self.ticks), 4)}),
+                                      "mean_tick_s": round(self.duration_s / max(1, self.ticks), 4),
+                                      "mean_sql_parses": round(self.sql_parses / max(1, self.ticks), 1),
+                                      **(process or {})}),
         )
 
 
@@ -194,11 +200,14 @@ class Heartbeat:
         self.maintenance = maintenance
         self._idle: IdleStreak | None = None
         self._windows_synced = False
+        #: how often the running loop restarted itself past its memory ceiling (set by the loop)
+        self.loop_restarts = 0
 
     # -- the tick ---------------------------------------------------------------------------
 
     def tick(self) -> TickResult:
         began = time.monotonic()
+        parses_before = self.store.engine.sql_count
         snapshot = utcnow()
         result = TickResult(run_id=new_run_id(snapshot), snapshot_ts=snapshot)
         timings = result.stage_timings
@@ -226,6 +235,7 @@ class Heartbeat:
             self._reconcile(result)
         with _stage(timings, "report"):
             result.duration_s = time.monotonic() - began
+            result.sql_parses = self.store.engine.sql_count - parses_before
             self._write_report(result)
             self.refresh_models()
         if self.maintenance is not None and not result.is_idle and self.maintenance.due():
@@ -245,8 +255,13 @@ class Heartbeat:
         """Write the summary of a pending idle streak (call when the runner stops)."""
         fail_point("closing")
         if self._idle is not None:
-            self.store.append_run(self._idle.summary(), [])
+            self.store.append_run(self._idle.summary(self._process_figures()), [])
             self._idle = None
+
+    def _process_figures(self) -> dict[str, int]:
+        """What the run report tells about the process: engine recycles and loop restarts, when any."""
+        figures = {"engine_recycles": self.store.engine.recycles, "loop_restarts": self.loop_restarts}
+        return {name: value for name, value in figures.items() if value}
 
     def refresh_models(self, force: bool = False) -> bool:
         """Rebuild the control table if events arrived since the last build."""
@@ -509,9 +524,9 @@ class Heartbeat:
             if time.monotonic() - self._idle.began < self.settings.idle_flush_s:
                 return
             streak, self._idle = self._idle, None
-            self.store.append_run(streak.summary(), [])
+            self.store.append_run(streak.summary(self._process_figures()), [])
             return
-        pending = [self._idle.summary()] if self._idle is not None else []
+        pending = [self._idle.summary(self._process_figures())] if self._idle is not None else []
         self._idle = None
         evaluations = [
             SensorEvaluation(
@@ -542,7 +557,8 @@ class Heartbeat:
             trigger_errors=len(result.trigger_errors),
             status=result.status,
             message="; ".join(map(str, result.trigger_errors + result.overdue)) or None,
-            stage_timings=json.dumps({k: round(v, 4) for k, v in result.stage_timings.items()}),
+            stage_timings=json.dumps({**{k: round(v, 4) for k, v in result.stage_timings.items()},
+                                      "sql_parses": result.sql_parses, **self._process_figures()}),
         )]
         self.store.append_runs(summaries, evaluations)
 
