@@ -330,7 +330,7 @@ class Engine:
             return 0.0
         began = time.monotonic()
         with self._lock:
-            _stop_session(self.spark)
+            _drop_session(self.spark)
             self.server.process.stop()
             self.server.process = SailProcess.start(self.server.port)
             self.spark = _connect_local(self.settings, self.server.url)
@@ -520,6 +520,23 @@ def _stop_session(spark: SparkSession) -> None:
         spark.stop()
     except Exception:  # noqa: BLE001 - shutting down anyway
         pass
+
+
+def _drop_session(spark: Any) -> None:
+    """Leave a Spark Connect session whose server is about to be replaced: release it and close its
+    channel. Not ``client.close()``, which ``stop()`` and the session's ``__del__`` call: it also
+    shuts PySpark's process-wide pool for ReleaseExecute calls, and when the garbage collector runs
+    that ``__del__`` while the same thread is about to submit to the pool, every later query of
+    the process fails with "cannot schedule new futures after shutdown" (seen in
+    tests/test_memory.py's busy loop). So the dropped client's ``close`` becomes a no-op."""
+    client = spark.client
+    for step in (client.release_session, client._channel.close):
+        try:
+            step()
+        except Exception:  # noqa: BLE001 - the old server goes anyway
+            pass
+    client._closed = True
+    client.close = lambda: None
 
 
 def _open_spark_local(settings: Settings) -> Engine:

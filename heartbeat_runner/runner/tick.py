@@ -59,6 +59,9 @@ from heartbeat_runner.sensing.sources.base import SenseContext
 
 log = logging.getLogger(__name__)
 
+#: figures of a run summary's stage_timings that are counts, not seconds of a stage
+COUNT_FIGURES = ("idle_ticks", "sql_parses", "mean_sql_parses", "engine_recycles", "loop_restarts")
+
 @dataclass(frozen=True)
 class TriggeredJob:
     """A job the jobs API started in this tick."""
