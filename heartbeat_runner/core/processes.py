@@ -1,4 +1,4 @@
-"""Whether a local process is still running (lease holders, local job runs)."""
+"""Local processes: whether one still runs (lease holders, local job runs), and what a process tree holds in memory."""
 
 from __future__ import annotations
 
@@ -18,3 +18,38 @@ def pid_alive(pid: int) -> bool:
             return handle.read().split()[2] != "Z"
     except OSError:
         return True
+
+
+def process_rss_bytes(pid: int) -> int:
+    """Resident memory of one process (0 when it is gone or /proc is not there, e.g. not Linux)."""
+    try:
+        with open(f"/proc/{pid}/statm") as handle:
+            return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def process_tree(pid: int | None = None) -> list[int]:
+    """``pid`` (default this process) and all its descendants, read from /proc (only ``pid`` elsewhere)."""
+    root = os.getpid() if pid is None else pid
+    found, pending = [], [root]
+    while pending:
+        current = pending.pop()
+        found.append(current)
+        try:
+            tasks = os.listdir(f"/proc/{current}/task")
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                with open(f"/proc/{current}/task/{task}/children") as handle:
+                    pending.extend(int(child) for child in handle.read().split())
+            except (OSError, ValueError):
+                continue
+    return found
+
+
+def tree_rss_bytes(pid: int | None = None) -> int:
+    """Resident memory of ``pid`` (default this process) and its descendants together: what the whole
+    runner costs, its engine child included. Shared pages count once per process (an upper bound)."""
+    return sum(process_rss_bytes(p) for p in process_tree(pid))

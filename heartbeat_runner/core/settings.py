@@ -84,6 +84,20 @@ class JobsApiLimits:
 
 
 @dataclass(frozen=True)
+class MemoryPolicy:
+    """Bounds on a long-running process's memory (HEARTBEAT_ENGINE_RECYCLE_TICKS,
+    HEARTBEAT_ENGINE_MAX_RSS_MB, HEARTBEAT_MAX_RSS_MB); 0 turns a bound off."""
+
+    #: the embedded engine's process is replaced after this many ticks (or ``ui`` reads)
+    engine_recycle_ticks: int = 5000
+    #: ... or as soon as that process holds more than this many MiB
+    engine_max_rss_mb: float = 250.0
+    #: after a tick in which the whole process tree (runner and engine) holds more than this many
+    #: MiB, ``run --loop`` restarts itself (same command line and pid): a safety net, not the fix
+    max_rss_mb: float = 1024.0
+
+
+@dataclass(frozen=True)
 class Settings:
     """Everything a command needs to know about where things live and how to run."""
 
@@ -125,6 +139,9 @@ class Settings:
     archive_margin_minutes: float = 10.0
     #: bounds of the jobs API calls of one tick
     jobs_api: JobsApiLimits = field(default_factory=JobsApiLimits)
+    #: how the embedded engine's process is recycled between ticks (and ``ui`` reads), and the
+    #: ceiling after which ``run --loop`` restarts itself (see docs/memory.md)
+    memory: MemoryPolicy = field(default_factory=lambda: MemoryPolicy())
 
     @property
     def lakehouse_in_folder(self) -> bool:
@@ -242,7 +259,31 @@ def load_settings(
         auto_maintenance=(env.get("HEARTBEAT_MAINTENANCE") or "on").strip().lower() not in ("off", "false", "0", "no"),
         archive_margin_minutes=float(env.get("HEARTBEAT_ARCHIVE_MARGIN_MINUTES", "10")),
         jobs_api=jobs_api_limits(env),
+        memory=_memory_policy(env),
     )
+
+
+def _memory_policy(env: dict[str, str]) -> MemoryPolicy:
+    default = MemoryPolicy()
+    return MemoryPolicy(
+        engine_recycle_ticks=int(_number(env, "HEARTBEAT_ENGINE_RECYCLE_TICKS", default.engine_recycle_ticks)),
+        engine_max_rss_mb=_number(env, "HEARTBEAT_ENGINE_MAX_RSS_MB", default.engine_max_rss_mb),
+        max_rss_mb=_number(env, "HEARTBEAT_MAX_RSS_MB", default.max_rss_mb),
+    )
+
+
+def _number(env: dict[str, str], name: str, default: float) -> float:
+    """A non-negative number from the environment (0: off), or a clear error naming the variable."""
+    text = (env.get(name) or "").strip()
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:
+        raise ValueError(f"{name}={text!r} is not a non-negative number (0 turns it off)")
+    return value
 
 
 def _choice(value: str, allowed: tuple[str, ...], what: str) -> str:

@@ -48,6 +48,13 @@ from heartbeat_runner.policies.retry import load_retry_policies, policy_problem
 from heartbeat_runner.policies.run_policies import RunPolicies, load_run_policies
 from heartbeat_runner.runner.app import App, open_app
 from heartbeat_runner.runner.lease import Lease, LeaseHeld, tick_lease
+from heartbeat_runner.runner.memory import (
+    EngineRecycler,
+    MemoryCeiling,
+    RestartRequested,
+    loop_restarts,
+    restart_process,
+)
 from heartbeat_runner.runner.tick import TickResult
 from heartbeat_runner.sensing.config import LoadedConfig, load_config
 from heartbeat_runner.sensing.sources.registry import source_for
@@ -390,6 +397,15 @@ def _lease_wait(args: argparse.Namespace) -> float:
 
 
 def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
+    """One tick, or the loop; a loop past its memory ceiling closes everything, then restarts itself."""
+    try:
+        return _run(args, settings)
+    except RestartRequested as exc:
+        restart_process(str(exc))
+        return 0  # not reached: restart_process replaces the process
+
+
+def _run(args: argparse.Namespace, settings: Settings) -> int:
     lease = tick_lease(settings.lakehouse_dir)
     try:
         lease.acquire(_lease_wait(args))  # held from start-up: building the views writes too
@@ -410,7 +426,9 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
                     return result.exit_code
                 lease.release()
                 app.dbt.manifest()  # parse the dbt project now, not when the first new data arrives
-                return _loop(lambda: _leased_tick(lease, heartbeat.tick, args), args, app.lakehouse_problem, status)
+                heartbeat.loop_restarts = loop_restarts()
+                return _loop(lambda: _leased_tick(lease, heartbeat.tick, args), args, app.lakehouse_problem, status,
+                             after_tick=_memory_guard(app, settings))
             finally:
                 heartbeat.close()  # the summary of a pending streak of idle ticks
     finally:
@@ -434,13 +452,31 @@ def _print_skipped(exc: LeaseHeld, args: argparse.Namespace) -> None:
         print(f"skipped: {exc}", file=sys.stderr, flush=True)
 
 
+def _memory_guard(app: App, settings: Settings) -> Callable[[], None]:
+    """What the loop does after each tick: recycle the embedded engine when due, and raise
+    RestartRequested once the process tree holds more than HEARTBEAT_MAX_RSS_MB."""
+    recycler = EngineRecycler(app, settings.memory)
+    ceiling = MemoryCeiling(settings.memory.max_rss_mb)
+
+    def after_tick() -> None:
+        recycler.after_use()
+        rss = ceiling.passed()
+        if rss is not None:
+            raise RestartRequested(f"the process tree holds {rss:.0f} MiB, more than "
+                                   f"HEARTBEAT_MAX_RSS_MB={ceiling.max_rss_mb:g}")
+
+    return after_tick
+
+
 def _loop(tick: Callable[[], TickResult | None], args: argparse.Namespace,
-          lakehouse_problem: Callable[[], str | None], status: _LoopStatus | None = None) -> int:
+          lakehouse_problem: Callable[[], str | None], status: _LoopStatus | None = None,
+          after_tick: Callable[[], None] = lambda: None) -> int:
     """Tick every ``args.interval`` seconds until SIGINT/SIGTERM.
 
     A failing tick never ends the loop: its error is logged (with the traceback the first
     time it is seen), the loop backs off and ticks again. It stops early only when the
-    lakehouse itself is unusable, with EXIT_LAKEHOUSE_UNUSABLE. After each tick ``status``
+    lakehouse itself is unusable, with EXIT_LAKEHOUSE_UNUSABLE, or when ``after_tick`` (run
+    after every tick, between ticks) raises RestartRequested. After each tick ``status``
     shows its figures and the time to the next one on stderr.
     """
     status = status or _LoopStatus(args)
@@ -456,6 +492,9 @@ def _loop(tick: Callable[[], TickResult | None], args: argparse.Namespace,
                 if result is not None:
                     _print_tick(result, args)
                 failures, last_error = 0, ""
+                after_tick()
+            except RestartRequested:
+                raise
             except Exception as exc:  # noqa: BLE001 - the loop survives any single tick
                 failures += 1
                 last_error = _report_failed_tick(exc, last_error, failures)

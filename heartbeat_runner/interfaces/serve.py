@@ -4,6 +4,11 @@ Sail's catalog lives in memory, per Spark Connect session. ``serve`` starts Sail
 fixed port, registers the lakehouse's tables in one session with a stable id, and
 prints the environment that points dbt-spark's ``session`` method at that session.
 Analysts can then run ``dbt seed``, ``dbt build`` or ``dbt show`` as usual.
+
+Sail runs in a child process on that port. Every RECYCLE_CHECK_S seconds ``serve`` looks at that
+process's memory and, once it holds more than HEARTBEAT_ENGINE_MAX_RSS_MB, replaces it on the same
+port with the same session id and registers the tables and views again (a client query running at
+that moment fails; run it again). Tick counts do not apply here: there are no ticks.
 """
 
 from __future__ import annotations
@@ -11,13 +16,17 @@ from __future__ import annotations
 import os
 import threading
 import uuid
+from dataclasses import replace
 
 from heartbeat_runner.core.settings import Settings
 from heartbeat_runner.core.stopping import StopRequest
 from heartbeat_runner.runner.app import App
+from heartbeat_runner.runner.memory import EngineRecycler
 
 #: Sail ends idle sessions after this many seconds; a served session must outlive its clients.
 SESSION_TIMEOUT_S = str(365 * 24 * 3600)
+#: seconds between two looks at the served engine's memory
+RECYCLE_CHECK_S = 5.0
 
 
 def session_id_for(settings: Settings) -> str:
@@ -46,7 +55,11 @@ def serve(app: App, port: int, stop: threading.Event | None = None) -> None:
         print(f"  export {key}='{value}'", flush=True)
     print(f"  cd {app.settings.project_dir} && dbt seed && dbt build", flush=True)
     print("Ctrl-C to stop.", flush=True)
-    stopped.wait()
+    recycler = EngineRecycler(app, replace(app.settings.memory, engine_recycle_ticks=0))
+    while not stopped.wait(RECYCLE_CHECK_S):
+        reason = recycler.due()
+        if reason is not None:
+            print(f"recycling the engine ({reason}) in {app.recycle_engine():.1f} s", flush=True)
     stopped.shutting_down()
 
 

@@ -136,6 +136,7 @@ class DbtProject:
         if reuse_manifest:
             full.append("--no-write-json")
         started = time.monotonic()
+        self.engine.generation += 1  # dbt may re-create views: cached reads of them are stale
         with self._environment():
             result = dbtRunner(manifest=manifest).invoke(full)
         if location_root:
@@ -267,8 +268,9 @@ class DbtProject:
         statements = [compiled / f"{name}.sql" for name in json.loads(self._view_order.read_text())]
         if not all(p.exists() for p in statements):
             return False
+        self.engine.generation += 1
         for path in statements:
-            self.engine.spark.sql(path.read_text(encoding="utf-8"))
+            self.engine.sql(path.read_text(encoding="utf-8"))
         return True
 
 

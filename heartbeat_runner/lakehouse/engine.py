@@ -1,10 +1,13 @@
 """The Spark engine: embedded Sail (local), any Spark Connect endpoint, or Databricks.
 
-The local target runs Sail in-process. Sail's catalog lives in memory and is empty
-at every start, so every table gets a fixed location under
-``<lakehouse>/warehouse/<schema>/<table>`` and is re-registered when the engine
-opens. dbt-spark's ``session`` method finds the same server through
-``SPARK_REMOTE``, which is why opening a local engine sets that variable.
+The local target runs Sail in a child process (``sail_process``) and talks to it over Spark
+Connect on loopback: Sail leaks native memory per SQL parse, and only ending its process gives
+that memory back, so the runner recycles the child between ticks (:meth:`Engine.recycle`).
+Sail's catalog lives in memory and is empty at every start, so every table gets a fixed
+location under ``<lakehouse>/warehouse/<schema>/<table>`` and is re-registered when the engine
+opens or is recycled. dbt-spark's ``session`` method finds the same server through
+``SPARK_REMOTE`` and the default session, which is why opening (and recycling) a local engine
+sets both.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -21,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from heartbeat_runner.core.names import is_table_name, qualify, sql_string
 from heartbeat_runner.core.settings import Settings, Target, validate_identifier
 from heartbeat_runner.lakehouse import delta_log, made_by
+from heartbeat_runner.lakehouse.sail_process import SailProcess
 from heartbeat_runner.lakehouse.spark_local import make_default_connect_session
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -275,21 +280,94 @@ def delta_path(name: str) -> str | None:
 
 
 @dataclass
+class LocalServer:
+    """The embedded engine's child process and how to start it again (same port when one was asked
+    for, as ``serve`` promises its clients; the same Spark Connect session id)."""
+
+    process: SailProcess
+    port: int = 0
+    session_id: str | None = None
+
+    @property
+    def url(self) -> str:
+        return self.process.url + (f"/;session_id={self.session_id}" if self.session_id else "")
+
+
+@dataclass
 class Engine:
     """An open Spark session plus where its tables live.
 
     ``ops`` is the engine's adapter for table versions and maintenance; ``closer`` stops what
     opening the engine started (an embedded server, a local JVM), None when it owns nothing.
+    ``spark`` changes when the engine is recycled: read it from the engine each time, never keep it.
     """
 
     spark: SparkSession
     settings: Settings
     ops: TableOps = field(default_factory=TableOps)
     closer: Callable[[], None] | None = None
+    #: the embedded engine's child process (None: the engine runs elsewhere and cannot be recycled)
+    server: LocalServer | None = None
+    #: SQL texts sent through :meth:`sql` since the engine opened (each one a parse on the engine)
+    sql_count: int = 0
+    #: how often the engine's process was recycled, and what the last recycle took (seconds)
+    recycles: int = 0
+    last_recycle_s: float = 0.0
+    #: moves whenever a view's answer may change while no table does (views re-created, engine recycled)
+    generation: int = 0
     _registered: set[str] = field(default_factory=set)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     #: where tables of a ``local_files`` engine live, asked once per table (see delta_log_dir)
     _disk: dict[str, Path] = field(default_factory=dict, repr=False)
+
+    def sql(self, text: str, args: dict[str, object] | None = None) -> DataFrame:
+        """The engine's SQL entry point: ``spark.sql`` counted in :attr:`sql_count` (Sail's parser
+        keeps memory per parse, so idle ticks send as few texts as they can)."""
+        self.sql_count += 1
+        return self.spark.sql(text, args=args)
+
+    def tables_fingerprint(self) -> tuple | None:
+        """The newest version of every Delta table in Heartbeat's schema, with :attr:`generation`; None
+        where versions are not a file listing away (not the embedded engine).
+
+        Heartbeat's views read only these tables and no clock, so while the fingerprint stays equal a
+        view returns the same rows (TableStore caches reads on it: an idle tick then parses no SQL)."""
+        if not self.is_local:
+            return None
+        base = self.settings.warehouse_dir / self.settings.schema
+        try:
+            names = sorted(os.listdir(base))
+        except OSError:
+            names = []
+        return (self.generation, *((name, delta_log.latest_version(base / name)) for name in names))
+
+    @property
+    def can_recycle(self) -> bool:
+        """The engine runs in a child process this one owns, which :meth:`recycle` can replace."""
+        return self.server is not None
+
+    def engine_rss_bytes(self) -> int:
+        """Resident memory of the engine's own process (0 when it runs in this process or elsewhere)."""
+        return self.server.process.rss_bytes() if self.server is not None else 0
+
+    def recycle(self) -> float:
+        """Replace the engine's process with a fresh one and register the tables again; return the
+        seconds it took (0.0 when the engine cannot be recycled). Call it between ticks: a query
+        running meanwhile fails. Views are not restored here (``App.recycle_engine`` does it)."""
+        if self.server is None:
+            return 0.0
+        began = time.monotonic()
+        with self._lock:
+            _drop_session(self.spark)
+            self.server.process.stop()
+            self.server.process = SailProcess.start(self.server.port)
+            self.spark = _connect_local(self.settings, self.server.url)
+            self._registered.clear()
+            self.generation += 1
+        self.register_schema(self.settings.schema)
+        self.recycles += 1
+        self.last_recycle_s = time.monotonic() - began
+        return self.last_recycle_s
 
     @property
     def target(self) -> Target:
@@ -354,8 +432,9 @@ class Engine:
             if table_name in self._registered or not (location / "_delta_log").is_dir():
                 return
             schema, table = table_name.split(".")[-2:]
-            self.spark.sql(f"CREATE SCHEMA IF NOT EXISTS {schema}")
-            self.spark.sql(f"CREATE TABLE IF NOT EXISTS {schema}.{table} USING delta LOCATION {sql_string(str(location))}")
+            if schema != self.settings.schema:  # Heartbeat's own schema exists from the start
+                self.sql(f"CREATE SCHEMA IF NOT EXISTS {schema}")
+            self.sql(f"CREATE TABLE IF NOT EXISTS {schema}.{table} USING delta LOCATION {sql_string(str(location))}")
             self._registered.add(table_name)
 
     def create_delta_table(self, table_name: str, columns: str, properties: str = "") -> None:
@@ -455,20 +534,35 @@ def open_engine(settings: Settings, *, port: int = 0, session_id: str | None = N
 
 
 def _open_local(settings: Settings, port: int = 0, session_id: str | None = None) -> Engine:
-    logging.getLogger("sail").setLevel(logging.WARNING)
-    os.environ.setdefault("RUST_LOG", "error")
+    """Start the embedded engine's process and connect to it (see ``sail_process``)."""
     try:
-        from pysail.spark import SparkConnectServer
-        from pyspark.sql import SparkSession
+        import pysail.spark  # noqa: F401 - the child process imports it; fail here with a clear message
     except ImportError as exc:
         raise ValueError("the local target needs the embedded engine: pip install 'heartbeat-runner[local]'") from exc
 
     settings.warehouse_dir.mkdir(parents=True, exist_ok=True)
-    server = SparkConnectServer("127.0.0.1", port)
-    server.start(background=True)
-    host, port = server.listening_address
-    url = f"sc://{host}:{port}" + (f"/;session_id={session_id}" if session_id else "")
-    # dbt-spark's session method calls SparkSession.builder.getOrCreate(); this points it here.
+    server = LocalServer(SailProcess.start(port), port=port, session_id=session_id)
+    try:
+        spark = _connect_local(settings, server.url)
+    except Exception:
+        server.process.stop()
+        raise
+    engine = Engine(spark=spark, settings=settings, ops=EmbeddedOps(warehouse_dir=settings.warehouse_dir),
+                    server=server)
+
+    def close() -> None:
+        _stop_session(engine.spark)
+        server.process.stop()
+
+    engine.closer = close
+    return engine
+
+
+def _connect_local(settings: Settings, url: str) -> SparkSession:
+    """A Spark Connect session on the embedded engine at ``url``, made the process's default (dbt-spark's
+    ``session`` method calls ``SparkSession.builder.getOrCreate()`` and finds it through ``SPARK_REMOTE``)."""
+    from pyspark.sql import SparkSession
+
     os.environ["SPARK_REMOTE"] = url
     # create(), not getOrCreate(): the latter returns the process's active session, so two
     # engines would share one. dbt-spark's getOrCreate() must then find *this* session, but
@@ -477,15 +571,31 @@ def _open_local(settings: Settings, port: int = 0, session_id: str | None = None
     make_default_connect_session(spark)
     spark.conf.set("spark.sql.session.timeZone", "UTC")
     spark.sql(f"CREATE SCHEMA IF NOT EXISTS {settings.schema}")
+    return spark
 
-    def close() -> None:
+
+def _stop_session(spark: SparkSession) -> None:
+    try:
+        spark.stop()
+    except Exception:  # noqa: BLE001 - shutting down anyway
+        pass
+
+
+def _drop_session(spark: Any) -> None:
+    """Leave a Spark Connect session whose server is about to be replaced: release it and close its
+    channel. Not ``client.close()``, which ``stop()`` and the session's ``__del__`` call: it also
+    shuts PySpark's process-wide pool for ReleaseExecute calls, and when the garbage collector runs
+    that ``__del__`` while the same thread is about to submit to the pool, every later query of
+    the process fails with "cannot schedule new futures after shutdown" (seen in
+    tests/test_memory.py's busy loop). So the dropped client's ``close`` becomes a no-op."""
+    client = spark.client
+    for step in (client.release_session, client._channel.close):
         try:
-            spark.stop()
-        except Exception:  # noqa: BLE001 - shutting down anyway
+            step()
+        except Exception:  # noqa: BLE001 - the old server goes anyway
             pass
-        server.stop()
-
-    return Engine(spark=spark, settings=settings, ops=EmbeddedOps(warehouse_dir=settings.warehouse_dir), closer=close)
+    client._closed = True
+    client.close = lambda: None
 
 
 def _open_spark_local(settings: Settings) -> Engine:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -158,7 +159,12 @@ class TableStore:
 
     def __init__(self, engine: Engine):
         self.engine = engine
-        self.spark = engine.spark
+        self._reads = ReadCache()
+
+    @property
+    def spark(self):
+        """The engine's current session (a new one after the engine is recycled)."""
+        return self.engine.spark
 
     def name(self, table: str) -> str:
         return self.engine.table(table)
@@ -174,7 +180,7 @@ class TableStore:
             cols = ", ".join(f"{c} {column_type(c)}" for c in columns)
             location = self.engine.own_location(table)
             where = f" LOCATION {sql_string(str(location))}" if location else ""
-            self.spark.sql(f"CREATE TABLE IF NOT EXISTS {fq} ({cols}) USING delta{where}")
+            self.engine.sql(f"CREATE TABLE IF NOT EXISTS {fq} ({cols}) USING delta{where}")
 
     def exists(self, table: str) -> bool:
         return self.engine.table_exists(self.name(table))
@@ -223,7 +229,8 @@ class TableStore:
         if limit is not None:
             sql += " LIMIT :limit"
             args["limit"] = int(limit)
-        return [_utc(r.asDict()) for r in self.spark.sql(sql, args=args or None).collect()]
+        return self._reads.get(self.engine.tables_fingerprint(), sql, args, lambda: [
+            _utc(r.asDict()) for r in self.engine.sql(sql, args=args or None).collect()])
 
     # -- archiving (see maintenance.py) -------------------------------------------------------
 
@@ -392,6 +399,38 @@ class TableStore:
         """Sequences whose latest run succeeded with runs left, of jobs not paused (heartbeat_job_sequences)."""
         return self.read(SEQUENCES_VIEW, Cond("next_run_due", True), Cond("is_paused", False),
                          order_by=["trigger_job_id"])
+
+
+class ReadCache:
+    """Rows of earlier reads, valid while the engine's table fingerprint stays the same.
+
+    Invariant: every entry was read under ``fingerprint`` (see Engine.tables_fingerprint); a new
+    fingerprint empties the cache first. A None fingerprint (engines whose table versions cost a
+    query) caches nothing. Callers get copies of the rows. At most MAX_ENTRIES entries are kept.
+    """
+
+    MAX_ENTRIES = 256
+
+    def __init__(self) -> None:
+        self._fingerprint: tuple | None = None
+        self._rows: dict[str, list[dict]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, fingerprint: tuple | None, sql: str, args: dict[str, object],
+            read: Callable[[], list[dict]]) -> list[dict]:
+        if fingerprint is None:
+            return read()
+        key = sql + "\x00" + json.dumps(args, sort_keys=True, default=str)
+        with self._lock:
+            if fingerprint != self._fingerprint or len(self._rows) >= self.MAX_ENTRIES:
+                self._fingerprint, self._rows = fingerprint, {}
+            rows = self._rows.get(key)
+        if rows is None:
+            rows = read()
+            with self._lock:
+                if fingerprint == self._fingerprint:
+                    self._rows[key] = rows
+        return [dict(row) for row in rows]
 
 
 @dataclass(frozen=True)

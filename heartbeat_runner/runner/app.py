@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -62,6 +63,18 @@ class App:
             return
         if not self.dbt.restore_views():
             self.dbt.build_all()
+
+    def recycle_engine(self) -> float:
+        """Replace the embedded engine's process with a fresh one (tables registered again, views
+        restored from dbt's compiled SQL); return the seconds it took, 0.0 where the engine cannot be
+        recycled. Only between ticks: nothing Heartbeat keeps lives in the engine's memory."""
+        if not self.engine.can_recycle:
+            return 0.0
+        began = time.monotonic()
+        self.engine.recycle()
+        if self.store.exists(CONTROL):
+            self.ensure_views()
+        return time.monotonic() - began
 
     def jobs_backend(self) -> JobsBackend:
         """The backend the settings name: a built-in or an installed plugin (``jobs.registry``)."""

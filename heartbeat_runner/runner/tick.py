@@ -71,6 +71,9 @@ from heartbeat_runner.sensing.sources.base import SenseContext
 
 log = logging.getLogger(__name__)
 
+#: figures of a run summary's stage_timings that are counts, not seconds of a stage
+COUNT_FIGURES = ("idle_ticks", "sql_parses", "mean_sql_parses", "engine_recycles", "loop_restarts")
+
 @dataclass(frozen=True)
 class TriggeredJob:
     """A job the jobs API started in this tick."""
@@ -118,6 +121,8 @@ class TickResult:
     duration_s: float = 0.0
     #: events this tick appended (0 for a tick that found and changed nothing)
     events_written: int = 0
+    #: SQL texts this tick sent to the engine (each one parsed there; see Engine.sql)
+    sql_parses: int = 0
     maintenance: MaintenanceResult | None = None
 
     @property
@@ -160,7 +165,7 @@ class TickResult:
             "retried": self.retried,
             "overdue": [p.as_dict("message") for p in self.overdue],
             "carried": self.carried, "api_notes": self.api_notes,
-            "stage_timings": self.stage_timings, "exit_code": self.exit_code,
+            "stage_timings": self.stage_timings, "sql_parses": self.sql_parses, "exit_code": self.exit_code,
             **({"maintenance": self.maintenance.as_dict()} if self.maintenance else {}),
         }
 
@@ -187,14 +192,16 @@ class IdleStreak:
     ticks: int = 0
     duration_s: float = 0.0
     sources_sensed: int = 0
+    sql_parses: int = 0
     began: float = field(default_factory=time.monotonic)
 
     def add(self, result: TickResult) -> None:
         self.ticks += 1
         self.duration_s += result.duration_s
         self.sources_sensed = len(result.sensed)
+        self.sql_parses += result.sql_parses
 
-    def summary(self) -> RunSummary:
+    def summary(self, process: dict[str, int] | None = None) -> RunSummary:
         return RunSummary(
             run_id=self.first_run_id, snapshot_ts=self.first_snapshot, ended_ts=utcnow(),
             duration_s=round(self.duration_s, 4), sources_sensed=self.sources_sensed, sources_with_new_data=0,
@@ -202,7 +209,9 @@ class IdleStreak:
             status=TickStatus.OK,
             message=f"{self.ticks} idle tick(s) coalesced: nothing new, triggered or reconciled",
             stage_timings=json.dumps({"idle_ticks": self.ticks,
-                                      "mean_tick_s": round(self.duration_s / max(1, self.ticks), 4)}),
+                                      "mean_tick_s": round(self.duration_s / max(1, self.ticks), 4),
+                                      "mean_sql_parses": round(self.sql_parses / max(1, self.ticks), 1),
+                                      **(process or {})}),
         )
 
 
@@ -228,11 +237,14 @@ class Heartbeat:
         #: the jobs API budget of the current tick (trigger and reconcile steps share it)
         self._budget = ApiBudget(self.settings.jobs_api)
         self._windows_synced = False
+        #: how often the running loop restarted itself past its memory ceiling (set by the loop)
+        self.loop_restarts = 0
 
     # -- the tick ---------------------------------------------------------------------------
 
     def tick(self) -> TickResult:
         began = time.monotonic()
+        parses_before = self.store.engine.sql_count
         snapshot = utcnow()
         result = TickResult(run_id=new_run_id(snapshot), snapshot_ts=snapshot)
         timings = result.stage_timings
@@ -261,6 +273,7 @@ class Heartbeat:
             self._reconcile(result)
         with _stage(timings, "report"):
             self.refresh_models()  # what triggering and reconciliation recorded, before the report
+            result.sql_parses = self.store.engine.sql_count - parses_before
             self._write_report(result, began, time.monotonic())
         with _stage(timings, "alerts"):
             self.observer.observe(result)
@@ -282,8 +295,13 @@ class Heartbeat:
         fail_point(FaultPoint.CLOSING)
         self.observer.close()
         if self._idle is not None:
-            self.store.append_run(self._idle.summary(), [])
+            self.store.append_run(self._idle.summary(self._process_figures()), [])
             self._idle = None
+
+    def _process_figures(self) -> dict[str, int]:
+        """What the run report tells about the process: engine recycles and loop restarts, when any."""
+        figures = {"engine_recycles": self.store.engine.recycles, "loop_restarts": self.loop_restarts}
+        return {name: value for name, value in figures.items() if value}
 
     def refresh_models(self, force: bool = False) -> bool:
         """Rebuild the control table if events arrived since the last build."""
@@ -562,9 +580,9 @@ class Heartbeat:
             if time.monotonic() - self._idle.began < self.settings.idle_flush_s:
                 return
             streak, self._idle = self._idle, None
-            self.store.append_run(streak.summary(), [])
+            self.store.append_run(streak.summary(self._process_figures()), [])
             return
-        pending = [self._idle.summary()] if self._idle is not None else []
+        pending = [self._idle.summary(self._process_figures())] if self._idle is not None else []
         self._idle = None
         evaluations = [
             SensorEvaluation(
@@ -600,7 +618,8 @@ class Heartbeat:
             message="; ".join([*map(str, result.trigger_errors + result.overdue), *result.api_notes,
                                *([f"carried to the next tick (jobs API budget): {', '.join(result.carried)}"]
                                  if result.carried else [])]) or None,
-            stage_timings=json.dumps({k: round(v, 4) for k, v in stages.items()}),
+            stage_timings=json.dumps({**{k: round(v, 4) for k, v in stages.items()},
+                                      "sql_parses": result.sql_parses, **self._process_figures()}),
         )]
         self.store.append_runs(summaries, [])
 

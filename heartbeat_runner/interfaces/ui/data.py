@@ -27,6 +27,7 @@ from heartbeat_runner.interfaces.operations import (
 )
 from heartbeat_runner.jobs.base import JobsBackend, RunOutput
 from heartbeat_runner.lakehouse.store import EVENTS, Cond, TableStore
+from heartbeat_runner.runner.tick import COUNT_FIGURES
 
 JOB_RUNS_VIEW = "heartbeat_job_runs"
 LATEST_RUN_VIEW = "heartbeat_job_latest_run"
@@ -307,11 +308,11 @@ def ticks(store: TableStore, limit: int = RECENT_TICKS) -> dict[str, Any]:
 
 
 def _stages(timings: str | None) -> dict[str, float]:
-    """Seconds per tick stage (an idle streak records its tick count and mean instead)."""
+    """Seconds per tick stage (an idle streak records its tick count and mean instead; counts are left out)."""
     if not timings:
         return {}
     try:
         parsed = json.loads(timings)
     except ValueError:
         return {}
-    return {k: float(v) for k, v in parsed.items() if isinstance(v, (int, float)) and k != "idle_ticks"}
+    return {k: float(v) for k, v in parsed.items() if isinstance(v, (int, float)) and k not in COUNT_FIGURES}

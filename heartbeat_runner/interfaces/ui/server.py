@@ -3,7 +3,8 @@
 One process serves the page and its JSON API from the package itself (no CDN: it works
 offline). Every API call reads the same views as the CLI through one open engine; the
 engine is used by one request at a time (``_engine_lock``) and the overview is cached
-for a second so that many open pages cost one read. It binds to 127.0.0.1 unless told
+for a second so that many open pages cost one read. Between two reads, under the same lock,
+the embedded engine's process is recycled when due (``runner.memory.EngineRecycler``). It binds to 127.0.0.1 unless told
 otherwise (a Databricks App binds where ``DATABRICKS_APP_PORT`` says, behind the
 workspace's sign-in proxy).
 
@@ -43,6 +44,7 @@ from heartbeat_runner.interfaces.ui.actions import ActionPolicy, ActionRefused, 
 from heartbeat_runner.jobs.base import JobsBackend
 from heartbeat_runner.runner.app import App
 from heartbeat_runner.runner.lease import tick_lease
+from heartbeat_runner.runner.memory import EngineRecycler
 
 log = logging.getLogger(__name__)
 
@@ -67,11 +69,17 @@ class StatusPage:
     _engine_lock: threading.Lock = field(default_factory=threading.Lock)
     _cache: tuple[float, list[data.JobSummary]] | None = None
     _backend: JobsBackend | None = None
+    _recycler: EngineRecycler | None = None
 
     def read(self, what: Callable[[], Any]) -> Any:
-        """Run one read against the engine (one at a time)."""
+        """Run one read against the engine (one at a time); then recycle the engine if it is due."""
+        if self._recycler is None:
+            self._recycler = EngineRecycler(self.app, self.app.settings.memory)
         with self._engine_lock:
-            return what()
+            try:
+                return what()
+            finally:
+                self._recycler.after_use()
 
     def jobs(self) -> list[data.JobSummary]:
         now = time.monotonic()

@@ -93,7 +93,7 @@ class SenseContext:
         new_rows.createOrReplaceTempView(view)
         try:
             sql = render_preprocess_query(target.preprocess_query, target.upstream_key, view)
-            return self.spark.sql(sql).count()
+            return self.engine.sql(sql).count()
         finally:
             self.spark.catalog.dropTempView(view)
 

@@ -222,7 +222,7 @@ class DeltaRef:
         return delta_log.added_data_between(self.local_dir, after, up_to)
 
     def read(self, version: int) -> DataFrame:
-        return self.engine.spark.sql(f"SELECT * FROM {self.sql_name} VERSION AS OF {int(version)}")
+        return self.engine.sql(f"SELECT * FROM {self.sql_name} VERSION AS OF {int(version)}")
 
     def changes(self, after: int, up_to: int) -> DataFrame | None:
         """The rows versions ``after+1``..``up_to`` inserted or updated to, from the table's change
