@@ -135,6 +135,7 @@ def scenarios(template) -> Scenarios:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # the first test of a backend runs all its scenarios (one per crash point, 3 at a time)
 @pytest.mark.parametrize("backend", ["local", "databricks"])
 @pytest.mark.parametrize("point", CRASH_POINTS)
 def test_a_crash_at_any_step_loses_nothing_and_triggers_nothing_twice(scenarios, backend, point):
