@@ -161,11 +161,11 @@ def _sensors(n: int) -> list[Sensor]:
 
 def measure_size(workload: Workload, repeats: int, history: int = 0) -> dict[str, Any]:
     """Run in a fresh process: ticks on the real app, then the naive baseline on the same engine."""
-    from heartbeat_runner.core.settings import load_settings
+    from heartbeat_runner.core.settings import JobsBackendKind, load_settings
     from heartbeat_runner.runner.app import open_app
 
     settings = load_settings(lakehouse_dir=str(workload.lakehouse), config_csv=str(workload.config),
-                             jobs_file=str(workload.jobs_file), jobs_backend="local", env={})
+                             jobs_file=str(workload.jobs_file), jobs_backend=JobsBackendKind.LOCAL.value, env={})
     with open_app(settings) as app:
         heartbeat = app.heartbeat()
         first = _tick_figures(heartbeat.tick())
@@ -557,11 +557,11 @@ SOAK_TABLES = ("heartbeat_events", "heartbeat_runs", "heartbeat_run_report", "he
 
 def soak_measure(workload: Workload, ticks: int, change_every: int = 20) -> dict[str, Any]:
     """In one runner process: ``ticks`` ticks back to back; every ``change_every``-th a source changes."""
-    from heartbeat_runner.core.settings import load_settings
+    from heartbeat_runner.core.settings import JobsBackendKind, load_settings
     from heartbeat_runner.runner.app import open_app
 
     settings = load_settings(lakehouse_dir=str(workload.lakehouse), config_csv=str(workload.config),
-                             jobs_file=str(workload.jobs_file), jobs_backend="local", env={})
+                             jobs_file=str(workload.jobs_file), jobs_backend=JobsBackendKind.LOCAL.value, env={})
     walls, maintenance_runs = [], 0
     max_files = dict.fromkeys(SOAK_TABLES, 0)
     with open_app(settings) as app:
