@@ -41,14 +41,14 @@ def _settings_env(engine: str, root: Path) -> dict[str, str]:
 
 def measure(engine: str, n: int, repeats: int, root: Path) -> dict[str, Any]:
     """One engine, in this process."""
-    from heartbeat_runner.core.settings import load_settings
+    from heartbeat_runner.core.settings import JobsBackendKind, load_settings
     from heartbeat_runner.runner.app import open_app
     from heartbeat_runner.sensing.config import load_config
 
     workload = bench.Workload(root, n)
     workload.generate()
     settings = load_settings(lakehouse_dir=str(workload.lakehouse), config_csv=str(workload.config),
-                             jobs_file=str(workload.jobs_file), jobs_backend="local",
+                             jobs_file=str(workload.jobs_file), jobs_backend=JobsBackendKind.LOCAL.value,
                              env=_settings_env(engine, root))
     began = time.monotonic()
     with open_app(settings) as app:

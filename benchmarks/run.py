@@ -169,11 +169,11 @@ def _sensors(n: int) -> list[Sensor]:
 
 def measure_size(workload: Workload, repeats: int, history: int = 0) -> dict[str, Any]:
     """Run in a fresh process: ticks on the real app, then the naive baseline on the same engine."""
-    from heartbeat_runner.core.settings import load_settings
+    from heartbeat_runner.core.settings import JobsBackendKind, load_settings
     from heartbeat_runner.runner.app import open_app
 
     settings = load_settings(lakehouse_dir=str(workload.lakehouse), config_csv=str(workload.config),
-                             jobs_file=str(workload.jobs_file), jobs_backend="local", env={})
+                             jobs_file=str(workload.jobs_file), jobs_backend=JobsBackendKind.LOCAL.value, env={})
     with open_app(settings) as app:
         heartbeat = app.heartbeat()
         first = _tick_figures(heartbeat.tick())
@@ -619,12 +619,12 @@ def soak_measure(workload: Workload, ticks: int, change_every: int = 20) -> dict
     (except by tick count while idle, so that the engine's own growth shows)."""
     from dataclasses import replace
 
-    from heartbeat_runner.core.settings import load_settings
+    from heartbeat_runner.core.settings import JobsBackendKind, load_settings
     from heartbeat_runner.runner.app import open_app
     from heartbeat_runner.runner.memory import EngineRecycler
 
     settings = load_settings(lakehouse_dir=str(workload.lakehouse), config_csv=str(workload.config),
-                             jobs_file=str(workload.jobs_file), jobs_backend="local", env={})
+                             jobs_file=str(workload.jobs_file), jobs_backend=JobsBackendKind.LOCAL.value, env={})
     max_files = dict.fromkeys(SOAK_TABLES, 0)
     with open_app(settings) as app:
         heartbeat = app.heartbeat()

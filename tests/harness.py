@@ -11,7 +11,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from heartbeat_runner.core.records import utcnow
-from heartbeat_runner.core.settings import load_settings
+from heartbeat_runner.core.settings import JobsBackendKind, load_settings
 from heartbeat_runner.jobs.local import LocalJobsBackend
 from heartbeat_runner.lakehouse.store import Cond
 from heartbeat_runner.runner.app import App, open_app
@@ -49,7 +49,7 @@ class Harness:
         self.jobs_path = root / "heartbeat_jobs.yml"
         self.jobs_path.write_text("jobs: {}\n")
         self.settings = load_settings(lakehouse_dir=str(self.home), config_csv=str(self.config_path),
-                                      jobs_file=str(self.jobs_path), jobs_backend="local",
+                                      jobs_file=str(self.jobs_path), jobs_backend=JobsBackendKind.LOCAL.value,
                                       env={**settings_env})
         self._stack = ExitStack()
         self.app: App | None = None
