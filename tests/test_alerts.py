@@ -300,3 +300,19 @@ def test_late_source_for_50_jobs_is_one_message_delivered_across_kills_and_watch
     resolves = [n for body in receiver.hooks()[4:] for n in body["alerts"]]
     assert [(n["kind"], n["action"], n["key"]) for n in resolves] == [("JOB_OVERDUE", "resolve", overdue["key"])]
     assert len(receiver.hooks()) == 5                                 # the raise was not sent a third time
+
+
+def test_check_allows_three_of_the_runners_intervals_plus_a_minute(tmp_path):
+    from heartbeat_runner.policies.alerts import AlertPolicies
+    from heartbeat_runner.runner.alerting import liveness_path, runner_liveness
+
+    assert not runner_liveness(tmp_path, AlertPolicies()).healthy            # never ticked
+    path = liveness_path(tmp_path)
+    path.parent.mkdir(parents=True)
+    now = time.time()
+    path.write_text(json.dumps({"ticked_at": now - 100, "interval_s": 10}))
+    found = runner_liveness(tmp_path, AlertPolicies(), now)
+    assert not found.healthy and found.limit_s == 90 and "the last tick ended 100 s ago" in found.message
+    path.write_text(json.dumps({"ticked_at": now - 100, "interval_s": 300}))  # cron every 5 minutes
+    assert runner_liveness(tmp_path, AlertPolicies(), now).healthy
+    assert not runner_liveness(tmp_path, AlertPolicies(not_ticking_after=timedelta(seconds=60)), now).healthy

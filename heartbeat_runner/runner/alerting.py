@@ -287,9 +287,11 @@ class AlertMonitor(TickObserver):
     def _write_liveness(self) -> None:
         """When this runner last ticked and how far apart its ticks are (for ``check``)."""
         now = time.time()
-        interval = now - self._last_tick if self._last_tick is not None else None
-        self._last_tick = now
         path = liveness_path(self.lakehouse_dir)
+        recorded = _liveness(path) if self._last_tick is None else None  # `run` from cron: the previous process
+        previous = self._last_tick if self._last_tick is not None else recorded[0] if recorded else None
+        interval = now - previous if previous is not None else None
+        self._last_tick = now
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             temporary = path.with_suffix(f".{os.getpid()}.tmp")
@@ -298,6 +300,20 @@ class AlertMonitor(TickObserver):
             temporary.replace(path)
         except OSError as exc:
             log.warning("could not write %s: %s", path, exc)
+
+
+#: an interval measured across runner processes counts at most this long (a lakehouse idle for days)
+MAX_INTERVAL_S = 3600.0
+
+
+def _liveness(path: Path) -> tuple[float, float | None] | None:
+    """When the tick recorded in a liveness file ended, and the interval before it (None: no readable file)."""
+    try:
+        found = json.loads(path.read_text())
+        interval = found.get("interval_s")
+        return float(found["ticked_at"]), None if interval is None else min(float(interval), MAX_INTERVAL_S)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
 
 
 def fold_control_rows(state: HotState, rows: list[dict], *, times: bool) -> HotState:
@@ -375,12 +391,11 @@ def runner_liveness(lakehouse_dir: Path, policies: AlertPolicies, now: float | N
     three of the runner's own intervals plus a minute (60 s intervals when it ticked only once)."""
     now = time.time() if now is None else now
     path = liveness_path(lakehouse_dir)
-    try:
-        found = json.loads(path.read_text())
-        ticked_at, interval = float(found["ticked_at"]), found.get("interval_s")
-    except (OSError, ValueError, KeyError, TypeError):
+    recorded = _liveness(path)
+    if recorded is None:
         limit = (policies.not_ticking_after or timedelta(seconds=240)).total_seconds()
         return Liveness(False, f"runner not ticking: no tick recorded in {lakehouse_dir}", None, limit)
+    ticked_at, interval = recorded
     limit = (policies.not_ticking_after.total_seconds() if policies.not_ticking_after
              else 3 * float(interval or 60.0) + 60.0)
     age = now - ticked_at
