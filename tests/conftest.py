@@ -13,6 +13,10 @@ from harness import ENGINES, Harness  # noqa: E402
 
 #: Apache Spark + Delta can run here: Java, Maven (first jar resolution) and the spark extra
 SPARK_AVAILABLE = bool(shutil.which("java") and shutil.which("mvn") and find_spec("delta") is not None)
+#: The switch for the whole engine matrix (README "Tests"): ``HEARTBEAT_TEST_MATRIX=full`` (.ci/run sets it) runs
+#: every behavioural test on Sail, Spark classic and Spark Connect, and the Spark-only tests. Without it, ``pytest``
+#: is the fast loop for people working on the code: the embedded engine only.
+FULL_MATRIX = os.environ.get("HEARTBEAT_TEST_MATRIX", "").strip().lower() == "full"
 
 
 def pytest_generate_tests(metafunc):
@@ -23,7 +27,7 @@ def pytest_generate_tests(metafunc):
     marker = metafunc.definition.get_closest_marker("engines")
     if "engine_kind" in metafunc.fixturenames and marker:
         wanted = marker.args or ENGINES
-        kinds = [kind for kind in ENGINES if kind in wanted and (kind == "sail" or SPARK_AVAILABLE)]
+        kinds = [kind for kind in ENGINES if kind in wanted and (kind == "sail" or (SPARK_AVAILABLE and FULL_MATRIX))]
         if os.environ.get("HEARTBEAT_TEST_ENGINES"):
             kinds = [k for k in kinds if k in os.environ["HEARTBEAT_TEST_ENGINES"].split(",")]
         metafunc.parametrize("engine_kind", kinds, indirect=True, scope="session")
@@ -44,6 +48,11 @@ def pytest_collection_modifyitems(items):
         return _ENGINE_ORDER.get(kind or getattr(item.module, "ENGINE_KIND", "sail"), 0)
 
     items.sort(key=rank)
+    if not FULL_MATRIX:
+        skip = pytest.mark.skip(reason="a Spark test: the whole engine matrix runs with HEARTBEAT_TEST_MATRIX=full")
+        for item in items:
+            if item.get_closest_marker("spark") or rank(item) > 0:
+                item.add_marker(skip)
 
 
 @pytest.fixture(scope="session")
