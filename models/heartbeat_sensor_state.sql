@@ -20,9 +20,10 @@
     unique_key='sensor_id',
     matched_condition=heartbeat_any_column_changed(state_columns),
     not_matched_by_source_action='delete',
-    tblproperties=({'delta.enableChangeDataFeed': 'true'} if var('heartbeat_change_feed', false) else none),
   )
 }}
+{#- only where the engine writes a change feed: dbt-databricks cannot render an absent (none) tblproperties -#}
+{%- if var('heartbeat_change_feed', false) %}{{ config(tblproperties={'delta.enableChangeDataFeed': 'true'}) }}{% endif %}
 
 with rows_by_source as (
   select
