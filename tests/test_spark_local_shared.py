@@ -25,7 +25,7 @@ from heartbeat_runner.lakehouse.store import Cond
 from heartbeat_runner.runner.tick import COUNT_FIGURES
 
 #: a Spark test here is a few ticks of a JVM, each up to a minute or more on 2 loaded cores
-pytestmark = [pytest.mark.spark, pytest.mark.timeout(1800)]
+pytestmark = pytest.mark.timeout(1800)
 
 #: seconds a CLI process joining the held engine may take (a Spark Connect client and a few queries,
 #: on 2 loaded cores): generous, a bound against hanging rather than a speed check
