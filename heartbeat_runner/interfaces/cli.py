@@ -169,7 +169,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _seconds(text: str) -> float:
     """A positive number of seconds (an argparse type)."""
-    value = _number(text, float)
+    value = _number(text)
     if value is None or not 0 < value <= MAX_SECONDS:
         raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds (at most {MAX_SECONDS:g})")
     return value
@@ -177,7 +177,7 @@ def _seconds(text: str) -> float:
 
 def _non_negative_seconds(text: str) -> float:
     """Zero or a positive number of seconds (an argparse type)."""
-    value = _number(text, float)
+    value = _number(text)
     if value is None or not 0 <= value <= MAX_SECONDS:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds from 0 to {MAX_SECONDS:g}")
     return value
@@ -199,10 +199,10 @@ def _port(text: str) -> int:
     return value
 
 
-def _number(text: str, kind: type[float]) -> float | None:
+def _number(text: str) -> float | None:
     """``text`` as a finite float, or None."""
     try:
-        value = kind(text)
+        value = float(text)
     except (ValueError, OverflowError):
         return None
     return value if math.isfinite(value) else None

@@ -70,7 +70,7 @@ def explain(store: TableStore, job_id: str) -> Explanation:
     rows = store.read(EXPLANATION_VIEW, Cond("trigger_job_id", job_id),
                       order_by=["is_active DESC", "dependency", "sensor_source", "sensor_id"])
     if not rows:
-        raise NotFoundError(f"job {job_id!r} is not in the control table")
+        raise unknown_job(job_id)
     return Explanation(job_id, rows[0]["verdict"], bool(rows[0]["is_ready"]), rows)
 
 
@@ -84,7 +84,7 @@ def record_job_event(app: App, job_id: str, kind: EventType, *, by: str | None =
     """
     app.require_config()
     if not app.store.control_rows(job_id):
-        raise NotFoundError(f"job {job_id!r} is not in the control table")
+        raise unknown_job(job_id)
     event = Event(event_type=kind, run_id=kind.value.lower(), snapshot_ts=utcnow(), trigger_job_id=job_id,
                   job_run_id=job_run_id, message=message,
                   payload=json.dumps({"by": by or local_operator(), "via": via}, sort_keys=True))
@@ -160,7 +160,7 @@ def plan_reset(store: TableStore, job_id: str, since: datetime | None, reason: s
     """Where each source of the job goes back to: the cursor in force at ``since`` (or the beginning)."""
     rows = store.control_rows(job_id)
     if not rows:
-        raise NotFoundError(f"job {job_id!r} is not in the control table")
+        raise unknown_job(job_id)
     as_of = since
     waiting = [r["status_change_timestamp"] for r in rows if r["status"] == JobStatus.NEW_EVENT_AVAILABLE]
     if since is not None and waiting and min(waiting) <= since:
@@ -187,6 +187,11 @@ def _cursor_at(store: TableStore, source_key: str, as_of: datetime | None) -> st
     if found:
         return found[0]["cursor_to"]
     return None if as_of is None else BEGINNING_CURSOR
+
+
+def unknown_job(job_id: str) -> NotFoundError:
+    """The error for a job id the control table does not have (CLI exit code and page 404 follow its kind)."""
+    return NotFoundError(f"job {job_id!r} is not in the control table")
 
 
 def parse_since(text: str) -> datetime:
