@@ -22,6 +22,7 @@ from heartbeat_runner.core.errors import HeartbeatError
 from heartbeat_runner.core.faults import FaultPoint, crash_point
 from heartbeat_runner.core.settings import Target
 from heartbeat_runner.lakehouse.engine import Engine
+from heartbeat_runner.lakehouse.engine_errors import EngineUnavailableError
 from heartbeat_runner.lakehouse.store import retry_lost_commits
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -197,7 +198,7 @@ class DbtProject:
         that lost a Delta commit race to another writer, or hit a transient Spark Connect error, is
         simply run again."""
         retry_lost_commits(lambda: self.invoke(["run", "--select", *models], reuse_manifest=True),
-                           f"dbt build of {', '.join(models)}", also=TRANSIENT_ENGINE_ERRORS)
+                           f"dbt build of {', '.join(models)}", also=(EngineUnavailableError,))
 
     def build_control(self) -> None:
         """Rebuild the control table (incremental MERGE) from the seed and the events."""
@@ -219,7 +220,7 @@ class DbtProject:
         crash_point(FaultPoint.DURING_DBT_BUILD)
         retry_lost_commits(lambda: self.invoke(["run", "--select", CONTROL_MODEL, SENSOR_STATE_MODEL],
                                                extra_vars={"heartbeat_full_history": True}),
-                           "dbt rebuild from all events", also=TRANSIENT_ENGINE_ERRORS)
+                           "dbt rebuild from all events", also=(EngineUnavailableError,))
 
     def build_all(self, events_version: int | None = None) -> None:
         """Build the control table and (re)create the views; ``events_version``: what the build includes.
@@ -323,8 +324,6 @@ def _stat(path: Path) -> os.stat_result | None:
 #: Spark Connect errors seen once in a while under load (a re-run succeeds). The last one is
 #: PySpark's process-wide pool for ReleaseExecute calls, shut down by any session's ``stop()``
 #: while another session of the process is between two queries (seen once in CI, in a dbt build).
-TRANSIENT_ENGINE_ERRORS = ("exception deserializing response", "statuscode.unavailable", "connection reset",
-                           "socket closed", "cannot schedule new futures after shutdown")
 
 
 def _failure_summary(args: list[str], result: object) -> str:

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from heartbeat_runner.core.names import is_table_name, qualify, sql_string
 from heartbeat_runner.core.settings import Settings, Target, validate_identifier
 from heartbeat_runner.lakehouse import delta_log, made_by
+from heartbeat_runner.lakehouse.engine_errors import ChangeFeedRangeMissingError, is_kind
 from heartbeat_runner.lakehouse.sail_process import SailProcess
 from heartbeat_runner.lakehouse.spark_local import make_default_connect_session
 
@@ -41,9 +42,6 @@ CHANGE_FEED_PROPERTY = "delta.enableChangeDataFeed"
 NEW_ROW_CHANGE_TYPES = ("insert", "update_postimage")
 #: columns the feed adds to the table's own
 CHANGE_FEED_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
-#: Delta errors meaning "no feed for that range": not recorded at one of its versions (enabled
-#: after its start), or its change files vacuumed (Databricks' error class; OSS Delta 4.0 has none)
-_FEED_UNREADABLE = ("DELTA_MISSING_CHANGE_DATA", "DELTA_CHANGE_DATA_FILE_NOT_FOUND")
 #: Spark Connect's createDataFrame is not thread-safe (see SenseContext.count_preprocessed_records)
 _UPLOAD_LOCK = threading.Lock()
 
@@ -128,7 +126,7 @@ class TableOps:
             feed = reader.load(path) if path is not None else reader.table(name)
             feed.isEmpty()
         except Exception as exc:
-            if not any(code in str(exc) for code in _FEED_UNREADABLE):
+            if not is_kind(exc, ChangeFeedRangeMissingError):
                 raise
             log.info("%s: no change data feed for versions %d..%d: %s", name, start, end, exc)
             return None

@@ -47,14 +47,6 @@ DELTA_COMMAND_PLUGIN = "org.apache.spark.sql.connect.delta.DeltaCommandPlugin"
 CONNECT_SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 #: Spark's driver plugin that serves Spark Connect from a classic session's JVM (spark-connect ships in PySpark)
 CONNECT_PLUGIN = "org.apache.spark.sql.connect.SparkConnectPlugin"
-#: How Delta on Apache Spark reports a commit that lost a race (lower-cased substrings). Classic:
-#: ``Py4JJavaError`` (or ``delta.exceptions.ConcurrentAppendException`` once ``delta.exceptions.captured``
-#: is imported) "io.delta.exceptions.ConcurrentAppendException: [DELTA_CONCURRENT_APPEND] ...: Files were
-#: added to the root of the table by a concurrent update. Please try the operation again."; Spark Connect:
-#: ``UnknownException`` with error class DELTA_CONCURRENT_APPEND and the same text. Two CREATEs of one
-#: new table: [DELTA_PROTOCOL_CHANGED]. store.COMMIT_CONFLICTS knows none of these (Sail/delta-rs texts).
-DELTA_COMMIT_CONFLICTS = ("[delta_concurrent_", "[delta_protocol_changed]", "[delta_metadata_changed]",
-                          "by a concurrent update")
 #: seconds a Connect server may take to accept connections (measured: ~10-20 s on 2 cores)
 CONNECT_START_TIMEOUT_S = 180.0
 #: seconds a stopping JVM gets before it is killed

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from heartbeat_runner.core.errors import HeartbeatError
 from heartbeat_runner.core.names import sql_string
 from heartbeat_runner.core.records import (
     Event,
@@ -28,7 +29,7 @@ from heartbeat_runner.core.records import (
 )
 from heartbeat_runner.core.settings import validate_identifier
 from heartbeat_runner.lakehouse.engine import Engine
-from heartbeat_runner.lakehouse.spark_local import DELTA_COMMIT_CONFLICTS
+from heartbeat_runner.lakehouse.engine_errors import CommitConflictError, is_kind
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame
@@ -83,15 +84,6 @@ REBUILT_TABLES = (SENSOR_STATE, "heartbeat_sensor_config")
 ARCHIVE_KEYS = {EVENTS: "event_id", RUNS: "run_id", RUN_REPORT: "concat_ws('|', run_id, source_key)"}
 #: A write that lost a Delta commit race is retried this many times.
 WRITE_ATTEMPTS = 5
-#: How a Delta commit that lost a race with another writer reads (Sail 0.7, measured with two
-#: processes writing one table, e.g. two MERGEs): "Failed to commit transaction: 0" and, on a
-#: new table, "Missing commit file: expected version 0, found 7". Sail retries plain appends
-#: itself (it logs "The transaction N already exists, will retry!"); then delta-rs' names, and
-#: Delta on Apache Spark's (spark_local.DELTA_COMMIT_CONFLICTS).
-COMMIT_CONFLICTS = ("failed to commit transaction", "transaction failed", "missing commit file",
-                    "already exists, will retry", "version already exists", "max commit attempts",
-                    "concurrent transaction", "commit conflict", "metadata changed since last commit",
-                    *DELTA_COMMIT_CONFLICTS)
 
 
 def column_type(name: str) -> str:
@@ -472,17 +464,18 @@ def _utc(row: dict) -> dict:
     return {k: (as_utc(v) if isinstance(v, datetime) else v) for k, v in row.items()}
 
 
-def retry_lost_commits(write: Callable[[], object], what: str, also: tuple[str, ...] = ()) -> None:
-    """Run ``write``; while it fails because another writer committed first (or with one of the
-    ``also`` error texts, for writes that are safe to repeat), run it again."""
-    retryable = COMMIT_CONFLICTS + also
+def retry_lost_commits(write: Callable[[], object], what: str,
+                       also: tuple[type[HeartbeatError], ...] = ()) -> None:
+    """Run ``write``; while it fails because another writer committed first (or with an error of one
+    of the ``also`` kinds, for writes that are safe to repeat), run it again. Which error is which is
+    decided by the engine's error table (``engine_errors``), never here."""
+    retryable: tuple[type[HeartbeatError], ...] = (CommitConflictError, *also)
     for attempt in range(1, WRITE_ATTEMPTS + 1):
         try:
             write()
             return
-        except Exception as exc:  # noqa: BLE001 - engine and dbt errors carry no stable type
-            text = str(exc)
-            if attempt == WRITE_ATTEMPTS or not any(words in text.lower() for words in retryable):
+        except Exception as exc:  # noqa: BLE001 - engine and dbt errors carry no stable type: the table maps them
+            if attempt == WRITE_ATTEMPTS or not is_kind(exc, *retryable):
                 raise
-            log.warning("%s failed (%s); retrying", what, text.strip().splitlines()[-1])
+            log.warning("%s failed (%s); retrying", what, str(exc).strip().splitlines()[-1])
             time.sleep(0.05 * 2**attempt)

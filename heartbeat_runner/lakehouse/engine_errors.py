@@ -1,0 +1,94 @@
+"""The one table that turns the engines' errors into Heartbeat's error kinds.
+
+Sail, delta-rs, Delta on Apache Spark (classic: ``Py4JJavaError``; Connect: ``SparkConnectGrpcException``
+and friends) and dbt report the same few situations with no shared exception type: a Delta commit that
+lost a race, a Spark Connect channel that dropped, a change-feed range Delta did not record. Their
+messages are the only stable part, so this module is the only place that reads them; everything else
+asks :func:`kind_of` and catches or compares classes.
+
+Invariants:
+
+- every rule names one kind and the lower-cased fragments that identify it, with where each was seen;
+- the first matching rule wins; an error no rule matches has kind ``None`` (not one of ours);
+- an error already of one of the table's kinds is that kind (a mapped error keeps its class).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from heartbeat_runner.core.errors import ConflictError, HeartbeatError, NotFoundError, TransientError
+
+
+class CommitConflictError(ConflictError, TransientError):
+    """Another writer committed to the Delta table first; the write may be repeated as it is."""
+
+
+class EngineUnavailableError(TransientError):
+    """The engine's channel broke mid-call (Spark Connect reset, server restarting); try again."""
+
+
+class ChangeFeedRangeMissingError(NotFoundError):
+    """Delta holds no change data feed for the asked range (the feed was off for part of it)."""
+
+
+@dataclass(frozen=True)
+class ErrorRule:
+    """Errors whose text contains any of ``fragments`` (lower-cased) are of ``kind``."""
+
+    kind: type[HeartbeatError]
+    fragments: tuple[str, ...]
+    seen: str
+
+
+#: The table. Fragments are matched against the lower-cased text of the error and of its causes.
+ENGINE_ERROR_RULES: tuple[ErrorRule, ...] = (
+    ErrorRule(CommitConflictError,
+              ("failed to commit transaction", "transaction failed", "missing commit file",
+               "already exists, will retry", "version already exists", "max commit attempts",
+               "concurrent transaction", "commit conflict", "metadata changed since last commit"),
+              "Sail 0.7 / delta-rs with two processes writing one table (two MERGEs; a new table: "
+              "'Missing commit file: expected version 0, found 7')"),
+    ErrorRule(CommitConflictError,
+              ("[delta_concurrent_", "[delta_protocol_changed]", "[delta_metadata_changed]", "by a concurrent update"),
+              "Delta 4.0 on Apache Spark, classic (io.delta.exceptions.ConcurrentAppendException) and Connect "
+              "(error class DELTA_CONCURRENT_APPEND); two CREATEs of one new table: DELTA_PROTOCOL_CHANGED"),
+    ErrorRule(ChangeFeedRangeMissingError,
+              ("delta_missing_change_data", "delta_change_data_file_not_found"),
+              "Delta's readChangeFeed over versions written before the feed was turned on; change files "
+              "vacuumed (Databricks' error class; OSS Delta 4.0 has none)"),
+    ErrorRule(EngineUnavailableError,
+              ("exception deserializing response", "statuscode.unavailable", "connection reset",
+               "socket closed", "cannot schedule new futures after shutdown"),
+              "Spark Connect clients (PySpark 4.0) when the server drops or restarts mid-call, seen through dbt"),
+)
+
+
+_MAPPED_KINDS = tuple({rule.kind for rule in ENGINE_ERROR_RULES})
+
+
+def kind_of(exc: BaseException) -> type[HeartbeatError] | None:
+    """The Heartbeat error kind of ``exc`` (or of an error in its cause chain); None if no rule knows it."""
+    if isinstance(exc, _MAPPED_KINDS):
+        return type(exc)
+    text = " ".join(str(e) for e in _chain(exc)).lower()
+    for rule in ENGINE_ERROR_RULES:
+        if any(fragment in text for fragment in rule.fragments):
+            return rule.kind
+    return None
+
+
+def is_kind(exc: BaseException, *kinds: type[HeartbeatError]) -> bool:
+    """Whether ``exc`` maps to one of ``kinds`` (or a subclass of one)."""
+    kind = kind_of(exc)
+    return kind is not None and issubclass(kind, kinds)
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    """``exc`` and the errors it was raised from (``raise ... from``), without cycles."""
+    seen: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and all(current is not e for e in seen):
+        seen.append(current)
+        current = current.__cause__
+    return seen

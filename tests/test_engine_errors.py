@@ -1,0 +1,72 @@
+"""The engine's error table (lakehouse/engine_errors.py): the one place that reads engine error texts.
+A write that lost a Delta commit race is repeated; any other failure is raised at once, with its cause."""
+
+from __future__ import annotations
+
+import pytest
+
+from heartbeat_runner.lakehouse.engine_errors import (
+    ChangeFeedRangeMissingError,
+    CommitConflictError,
+    EngineUnavailableError,
+    kind_of,
+)
+from heartbeat_runner.lakehouse.store import WRITE_ATTEMPTS, retry_lost_commits
+
+
+class _Flaky:
+    """A write that fails with ``error`` ``times`` times, then succeeds; counts its calls."""
+
+    def __init__(self, error: Exception, times: int):
+        self.error, self.times, self.calls = error, times, 0
+
+    def __call__(self) -> None:
+        self.calls += 1
+        if self.calls <= self.times:
+            raise self.error
+
+
+@pytest.mark.parametrize(("text", "kind"), [
+    # texts as the engines print them (Sail 0.7, Delta 4.0 on Spark, Spark Connect through dbt)
+    ("Failed to commit transaction: 0", CommitConflictError),
+    ("Missing commit file: expected version 0, found 7", CommitConflictError),
+    ("[DELTA_CONCURRENT_APPEND] Files were added to the root of the table by a concurrent update.", CommitConflictError),
+    ("[DELTA_MISSING_CHANGE_DATA] Error getting change data for range [0 , 3]", ChangeFeedRangeMissingError),
+    ("<_MultiThreadedRendezvous of RPC that terminated with: status = StatusCode.UNAVAILABLE", EngineUnavailableError),
+    ("[TABLE_OR_VIEW_NOT_FOUND] The table or view `x` cannot be found.", None),
+])
+def test_each_engine_text_has_one_kind(text, kind):
+    assert kind_of(RuntimeError(text)) is kind
+
+
+def test_the_kind_is_found_through_the_cause_chain():
+    try:
+        try:
+            raise RuntimeError("Failed to commit transaction: 3")
+        except RuntimeError as exc:
+            raise ValueError("dbt run failed") from exc
+    except ValueError as wrapped:
+        assert kind_of(wrapped) is CommitConflictError
+
+
+def test_a_lost_commit_race_is_written_again_until_it_lands():
+    write = _Flaky(RuntimeError("Failed to commit transaction: 0"), times=2)
+    retry_lost_commits(write, "append")
+    assert write.calls == 3
+
+
+def test_another_failure_is_raised_at_once_and_a_race_lost_every_time_in_the_end():
+    other = _Flaky(RuntimeError("[TABLE_OR_VIEW_NOT_FOUND] no such table"), times=9)
+    with pytest.raises(RuntimeError, match="TABLE_OR_VIEW_NOT_FOUND"):
+        retry_lost_commits(other, "append")
+    assert other.calls == 1
+
+    dropped = _Flaky(RuntimeError("StatusCode.UNAVAILABLE"), times=1)
+    with pytest.raises(RuntimeError):
+        retry_lost_commits(dropped, "append")  # a dropped channel is repeated only where the caller allows it
+    retry_lost_commits(_Flaky(RuntimeError("StatusCode.UNAVAILABLE"), times=1), "dbt run", also=(EngineUnavailableError,))
+
+    always = _Flaky(RuntimeError("Failed to commit transaction: 0"), times=99)
+    with pytest.raises(RuntimeError):
+        retry_lost_commits(always, "append")
+    assert always.calls == WRITE_ATTEMPTS
