@@ -122,3 +122,28 @@ def test_a_failing_source_is_visible_in_status_and_on_the_page(lake, page):
     assert "sensing failed" in table
     (summary,) = [j for j in get(f"{page}/api/overview")["jobs"] if j["job_id"] == "BROKEN"]
     assert summary["phase"] == "SENSING_ERROR"
+
+
+def test_whether_a_runner_is_ticking_is_shown_by_status_and_the_page(lake, page):
+    """Right after the fixture's ticks the runner counts as ticking; once its last tick is an hour old
+    (what a stopped runner leaves behind), `status`, `status --json` and the page say it is not."""
+    rows = json.loads(lake.cli("status", "--json").stdout)
+    assert rows and all(r["runner_healthy"] is True and r["runner_last_tick_at"] for r in rows)
+    assert "runner: ticking (last tick ended" in lake.cli("status").stdout
+    assert get(f"{page}/api/runner")["healthy"] is True
+
+    alive = lake.home / "locks" / "heartbeat.alive"
+    recorded = alive.read_text()
+    stopped = json.loads(recorded)
+    stopped["ticked_at"] -= 3600
+    alive.write_text(json.dumps(stopped))
+    try:
+        rows = json.loads(lake.cli("status", "--json").stdout)
+        assert all(r["runner_healthy"] is False for r in rows)
+        text = lake.cli("status").stdout
+        assert "runner: NOT TICKING (last tick ended" in text and "s ago" in text
+        runner = get(f"{page}/api/runner")
+        assert runner["healthy"] is False and runner["message"].startswith("runner not ticking: the last tick ended")
+        assert runner["age_s"] >= 3600 > runner["limit_s"]
+    finally:
+        alive.write_text(recorded)

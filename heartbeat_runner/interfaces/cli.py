@@ -18,6 +18,7 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
+from datetime import datetime, timezone
 
 from rich.text import Text
 
@@ -39,6 +40,8 @@ from heartbeat_runner.interfaces.operations import (
     reset_job,
     retry_outlook,
     run_details,
+    runner_health,
+    with_runner_health,
     with_sensing_errors,
 )
 from heartbeat_runner.interfaces.outcomes import outcome_of
@@ -46,6 +49,7 @@ from heartbeat_runner.interfaces.output import STATUS_COLUMNS, LiveLine, Snapsho
 from heartbeat_runner.policies.event_windows import source_grains
 from heartbeat_runner.policies.retry import load_retry_policies, policy_problem
 from heartbeat_runner.policies.run_policies import RunPolicies, load_run_policies
+from heartbeat_runner.runner.alerting import Liveness
 from heartbeat_runner.runner.app import App, open_app
 from heartbeat_runner.runner.lease import Lease, LeaseHeld, tick_lease
 from heartbeat_runner.runner.memory import (
@@ -615,12 +619,27 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
         if getattr(args, "watch", None) is not None:
             return _watch_status(app, settings, args)
         _open_fresh(app, settings)
+        health = runner_health(settings)
         rows = with_sensing_errors(app.store, app.store.control_rows())
+        if args.json:
+            rows = with_runner_health(rows, health)
         emit(rows, _status_columns(rows, args), as_json=args.json)
         sequences = [] if args.json else app.store.open_sequences()
     if sequences:
         emit(sequences, SEQUENCE_COLUMNS, as_json=False, title="\nCatch-up sequences (run k of n; windows of run k)")
+    if not args.json:
+        print(f"\n{_health_line(health)}")
     return 0
+
+
+def _health_line(health: Liveness) -> str:
+    """One line on the runner: ``runner: ticking`` with its last tick and interval, or what is wrong."""
+    if health.ticked_at is None:
+        return f"runner: NOT TICKING. {health.message}; start one with `run --loop`"
+    interval = f", about every {health.interval_s:.0f} s" if health.interval_s else ""
+    last = datetime.fromtimestamp(health.ticked_at, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    state = "ticking" if health.healthy else "NOT TICKING"
+    return f"runner: {state} (last tick ended {last}, {health.age_s or 0:.0f} s ago{interval}; limit {health.limit_s:.0f} s)"
 
 
 def _status_columns(rows: list[dict], args: argparse.Namespace) -> list[str]:
@@ -636,8 +655,12 @@ def _watch_status(app: App, settings: Settings, args: argparse.Namespace) -> int
 
     def read() -> Snapshot:
         fresh = refresh_if_idle(app, lease)
+        health = runner_health(settings)
         rows = with_sensing_errors(app.store, app.store.control_rows())
-        return rows, _status_columns(rows, args), None if fresh else "a runner is ticking: as of its last build"
+        if args.json:
+            rows = with_runner_health(rows, health)
+        note = _health_line(health) + ("" if fresh else "; the table is as of its last build")
+        return rows, _status_columns(rows, args), note
 
     watch(read, title="Control table", interval=args.watch, count=getattr(args, "watch_count", None),
           as_json=args.json)
@@ -853,7 +876,7 @@ def cmd_check(args: argparse.Namespace, settings: Settings) -> int:
 
     found = watch_runner(settings.lakehouse_dir, load_run_policies(settings.retry_policy_file).alerts)
     if args.json:
-        emit_json({"healthy": found.healthy, "message": found.message, "age_s": found.age_s, "limit_s": found.limit_s})
+        emit_json(found.as_json())
     else:
         print(found.message)
     return 0 if found.healthy else EXIT_NOT_TICKING

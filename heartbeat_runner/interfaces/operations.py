@@ -18,8 +18,11 @@ from typing import overload
 
 from heartbeat_runner.core.errors import ConfigError, InvalidInputError, NotFoundError
 from heartbeat_runner.core.records import Event, EventType, JobStatus, Outcome, utcnow
+from heartbeat_runner.core.settings import Settings
 from heartbeat_runner.lakehouse.store import CONTROL, Cond, TableStore
 from heartbeat_runner.policies.retry import RetryPolicies
+from heartbeat_runner.policies.run_policies import load_run_policies
+from heartbeat_runner.runner.alerting import Liveness, runner_liveness
 from heartbeat_runner.runner.app import App
 from heartbeat_runner.runner.lease import Lease
 from heartbeat_runner.sensing.sources.base import dump_cursor
@@ -42,6 +45,25 @@ ConfigKey = tuple[str, str, str]
 def local_operator() -> str:
     """Who runs this process, as the audit trail names them: ``user@host``."""
     return f"{getpass.getuser()}@{socket.gethostname()}"
+
+
+def runner_health(settings: Settings) -> Liveness:
+    """Is a runner ticking on this lakehouse? From the liveness file every tick rewrites (no table is
+    read): the last tick's end, its interval, and "runner not ticking" past ``alerts.runner.not_ticking_after``
+    (default: three intervals plus a minute). The same answer for ``check``, ``status`` and the page."""
+    return runner_liveness(settings.lakehouse_dir, load_run_policies(settings.retry_policy_file).alerts)
+
+
+#: the runner's health in each row of ``status --json`` (the rows stay the control table's)
+RUNNER_FIELDS = ("runner_healthy", "runner_last_tick_at", "runner_interval_s")
+
+
+def with_runner_health(rows: list[dict], health: Liveness) -> list[dict]:
+    """``rows`` with the runner's health added to each (RUNNER_FIELDS)."""
+    figures = health.as_json()
+    extra = {"runner_healthy": health.healthy, "runner_last_tick_at": figures["last_tick_at"],
+             "runner_interval_s": figures["interval_s"]}
+    return [{**row, **extra} for row in rows]
 
 
 def refresh_if_idle(app: App, lease: Lease) -> bool:

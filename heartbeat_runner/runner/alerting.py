@@ -378,12 +378,25 @@ def list_alerts(store: TableStore, *, include_resolved: bool, limit: int) -> lis
 
 @dataclass(frozen=True)
 class Liveness:
-    """What ``check`` found: whether a runner ticked recently enough, and the words for it."""
+    """Whether a runner ticked recently enough, and the words for it (``check``, ``status``, the page)."""
 
     healthy: bool
     message: str
     age_s: float | None
     limit_s: float
+    #: when the last tick ended (epoch seconds; None: no tick recorded) and the gap before it
+    ticked_at: float | None = None
+    interval_s: float | None = None
+
+    def as_json(self) -> dict[str, object]:
+        """The figures by name, times in ISO 8601 (UTC)."""
+        ticked = None if self.ticked_at is None else datetime.fromtimestamp(self.ticked_at, timezone.utc).isoformat()
+        return {"healthy": self.healthy, "message": self.message, "age_s": _rounded(self.age_s),
+                "limit_s": _rounded(self.limit_s), "last_tick_at": ticked, "interval_s": _rounded(self.interval_s)}
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 1)
 
 
 def runner_liveness(lakehouse_dir: Path, policies: AlertPolicies, now: float | None = None) -> Liveness:
@@ -398,11 +411,12 @@ def runner_liveness(lakehouse_dir: Path, policies: AlertPolicies, now: float | N
     ticked_at, interval = recorded
     limit = (policies.not_ticking_after.total_seconds() if policies.not_ticking_after
              else 3 * float(interval or 60.0) + 60.0)
-    age = now - ticked_at
+    age = max(0.0, now - ticked_at)
     if age > limit:
         return Liveness(False, f"runner not ticking: the last tick ended {age:.0f} s ago (limit {limit:.0f} s)",
-                        age, limit)
-    return Liveness(True, f"runner ticking: the last tick ended {age:.0f} s ago (limit {limit:.0f} s)", age, limit)
+                        age, limit, ticked_at, interval)
+    return Liveness(True, f"runner ticking: the last tick ended {age:.0f} s ago (limit {limit:.0f} s)", age, limit,
+                    ticked_at, interval)
 
 
 def watch_runner(lakehouse_dir: Path, policies: AlertPolicies, *, timeout_s: float = 5.0) -> Liveness:

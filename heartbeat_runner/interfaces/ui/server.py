@@ -13,6 +13,7 @@ Routes::
     GET  /                               the page (overview, graph, job, ticks by #hash)
     GET  /static/<file>                  its script and style sheet
     GET  /api/meta                       version, refresh interval, whether this user may act
+    GET  /api/runner                     is a runner ticking: last tick, its interval, the limit
     GET  /api/overview                   every job: phase, dependencies, last run
     GET  /api/graph                      sources -> jobs (nodes and hard/soft edges)
     GET  /api/jobs/<job>                 explain verdict, runs, events
@@ -37,7 +38,7 @@ from urllib.parse import unquote, urlsplit
 
 from heartbeat_runner import __version__
 from heartbeat_runner.core.errors import HeartbeatError, InvalidInputError, describe
-from heartbeat_runner.interfaces.operations import refresh_if_idle
+from heartbeat_runner.interfaces.operations import refresh_if_idle, runner_health
 from heartbeat_runner.interfaces.outcomes import outcome_of
 from heartbeat_runner.interfaces.ui import data
 from heartbeat_runner.interfaces.ui.actions import ActionPolicy, ActionRefused, ActionRequest, forwarded_user, perform
@@ -168,6 +169,8 @@ class Handler(BaseHTTPRequestHandler):
         route = parts[1:]
         if route == ["meta"]:
             return self._json(self._meta())
+        if route == ["runner"]:
+            return self._json(runner_health(page.app.settings).as_json())
         if route == ["overview"]:
             return self._json({"jobs": page.jobs()})
         if route == ["graph"]:

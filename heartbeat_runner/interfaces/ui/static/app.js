@@ -61,11 +61,24 @@ async function refresh() {
   const view = document.getElementById("view");
   try {
     await route()(view);
+    await showRunner();
     document.getElementById("meta").textContent = `v${state.meta.version} · ${state.meta.schema} · updated ${new Date().toLocaleTimeString()}`;
   } catch (err) {
     view.insertAdjacentHTML("afterbegin", `<div class="notice error" id="load-error">Could not load: ${esc(err.message)}</div>`);
   }
   state.timer = setTimeout(refresh, (state.meta?.refresh_s || 5) * 1000);
+}
+
+// The runner's health (GET /api/runner), the same words as `status` and `check`: when its last tick
+// ended, or "runner not ticking" once that is older than the limit. The page's own refresh time is not it.
+async function showRunner() {
+  const runner = await api("/api/runner");
+  const el = document.getElementById("runner");
+  el.classList.toggle("down", !runner.healthy);
+  el.title = runner.message;
+  el.textContent = runner.healthy
+    ? `runner ticking · last tick ${new Date(runner.last_tick_at).toLocaleTimeString()}`
+    : (runner.last_tick_at ? `runner not ticking since ${new Date(runner.last_tick_at).toLocaleString()}` : "runner not ticking: no tick recorded");
 }
 
 // -- overview --------------------------------------------------------------------------------
