@@ -142,16 +142,23 @@ def test_loop_survives_engine_exceptions_and_logs_each_error_once(lake):
 
 @pytest.mark.slow
 def test_loop_stops_with_its_own_exit_code_when_the_lakehouse_is_unusable(lake):
+    """The events table is deleted under a loop that is idling (its idle ticks read no table): the next
+    tick notices, and the loop stops with exit code 3 naming the table."""
     loop = lake.start("run", "--loop", "--interval", "0.2")
+    err: list[str] = []
+    reader = threading.Thread(target=lambda: err.extend(loop.stderr), daemon=True)
+    reader.start()
     try:
-        time.sleep(3)
+        _wait(lambda: sum(line.startswith("tick ") for line in err) >= 3 or loop.poll() is not None, 180,
+              "three ticks of the loop")
         shutil.rmtree(lake.home / "warehouse" / "heartbeat" / "heartbeat_events")
-        out, err = loop.communicate(timeout=120)
+        loop.wait(timeout=120)
     finally:
         if loop.poll() is None:
             loop.kill()
-    assert loop.returncode == 3, err
-    assert "stopping: the lakehouse is unusable (table heartbeat.heartbeat_events" in err
+    reader.join(timeout=10)
+    assert loop.returncode == 3, "".join(err[-30:])
+    assert "stopping: the lakehouse is unusable (table heartbeat.heartbeat_events" in "".join(err)
 
 
 @pytest.mark.slow

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from heartbeat_runner.core.errors import JobsBackendError, SourceError
+from heartbeat_runner.core.errors import JobsBackendError, NotFoundError, SourceError
 from heartbeat_runner.core.faults import FaultPoint, crash_point, fail_point
 from heartbeat_runner.core.records import (
     Event,
@@ -62,7 +62,7 @@ from heartbeat_runner.jobs.base import (
 from heartbeat_runner.jobs.calls import ApiBudget, call_all
 from heartbeat_runner.lakehouse.dbt_invoke import DbtProject
 from heartbeat_runner.lakehouse.maintenance import Maintenance, MaintenanceResult
-from heartbeat_runner.lakehouse.store import ControlRow, ReadyRow, SkippedSource, TableStore
+from heartbeat_runner.lakehouse.store import EVENTS, ControlRow, ReadyRow, SkippedSource, TableStore
 from heartbeat_runner.policies.event_windows import source_grains
 from heartbeat_runner.policies.retry import RetryPolicies, overrun, retry_token
 from heartbeat_runner.policies.sequences import NextRun, Sequences
@@ -304,8 +304,13 @@ class Heartbeat:
         return {name: value for name, value in figures.items() if value}
 
     def refresh_models(self, force: bool = False) -> bool:
-        """Rebuild the control table if events arrived since the last build."""
-        return self.dbt.refresh_control(self.store.events_version(), force=force)
+        """Rebuild the control table if events arrived since the last build. The events table's
+        version is read every tick (a file listing on local engines); a tick whose events table is
+        gone fails here, even when idle ticks read nothing else, so the loop sees its lakehouse is unusable."""
+        version = self.store.events_version()
+        if version is None:
+            raise NotFoundError(f"table {self.store.name(EVENTS)} does not exist (Heartbeat's own table is gone)")
+        return self.dbt.refresh_control(version, force=force)
 
     # -- step 2: events from sensing --------------------------------------------------------
 
