@@ -13,10 +13,15 @@ from harness import ENGINES, Harness  # noqa: E402
 
 #: Apache Spark + Delta can run here: Java, Maven (first jar resolution) and the spark extra
 SPARK_AVAILABLE = bool(shutil.which("java") and shutil.which("mvn") and find_spec("delta") is not None)
-#: The switch for the whole engine matrix (README "Tests"): ``HEARTBEAT_TEST_MATRIX=full`` (.ci/run sets it) runs
-#: every behavioural test on Sail, Spark classic and Spark Connect, and the Spark-only tests. Without it, ``pytest``
-#: is the fast loop for people working on the code: the embedded engine only.
-FULL_MATRIX = os.environ.get("HEARTBEAT_TEST_MATRIX", "").strip().lower() == "full"
+#: The switch for the engine matrix (README "Development"). Unset, ``pytest`` is the fast loop for people working
+#: on the code: the embedded engine only. ``HEARTBEAT_TEST_MATRIX=full`` runs every behavioural test on Sail, Spark
+#: classic and Spark Connect, and the Spark-only tests; ``=spark`` runs only those Spark legs (``.ci/run`` runs
+#: them in a process of their own beside the everyday loop: one process cannot hold a classic Spark session
+#: and later a Connect one, so they stay out of the loop's workers).
+MATRIX = os.environ.get("HEARTBEAT_TEST_MATRIX", "").strip().lower()
+if MATRIX not in ("", "full", "spark"):
+    raise pytest.UsageError(f"HEARTBEAT_TEST_MATRIX={MATRIX!r}: expected full or spark (or unset: the embedded engine)")
+FULL_MATRIX = MATRIX in ("full", "spark")
 
 
 def pytest_generate_tests(metafunc):
@@ -38,7 +43,7 @@ def pytest_generate_tests(metafunc):
 _ENGINE_ORDER = {"sail": 0, "spark-connect": 1, "spark-classic": 2}
 
 
-def pytest_collection_modifyitems(items):
+def pytest_collection_modifyitems(config, items):
     """Sail first (every test that is not parametrised), then the Spark tests, classic last. A module
     that uses a Spark shape without the ``engine_kind`` parameter names it in ``ENGINE_KIND`` (or is
     parametrised by an ``engine`` fixture whose values are engine kinds)."""
@@ -48,11 +53,21 @@ def pytest_collection_modifyitems(items):
         return _ENGINE_ORDER.get(kind or getattr(item.module, "ENGINE_KIND", "sail"), 0)
 
     items.sort(key=rank)
-    if not FULL_MATRIX:
-        skip = pytest.mark.skip(reason="a Spark test: the whole engine matrix runs with HEARTBEAT_TEST_MATRIX=full")
-        for item in items:
-            if item.get_closest_marker("spark") or rank(item) > 0:
-                item.add_marker(skip)
+    if MATRIX == "full":
+        return
+    wanted_spark = MATRIX == "spark"
+    reason = ("not a Spark leg: HEARTBEAT_TEST_MATRIX=spark runs only those" if wanted_spark
+              else "a Spark test: the whole engine matrix runs with HEARTBEAT_TEST_MATRIX=full")
+    kept, dropped = [], []
+    for item in items:
+        is_spark = bool(item.get_closest_marker("spark")) or rank(item) > 0
+        (kept if is_spark == wanted_spark else dropped).append(item)
+    if wanted_spark:  # the Sail tests are left out, not listed as hundreds of skips
+        items[:] = kept
+        config.hook.pytest_deselected(items=dropped)
+        return
+    for item in dropped:
+        item.add_marker(pytest.mark.skip(reason=reason))
 
 
 @pytest.fixture(scope="session")
@@ -72,3 +87,26 @@ def hb(tmp_path, engine_kind, spark_dir):
     """A Heartbeat on a fresh temporary lakehouse (real engine, dbt and local jobs)."""
     with Harness(tmp_path, engine=engine_kind, spark_dir=spark_dir / engine_kind) as harness:
         yield harness
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_logreport(report):
+    """With HEARTBEAT_TEST_INSTAFAIL=1 (``.ci/run`` sets it) a failure's traceback is printed when it happens,
+    not in the summary at the end, so a run cut short by a time limit still shows what failed and why.
+    Printed once: by the main process (under pytest-xdist the workers' reports reach it too)."""
+    if not (report.failed and os.environ.get("HEARTBEAT_TEST_INSTAFAIL")) or os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    shown, skipping = [], False
+    for line in report.longreprtext.splitlines():  # leave out the frames of pytest and other packages
+        if line.startswith("  File "):
+            skipping = "/site-packages/" in line
+        elif not line.startswith("    "):
+            skipping = False
+        if not skipping:
+            shown.append(line)
+    shown = shown[-60:]
+    sys.stderr.write(f"\n\n==== FAILED {report.nodeid} ({report.when}, {report.duration:.1f} s)\n" + "\n".join(shown) + "\n")
+    for section, text in report.sections:
+        if text.strip():
+            sys.stderr.write(f"---- {section}\n{text[-3000:]}\n")
+    sys.stderr.flush()

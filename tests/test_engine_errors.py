@@ -70,3 +70,19 @@ def test_another_failure_is_raised_at_once_and_a_race_lost_every_time_in_the_end
     with pytest.raises(RuntimeError):
         retry_lost_commits(always, "append")
     assert always.calls == WRITE_ATTEMPTS
+
+
+def test_a_spark_connect_pool_another_client_shut_down_does_not_fail_the_next_ticks(hb):
+    """PySpark 4.0's Connect clients share one release pool that closing any client shuts down; a
+    client left with the shut-down pool failed every dbt build ("cannot schedule new futures after
+    shutdown", retried in vain). The engine makes a new pool instead."""
+    from harness import config_row as row
+    from pyspark.sql.connect.client.reattach import ExecutePlanResponseReattachableIterator as Iterator
+
+    hb.create_table("up.t", "id int")
+    hb.seed(row("delta_table", "up.t", "J1"))
+    hb.jobs(J1=0)
+    hb.tick()
+    hb.insert("up.t", "(1)")
+    Iterator._get_or_create_release_thread_pool().shutdown()  # what another client's close leaves behind
+    assert hb.tick().triggered_job_ids == ["J1"]

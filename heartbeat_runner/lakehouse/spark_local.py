@@ -492,3 +492,30 @@ def _start_connect(spark_dir: Path) -> LocalSpark:
             server.stop()
 
     return LocalSpark("connect", spark_dir, spark, delta_table_api=server.plugins_loaded, url=url, _stop=stop)
+
+
+def revive_connect_release_pool() -> bool:
+    """Undo a PySpark 4.0 Spark Connect client flaw; True if there was something to undo.
+
+    Every Connect client of a process shares one class-level thread pool for releasing finished
+    operations (``ExecutePlanResponseReattachableIterator``), and closing *any* client shuts it down
+    for all. A client whose lookup raced that close keeps a shut-down pool and then fails every query
+    with "cannot schedule new futures after shutdown" (seen when a process opens and closes sessions
+    while another one works: tests, an engine recycle, the status page). A shut-down pool is dropped
+    here, so the next query makes a new one."""
+    try:
+        from pyspark.sql.connect.client.reattach import ExecutePlanResponseReattachableIterator as Iterator
+    except ImportError:  # no Spark Connect client installed
+        return False
+    if not _shut_down(Iterator._release_thread_pool_instance):  # the usual case: no lock taken
+        return False
+    with Iterator._lock:
+        if not _shut_down(Iterator._release_thread_pool_instance):
+            return False
+        Iterator._release_thread_pool_instance = None
+    log.info("Spark Connect's release pool had been shut down by another client; made a new one")
+    return True
+
+
+def _shut_down(pool: object) -> bool:
+    return pool is not None and bool(getattr(pool, "_shutdown", False))  # ThreadPoolExecutor's own flag
