@@ -24,6 +24,14 @@ if MATRIX not in ("", "full", "spark"):
 FULL_MATRIX = MATRIX in ("full", "spark")
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config):
+    """The Spark legs run in one process, in engine order (see _ENGINE_ORDER): with the matrix switched
+    on, the workers of ``-n auto`` (addopts) are switched off."""
+    if FULL_MATRIX and getattr(config.option, "dist", "no") != "no":
+        config.option.dist, config.option.numprocesses = "no", 0
+
+
 def pytest_generate_tests(metafunc):
     """Tests marked ``engines`` that use ``hb`` run once per engine: embedded Sail, then Apache Spark +
     Delta classic and Spark Connect when the spark extra is installed (``engines("sail", "spark-classic")``
