@@ -72,17 +72,33 @@ def test_another_failure_is_raised_at_once_and_a_race_lost_every_time_in_the_end
     assert always.calls == WRITE_ATTEMPTS
 
 
-def test_a_spark_connect_pool_another_client_shut_down_does_not_fail_the_next_ticks(hb):
-    """PySpark 4.0's Connect clients share one release pool that closing any client shuts down; a
-    client left with the shut-down pool failed every dbt build ("cannot schedule new futures after
-    shutdown", retried in vain). The engine makes a new pool instead."""
+def test_a_dropped_spark_connect_session_leaves_the_other_clients_working(hb):
+    """PySpark 4.0's Connect clients share one release pool, and closing any client (also from a dropped
+    session's ``__del__``, on whatever thread the garbage collector runs) shut it down for all: the next
+    queries failed with "cannot schedule new futures after shutdown", or the tick hung. The engine keeps
+    the pool: a session to another Sail server is opened and closed mid-run, and ticks go on."""
     from harness import config_row as row
+    from pyspark.sql import SparkSession
     from pyspark.sql.connect.client.reattach import ExecutePlanResponseReattachableIterator as Iterator
+
+    from heartbeat_runner.lakehouse.sail_process import SailProcess
 
     hb.create_table("up.t", "id int")
     hb.seed(row("delta_table", "up.t", "J1"))
     hb.jobs(J1=0)
     hb.tick()
+    in_use = Iterator._get_or_create_release_thread_pool()  # what the runner's queries hand releases to
+    other = SailProcess.start()
+    try:
+        session = SparkSession.builder.remote(other.url).create()
+        assert session.sql("SELECT 1 AS one").collect()[0]["one"] == 1
+        session.stop()  # what a recycle, a test or the status page does to its old session
+        del session
+    finally:
+        other.stop()
+    # a query between taking the pool and submitting to it would have failed, or waited on it forever
+    assert not in_use._shutdown and Iterator._release_thread_pool_instance is in_use
     hb.insert("up.t", "(1)")
-    Iterator._get_or_create_release_thread_pool().shutdown()  # what another client's close leaves behind
     assert hb.tick().triggered_job_ids == ["J1"]
+    hb.wait_for_jobs()
+    assert hb.job_status("J1") == {"COMPLETED"}

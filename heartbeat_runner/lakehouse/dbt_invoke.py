@@ -23,7 +23,6 @@ from heartbeat_runner.core.faults import FaultPoint, crash_point
 from heartbeat_runner.core.settings import Target
 from heartbeat_runner.lakehouse.engine import Engine
 from heartbeat_runner.lakehouse.engine_errors import EngineUnavailableError
-from heartbeat_runner.lakehouse.spark_local import revive_connect_release_pool
 from heartbeat_runner.lakehouse.store import retry_lost_commits
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -138,7 +137,6 @@ class DbtProject:
         if reuse_manifest:
             full.append("--no-write-json")
         started = time.monotonic()
-        revive_connect_release_pool()
         self.engine.generation += 1  # dbt may re-create views: cached reads of them are stale
         with self._environment():
             result = dbtRunner(manifest=manifest).invoke(full)

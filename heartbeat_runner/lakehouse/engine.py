@@ -27,7 +27,7 @@ from heartbeat_runner.core.settings import Settings, Target, validate_identifier
 from heartbeat_runner.lakehouse import delta_log, made_by
 from heartbeat_runner.lakehouse.engine_errors import ChangeFeedRangeMissingError, is_kind
 from heartbeat_runner.lakehouse.sail_process import SailProcess
-from heartbeat_runner.lakehouse.spark_local import make_default_connect_session, revive_connect_release_pool
+from heartbeat_runner.lakehouse.spark_local import keep_connect_release_pool, make_default_connect_session
 
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
@@ -322,7 +322,6 @@ class Engine:
         """The engine's SQL entry point: ``spark.sql`` counted in :attr:`sql_count` (Sail's parser
         keeps memory per parse, so idle ticks send as few texts as they can)."""
         self.sql_count += 1
-        revive_connect_release_pool()
         return self.spark.sql(text, args=args)
 
     def tables_fingerprint(self) -> tuple | None:
@@ -617,6 +616,7 @@ def _open_spark_connect(settings: Settings) -> Engine:
     url = os.environ.get("SPARK_REMOTE")
     if not url:
         raise ValueError("target 'spark' needs SPARK_REMOTE (a Spark Connect URL, sc://host:port)")
+    keep_connect_release_pool()
     spark = SparkSession.builder.remote(url).getOrCreate()
     return Engine(spark=spark, settings=settings)
 

@@ -455,8 +455,11 @@ def stop_local_spark() -> None:
 def make_default_connect_session(spark: SparkSession) -> None:
     """Make ``spark`` (a Spark Connect session) the one ``SparkSession.builder.getOrCreate()`` returns,
     as dbt-spark's ``session`` method calls it. ``builder.remote(url).create()`` becomes the default
-    only when none is set yet, so two engines in one process would otherwise share the first one."""
+    only when none is set yet, so two engines in one process would otherwise share the first one.
+    Also keeps the clients of the process from breaking each other (keep_connect_release_pool)."""
     from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    keep_connect_release_pool()
 
     # builder.remote(url).create() returns a Spark Connect session that pyspark types (by its own cast) as classic.
     session = cast(ConnectSession, spark)
@@ -494,28 +497,26 @@ def _start_connect(spark_dir: Path) -> LocalSpark:
     return LocalSpark("connect", spark_dir, spark, delta_table_api=server.plugins_loaded, url=url, _stop=stop)
 
 
-def revive_connect_release_pool() -> bool:
-    """Undo a PySpark 4.0 Spark Connect client flaw; True if there was something to undo.
+def keep_connect_release_pool() -> None:
+    """Stop closing one Spark Connect client from breaking every other client of the process (PySpark 4.0).
 
-    Every Connect client of a process shares one class-level thread pool for releasing finished
-    operations (``ExecutePlanResponseReattachableIterator``), and closing *any* client shuts it down
-    for all. A client whose lookup raced that close keeps a shut-down pool and then fails every query
-    with "cannot schedule new futures after shutdown" (seen when a process opens and closes sessions
-    while another one works: tests, an engine recycle, the status page). A shut-down pool is dropped
-    here, so the next query makes a new one."""
+    All Connect clients of a process share one class-level thread pool that releases finished
+    operations (``ExecutePlanResponseReattachableIterator``), and ``SparkConnectClient.close`` shuts
+    it down for all of them, also when it runs from ``SparkSession.__del__``: a session dropped by an
+    engine recycle, a test or the status page is closed by the garbage collector at any moment, on
+    any thread. Seen here: another client's next query fails with "cannot schedule new futures after
+    shutdown" (dbt builds then fail in a row), and a collection that ran inside gRPC's channel lock
+    waited for the pool's threads, which waited for that lock: the tick hung for good.
+
+    After this the shared pool is never shut down: a release for a closed channel fails in its pool
+    thread and is logged by PySpark at WARN; the pool's few threads live as long as the process.
+    Idempotent; without a Connect client installed, nothing to do."""
     try:
         from pyspark.sql.connect.client.reattach import ExecutePlanResponseReattachableIterator as Iterator
-    except ImportError:  # no Spark Connect client installed
-        return False
-    if not _shut_down(Iterator._release_thread_pool_instance):  # the usual case: no lock taken
-        return False
-    with Iterator._lock:
-        if not _shut_down(Iterator._release_thread_pool_instance):
-            return False
-        Iterator._release_thread_pool_instance = None
-    log.info("Spark Connect's release pool had been shut down by another client; made a new one")
-    return True
+    except ImportError:
+        return
+    Iterator.shutdown = classmethod(_keep_pool)  # type: ignore[method-assign,assignment]
 
 
-def _shut_down(pool: object) -> bool:
-    return pool is not None and bool(getattr(pool, "_shutdown", False))  # ThreadPoolExecutor's own flag
+def _keep_pool(cls: type) -> None:
+    """The shared release pool stays up (see keep_connect_release_pool)."""
