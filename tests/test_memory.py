@@ -198,6 +198,23 @@ def test_a_recycled_engine_keeps_tables_views_and_dbt_working(tmp_path):
         assert [r["trigger_job_id"] for r in app.store.control_rows()] == [r["trigger_job_id"] for r in before]
 
 
+def test_an_engine_recycled_on_a_short_lived_thread_outlives_that_thread(tmp_path):
+    """The ``ui`` recycles the engine on the thread of the request that passed the bound; the kernel's
+    parent-death signal follows the spawning *thread*, so a server spawned there was killed when the
+    request ended and every later read of the page failed. The new server must keep answering."""
+    lake = _lakehouse(tmp_path, delta=1, files=1)
+    settings = load_settings(lakehouse_dir=str(lake.home), env=lake.env)
+    with open_app(settings) as app:
+        app.ensure_views()
+        before = app.store.control_rows()
+        request = threading.Thread(target=app.recycle_engine)
+        request.start()
+        request.join()
+        time.sleep(0.5)  # the signal is delivered when the thread ends
+        assert app.engine.server.process.running, "the engine died with the thread that recycled it"
+        assert app.store.control_rows() == before
+
+
 def test_the_engine_child_dies_with_its_parent(tmp_path):
     """SIGKILL of the process that owns the embedded engine leaves no engine process behind."""
     script = ("import sys, time; from heartbeat_runner.lakehouse.sail_process import SailProcess; "

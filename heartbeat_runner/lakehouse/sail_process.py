@@ -10,7 +10,11 @@ Invariants:
 - the child binds 127.0.0.1 only and reports its port on its stdout (one line) once it listens;
 - the child dies with its parent: it reads its stdin (a pipe the parent holds, closed on exit
   *and* on ``exec``) until end-of-file, and asks the kernel for SIGKILL when the parent dies
-  (``PR_SET_PDEATHSIG``, Linux); a child whose parent is already gone exits at once.
+  (``PR_SET_PDEATHSIG``, Linux); a child whose parent is already gone exits at once;
+- the kernel sends that signal when the parent *thread* that spawned the child ends, not the
+  process: a child is spawned on the main thread or on one spawner thread that lives as long as
+  the process, never on a short-lived thread (a ``ui`` request recycling the engine on its own
+  thread killed the new server the moment the request ended).
 """
 
 from __future__ import annotations
@@ -21,7 +25,9 @@ import select
 import signal
 import subprocess
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from heartbeat_runner.core.errors import HeartbeatError
@@ -52,9 +58,8 @@ class SailProcess:
         """Spawn the server (``port`` 0: any free port) and wait until it listens."""
         began = time.monotonic()
         env = {**os.environ, "RUST_LOG": os.environ.get("RUST_LOG", "error")}
-        process = subprocess.Popen(  # noqa: S603 - our own interpreter and module, no shell
-            [sys.executable, "-m", "heartbeat_runner.lakehouse.sail_process", str(port), str(os.getpid())],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, close_fds=True)
+        process = _spawn([sys.executable, "-m", "heartbeat_runner.lakehouse.sail_process", str(port), str(os.getpid())],
+                         env)
         try:
             bound = _read_port(process, timeout_s)
         except EngineStartError:
@@ -81,6 +86,22 @@ class SailProcess:
     def stop(self) -> None:
         """End the server: close its pipe, wait a moment, kill it if it is still there (idempotent)."""
         _stop(self.process)
+
+
+#: the one long-lived thread that spawns children for other threads (see the module's invariants)
+_SPAWNER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="heartbeat-engine-spawner")
+
+
+def _spawn(command: list[str], env: dict[str, str]) -> subprocess.Popen:
+    """Start the child from a thread that lives as long as the process (its death signal follows
+    the spawning thread)."""
+    def popen() -> subprocess.Popen:
+        return subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,  # noqa: S603 - our module
+                                env=env, close_fds=True)
+
+    if threading.current_thread() is threading.main_thread():
+        return popen()
+    return _SPAWNER.submit(popen).result()
 
 
 def _read_port(process: subprocess.Popen, timeout_s: float) -> int:
