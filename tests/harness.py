@@ -112,6 +112,8 @@ class Harness:
         self.app.engine.create_delta_table(name, columns, properties)
 
     def insert(self, name: str, values: str) -> None:
+        # a page served from this app may have recycled the engine: upstream tables register again on use
+        self.app.engine.ensure_registered(name)
         self.spark.sql(f"INSERT INTO {name} VALUES {values}")
 
     def drop_trigger_file(self, folder: str, name: str) -> None:
