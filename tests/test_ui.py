@@ -292,6 +292,35 @@ def test_the_api_answers_by_the_kind_of_error_not_its_text(operator_page):
     assert status == 400 and error.startswith("request body is not JSON")
 
 
+def test_an_operator_retries_a_failed_job_from_its_page_and_the_next_tick_reruns_it(operator_page, browser,
+                                                                                    lakehouse):
+    """Retry is offered on a FAILED job only; confirmed, it is audited (via ui, with the reason) and the next
+    tick re-runs the job once over the same data with a new token."""
+    from selenium.webdriver.common.by import By
+
+    browser.get(operator_page + "/#/jobs/orders_etl")
+    wait_for(browser, "#actions [data-action='complete']")
+    assert browser.find_elements(By.CSS_SELECTOR, "#actions [data-action='retry']") == []  # it did not fail
+    browser.get(operator_page + "/#/jobs/finance_close")
+    wait_for(browser, "#actions [data-action='retry']").click()
+    dialog = wait_for(browser, "dialog#confirm[open]")
+    assert "Retry job finance_close?" in dialog.text
+    dialog.find_element(By.NAME, "reason").send_keys("ledger fixed")
+    browser.find_element(By.ID, "confirm-ok").click()
+    assert "retry asked by" in wait_for(browser, "#action-result .notice", timeout=90).text
+    wait_until(browser, lambda b: "the next tick re-runs it" in b.find_element(By.ID, "verdict").text)
+
+    (ask,) = lakehouse.events("RETRY_ASKED")
+    audit = json.loads(ask["payload"])
+    assert ask["trigger_job_id"] == "finance_close" and audit["via"] == "ui" and audit["reason"] == "ledger fixed"
+    tokens = {e["idempotency_token"] for e in lakehouse.events("TRIGGER_REQUESTED") if e["trigger_job_id"] == "finance_close"}
+    lakehouse.tick()
+    (retry,) = lakehouse.events("RETRY_REQUESTED")
+    assert retry["trigger_job_id"] == "finance_close" and retry["idempotency_token"] not in tokens
+    lakehouse.wait_for_jobs()  # it fails again (exit 3): the job is back to FAILED, as it was
+    assert lakehouse.job_status("finance_close") == {"FAILED"}
+
+
 # -- the command ------------------------------------------------------------------------------
 
 def test_ui_command_serves_the_page_read_only_and_sees_what_another_process_writes(lakehouse, tmp_path):

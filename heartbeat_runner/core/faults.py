@@ -29,6 +29,7 @@ class FaultPoint(TextEnum):
     DURING_TRIGGER_CALLS = "during_trigger_calls"
     AFTER_TRIGGERED = "after_triggered"
     AFTER_NEXT_WINDOW_REQUESTED = "after_next_window_requested"
+    AFTER_RETRY_REQUESTED = "after_retry_requested"  # a retry recorded, the jobs API not called yet
     CLOSING = "closing"
     # alerts (runner/alerting.py): a raised or resolved alert recorded, its message not sent yet
     AFTER_ALERT_RECORDED = "after_alert_recorded"

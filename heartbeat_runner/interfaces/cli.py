@@ -30,6 +30,7 @@ from heartbeat_runner.core.stopping import StopRequest
 from heartbeat_runner.interfaces.operations import (
     DEFAULT_MAX_REMOVAL_SHARE,
     ResetPlan,
+    ask_retry,
     check_removals,
     explain,
     late_data,
@@ -137,6 +138,10 @@ def build_parser() -> argparse.ArgumentParser:
     complete.add_argument("--failed", action="store_true", help="record a failure instead of a success")
     complete.add_argument("--run-id", help="the job run id (default $HEARTBEAT_JOB_RUN_ID)")
     complete.add_argument("--message", help="a note stored with the event")
+    retry = sub.add_parser("retry", parents=[common],
+                           help="re-run a FAILED job over the data its failed run had (at the next tick, new token)")
+    retry.add_argument("--job-id", required=True)
+    retry.add_argument("--reason", help="why (kept in the audit event with who ran it)")
     runs = sub.add_parser("runs", parents=[common], help="recent runs, or one run's per-source report")
     runs.add_argument("--limit", type=_count, default=20, help=f"how many runs (default 20, at most {MAX_LIMIT})")
     runs.add_argument("--run-id", help="show this run's per-source rows (window, outcome, error or skip reason)")
@@ -163,7 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
     ui.add_argument("--host", default=None,
                     help="address to bind (default 127.0.0.1; in a Databricks App, 0.0.0.0 behind its proxy)")
     ui.add_argument("--allow-actions", action="store_true",
-                    help="offer pause/resume/complete/reset on job pages (each confirmed and audited)")
+                    help="offer pause/resume/complete/retry/reset on job pages (each confirmed and audited)")
     ui.add_argument("--refresh", type=_seconds, default=5.0, help="seconds between the page's refreshes (default 5)")
     demo = sub.add_parser("demo", parents=[common], help="a self-contained demo on the embedded lakehouse")
     demo.add_argument("--keep", action="store_true", help="keep an existing demo lakehouse instead of starting afresh")
@@ -694,6 +699,14 @@ def cmd_complete(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def cmd_retry(args: argparse.Namespace, settings: Settings) -> int:
+    with open_app(settings) as app:
+        _open_fresh(app, settings)
+        ask_retry(app, args.job_id, reason=args.reason)
+    print(f"job {args.job_id}: retry asked; the next tick re-runs it over the data of its failed run")
+    return 0
+
+
 def cmd_runs(args: argparse.Namespace, settings: Settings) -> int:
     with open_app(settings) as app:
         app.require_config()
@@ -892,6 +905,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Settings], int]] = {
     "reset": cmd_reset,
     "pause": cmd_pause,
     "resume": cmd_resume,
+    "retry": cmd_retry,
     "complete": cmd_complete,
     "maintain": cmd_maintain,
     "rebuild": cmd_rebuild,

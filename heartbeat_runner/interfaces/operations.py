@@ -96,22 +96,41 @@ def explain(store: TableStore, job_id: str) -> Explanation:
     return Explanation(job_id, rows[0]["verdict"], bool(rows[0]["is_ready"]), rows)
 
 
-# -- job-level operator events (pause, resume, complete) ---------------------------------------
+# -- job-level operator events (pause, resume, complete, retry) ---------------------------------------
 
 def record_job_event(app: App, job_id: str, kind: EventType, *, by: str | None = None, via: str = "cli",
-                     job_run_id: str | None = None, message: str | None = None) -> Event:
+                     job_run_id: str | None = None, message: str | None = None, reason: str | None = None) -> Event:
     """Append one operator event of ``job_id`` after checking the job is in the control table.
 
-    The payload names who did it and through what (``cli`` or ``ui``): the audit trail.
+    The payload names who did it, through what (``cli`` or ``ui``) and why if told: the audit trail.
     """
     app.require_config()
     if not app.store.control_rows(job_id):
         raise unknown_job(job_id)
+    audit = {"by": by or local_operator(), "via": via, **({"reason": reason} if reason else {})}
     event = Event(event_type=kind, run_id=kind.value.lower(), snapshot_ts=utcnow(), trigger_job_id=job_id,
-                  job_run_id=job_run_id, message=message,
-                  payload=json.dumps({"by": by or local_operator(), "via": via}, sort_keys=True))
+                  job_run_id=job_run_id, message=message, payload=json.dumps(audit, sort_keys=True))
     app.store.append_events([event])
     return event
+
+
+def ask_retry(app: App, job_id: str, *, by: str | None = None, via: str = "cli", reason: str | None = None) -> Event:
+    """Ask the next tick to re-run failed job ``job_id`` over the data its failed run had, with a new
+    token (see heartbeat_retry_asks). Only a FAILED job that Heartbeat triggered can be retried; any
+    other job is refused with nothing recorded. Asking twice before the tick still makes one retry."""
+    app.require_config()
+    rows = app.store.control_rows(job_id)
+    if not rows:
+        raise unknown_job(job_id)
+    failed = [r for r in app.store.jobs_with_status(JobStatus.FAILED) if r.trigger_job_id == job_id]
+    if not failed:
+        status = ", ".join(sorted({str(r["status"] or "no status yet") for r in rows}))
+        raise InvalidInputError(f"job {job_id} has not failed (status: {status}); only a FAILED job can be retried")
+    if failed[0].base_idempotency_token is None:
+        raise InvalidInputError(f"job {job_id} failed without a run Heartbeat triggered, so there is no run to "
+                                "repeat; use `complete --job-id` once it ran, or `reset`")
+    return record_job_event(app, job_id, EventType.RETRY_ASKED, by=by, via=via, reason=reason,
+                            message="retry asked; the next tick re-runs the failed request with a new token")
 
 
 @dataclass(frozen=True)
@@ -293,9 +312,14 @@ def late_data(store: TableStore, policy_file: Path | None, job_id: str) -> list[
 
 
 def retry_outlook(store: TableStore, policies: RetryPolicies, job_id: str) -> str | None:
-    """For a FAILED job with an automatic retry policy: when (or whether) it will be retried."""
+    """For a FAILED job: the retry an operator asked for, else when (or whether) its policy retries it."""
     policy = policies.for_job(job_id)
     failed = [r for r in store.jobs_with_status(JobStatus.FAILED) if r.trigger_job_id == job_id]
-    if not policy.enabled or not failed or failed[0].job_end_timestamp is None:
+    if not failed:
+        return None
+    ask = store.retry_asks().get(job_id)
+    if ask is not None:
+        return f"retry asked by {ask.by} at {ask.asked_ts:%Y-%m-%d %H:%M:%S}: the next tick re-runs it"
+    if not policy.enabled or failed[0].job_end_timestamp is None:
         return None
     return policy.decide(failed[0].consecutive_failures, failed[0].job_end_timestamp, utcnow()).reason

@@ -261,10 +261,14 @@ class DbtProject:
     def restore_views(self) -> bool:
         """Re-create the views from dbt's last compiled SQL (the local catalog forgets them).
 
-        Returns False when there is nothing compiled yet (build_all() is then needed).
+        Returns False when there is nothing compiled yet, or when the project has a model the last
+        build did not compile (a newer Heartbeat): build_all() is then needed.
         """
         compiled = self.work_dir / "target" / "run" / PROJECT_NAME / "models"
         if not self._view_order.exists():
+            return False
+        models = {p.stem for p in (self.settings.project_dir / "models").glob("*.sql")}
+        if not models <= {p.stem for p in compiled.glob("*.sql")}:
             return False
         statements = [compiled / f"{name}.sql" for name in json.loads(self._view_order.read_text())]
         if not all(p.exists() for p in statements):

@@ -51,6 +51,7 @@ READY_VIEW = "jobs_ready_to_trigger"
 READY_ROWS_VIEW = "jobs_ready_to_trigger_rows"
 JOB_STATUS_VIEW = "heartbeat_job_status"
 TRIGGER_REQUESTS_VIEW = "heartbeat_trigger_requests"
+RETRY_ASKS_VIEW = "heartbeat_retry_asks"
 DUE_VIEW = "heartbeat_sensors_due"
 SKIPPED_VIEW = "heartbeat_sensors_skipped"
 SENSOR_STATE = "heartbeat_sensor_state"
@@ -127,6 +128,17 @@ class ControlRow:
     job_start_timestamp: datetime | None
     job_end_timestamp: datetime | None
     status_change_timestamp: datetime | None
+
+
+@dataclass(frozen=True)
+class RetryAsk:
+    """An operator's ask to re-run a failed job, waiting for the next tick (heartbeat_retry_asks)."""
+
+    trigger_job_id: str
+    asked_ts: datetime
+    by: str
+    reason: str | None
+    asks: int
 
 
 @dataclass(frozen=True)
@@ -302,6 +314,15 @@ class TableStore:
         """One row per job whose active rows are in ``status``."""
         rows = self.read(JOB_STATUS_VIEW, Cond("status", status.value), order_by=["trigger_job_id"])
         return [ControlRow(**{**r, "status": JobStatus(r["status"])}) for r in rows]
+
+    def retry_asks(self) -> dict[str, RetryAsk]:
+        """Failed jobs an operator asked to re-run since they failed (job id -> the latest ask)."""
+        asks = {}
+        for row in self.read(RETRY_ASKS_VIEW):
+            audit = json.loads(row["payload"] or "{}")
+            asks[row["trigger_job_id"]] = RetryAsk(row["trigger_job_id"], row["asked_ts"], audit.get("by", "?"),
+                                                   audit.get("reason"), row["asks"])
+        return asks
 
     def control_rows(self, job_id: str | None = None, include_retired: bool = False) -> list[dict]:
         where = [] if include_retired else [Cond("is_active", True)]

@@ -62,7 +62,7 @@ from heartbeat_runner.jobs.base import (
 from heartbeat_runner.jobs.calls import ApiBudget, call_all
 from heartbeat_runner.lakehouse.dbt_invoke import DbtProject
 from heartbeat_runner.lakehouse.maintenance import Maintenance, MaintenanceResult
-from heartbeat_runner.lakehouse.store import EVENTS, ControlRow, ReadyRow, SkippedSource, TableStore
+from heartbeat_runner.lakehouse.store import EVENTS, ControlRow, ReadyRow, RetryAsk, SkippedSource, TableStore
 from heartbeat_runner.policies.event_windows import source_grains
 from heartbeat_runner.policies.retry import RetryPolicies, overrun, retry_token
 from heartbeat_runner.policies.sequences import NextRun, Sequences
@@ -478,9 +478,11 @@ class Heartbeat:
             events.extend(finished)
             next_runs.extend(self._next_run(row, finished, result))
         retries: list[TriggerRequest] = []
+        asks = self.store.retry_asks() if failed else {}
         for row in failed:
             recovered = self._recovery_events(row, found.recovered.get(row.trigger_job_id), result)
-            retry = None if recovered or row.trigger_job_id in found.deferred else self._retry_request(row)
+            ask = asks.get(row.trigger_job_id)
+            retry = None if recovered or row.trigger_job_id in found.deferred else self._retry_request(row, ask)
             events.extend(recovered)
             next_runs.extend(self._next_run(row, recovered, result))
             if retry is not None:
@@ -489,12 +491,14 @@ class Heartbeat:
                 events.append(self._event(result, EventType.RETRY_REQUESTED, row.trigger_job_id,
                                           idempotency_token=retry.idempotency_token,
                                           payload=json.dumps(retry.parameters, sort_keys=True),
-                                          message=f"automatic retry after {row.consecutive_failures} failed run(s)"))
+                                          message=_retry_message(row, ask)))
         # the next run of a sequence goes into the same commit as the success before it
         events.extend(step.event for step in next_runs)
         self._append(result, events)
         if next_runs:
             crash_point(FaultPoint.AFTER_NEXT_WINDOW_REQUESTED)
+        if retries:
+            crash_point(FaultPoint.AFTER_RETRY_REQUESTED)
         if retries or next_runs:
             self.before_trigger()
             self._call_backend(retries + [step.request for step in next_runs], result)
@@ -523,16 +527,19 @@ class Heartbeat:
         """Rebuild the recorded request of ``row`` with idempotency token ``token``."""
         return TriggerRequest(row.trigger_job_id, row.trigger_job_name, token, self.store.trigger_payload(token))
 
-    def _retry_request(self, row: ControlRow) -> TriggerRequest | None:
-        """The automatic retry of a failed job that its policy says is due now (same data, new token)."""
-        policy = self.policies.for_job(row.trigger_job_id)
-        if not policy.enabled or row.base_idempotency_token is None or row.job_end_timestamp is None:
+    def _retry_request(self, row: ControlRow, ask: RetryAsk | None) -> TriggerRequest | None:
+        """The retry of a failed job due now (same data, new token): asked for by an operator, or due by
+        the job's policy. Both derive the token from the failures so far, so a crash between recording
+        the retry and calling the API replays the same token, and one failure gets at most one retry."""
+        if row.base_idempotency_token is None or row.job_end_timestamp is None:
             return None
-        decision = policy.decide(row.consecutive_failures, row.job_end_timestamp, utcnow())
-        if not decision.retry_now:
-            return None
+        if ask is None:
+            policy = self.policies.for_job(row.trigger_job_id)
+            if not policy.enabled or not policy.decide(row.consecutive_failures, row.job_end_timestamp,
+                                                       utcnow()).retry_now:
+                return None
         base = self._request(row, row.base_idempotency_token)
-        return replace(base, idempotency_token=retry_token(base.idempotency_token, decision.attempt))
+        return replace(base, idempotency_token=retry_token(base.idempotency_token, row.consecutive_failures))
 
     def _report_overrun(self, row: ControlRow, run_id: str, status: RunStatus, result: TickResult) -> None:
         """Report (and optionally cancel) run ``run_id`` of ``row`` going on for longer than the configured maximum."""
@@ -636,6 +643,14 @@ class Heartbeat:
     def _event(result: TickResult, kind: EventType, job_id: str, **fields) -> Event:
         return Event(event_type=kind, run_id=result.run_id, snapshot_ts=result.snapshot_ts,
                      trigger_job_id=job_id, **fields)
+
+
+def _retry_message(row: ControlRow, ask: RetryAsk | None) -> str:
+    """The RETRY_REQUESTED event's note: who asked for it, or the policy."""
+    if ask is None:
+        return f"automatic retry after {row.consecutive_failures} failed run(s)"
+    return (f"retry asked by {ask.by}" + (f" ({ask.reason})" if ask.reason else "")
+            + f" after {row.consecutive_failures} failed run(s)")
 
 
 def _timing_payload(status: RunStatus) -> str | None:

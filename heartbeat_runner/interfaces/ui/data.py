@@ -247,11 +247,15 @@ def job_page(store: TableStore, job_id: str, policy_file: Path | None = None) ->
     active = [r for r in found.rows if r["is_active"]]
     runs = [_run_record(r) for r in store.read(JOB_RUNS_VIEW, Cond("trigger_job_id", job_id),
                                                order_by=["requested_at DESC"], limit=RECENT_RUNS)]
+    phase = job_phase(active) if active else None
+    verdict = found.verdict
+    if phase is JobPhase.FAILED and (ask := store.retry_asks().get(job_id)) is not None:
+        verdict += f"; retry asked by {ask.by}: the next tick re-runs it"
     return as_json({
         "job_id": job_id,
         "job_name": found.rows[0]["trigger_job_name"],
-        "phase": job_phase(active) if active else None,
-        "verdict": found.verdict,
+        "phase": phase,
+        "verdict": verdict,
         "ready": found.is_ready,
         "rows": [_explain_row(r) for r in found.rows],
         "runs": runs,
