@@ -39,6 +39,7 @@ REFUSED_FLAGS = [
     (["status", "--target", "mainframe"], "--target"),
     (["pause"], "--job-id"),
     (["retry"], "--job-id"),
+    (["trigger", "--reason", "x"], "--job-id"),
     (["reset", "--job-id", "J1"], "--reason"),
     (["frobnicate"], "frobnicate"),
 ]
@@ -47,7 +48,7 @@ REFUSED_FLAGS = [
 NEEDS_A_LAKEHOUSE = [
     ["status"], ["status", "--json"], ["runs"], ["runs", "--run-id", "x"], ["explain", "--job-id", "J1"],
     ["pause", "--job-id", "J1"], ["resume", "--job-id", "J1"], ["complete", "--job-id", "J1"],
-    ["retry", "--job-id", "J1"],
+    ["retry", "--job-id", "J1"], ["trigger", "--job-id", "J1"],
     ["reset", "--job-id", "J1", "--reason", "r"], ["maintain"], ["rebuild"], ["ui", "--port", "0"],
 ]
 

@@ -321,6 +321,30 @@ def test_an_operator_retries_a_failed_job_from_its_page_and_the_next_tick_reruns
     assert lakehouse.job_status("finance_close") == {"FAILED"}
 
 
+def test_an_operator_runs_a_job_now_from_its_page_once(operator_page, browser, lakehouse):
+    """Run now: confirmed, audited (via ui), shown in the verdict until the next tick requests the run."""
+    from selenium.webdriver.common.by import By
+
+    browser.get(operator_page + "/#/jobs/orders_etl")
+    wait_for(browser, "#actions [data-action='trigger']").click()
+    dialog = wait_for(browser, "dialog#confirm[open]")
+    assert "Trigger job orders_etl?" in dialog.text
+    browser.find_element(By.ID, "confirm-ok").click()
+    assert "manual run asked by" in wait_for(browser, "#action-result .notice", timeout=90).text
+    wait_until(browser, lambda b: "the next tick requests it" in b.find_element(By.ID, "verdict").text)
+    (ask,) = lakehouse.events("TRIGGER_ASKED")
+    assert ask["trigger_job_id"] == "orders_etl" and json.loads(ask["payload"])["via"] == "ui"
+
+    before = len(lakehouse.events("TRIGGER_REQUESTED"))
+    lakehouse.tick()
+    lakehouse.tick()
+    requests = lakehouse.events("TRIGGER_REQUESTED")
+    assert len(requests) == before + 1 and requests[-1]["trigger_job_id"] == "orders_etl"
+    assert requests[-1]["message"].startswith("manual run asked by")
+    lakehouse.wait_for_jobs()
+    assert lakehouse.job_status("orders_etl") == {"COMPLETED"}
+
+
 # -- the command ------------------------------------------------------------------------------
 
 def test_ui_command_serves_the_page_read_only_and_sees_what_another_process_writes(lakehouse, tmp_path):

@@ -19,6 +19,7 @@ class EventType(str, enum.Enum):
     TRIGGER_REQUESTED = "TRIGGER_REQUESTED"  # written before the jobs API call, with the token
     RETRY_REQUESTED = "RETRY_REQUESTED"  # a retry of a failed run, automatic or asked for (same data, new token)
     RETRY_ASKED = "RETRY_ASKED"      # an operator asked to re-run a failed job; the next tick does (heartbeat_retry_asks)
+    TRIGGER_ASKED = "TRIGGER_ASKED"  # an operator asked to run a job now; the next tick does (heartbeat_trigger_asks)
     NEXT_WINDOW_REQUESTED = "NEXT_WINDOW_REQUESTED"  # the next run of a sequence (catch-up), after a success
     WINDOW_SKIPPED = "WINDOW_SKIPPED"  # a final event-time window with no data in any source: no run
     TRIGGERED = "TRIGGERED"          # the jobs API answered with a run id

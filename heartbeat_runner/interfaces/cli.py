@@ -31,10 +31,12 @@ from heartbeat_runner.interfaces.operations import (
     DEFAULT_MAX_REMOVAL_SHARE,
     ResetPlan,
     ask_retry,
+    ask_trigger,
     check_removals,
     explain,
     late_data,
     parse_since,
+    pending_ask,
     recent_runs,
     record_job_event,
     refresh_if_idle,
@@ -142,6 +144,10 @@ def build_parser() -> argparse.ArgumentParser:
                            help="re-run a FAILED job over the data its failed run had (at the next tick, new token)")
     retry.add_argument("--job-id", required=True)
     retry.add_argument("--reason", help="why (kept in the audit event with who ran it)")
+    trigger = sub.add_parser("trigger", parents=[common],
+                             help="run a job at the next tick, consuming whatever it has pending (or nothing)")
+    trigger.add_argument("--job-id", required=True)
+    trigger.add_argument("--reason", help="why (kept in the audit event with who ran it)")
     runs = sub.add_parser("runs", parents=[common], help="recent runs, or one run's per-source report")
     runs.add_argument("--limit", type=_count, default=20, help=f"how many runs (default 20, at most {MAX_LIMIT})")
     runs.add_argument("--run-id", help="show this run's per-source rows (window, outcome, error or skip reason)")
@@ -168,7 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
     ui.add_argument("--host", default=None,
                     help="address to bind (default 127.0.0.1; in a Databricks App, 0.0.0.0 behind its proxy)")
     ui.add_argument("--allow-actions", action="store_true",
-                    help="offer pause/resume/complete/retry/reset on job pages (each confirmed and audited)")
+                    help="offer pause/resume/complete/retry/trigger/reset on job pages (each confirmed and audited)")
     ui.add_argument("--refresh", type=_seconds, default=5.0, help="seconds between the page's refreshes (default 5)")
     demo = sub.add_parser("demo", parents=[common], help="a self-contained demo on the embedded lakehouse")
     demo.add_argument("--keep", action="store_true", help="keep an existing demo lakehouse instead of starting afresh")
@@ -707,6 +713,14 @@ def cmd_retry(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def cmd_trigger(args: argparse.Namespace, settings: Settings) -> int:
+    with open_app(settings) as app:
+        _open_fresh(app, settings)
+        ask_trigger(app, args.job_id, reason=args.reason)
+    print(f"job {args.job_id}: manual run asked; the next tick requests it (exactly once)")
+    return 0
+
+
 def cmd_runs(args: argparse.Namespace, settings: Settings) -> int:
     with open_app(settings) as app:
         app.require_config()
@@ -731,11 +745,14 @@ def cmd_explain(args: argparse.Namespace, settings: Settings) -> int:
         retry = retry_outlook(app.store, load_retry_policies(settings.retry_policy_file), args.job_id)
         late = late_data(app.store, settings.retry_policy_file, args.job_id)
         deadline = _deadline_note(app, settings, args.job_id)
+        asked = pending_ask(app.store, args.job_id)
     if args.json:
         emit_json({"job_id": found.job_id, "verdict": found.verdict, "ready": found.is_ready, "rows": found.rows,
-                   "automatic_retry": retry, "late_data": late, "deadline": deadline})
+                   "automatic_retry": retry, "late_data": late, "deadline": deadline, "asked": asked})
         return 0
     print(f"job {found.job_id}: {found.verdict}")
+    if asked:
+        print(f"asked: {asked}")
     if deadline:
         print(f"deadline: {deadline}")
     if retry:
@@ -906,6 +923,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Settings], int]] = {
     "pause": cmd_pause,
     "resume": cmd_resume,
     "retry": cmd_retry,
+    "trigger": cmd_trigger,
     "complete": cmd_complete,
     "maintain": cmd_maintain,
     "rebuild": cmd_rebuild,

@@ -133,6 +133,32 @@ def ask_retry(app: App, job_id: str, *, by: str | None = None, via: str = "cli",
                             message="retry asked; the next tick re-runs the failed request with a new token")
 
 
+def ask_trigger(app: App, job_id: str, *, by: str | None = None, via: str = "cli",
+                reason: str | None = None) -> Event:
+    """Ask the next tick to run ``job_id`` now, consuming whatever it has pending or nothing (see
+    heartbeat_trigger_asks). Refused, with nothing recorded, for a job that is running, failed (that
+    is `retry`) or runs per event-time window. Asking twice before the tick still makes one run."""
+    from heartbeat_runner.policies.event_windows import load_window_policies
+
+    app.require_config()
+    rows = app.store.control_rows(job_id)
+    if not rows:
+        raise unknown_job(job_id)
+    statuses = {r["status"] for r in rows}
+    if JobStatus.IN_PROGRESS.value in statuses:
+        runs = sorted({str(r["job_run_id"]) for r in rows if r["job_run_id"]})
+        raise InvalidInputError(f"job {job_id} is running ({', '.join(runs) or 'run requested'}); "
+                                "ask again once it has ended")
+    if JobStatus.FAILED.value in statuses:
+        raise InvalidInputError(f"job {job_id} has failed: `retry --job-id {job_id}` re-runs it over the data "
+                                "its failed run had")
+    if job_id in load_window_policies(app.settings.retry_policy_file):
+        raise InvalidInputError(f"job {job_id} runs once per final event-time window (its run policy); "
+                                "it cannot be run by hand")
+    return record_job_event(app, job_id, EventType.TRIGGER_ASKED, by=by, via=via, reason=reason,
+                            message="manual run asked; the next tick requests it")
+
+
 @dataclass(frozen=True)
 class ResetDone:
     plan: ResetPlan
@@ -312,14 +338,20 @@ def late_data(store: TableStore, policy_file: Path | None, job_id: str) -> list[
 
 
 def retry_outlook(store: TableStore, policies: RetryPolicies, job_id: str) -> str | None:
-    """For a FAILED job: the retry an operator asked for, else when (or whether) its policy retries it."""
+    """For a FAILED job with an automatic retry policy: when (or whether) it will be retried."""
     policy = policies.for_job(job_id)
     failed = [r for r in store.jobs_with_status(JobStatus.FAILED) if r.trigger_job_id == job_id]
-    if not failed:
-        return None
-    ask = store.retry_asks().get(job_id)
-    if ask is not None:
-        return f"retry asked by {ask.by} at {ask.asked_ts:%Y-%m-%d %H:%M:%S}: the next tick re-runs it"
-    if not policy.enabled or failed[0].job_end_timestamp is None:
+    if not policy.enabled or not failed or failed[0].job_end_timestamp is None:
         return None
     return policy.decide(failed[0].consecutive_failures, failed[0].job_end_timestamp, utcnow()).reason
+
+
+def pending_ask(store: TableStore, job_id: str) -> str | None:
+    """An operator's retry or manual run of ``job_id`` waiting for the next tick, in one sentence."""
+    retry = store.retry_asks().get(job_id)
+    if retry is not None:
+        return f"retry asked by {retry.by} at {retry.asked_ts:%Y-%m-%d %H:%M:%S}: the next tick re-runs it"
+    run = store.trigger_asks().get(job_id)
+    if run is not None:
+        return f"manual run asked by {run.by} at {run.asked_ts:%Y-%m-%d %H:%M:%S}: the next tick requests it"
+    return None

@@ -52,6 +52,7 @@ READY_ROWS_VIEW = "jobs_ready_to_trigger_rows"
 JOB_STATUS_VIEW = "heartbeat_job_status"
 TRIGGER_REQUESTS_VIEW = "heartbeat_trigger_requests"
 RETRY_ASKS_VIEW = "heartbeat_retry_asks"
+TRIGGER_ASKS_VIEW = "heartbeat_trigger_asks"
 DUE_VIEW = "heartbeat_sensors_due"
 SKIPPED_VIEW = "heartbeat_sensors_skipped"
 SENSOR_STATE = "heartbeat_sensor_state"
@@ -139,6 +140,31 @@ class RetryAsk:
     by: str
     reason: str | None
     asks: int
+
+
+@dataclass(frozen=True)
+class TriggerAsk:
+    """An operator's ask to run a job now, waiting for the next tick (heartbeat_trigger_asks)."""
+
+    trigger_job_id: str
+    asked_ts: datetime
+    ask_event_id: str
+    by: str
+    reason: str | None
+    asks: int
+
+
+@dataclass(frozen=True)
+class ManualRun:
+    """What a manual run of a job consumes: its rows with pending data (none: a run over nothing new)."""
+
+    trigger_job_id: str
+    trigger_job_name: str | None
+    rows: list[ReadyRow]
+
+    @property
+    def consumed_event_ids(self) -> list[str]:
+        return sorted({i for row in self.rows for i in row.consumed_event_ids.split(",") if i})
 
 
 @dataclass(frozen=True)
@@ -323,6 +349,31 @@ class TableStore:
             asks[row["trigger_job_id"]] = RetryAsk(row["trigger_job_id"], row["asked_ts"], audit.get("by", "?"),
                                                    audit.get("reason"), row["asks"])
         return asks
+
+    def trigger_asks(self) -> dict[str, TriggerAsk]:
+        """Jobs an operator asked to run now, not run since (job id -> the latest ask)."""
+        asks = {}
+        for row in self.read(TRIGGER_ASKS_VIEW):
+            audit = json.loads(row["payload"] or "{}")
+            asks[row["trigger_job_id"]] = TriggerAsk(row["trigger_job_id"], row["asked_ts"], row["ask_event_id"],
+                                                     audit.get("by", "?"), audit.get("reason"), row["asks"])
+        return asks
+
+    def manual_runs(self, job_ids: Sequence[str]) -> list[ManualRun]:
+        """For each of ``job_ids`` (active in the control table), the rows a run now would consume."""
+        if not job_ids:
+            return []
+        rows = self.read(CONTROL, Cond("is_active", True), Cond("trigger_job_id", list(job_ids), "in"),
+                         order_by=["trigger_job_id", "sensor_source", "sensor_id"])
+        runs = []
+        for job_id in sorted({r["trigger_job_id"] for r in rows}):
+            mine = [r for r in rows if r["trigger_job_id"] == job_id]
+            pending = [ReadyRow(job_id, r["trigger_job_name"], r["pending_event_ids"] or "", r["sensor_source"],
+                                r["sensor_id"], r["source_key"], r["upstream_key"], r["pending_window_from"],
+                                r["pending_window_to"])
+                       for r in mine if r["status"] == JobStatus.NEW_EVENT_AVAILABLE.value]
+            runs.append(ManualRun(job_id, mine[0]["trigger_job_name"], pending))
+        return runs
 
     def control_rows(self, job_id: str | None = None, include_retired: bool = False) -> list[dict]:
         where = [] if include_retired else [Cond("is_active", True)]

@@ -62,7 +62,15 @@ from heartbeat_runner.jobs.base import (
 from heartbeat_runner.jobs.calls import ApiBudget, call_all
 from heartbeat_runner.lakehouse.dbt_invoke import DbtProject
 from heartbeat_runner.lakehouse.maintenance import Maintenance, MaintenanceResult
-from heartbeat_runner.lakehouse.store import EVENTS, ControlRow, ReadyRow, RetryAsk, SkippedSource, TableStore
+from heartbeat_runner.lakehouse.store import (
+    EVENTS,
+    ControlRow,
+    ReadyRow,
+    RetryAsk,
+    SkippedSource,
+    TableStore,
+    TriggerAsk,
+)
 from heartbeat_runner.policies.event_windows import source_grains
 from heartbeat_runner.policies.retry import RetryPolicies, overrun, retry_token
 from heartbeat_runner.policies.sequences import NextRun, Sequences
@@ -237,6 +245,10 @@ class Heartbeat:
         #: the jobs API budget of the current tick (trigger and reconcile steps share it)
         self._budget = ApiBudget(self.settings.jobs_api)
         self._windows_synced = False
+        #: the events table's version at the last read of the manual-run asks that found none
+        self._no_asks_at: int | None = None
+        #: the events table's version at the latest model refresh (read there every tick)
+        self._events_version: int | None = None
         #: how often the running loop restarted itself past its memory ceiling (set by the loop)
         self.loop_restarts = 0
 
@@ -310,6 +322,7 @@ class Heartbeat:
         version = self.store.events_version()
         if version is None:
             raise NotFoundError(f"table {self.store.name(EVENTS)} does not exist (Heartbeat's own table is gone)")
+        self._events_version = version
         return self.dbt.refresh_control(version, force=force)
 
     # -- step 2: events from sensing --------------------------------------------------------
@@ -352,20 +365,39 @@ class Heartbeat:
             by_job[row.trigger_job_id].append(row)
         if carried:
             self.progress(f"resuming {len(carried)} trigger request(s) left by an earlier tick")
-        if not by_job:
+        wanted = [Wanted(job_id, rows[0].trigger_job_name, rows, _consumed(rows[0].consumed_event_ids))
+                  for job_id, rows in by_job.items()]
+        wanted += self._manual_runs(set(by_job) | {request.job_id for request in carried})
+        if not wanted:
             if carried:
                 self._request_runs(result, [], carried)
             return
-        planned: list[tuple[TriggerRequest, dict[str, Any]]] = []
-        events = self.store.new_data_events(sorted({i for rows in by_job.values()
-                                                    for i in rows[0].consumed_event_ids.split(",") if i}))
-        for job_id, rows in by_job.items():
+        planned: list[tuple[Wanted, TriggerRequest, dict[str, Any]]] = []
+        events = self.store.new_data_events(sorted({i for want in wanted for i in want.consumed}))
+        for want in wanted:
             try:
-                planned.append(self._request_for(job_id, rows, result.run_id, events))
+                planned.append((want, *self._request_for(want, result.run_id, events)))
             except SourceError as exc:  # a catch-up policy the source cannot apply: this job waits
-                result.trigger_errors.append(JobProblem(job_id, f"catch-up plan: {exc}"))
-        self._request_runs(result, [self._requested_event(result, req, payload, by_job[req.job_id][0].consumed_event_ids)
-                                    for req, payload in planned], carried + [req for req, _ in planned])
+                result.trigger_errors.append(JobProblem(want.job_id, f"catch-up plan: {exc}"))
+        self._request_runs(result, [self._requested_event(result, req, payload, ",".join(want.consumed) or None,
+                                                          want.message)
+                                    for want, req, payload in planned], carried + [req for _, req, _ in planned])
+
+    def _manual_runs(self, exclude: set[str]) -> list[Wanted]:
+        """The runs operators asked for (``trigger``) that no other request of this tick covers. The asks
+        are read only when the events table changed since the last read that found none (idle ticks
+        read nothing more); an ask is an event, so a new one always changes it. The version is the one
+        the last model refresh saw: an ask recorded after it changes the version the next tick sees."""
+        version = self._events_version
+        if version is not None and version == self._no_asks_at:
+            return []
+        asks = {job: ask for job, ask in self.store.trigger_asks().items() if job not in exclude}
+        if not asks:
+            self._no_asks_at = version
+            return []
+        return [Wanted(run.trigger_job_id, run.trigger_job_name, run.rows, run.consumed_event_ids,
+                       ask=asks[run.trigger_job_id])
+                for run in self.store.manual_runs(sorted(asks))]
 
     def _carried_requests(self) -> list[TriggerRequest]:
         """Recorded requests that never got a run id (IN_PROGRESS without one), in job order; their
@@ -379,11 +411,12 @@ class Heartbeat:
                 for row in rows if row.last_idempotency_token]
 
     def _requested_event(self, result: TickResult, request: TriggerRequest, payload: dict[str, Any],
-                         consumed_event_ids: str | None = None) -> Event:
+                         consumed_event_ids: str | None = None, message: str | None = None) -> Event:
         """The TRIGGER_REQUESTED event of ``request``, with the payload recorded for it."""
         return Event(event_type=EventType.TRIGGER_REQUESTED, run_id=result.run_id, snapshot_ts=result.snapshot_ts,
                      trigger_job_id=request.job_id, idempotency_token=request.idempotency_token,
-                     consumed_event_ids=consumed_event_ids, payload=json.dumps(payload, sort_keys=True))
+                     consumed_event_ids=consumed_event_ids, payload=json.dumps(payload, sort_keys=True),
+                     message=message)
 
     def _request_runs(self, result: TickResult, events: list[Event], requests: list[TriggerRequest]) -> None:
         """Record ``events`` (the new requests among them) in one commit, then call the jobs API for ``requests``
@@ -426,14 +459,12 @@ class Heartbeat:
         if events:
             self._request_runs(result, events, [request for request, _ in requested])
 
-    def _request_for(self, job_id: str, rows: list[ReadyRow], run_id: str,
-                     events: list[dict]) -> tuple[TriggerRequest, dict[str, Any]]:
-        """The request of a ready job and the payload recorded with it (its parameters, and the plan of a
+    def _request_for(self, want: Wanted, run_id: str, events: list[dict]) -> tuple[TriggerRequest, dict[str, Any]]:
+        """The request of a wanted run and the payload recorded with it (its parameters, and the plan of a
         catch-up sequence when its policy cuts the backlog into several runs)."""
-        consumed = [i for i in rows[0].consumed_event_ids.split(",") if i]
-        token = idempotency_token(job_id, consumed)
-        payload = self.sequences.first_request(job_id, rows, token, {"heartbeat_run_id": run_id}, events)
-        return TriggerRequest(job_id=job_id, job_name=rows[0].trigger_job_name, idempotency_token=token,
+        token = want.token
+        payload = self.sequences.first_request(want.job_id, want.rows, token, {"heartbeat_run_id": run_id}, events)
+        return TriggerRequest(job_id=want.job_id, job_name=want.job_name, idempotency_token=token,
                               parameters=job_parameters(payload)), payload
 
     def _call_backend(self, requests: list[TriggerRequest], result: TickResult) -> None:
@@ -643,6 +674,33 @@ class Heartbeat:
     def _event(result: TickResult, kind: EventType, job_id: str, **fields) -> Event:
         return Event(event_type=kind, run_id=result.run_id, snapshot_ts=result.snapshot_ts,
                      trigger_job_id=job_id, **fields)
+
+
+@dataclass(frozen=True)
+class Wanted:
+    """A run this tick requests: a ready job's (the dependency rule) or one an operator asked for."""
+
+    job_id: str
+    job_name: str | None
+    rows: list[ReadyRow]      # the rows whose pending data it consumes (none: a manual run over nothing new)
+    consumed: list[str]       # the NEW_DATA event ids it consumes
+    ask: TriggerAsk | None = None
+
+    @property
+    def token(self) -> str:
+        """Job id + consumed events; a manual run adds its ask, so it never repeats another run's token."""
+        return idempotency_token(self.job_id, self.consumed + ([f"ask:{self.ask.ask_event_id}"] if self.ask else []))
+
+    @property
+    def message(self) -> str | None:
+        if self.ask is None:
+            return None
+        return (f"manual run asked by {self.ask.by}" + (f" ({self.ask.reason})" if self.ask.reason else "")
+                + (f"; consumes {len(self.consumed)} pending event(s)" if self.consumed else "; nothing new pending"))
+
+
+def _consumed(event_ids: str) -> list[str]:
+    return [i for i in event_ids.split(",") if i]
 
 
 def _retry_message(row: ControlRow, ask: RetryAsk | None) -> str:

@@ -1,4 +1,4 @@
-"""Operator actions from the status page: pause, resume, complete, retry, reset.
+"""Operator actions from the status page: pause, resume, complete, retry, trigger, reset.
 
 They are off unless the page was started with ``--allow-actions``. When they are on:
 
@@ -21,7 +21,14 @@ from typing import Protocol
 
 from heartbeat_runner.core.errors import HeartbeatError, InvalidInputError
 from heartbeat_runner.core.records import EventType
-from heartbeat_runner.interfaces.operations import ask_retry, local_operator, parse_since, record_job_event, reset_job
+from heartbeat_runner.interfaces.operations import (
+    ask_retry,
+    ask_trigger,
+    local_operator,
+    parse_since,
+    record_job_event,
+    reset_job,
+)
 from heartbeat_runner.runner.app import App
 from heartbeat_runner.runner.lease import tick_lease
 
@@ -42,6 +49,7 @@ class Action(str, enum.Enum):
     RESUME = "resume"
     COMPLETE = "complete"
     RETRY = "retry"
+    TRIGGER = "trigger"
     RESET = "reset"
 
 
@@ -142,6 +150,9 @@ def perform(app: App, request: ActionRequest, by: str) -> str:
     if request.action is Action.RETRY:
         ask_retry(app, job, by=by, via="ui", reason=request.reason)
         return f"job {job}: retry asked by {by}; the next tick re-runs it"
+    if request.action is Action.TRIGGER:
+        ask_trigger(app, job, by=by, via="ui", reason=request.reason)
+        return f"job {job}: manual run asked by {by}; the next tick requests it"
     since = parse_since(request.since) if request.since else None
     with tick_lease(app.settings.lakehouse_dir).held(RESET_LEASE_WAIT_S):
         done = reset_job(app, job, since, request.reason or "", by=f"{by} (ui)")

@@ -23,6 +23,7 @@ from heartbeat_runner.interfaces.operations import (
     RUN_REPORT_ALL_VIEW,
     explain,
     late_data,
+    pending_ask,
     recent_runs,
 )
 from heartbeat_runner.jobs.base import JobsBackend, RunOutput
@@ -247,15 +248,12 @@ def job_page(store: TableStore, job_id: str, policy_file: Path | None = None) ->
     active = [r for r in found.rows if r["is_active"]]
     runs = [_run_record(r) for r in store.read(JOB_RUNS_VIEW, Cond("trigger_job_id", job_id),
                                                order_by=["requested_at DESC"], limit=RECENT_RUNS)]
-    phase = job_phase(active) if active else None
-    verdict = found.verdict
-    if phase is JobPhase.FAILED and (ask := store.retry_asks().get(job_id)) is not None:
-        verdict += f"; retry asked by {ask.by}: the next tick re-runs it"
+    asked = pending_ask(store, job_id)
     return as_json({
         "job_id": job_id,
         "job_name": found.rows[0]["trigger_job_name"],
-        "phase": phase,
-        "verdict": verdict,
+        "phase": job_phase(active) if active else None,
+        "verdict": found.verdict + (f"; {asked}" if asked else ""),
         "ready": found.is_ready,
         "rows": [_explain_row(r) for r in found.rows],
         "runs": runs,

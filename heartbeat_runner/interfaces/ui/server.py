@@ -19,7 +19,7 @@ Routes::
     GET  /api/jobs/<job>                 explain verdict, runs, events
     GET  /api/jobs/<job>/runs/<run>/output   the run's output (text, or a redirect to its page)
     GET  /api/ticks                      recent ticks, stage durations, errors and skips
-    POST /api/actions/<action>           pause | resume | complete | retry | reset (see ui.actions)
+    POST /api/actions/<action>           pause | resume | complete | retry | trigger | reset (see ui.actions)
 """
 
 from __future__ import annotations

@@ -179,6 +179,7 @@ function actionsBar(job) {
   return `<div class="actions" id="actions">
     ${paused ? `<button data-action="resume">Resume</button>` : `<button data-action="pause">Pause</button>`}
     ${job.phase === "FAILED" ? `<button data-action="retry">Retry…</button>` : ""}
+    ${job.phase !== "FAILED" && job.phase !== "RUNNING" ? `<button data-action="trigger">Run now…</button>` : ""}
     <button data-action="complete">Mark run complete…</button>
     <button data-action="reset">Reset…</button></div>`;
 }
@@ -204,6 +205,7 @@ function confirmAction(action, jobId) {
   const dialog = document.getElementById("confirm");
   const fields = {
     pause: "", resume: "",
+    trigger: `<label>Reason (audit trail)<input name="reason"></label><p class="muted">The next tick runs the job once, over whatever data it has pending (or none).</p>`,
     retry: `<label>Reason (audit trail)<input name="reason"></label><p class="muted">The next tick runs the job again over the data its failed run had, with a new idempotency token.</p>`,
     complete: `<label>Message (audit trail)<input name="message"></label><label><input type="checkbox" name="failed" style="width:auto"> record a failure instead</label>`,
     reset: `<label>Reason (required)<input name="reason" required></label><label>Since (ISO date or timestamp; empty: from the beginning)<input name="since" placeholder="2026-05-01"></label>`,

@@ -1,7 +1,9 @@
-"""`retry --job-id J`: an operator re-runs a failed job over the data its failed run had, as
+"""Manual runs. `retry --job-id J`: an operator re-runs a failed job over the data its failed run had, as
 Databricks' repair does: at the next tick, with a new idempotency token, exactly once, even when
 the runner dies between recording the retry and calling the jobs API, when the operator asks
 twice, or when two runners tick at once. A job that has not failed is refused and nothing changes.
+`trigger --job-id J`: run a job now, consuming whatever it has pending (or nothing), with the same
+guarantees; a running or failed job is refused.
 
 Real ``python -m heartbeat_runner`` processes against the stateful Jobs API stand-in (real SDK).
 """
@@ -115,3 +117,79 @@ def test_retry_of_a_job_that_has_not_failed_is_refused_and_changes_nothing(tmp_p
     assert lake.events() == before
     lake.cli("run", *ARGS)
     assert len(api.runs_of(int(JOB))) == 2
+
+
+# -- trigger: a manual run now --------------------------------------------------------------------
+
+def waiting_job(tmp_path, api: JobsApiServer) -> CliLakehouse:
+    """Job 101 reads up.orders (hard) and a trigger file (hard): new orders arrived, the file did not,
+    so the dependency rule keeps it waiting."""
+    config = tmp_path / "config.csv"
+    config.write_text("\n".join([HEADER, row("delta_table", "up.orders", JOB), row("trigger_file", "drop", JOB)]) + "\n")
+    lake = CliLakehouse(tmp_path / "lakehouse", config=config, jobs_file=marker_jobs_file(tmp_path / "jobs.yml", JOB),
+                        env={"DATABRICKS_HOST": api.host, "DATABRICKS_TOKEN": TOKEN,
+                             "HEARTBEAT_DATABRICKS_RETRY_TIMEOUT": "10"})
+    lake.home.mkdir(parents=True)
+    lake.append_ids("up.orders", 1)
+    lake.cli("seed")
+    lake.cli("run", *ARGS)  # baseline
+    lake.append_ids("up.orders", 2)
+    lake.cli("run", *ARGS)
+    assert api.runs_of(int(JOB)) == [] and "NEW_EVENT_AVAILABLE" in statuses(lake)
+    return lake
+
+
+def test_trigger_runs_a_waiting_job_once_over_what_is_pending(tmp_path, api):
+    lake = waiting_job(tmp_path, api)
+    asked = lake.cli("trigger", "--job-id", JOB, "--reason", "month-end close")
+    assert "manual run asked" in asked.stdout
+    lake.cli("trigger", "--job-id", JOB)  # asked twice before the tick: still one run
+    assert "manual run asked by" in lake.cli("explain", "--job-id", JOB).stdout
+
+    lake.cli("run", *ARGS)
+    lake.cli("run", *ARGS)
+    (run,) = api.runs_of(int(JOB))
+    windows = json.loads(run.parameters["heartbeat_windows"])
+    assert [(w["sensor_source"], w["sensor_id"]) for w in windows] == [("delta_table", "up.orders")]  # the pending orders, not the missing file
+    (request,) = lake.events("TRIGGER_REQUESTED")
+    assert request["message"].startswith("manual run asked by") and "consumes 1 pending event" in request["message"]
+    api.finish_run(run.run_id, "SUCCESS")
+    lake.cli("run", *ARGS)
+    assert statuses(lake) == {"COMPLETED"}
+    assert "manual run asked" not in lake.cli("explain", "--job-id", JOB).stdout
+
+    lake.cli("trigger", "--job-id", JOB)  # nothing pending now: a run over nothing new, with a token of its own
+    lake.cli("run", *ARGS)
+    first, second = api.runs_of(int(JOB))
+    assert json.loads(second.parameters["heartbeat_windows"]) == [] and second.token != first.token
+    assert "nothing new pending" in lake.events("TRIGGER_REQUESTED")[-1]["message"]
+
+
+def test_a_crash_after_the_manual_run_is_recorded_still_runs_it_exactly_once(tmp_path, api):
+    lake = waiting_job(tmp_path, api)
+    lake.cli("trigger", "--job-id", JOB)
+    crashed = lake.cli("run", *ARGS, check=False, env={"HEARTBEAT_CRASH_AT": FaultPoint.AFTER_TRIGGER_REQUESTED.value})
+    assert crashed.returncode == CRASH_EXIT_CODE and api.runs_of(int(JOB)) == []
+    with ThreadPoolExecutor(max_workers=2) as pool:  # and two runners at once after it
+        for done in [pool.submit(lake.cli, "run", *ARGS, "--wait-lease", "120") for _ in range(2)]:
+            done.result()
+    lake.cli("run", *ARGS)
+    assert len(api.runs_of(int(JOB))) == 1
+    assert len({e["idempotency_token"] for e in lake.events("TRIGGER_REQUESTED")}) == 1
+
+
+def test_trigger_of_a_running_or_failed_job_is_refused_and_changes_nothing(tmp_path, api):
+    lake = waiting_job(tmp_path, api)
+    lake.cli("trigger", "--job-id", JOB)
+    lake.cli("run", *ARGS)
+    before = lake.events()
+    running = lake.cli("trigger", "--job-id", JOB, check=False)
+    assert running.returncode != 0 and f"job {JOB} is running" in running.stderr and "Traceback" not in running.stderr
+    assert lake.events() == before
+
+    api.finish_run(api.runs_of(int(JOB))[0].run_id, "FAILED", "boom")
+    lake.cli("run", *ARGS)
+    before = lake.events()
+    failed = lake.cli("trigger", "--job-id", JOB, check=False)
+    assert failed.returncode != 0 and f"retry --job-id {JOB}" in failed.stderr
+    assert lake.events() == before
