@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 import yaml
+from harness import config_row
 
 from heartbeat_runner.interfaces.cli import build_parser
 
@@ -242,3 +243,38 @@ def test_app_installs_heartbeat_from_the_wheel_the_artifact_build_copies():
     assert lines[1] == "heartbeat-runner[app]" and "app" in extras
     assert "--wheel-dir app/wheels" in BUNDLE["artifacts"]["heartbeat_runner_wheel"]["build"]
     assert "app/wheels/*.whl" in BUNDLE["sync"]["include"]
+
+
+EXAMPLE_ALERT = REPO / "examples" / "databricks" / "open_alerts.alert.yml"
+
+
+def test_the_example_sql_alert_is_a_typed_bundle_alert_that_fires_on_an_open_heartbeat_alert(hb):
+    """examples/databricks/open_alerts.alert.yml loads as a Databricks SQL alert (v2) of the bundle format,
+    and its query, run on a real lakehouse against heartbeat_alerts, counts the open JOB_FAILED alert a
+    failed run raised: the alert's condition (count > 0) holds."""
+    alerts_model = pytest.importorskip("databricks.bundles.alerts", reason="pip install databricks-bundles")
+    part = yaml.safe_load(EXAMPLE_ALERT.read_text())
+    assert set(part) == {"variables", "resources"} and set(part["resources"]) == {"alerts"}
+    variables = {**BUNDLE["variables"], **part["variables"]}
+    values = {name: spec.get("default", TEST_VALUES.get(name, "oncall@example.com")) for name, spec in variables.items()}
+    used = set(VARIABLE.findall(EXAMPLE_ALERT.read_text()))
+    assert used <= set(variables), used - set(variables)
+    spec = json.loads(VARIABLE.sub(lambda m: str(values[m.group(1)]), json.dumps(part["resources"]["alerts"])))
+    (alert,) = [alerts_model.Alert.from_dict(copy.deepcopy(a)) for a in spec.values()]  # raises on an unknown field
+    assert alert.evaluation.source.name == "open_alerts"
+
+    policies = hb.root / "run_policies.yml"
+    policies.write_text("alerts:\n  default:\n    job: {failed: true}\n")
+    hb.app.settings = hb.settings.with_(retry_policy_file=policies)
+    hb.create_table("up.orders", "id int")
+    hb.seed(config_row("delta_table", "up.orders", "J1"))
+    hb.jobs(J1=3)
+    hb.tick()
+    hb.insert("up.orders", "(1)")
+    hb.tick()
+    hb.wait_for_jobs()
+    hb.tick()
+    query = part["resources"]["alerts"]["heartbeat_open_alerts"]["query_text"].replace(
+        "${var.catalog}.${var.schema}.heartbeat_alerts", hb.app.store.name("heartbeat_alerts"))
+    (row,) = hb.spark.sql(query).collect()
+    assert row["open_alerts"] == 1 > alert.evaluation.threshold.value.double_value

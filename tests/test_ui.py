@@ -43,10 +43,14 @@ CONFIG = [
 
 @pytest.fixture(scope="module")
 def lakehouse(tmp_path_factory) -> Iterator[Harness]:
-    """orders_etl ran and completed, customer_360 waits for customers, finance_close failed,
-    marketing_daily is paused: every phase the page colours, reached by real ticks."""
+    """orders_etl ran and completed, customer_360 waits for customers, finance_close failed (an open
+    JOB_FAILED alert: alerts are on, with no destination), marketing_daily is paused: every phase the
+    page colours, reached by real ticks."""
     root = tmp_path_factory.mktemp("ui")
     with Harness(root) as hb:
+        policies = root / "run_policies.yml"
+        policies.write_text("alerts:\n  default:\n    job: {failed: true}\n")
+        hb.app.settings = hb.settings.with_(retry_policy_file=policies)
         hb.create_table("sales.orders", "id INT")
         hb.create_table("sales.customers", "id INT")
         hb.seed(*CONFIG)
@@ -96,6 +100,11 @@ def operator_page(lakehouse) -> Iterator[str]:
     url, server = serve(lakehouse, ActionPolicy(enabled=True, operators=frozenset({"ops@example.com"})))
     yield url
     server.shutdown()
+
+
+def get_json(url: str):
+    with urllib.request.urlopen(url, timeout=60) as answer:
+        return json.loads(answer.read())
 
 
 def wait_for(driver, css: str, timeout: float = 20):
@@ -221,6 +230,23 @@ def test_ticks_chart_stage_durations_and_list_skipped_sources(page, browser, tmp
 
 
 # -- actions ----------------------------------------------------------------------------------
+
+def test_open_alerts_show_on_the_overview_and_on_the_job_they_name(page, browser, lakehouse):
+    """finance_close's failed run raised JOB_FAILED (recorded in the lakehouse; no destination is set):
+    the overview lists it with what it says, its job page too, another job's page not."""
+    alerts = get_json(page + "/api/alerts")["alerts"]
+    assert [(a["kind"], a["jobs"]) for a in alerts] == [("JOB_FAILED", ["finance_close"])]
+    assert alerts[0]["alert_key"] in {r["alert_key"] for r in lakehouse.app.store.read("heartbeat_alerts")}
+    browser.get(page + "/#/")
+    panel = wait_for(browser, "#open-alerts")
+    assert "1 open alert" in panel.text and "JOB_FAILED" in panel.text and "exit code 3" in panel.text
+    assert "the lakehouse only" in panel.text  # no destination configured
+    browser.get(page + "/#/jobs/finance_close")
+    assert "JOB_FAILED" in wait_for(browser, "#job-alerts").text
+    browser.get(page + "/#/jobs/orders_etl")
+    wait_until(browser, lambda b: "orders_etl" in b.find_element("css selector", "#view h2").text)
+    assert browser.find_elements("css selector", "#job-alerts") == []
+
 
 def test_actions_are_absent_without_the_flag_and_refused_by_the_api(page, browser):
     from selenium.webdriver.common.by import By

@@ -28,6 +28,7 @@ from heartbeat_runner.interfaces.operations import (
 )
 from heartbeat_runner.jobs.base import JobsBackend, RunOutput
 from heartbeat_runner.lakehouse.store import EVENTS, Cond, TableStore
+from heartbeat_runner.runner.alerting import list_alerts
 from heartbeat_runner.runner.tick import COUNT_FIGURES
 
 JOB_RUNS_VIEW = "heartbeat_job_runs"
@@ -36,6 +37,8 @@ LATEST_RUN_VIEW = "heartbeat_job_latest_run"
 RECENT_RUNS = 50
 RECENT_EVENTS = 60
 RECENT_TICKS = 60
+#: the open alerts the page lists at most (the CLI's `alerts --limit` shows more)
+OPEN_ALERTS_SHOWN = 200
 
 
 class JobPhase(str, enum.Enum):
@@ -249,6 +252,7 @@ def job_page(store: TableStore, job_id: str, policy_file: Path | None = None) ->
     runs = [_run_record(r) for r in store.read(JOB_RUNS_VIEW, Cond("trigger_job_id", job_id),
                                                order_by=["requested_at DESC"], limit=RECENT_RUNS)]
     asked = pending_ask(store, job_id)
+    alerts = [a for a in open_alerts(store) if job_id in a["jobs"]]
     return as_json({
         "job_id": job_id,
         "job_name": found.rows[0]["trigger_job_name"],
@@ -259,7 +263,14 @@ def job_page(store: TableStore, job_id: str, policy_file: Path | None = None) ->
         "runs": runs,
         "events": recent_events(store, job_id, sorted({r["source_key"] for r in active})),
         "late_data": late_data(store, policy_file, job_id),
+        "alerts": alerts,
     })
+
+
+def open_alerts(store: TableStore) -> list[dict[str, Any]]:
+    """The open alerts (heartbeat_alerts, what `alerts` lists), newest first; ``jobs`` as a list of job ids."""
+    rows = list_alerts(store, include_resolved=False, limit=OPEN_ALERTS_SHOWN)
+    return as_json([{**row, "jobs": json.loads(row["jobs"]) if row["jobs"] else []} for row in rows])
 
 
 def _explain_row(row: dict) -> dict[str, Any]:

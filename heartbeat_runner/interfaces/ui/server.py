@@ -15,6 +15,7 @@ Routes::
     GET  /api/meta                       version, refresh interval, whether this user may act
     GET  /api/runner                     is a runner ticking: last tick, its interval, the limit
     GET  /api/overview                   every job: phase, dependencies, last run
+    GET  /api/alerts                     the open alerts (heartbeat_alerts), newest first
     GET  /api/graph                      sources -> jobs (nodes and hard/soft edges)
     GET  /api/jobs/<job>                 explain verdict, runs, events
     GET  /api/jobs/<job>/runs/<run>/output   the run's output (text, or a redirect to its page)
@@ -173,6 +174,8 @@ class Handler(BaseHTTPRequestHandler):
             return self._json(runner_health(page.app.settings).as_json())
         if route == ["overview"]:
             return self._json({"jobs": page.jobs()})
+        if route == ["alerts"]:
+            return self._json({"alerts": page.read(lambda: data.open_alerts(page.app.store))})
         if route == ["graph"]:
             return self._json(data.graph(page.jobs()))
         if route == ["ticks"]:

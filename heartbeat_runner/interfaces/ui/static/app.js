@@ -84,9 +84,12 @@ async function showRunner() {
 // -- overview --------------------------------------------------------------------------------
 
 async function renderOverview(view) {
-  state.jobs = (await api("/api/overview")).jobs;
+  const [overview, alerts] = await Promise.all([api("/api/overview"), api("/api/alerts")]);
+  state.jobs = overview.jobs;
+  state.alerts = alerts.alerts;
   if (!view.querySelector("#jobs-page")) {  // build the page once; refreshes and filters redraw its parts
     view.innerHTML = `<div id="jobs-page">
+      <div id="alerts-panel"></div>
       <h2>Jobs <span class="muted" id="job-count"></span></h2>
       <div class="counts" id="counts"></div>
       <div class="toolbar" style="margin-top:12px">
@@ -108,6 +111,7 @@ async function renderOverview(view) {
 
 function drawOverview() {
   const jobs = state.jobs, q = state.filter.q.toLowerCase();
+  document.getElementById("alerts-panel").innerHTML = alertsTable(state.alerts, "open-alerts");
   const shown = jobs.filter((j) => (!state.filter.phase || j.phase === state.filter.phase)
     && (!q || [j.job_id, j.job_name, ...j.dependencies.map((d) => d.label)].some((t) => String(t ?? "").toLowerCase().includes(q))));
   document.getElementById("job-count").textContent = `(${jobs.length})`;
@@ -117,6 +121,19 @@ function drawOverview() {
   document.getElementById("shown").textContent = `${shown.length} shown`;
   document.querySelector("#jobs tbody").innerHTML =
     shown.map(jobRow).join("") || `<tr><td colspan="7" class="muted">No job matches.</td></tr>`;
+}
+
+// Open alerts (GET /api/alerts: the heartbeat_alerts view, as `alerts` shows them), newest first.
+function alertsTable(alerts, id) {
+  if (!alerts.length) return "";
+  const delivered = (a) => a.raise_delivered_to
+    || (a.failed_deliveries ? `not delivered yet (${a.failed_deliveries} failed attempt(s))` : "the lakehouse only");
+  return `<div class="alerts" id="${id}"><h3>${alerts.length} open alert${alerts.length > 1 ? "s" : ""}</h3>
+    <table><thead><tr><th>Kind</th><th>Subject</th><th>What</th><th>Since</th><th>Sent to</th></tr></thead><tbody>
+    ${alerts.map((a) => `<tr data-alert="${esc(a.alert_key)}"><td><span class="badge alert">${esc(a.kind)}</span></td>
+      <td>${esc(a.subject)}</td><td>${esc(a.summary)}${a.link ? ` <a target="_blank" rel="noopener" href="${esc(a.link)}">output</a>` : ""}</td>
+      <td>${when(a.since_ts || a.raised_at)}</td><td>${esc(delivered(a))}</td></tr>`).join("")}
+    </tbody></table></div>`;
 }
 
 function depChip(d) {
@@ -146,6 +163,7 @@ async function renderJob(view, jobId) {
     <p><a href="#/">← all jobs</a></p>
     <h2>${esc(job.job_id)} <span class="muted">${esc(job.job_name)}</span> ${badge(job.phase)}</h2>
     <div class="verdict-box" id="verdict">${esc(job.verdict)}</div>
+    ${alertsTable(job.alerts, "job-alerts")}
     ${actionsBar(job)}
     <div id="action-result">${state.notice ? `<div class="notice ${state.notice.error ? "error" : ""}">${esc(state.notice.text)}</div>` : ""}</div>
     <h3>Dependencies</h3>
