@@ -232,13 +232,15 @@ print("forked")
 def test_a_fork_beside_a_live_grpc_session_runs_no_grpc_fork_handlers(process, handlers_run):
     """gRPC's fork handlers pause and restart its threads around fork(); a JVM forked meanwhile can die
     before it execs (CI: "Java gateway process exited"). Importing Heartbeat turns them off unless the
-    environment asks for them; a plain PySpark process shows the trace would tell."""
+    environment asks for them; a plain PySpark process shows the trace would tell (and may itself die
+    of the hazard: its fork child is sometimes aborted, so only Heartbeat's process must finish)."""
     env = {k: v for k, v in os.environ.items() if k != "GRPC_ENABLE_FORK_SUPPORT"}
     env.update(GRPC_TRACE="fork,event_engine", GRPC_VERBOSITY="debug")
     done = subprocess.run([sys.executable, "-c", FORK_WITH_GRPC, process], env=env, capture_output=True,
                           text=True, timeout=120)
-    assert done.returncode == 0 and "forked" in done.stdout, done.stderr[-3000:]
     assert ("PrepareFork" in done.stderr) is handlers_run, done.stderr[-3000:]
+    if not handlers_run:
+        assert done.returncode == 0 and "forked" in done.stdout, done.stderr[-3000:]
 
 
 # -- 3. configs of the reference implementation: bare table names ---------------------------------

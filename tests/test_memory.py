@@ -22,7 +22,7 @@ import pytest
 from harness import HEADER, CliLakehouse, marker_jobs_file
 from harness import config_row as row
 
-from heartbeat_runner.core.processes import pid_alive, process_tree, tree_rss_bytes
+from heartbeat_runner.core.processes import pid_alive, process_rss_bytes, process_tree
 from heartbeat_runner.core.settings import load_settings
 from heartbeat_runner.runner.app import open_app
 
@@ -67,12 +67,25 @@ class _Loop:
             time.sleep(0.05)
 
     def rss_mib(self) -> float:
-        return tree_rss_bytes(self.process.pid) / MIB
+        """The runner and its engine child: the tree without the local job runs it launched (user work,
+        whose overlap under a loaded machine says nothing about the runner's memory)."""
+        tree = process_tree(self.process.pid)
+        jobs = {pid for root in tree if _is_job_run(root) for pid in process_tree(root)}
+        return sum(process_rss_bytes(pid) for pid in tree if pid not in jobs) / MIB
 
     def stop(self) -> None:
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
         self.process.wait(timeout=120)
+
+
+def _is_job_run(pid: int) -> bool:
+    """Whether ``pid`` is a local job's launcher (``heartbeat_runner.jobs.local_launcher``)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            return b"heartbeat_runner.jobs.local_launcher" in handle.read()
+    except OSError:
+        return False
 
 
 def _all_ended(pids: list[int], within_s: float = 15.0) -> bool:
