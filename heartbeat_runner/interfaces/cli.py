@@ -52,7 +52,7 @@ from heartbeat_runner.interfaces.output import STATUS_COLUMNS, LiveLine, Snapsho
 from heartbeat_runner.policies.event_windows import source_grains
 from heartbeat_runner.policies.retry import load_retry_policies, policy_problem
 from heartbeat_runner.policies.run_policies import RunPolicies, load_run_policies
-from heartbeat_runner.runner.alerting import Liveness
+from heartbeat_runner.runner.alerting import Liveness, idle_sensing
 from heartbeat_runner.runner.app import App, open_app
 from heartbeat_runner.runner.lease import Lease, LeaseHeld, tick_lease
 from heartbeat_runner.runner.memory import (
@@ -741,7 +741,7 @@ def cmd_runs(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_explain(args: argparse.Namespace, settings: Settings) -> int:
     with open_app(settings) as app:
         _open_fresh(app, settings)
-        found = explain(app.store, args.job_id)
+        found = explain(app.store, args.job_id, idle_sensing(settings.lakehouse_dir))
         retry = retry_outlook(app.store, load_retry_policies(settings.retry_policy_file), args.job_id)
         late = late_data(app.store, settings.retry_policy_file, args.job_id)
         deadline = _deadline_note(app, settings, args.job_id)

@@ -19,15 +19,14 @@ from typing import overload
 from heartbeat_runner.core.errors import ConfigError, InvalidInputError, NotFoundError
 from heartbeat_runner.core.records import Event, EventType, JobStatus, Outcome, utcnow
 from heartbeat_runner.core.settings import Settings
-from heartbeat_runner.lakehouse.store import CONTROL, Cond, TableStore
+from heartbeat_runner.lakehouse.store import CONTROL, EXPLANATION_VIEW, Cond, TableStore
 from heartbeat_runner.policies.retry import RetryPolicies
 from heartbeat_runner.policies.run_policies import load_run_policies
-from heartbeat_runner.runner.alerting import Liveness, runner_liveness
+from heartbeat_runner.runner.alerting import IdleSensing, Liveness, runner_liveness
 from heartbeat_runner.runner.app import App
 from heartbeat_runner.runner.lease import Lease
 from heartbeat_runner.sensing.sources.base import dump_cursor
 
-EXPLANATION_VIEW = "jobs_trigger_explanation"
 CURSOR_HISTORY_VIEW = "heartbeat_cursor_history"
 RUN_OVERVIEW_VIEW = "heartbeat_run_overview"
 RUN_REPORT_ALL_VIEW = "heartbeat_run_report_all"
@@ -87,13 +86,27 @@ class Explanation:
     rows: list[dict]
 
 
-def explain(store: TableStore, job_id: str) -> Explanation:
-    """Why ``job_id`` did or did not trigger, from jobs_trigger_explanation."""
+def explain(store: TableStore, job_id: str, idle: IdleSensing | None = None) -> Explanation:
+    """Why ``job_id`` did or did not trigger, from jobs_trigger_explanation; with ``idle`` (the runner's
+    latest idle tick, ``idle_sensing``), each source's last evaluation is the newer of the recorded one and that."""
     rows = store.read(EXPLANATION_VIEW, Cond("trigger_job_id", job_id),
                       order_by=["is_active DESC", "dependency", "sensor_source", "sensor_id"])
     if not rows:
         raise unknown_job(job_id)
+    rows = [with_idle_sensing(row, idle) for row in rows]
     return Explanation(job_id, rows[0]["verdict"], bool(rows[0]["is_ready"]), rows)
+
+
+def with_idle_sensing(row: dict, idle: IdleSensing | None) -> dict:
+    """``row`` with the idle tick's evaluation where that is newer than the recorded one. Only a recorded
+    evaluation that was clean (no error, no warning) is replaced: its row state stays true; one with an
+    error or warning was followed by a recorded tick anyway (a recovery or a lost warning is never idle).
+    ``last_evaluation_run_id`` still names the latest recorded evaluation."""
+    recorded = row.get("last_evaluated_at")
+    if (idle is None or row.get("source_key") not in idle.source_keys or row.get("last_outcome_detail")
+            or row.get("last_outcome") == Outcome.ERROR.value or (recorded is not None and recorded >= idle.sensed_at)):
+        return row
+    return {**row, "last_evaluated_at": idle.sensed_at, "last_outcome": Outcome.NO_NEW_DATA.value}
 
 
 # -- job-level operator events (pause, resume, complete, retry) ---------------------------------------

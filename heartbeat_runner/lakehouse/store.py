@@ -21,6 +21,7 @@ from heartbeat_runner.core.records import (
     Event,
     EventType,
     JobStatus,
+    Outcome,
     RunSummary,
     SensingTarget,
     SensorEvaluation,
@@ -55,6 +56,7 @@ RETRY_ASKS_VIEW = "heartbeat_retry_asks"
 TRIGGER_ASKS_VIEW = "heartbeat_trigger_asks"
 DUE_VIEW = "heartbeat_sensors_due"
 SKIPPED_VIEW = "heartbeat_sensors_skipped"
+EXPLANATION_VIEW = "jobs_trigger_explanation"
 SENSOR_STATE = "heartbeat_sensor_state"
 SEQUENCES_VIEW = "heartbeat_job_sequences"
 WINDOWS_VIEW = "heartbeat_job_windows"
@@ -325,6 +327,12 @@ class TableStore:
     def sensors_skipped(self) -> list[SkippedSource]:
         """Sources no eligible row reads now, with the reason (paused, in progress, ...)."""
         return [SkippedSource(**r) for r in self.read(SKIPPED_VIEW, order_by=["source_key"])]
+
+    def sources_failing_sensing(self) -> set[str]:
+        """Source keys whose latest recorded sensing failed (rows of active jobs)."""
+        rows = self.read(EXPLANATION_VIEW, Cond("is_active", True), Cond("last_outcome", Outcome.ERROR.value),
+                         columns=["source_key"])
+        return {r["source_key"] for r in rows}
 
     def current_cursors(self) -> dict[str, tuple[str | None, str | None]]:
         """Each due source's cursor now, and the event that set it (the parent of its next NEW_DATA event)."""

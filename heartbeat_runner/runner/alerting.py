@@ -25,7 +25,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from heartbeat_runner.core.faults import FaultPoint, crash_point
-from heartbeat_runner.core.records import Event, EventType, JobStatus, Outcome, alert_event_id, utcnow
+from heartbeat_runner.core.records import Event, EventType, JobStatus, Outcome, alert_event_id, as_utc, utcnow
 from heartbeat_runner.jobs.base import JobsBackend
 from heartbeat_runner.lakehouse.dbt_invoke import DbtProject
 from heartbeat_runner.lakehouse.store import EVENTS, Cond, TableStore
@@ -94,7 +94,7 @@ class AlertMonitor(TickObserver):
 
     def observe(self, result: TickResult) -> None:
         """After a tick: liveness, then (with alert policies) fold, evaluate, record, queue. Never raises."""
-        self._write_liveness()
+        self._write_liveness(result)
         if not self.policies.enabled:
             return
         try:
@@ -284,8 +284,9 @@ class AlertMonitor(TickObserver):
 
     # -- liveness --------------------------------------------------------------------------------
 
-    def _write_liveness(self) -> None:
-        """When this runner last ticked and how far apart its ticks are (for ``check``)."""
+    def _write_liveness(self, result: TickResult) -> None:
+        """When this runner last ticked and how far apart its ticks are (for ``check``); after an idle tick,
+        also what it sensed (``idle_sensing``: idle ticks record nothing in the tables)."""
         now = time.time()
         path = liveness_path(self.lakehouse_dir)
         recorded = _liveness(path) if self._last_tick is None else None  # `run` from cron: the previous process
@@ -295,8 +296,10 @@ class AlertMonitor(TickObserver):
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             temporary = path.with_suffix(f".{os.getpid()}.tmp")
+            idle = IdleSensing.of(result)
             temporary.write_text(json.dumps({"ticked_at": now, "interval_s": interval, "pid": os.getpid(),
-                                             "host": socket.gethostname()}))
+                                             "host": socket.gethostname(),
+                                             "idle_sensing": idle.as_json() if idle else None}))
             temporary.replace(path)
         except OSError as exc:
             log.warning("could not write %s: %s", path, exc)
@@ -304,6 +307,37 @@ class AlertMonitor(TickObserver):
 
 #: an interval measured across runner processes counts at most this long (a lakehouse idle for days)
 MAX_INTERVAL_S = 3600.0
+
+
+@dataclass(frozen=True)
+class IdleSensing:
+    """What the latest tick sensed when it was idle (nothing new, no error, no warning; the tables got no
+    row of it): each of ``source_keys`` was sensed with no new data at ``sensed_at``. Where a source's
+    recorded evaluation is older, this is its current one (``explain`` and the page show it)."""
+
+    sensed_at: datetime
+    source_keys: frozenset[str]
+
+    @classmethod
+    def of(cls, result: TickResult) -> IdleSensing | None:
+        if not result.is_idle:
+            return None
+        return cls(result.snapshot_ts, frozenset(s.target.source_key for s in result.sensed))
+
+    def as_json(self) -> dict[str, object]:
+        return {"sensed_at": self.sensed_at.isoformat(), "source_keys": sorted(self.source_keys)}
+
+
+def idle_sensing(lakehouse_dir: Path) -> IdleSensing | None:
+    """The latest tick's idle sensing from the liveness file (None: that tick was not idle, or no file)."""
+    try:
+        found = json.loads(liveness_path(lakehouse_dir).read_text())["idle_sensing"]
+        if found is None:
+            return None
+        return IdleSensing(as_utc(datetime.fromisoformat(found["sensed_at"])),
+                           frozenset(str(key) for key in found["source_keys"]))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
 
 
 def _liveness(path: Path) -> tuple[float, float | None] | None:

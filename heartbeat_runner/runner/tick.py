@@ -125,6 +125,8 @@ class TickResult:
     carried: list[str] = field(default_factory=list)
     #: what the jobs backend said about how it read (e.g. a listing over its page budget)
     api_notes: list[str] = field(default_factory=list)
+    #: source keys that sensed again after their latest recorded sensing failed (recorded, never coalesced)
+    recovered: list[str] = field(default_factory=list)
     stage_timings: dict[str, float] = field(default_factory=dict)
     duration_s: float = 0.0
     #: events this tick appended (0 for a tick that found and changed nothing)
@@ -155,7 +157,7 @@ class TickResult:
         """Nothing sensed, triggered, reconciled, written or failed: the run report coalesces such ticks."""
         return (self.events_written == 0 and self.sources_with_new_data == 0 and self.exit_code == 0
                 and not (self.triggered or self.completed or self.failed or self.retried or self.overdue
-                         or self.carried or self.api_notes)
+                         or self.carried or self.api_notes or self.recovered)
                 and not any(s.note for s in self.sensed))
 
     @property
@@ -172,7 +174,7 @@ class TickResult:
             "trigger_errors": [p.as_dict() for p in self.trigger_errors],
             "retried": self.retried,
             "overdue": [p.as_dict("message") for p in self.overdue],
-            "carried": self.carried, "api_notes": self.api_notes,
+            "carried": self.carried, "api_notes": self.api_notes, "recovered": self.recovered,
             "stage_timings": self.stage_timings, "sql_parses": self.sql_parses, "exit_code": self.exit_code,
             **({"maintenance": self.maintenance.as_dict()} if self.maintenance else {}),
         }
@@ -251,6 +253,8 @@ class Heartbeat:
         self._events_version: int | None = None
         #: how often the running loop restarted itself past its memory ceiling (set by the loop)
         self.loop_restarts = 0
+        #: source keys whose latest recorded sensing failed (None: not read yet by this process)
+        self._failing: set[str] | None = None
 
     # -- the tick ---------------------------------------------------------------------------
 
@@ -270,6 +274,7 @@ class Heartbeat:
             self.progress(f"sensing {len(due)} source(s)")
             result.sensed = sense_all(due, self.ctx, max_workers=self.settings.max_workers,
                                       timeout_s=self.settings.sensor_timeout_s)
+            result.recovered = self._recoveries(result.sensed)
         crash_point(FaultPoint.AFTER_SENSING)
         fail_point(FaultPoint.AFTER_SENSING)
         with _stage(timings, "events_write"):
@@ -309,6 +314,19 @@ class Heartbeat:
         if self._idle is not None:
             self.store.append_run(self._idle.summary(self._process_figures()), [])
             self._idle = None
+
+    def _recoveries(self, sensed: list[SensingOutcome]) -> list[str]:
+        """Sources whose latest recorded sensing failed and that sensed now. Such a tick is recorded, not
+        coalesced as idle, so the failure shown by `status`, `explain` and the page clears at once rather
+        than when an idle streak is flushed. The failing set is read once per process, then kept up to date
+        from each tick's outcomes (a source not sensed this tick keeps its state)."""
+        if self._failing is None:
+            self._failing = self.store.sources_failing_sensing()
+        keys = {s.target.source_key for s in sensed}
+        failing_now = {s.target.source_key for s in sensed if s.outcome is Outcome.ERROR}
+        recovered = sorted((keys - failing_now) & self._failing)
+        self._failing = (self._failing - keys) | failing_now
+        return recovered
 
     def _process_figures(self) -> dict[str, int]:
         """What the run report tells about the process: engine recycles and loop restarts, when any."""

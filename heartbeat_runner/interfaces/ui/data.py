@@ -18,17 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from heartbeat_runner.core.records import JobState, JobStatus, Outcome
-from heartbeat_runner.interfaces.operations import (
-    EXPLANATION_VIEW,
-    RUN_REPORT_ALL_VIEW,
-    explain,
-    late_data,
-    pending_ask,
-    recent_runs,
-)
+from heartbeat_runner.interfaces.operations import RUN_REPORT_ALL_VIEW, explain, late_data, pending_ask, recent_runs
 from heartbeat_runner.jobs.base import JobsBackend, RunOutput
-from heartbeat_runner.lakehouse.store import EVENTS, Cond, TableStore
-from heartbeat_runner.runner.alerting import list_alerts
+from heartbeat_runner.lakehouse.store import EVENTS, EXPLANATION_VIEW, Cond, TableStore
+from heartbeat_runner.runner.alerting import idle_sensing, list_alerts
 from heartbeat_runner.runner.tick import COUNT_FIGURES
 
 JOB_RUNS_VIEW = "heartbeat_job_runs"
@@ -244,10 +237,11 @@ def _worse(a: SourceHealth, b: SourceHealth) -> SourceHealth:
 
 # -- job page ----------------------------------------------------------------------------------
 
-def job_page(store: TableStore, job_id: str, policy_file: Path | None = None) -> dict[str, Any]:
+def job_page(store: TableStore, job_id: str, policy_file: Path | None = None,
+             lakehouse_dir: Path | None = None) -> dict[str, Any]:
     """The explain verdict, the run timeline, the recent events and any late data of one job
-    (HeartbeatError if unknown)."""
-    found = explain(store, job_id)
+    (HeartbeatError if unknown); each source's last evaluation counts the runner's latest idle tick."""
+    found = explain(store, job_id, idle_sensing(lakehouse_dir) if lakehouse_dir else None)
     active = [r for r in found.rows if r["is_active"]]
     runs = [_run_record(r) for r in store.read(JOB_RUNS_VIEW, Cond("trigger_job_id", job_id),
                                                order_by=["requested_at DESC"], limit=RECENT_RUNS)]

@@ -181,8 +181,9 @@ class Handler(BaseHTTPRequestHandler):
         if route == ["ticks"]:
             return self._json(page.read(lambda: data.ticks(page.app.store)))
         if len(route) == 2 and route[0] == "jobs":
-            return self._json(page.read(lambda: data.job_page(page.app.store, route[1],
-                                                              page.app.settings.retry_policy_file)))
+            settings = page.app.settings
+            return self._json(page.read(lambda: data.job_page(page.app.store, route[1], settings.retry_policy_file,
+                                                              settings.lakehouse_dir)))
         if len(route) == 5 and route[0] == "jobs" and route[2] == "runs" and route[4] == "output":
             return self._run_output(route[1], route[3])
         return self._error(HTTPStatus.NOT_FOUND, f"no API at /{'/'.join(parts)}")
