@@ -112,8 +112,18 @@ class Scenarios:
     def __init__(self, template: tuple[Path, Path, Path]):
         self.template = template
         self.done: dict[str, dict[str, Outcome]] = {}
+        self.failed: dict[str, Exception] = {}
 
     def of(self, backend: str) -> dict[str, Outcome]:
+        if backend in self.failed:  # each test of the backend says so, not that its folders exist
+            raise AssertionError(f"the {backend} crash scenarios failed (first failing test)") from self.failed[backend]
+        try:
+            return self._of(backend)
+        except Exception as exc:
+            self.failed[backend] = exc
+            raise
+
+    def _of(self, backend: str) -> dict[str, Outcome]:
         if backend not in self.done:
             points = (NO_CRASH, *CRASH_POINTS)
             servers = {p: JobsApiServer() if backend == "databricks" else None for p in points}

@@ -12,9 +12,10 @@ Each run gets ``<lakehouse>/jobs/runs/<run_id>/`` holding ``output.log`` and, wh
 command ends, ``result.json`` with its exit code. Runs are started detached, so the
 runner can exit (or crash) while they go on; a later tick reads the result.
 
-Idempotency: the token is claimed by creating ``tokens/<token>`` exclusively; the
-run it names is launched at most once (``launched`` marker under a file lock), so a
-retry after a crash, or a second runner, gets the same run.
+Idempotency: the token is claimed by creating ``tokens/<token>`` exclusively, whole (its
+run id is written aside and hard-linked into place, so a crash at any instant leaves no
+claim or a complete one); the run it names is launched at most once (``launched`` marker
+under a file lock), so a retry after a crash, or a second runner, gets the same run.
 """
 
 from __future__ import annotations
@@ -105,6 +106,7 @@ class LocalJobsBackend(JobsBackend):
             raise JobNotFoundError(f"job {request.job_id!r} is not defined in {self.jobs_file}")
         run_id = self._claim_token(request)
         run_dir = self._run_dir(run_id)
+        run_dir.mkdir(parents=True, exist_ok=True)  # already there unless a crash came right after the claim
         with self._locked(run_dir):
             if not (run_dir / "launched").exists():
                 self._launch(job, request, run_id, run_dir)
@@ -164,21 +166,24 @@ class LocalJobsBackend(JobsBackend):
         return self.state_dir / "runs" / run_id
 
     def _claim_token(self, request: TriggerRequest) -> str:
-        token_file = self.state_dir / "tokens" / request.idempotency_token
+        """The run that owns ``request``'s token: the one an earlier call claimed, or a new one.
+
+        The token file appears with its run id or not at all (``os.link`` of a file written aside), so
+        a crash never leaves a claim without a run id."""
+        tokens = self.state_dir / "tokens"
+        token_file = tokens / request.idempotency_token
         run_id = f"{datetime.now(timezone.utc):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
+        aside = tokens / f".{request.idempotency_token}.{uuid.uuid4().hex}.claim"
+        aside.write_text(run_id)
         try:
-            fd = os.open(token_file, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError as exc:
-            existing = token_file.read_text().strip()
-            if existing:
-                return existing
-            raise JobsBackendError(f"token {request.idempotency_token} is being claimed", retryable=True) from exc
-        with os.fdopen(fd, "w") as handle:
-            handle.write(run_id)
-        run_dir = self._run_dir(run_id)
-        run_dir.mkdir(parents=True)
-        _write_json(run_dir / "meta.json", {"job_id": request.job_id, "token": request.idempotency_token,
-                                             "parameters": request.parameters})
+            os.link(aside, token_file)
+        except FileExistsError:
+            run_id = token_file.read_text().strip()
+            if not run_id:  # an empty claim: left by a crash of a version that wrote it in place
+                run_id = aside.read_text()
+                os.replace(aside, token_file)
+        finally:
+            aside.unlink(missing_ok=True)
         return run_id
 
     @contextlib.contextmanager
@@ -210,10 +215,10 @@ class LocalJobsBackend(JobsBackend):
                                            stderr=subprocess.STDOUT, start_new_session=True)
         except OSError as exc:
             raise JobsBackendError(f"could not start job {job.job_id} ({shlex.join(job.command)}): {exc}") from exc
-        meta = _read_json(run_dir / "meta.json") or {}
-        meta.update({"pid": process.pid, "started_at": datetime.now(timezone.utc).isoformat(),
-                     "command": job.command})
-        _write_json(run_dir / "meta.json", meta)
+        _write_json(run_dir / "meta.json", {"job_id": request.job_id, "token": request.idempotency_token,
+                                             "parameters": request.parameters, "pid": process.pid,
+                                             "started_at": datetime.now(timezone.utc).isoformat(),
+                                             "command": job.command})
         (run_dir / "launched").touch()
 
 
