@@ -13,14 +13,17 @@ from harness import ENGINES, Harness  # noqa: E402
 
 #: Apache Spark + Delta can run here: Java, Maven (first jar resolution) and the spark extra
 SPARK_AVAILABLE = bool(shutil.which("java") and shutil.which("mvn") and find_spec("delta") is not None)
-#: The switch for the engine matrix (README "Development"). Unset, ``pytest`` is the fast loop for people working
-#: on the code: the embedded engine only. ``HEARTBEAT_TEST_MATRIX=full`` runs every behavioural test on Sail, Spark
-#: classic and Spark Connect, and the Spark-only tests; ``=spark`` runs only those Spark legs (``.ci/run`` runs
-#: them in a process of their own beside the everyday loop: one process cannot hold a classic Spark session
-#: and later a Connect one, so they stay out of the loop's workers).
+#: The switch for the test matrix (README "Development"). Unset, ``pytest`` is the fast loop for people working
+#: on the code: the embedded engine only, without the tests marked ``slow`` (crash matrices, soaks, runs of
+#: several processes). ``HEARTBEAT_TEST_MATRIX=sail`` runs every test on the embedded engine, the slow ones
+#: too; ``=spark`` runs only the Spark legs (every behavioural test on Spark classic and Spark Connect, and the
+#: Spark-only tests); ``=full`` runs all of it in one process. ``.ci/run`` runs ``sail``, then ``spark`` in a
+#: process of its own (one process cannot hold a classic Spark session and later a Connect one, so the
+#: Spark legs stay out of the loop's workers).
 MATRIX = os.environ.get("HEARTBEAT_TEST_MATRIX", "").strip().lower()
-if MATRIX not in ("", "full", "spark"):
-    raise pytest.UsageError(f"HEARTBEAT_TEST_MATRIX={MATRIX!r}: expected full or spark (or unset: the embedded engine)")
+if MATRIX not in ("", "sail", "full", "spark"):
+    raise pytest.UsageError(f"HEARTBEAT_TEST_MATRIX={MATRIX!r}: expected sail, spark or full "
+                            "(or unset: the fast loop on the embedded engine)")
 FULL_MATRIX = MATRIX in ("full", "spark")
 
 
@@ -65,7 +68,7 @@ def pytest_collection_modifyitems(config, items):
         return
     wanted_spark = MATRIX == "spark"
     reason = ("not a Spark leg: HEARTBEAT_TEST_MATRIX=spark runs only those" if wanted_spark
-              else "a Spark test: the whole engine matrix runs with HEARTBEAT_TEST_MATRIX=full")
+              else "a Spark test: the Spark legs run with HEARTBEAT_TEST_MATRIX=spark (or full)")
     kept, dropped = [], []
     for item in items:
         is_spark = bool(item.get_closest_marker("spark")) or rank(item) > 0
@@ -76,6 +79,11 @@ def pytest_collection_modifyitems(config, items):
         return
     for item in dropped:
         item.add_marker(pytest.mark.skip(reason=reason))
+    if MATRIX == "":  # the fast loop
+        slow = "slow: HEARTBEAT_TEST_MATRIX=sail runs it (CI does)"
+        for item in kept:
+            if item.get_closest_marker("slow"):
+                item.add_marker(pytest.mark.skip(reason=slow))
 
 
 @pytest.fixture(scope="session")

@@ -242,6 +242,7 @@ def test_a_receiver_that_is_down_or_hangs_gets_the_alert_once_it_is_back(hb, rec
     assert alert["failed_deliveries"] >= 2 and "HTTP 500" in alert["last_delivery_error"]
 
 
+@pytest.mark.slow
 def test_late_source_for_50_jobs_is_one_message_delivered_across_kills_and_watched_by_check(tmp_path, receiver):
     """A real runner: 50 jobs past their deadline because their one hard source has no data make ONE alert
     naming all 50 and the source; SIGKILL after the send but before it is recorded: sent again once, same key;

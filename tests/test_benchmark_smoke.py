@@ -7,9 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 BENCHMARK = Path(__file__).resolve().parent.parent / "benchmarks" / "run.py"
 
 
+@pytest.mark.slow
 def test_the_benchmark_runs_and_writes_its_figures(tmp_path):
     out = tmp_path / "latest.json"
     done = subprocess.run([sys.executable, str(BENCHMARK), "--sizes", "10", "--quick", "--out", str(out),

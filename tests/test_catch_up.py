@@ -281,6 +281,7 @@ def crash_scenario(root: Path, point: str) -> CrashOutcome:
     return CrashOutcome(crashed.returncode, [windows(p) for p in recorded(out, "101")], tokens)
 
 
+@pytest.mark.slow
 def test_a_crash_inside_a_sequence_neither_skips_nor_repeats_a_window(tmp_path):
     """Killed after run 2 is recorded and before the jobs API call, or after the call and before its run id
     is recorded: each window still runs exactly once. (The two scenarios run side by side.)"""

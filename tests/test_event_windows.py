@@ -327,6 +327,7 @@ def window_crash_scenario(root: Path, point: str) -> CrashOutcome:
     return CrashOutcome(crashed.returncode, [[(p["window_start"][11:16], "")] for p in recorded(out, "101")], tokens)
 
 
+@pytest.mark.slow
 def test_a_crash_around_a_window_trigger_neither_skips_nor_repeats_it(tmp_path):
     """Killed between finalization (the request recorded) and the trigger, or between the trigger and the
     TRIGGERED event: each final window still runs exactly once. (The two scenarios run side by side.)"""

@@ -57,6 +57,7 @@ def test_a_pending_idle_streak_is_written_when_the_runner_stops(tmp_path):
         assert len(runs) == before + 1 and "2 idle tick(s)" in runs[-1]["message"]
 
 
+@pytest.mark.slow
 def test_busy_ticks_keep_the_file_count_bounded_and_the_state_unchanged(tmp_path):
     """Maintenance runs by itself once a table has more than the bound of files: afterwards every
     table is back under it, history sits in the archive, and the control table equals the one

@@ -78,6 +78,7 @@ def test_retry_reruns_the_failed_data_once_with_a_new_token_and_clears_on_succes
     assert len(api.runs_of(int(JOB))) == 2
 
 
+@pytest.mark.slow
 def test_a_crash_after_the_retry_is_recorded_still_runs_it_exactly_once(tmp_path, api):
     lake = failed_job(tmp_path, api)
     lake.cli("retry", "--job-id", JOB)
@@ -91,6 +92,7 @@ def test_a_crash_after_the_retry_is_recorded_still_runs_it_exactly_once(tmp_path
     assert len({e["idempotency_token"] for e in lake.events("RETRY_REQUESTED")}) == 1
 
 
+@pytest.mark.slow
 def test_two_runners_ticking_at_once_run_the_retry_once(tmp_path, api):
     lake = failed_job(tmp_path, api)
     lake.cli("retry", "--job-id", JOB)
@@ -165,6 +167,7 @@ def test_trigger_runs_a_waiting_job_once_over_what_is_pending(tmp_path, api):
     assert "nothing new pending" in lake.events("TRIGGER_REQUESTED")[-1]["message"]
 
 
+@pytest.mark.slow
 def test_a_crash_after_the_manual_run_is_recorded_still_runs_it_exactly_once(tmp_path, api):
     lake = waiting_job(tmp_path, api)
     lake.cli("trigger", "--job-id", JOB)
