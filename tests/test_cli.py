@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 from harness import HEADER
 from harness import config_row as row
 
@@ -19,6 +20,7 @@ def cli(tmp_path, *args, check=True, env=None):
     return proc
 
 
+@pytest.mark.slow
 def test_state_survives_across_processes(tmp_path):
     (tmp_path / "cfg.csv").write_text("\n".join([HEADER, row("trigger_file", "drop", "J1")]) + "\n")
     (tmp_path / "jobs.yml").write_text(f"jobs:\n  J1: [{sys.executable!r}, '-c', 'print(1)']\n")

@@ -55,7 +55,7 @@ def statuses(lake: CliLakehouse) -> set[str]:
     return {status for (_, _, job, status, *_) in lake.control() if job == JOB}
 
 
-def test_retry_reruns_the_failed_data_once_with_a_new_token_and_clears_on_success(tmp_path, api):
+def test_retry_reruns_the_failed_data_once_with_a_new_token_clears_on_success_and_is_then_refused(tmp_path, api):
     lake = failed_job(tmp_path, api)
     asked = lake.cli("retry", "--job-id", JOB)
     assert "retry asked" in asked.stdout
@@ -75,6 +75,16 @@ def test_retry_reruns_the_failed_data_once_with_a_new_token_and_clears_on_succes
     api.finish_run(again.run_id, "SUCCESS")
     lake.cli("run", *ARGS)
     assert statuses(lake) == {"COMPLETED"}
+    assert len(api.runs_of(int(JOB))) == 2
+
+    before = lake.events()  # a job that has not failed (and an unknown one) is refused; nothing changes
+    refused = lake.cli("retry", "--job-id", JOB, check=False)
+    assert refused.returncode != 0 and "Traceback" not in refused.stderr
+    assert f"job {JOB} has not failed (status: COMPLETED)" in refused.stderr
+    unknown = lake.cli("retry", "--job-id", "NOPE", check=False)
+    assert unknown.returncode != 0 and "NOPE" in unknown.stderr and "Traceback" not in unknown.stderr
+    assert lake.events() == before
+    lake.cli("run", *ARGS)
     assert len(api.runs_of(int(JOB))) == 2
 
 
@@ -103,24 +113,6 @@ def test_two_runners_ticking_at_once_run_the_retry_once(tmp_path, api):
     assert len(api.runs_of(int(JOB))) == 2
 
 
-def test_retry_of_a_job_that_has_not_failed_is_refused_and_changes_nothing(tmp_path, api):
-    lake = failed_job(tmp_path, api)
-    lake.cli("retry", "--job-id", JOB)
-    lake.cli("run", *ARGS)
-    api.finish_run(api.runs_of(int(JOB))[1].run_id, "SUCCESS")
-    lake.cli("run", *ARGS)
-    before = lake.events()
-
-    refused = lake.cli("retry", "--job-id", JOB, check=False)
-    assert refused.returncode != 0 and "Traceback" not in refused.stderr
-    assert f"job {JOB} has not failed (status: COMPLETED)" in refused.stderr
-    unknown = lake.cli("retry", "--job-id", "NOPE", check=False)
-    assert unknown.returncode != 0 and "NOPE" in unknown.stderr and "Traceback" not in unknown.stderr
-    assert lake.events() == before
-    lake.cli("run", *ARGS)
-    assert len(api.runs_of(int(JOB))) == 2
-
-
 # -- trigger: a manual run now --------------------------------------------------------------------
 
 def waiting_job(tmp_path, api: JobsApiServer) -> CliLakehouse:
@@ -141,7 +133,7 @@ def waiting_job(tmp_path, api: JobsApiServer) -> CliLakehouse:
     return lake
 
 
-def test_trigger_runs_a_waiting_job_once_over_what_is_pending(tmp_path, api):
+def test_trigger_runs_a_waiting_job_once_over_what_is_pending_and_refuses_a_running_or_failed_one(tmp_path, api):
     lake = waiting_job(tmp_path, api)
     asked = lake.cli("trigger", "--job-id", JOB, "--reason", "month-end close")
     assert "manual run asked" in asked.stdout
@@ -166,6 +158,17 @@ def test_trigger_runs_a_waiting_job_once_over_what_is_pending(tmp_path, api):
     assert json.loads(second.parameters["heartbeat_windows"]) == [] and second.token != first.token
     assert "nothing new pending" in lake.events("TRIGGER_REQUESTED")[-1]["message"]
 
+    before = lake.events()  # that run is going: refused, nothing changes
+    running = lake.cli("trigger", "--job-id", JOB, check=False)
+    assert running.returncode != 0 and f"job {JOB} is running" in running.stderr and "Traceback" not in running.stderr
+    assert lake.events() == before
+    api.finish_run(second.run_id, "FAILED", "boom")  # failed: refused too, pointing at retry
+    lake.cli("run", *ARGS)
+    before = lake.events()
+    failed = lake.cli("trigger", "--job-id", JOB, check=False)
+    assert failed.returncode != 0 and f"retry --job-id {JOB}" in failed.stderr
+    assert lake.events() == before
+
 
 @pytest.mark.slow
 def test_a_crash_after_the_manual_run_is_recorded_still_runs_it_exactly_once(tmp_path, api):
@@ -179,20 +182,3 @@ def test_a_crash_after_the_manual_run_is_recorded_still_runs_it_exactly_once(tmp
     lake.cli("run", *ARGS)
     assert len(api.runs_of(int(JOB))) == 1
     assert len({e["idempotency_token"] for e in lake.events("TRIGGER_REQUESTED")}) == 1
-
-
-def test_trigger_of_a_running_or_failed_job_is_refused_and_changes_nothing(tmp_path, api):
-    lake = waiting_job(tmp_path, api)
-    lake.cli("trigger", "--job-id", JOB)
-    lake.cli("run", *ARGS)
-    before = lake.events()
-    running = lake.cli("trigger", "--job-id", JOB, check=False)
-    assert running.returncode != 0 and f"job {JOB} is running" in running.stderr and "Traceback" not in running.stderr
-    assert lake.events() == before
-
-    api.finish_run(api.runs_of(int(JOB))[0].run_id, "FAILED", "boom")
-    lake.cli("run", *ARGS)
-    before = lake.events()
-    failed = lake.cli("trigger", "--job-id", JOB, check=False)
-    assert failed.returncode != 0 and f"retry --job-id {JOB}" in failed.stderr
-    assert lake.events() == before
