@@ -130,6 +130,25 @@ def test_no_new_data_no_event(hb):
     assert hb.runs_of("J1") == 0
 
 
+@ALL
+def test_a_tick_that_finds_nothing_new_sends_no_sql_to_the_engine(hb):
+    """Heartbeat's views read only its own Delta tables, so while none of them has a new version a view
+    gives the rows it gave before: such a tick sends the engine no statement (on Sail and on local Spark,
+    both read table versions from the ``_delta_log`` folders), and a change is seen at once."""
+    hb.create_table("up.t", "id int")
+    hb.insert("up.t", "(1)")
+    hb.jobs(J1=0)
+    hb.seed(row("delta_table", "up.t", "J1"))
+    hb.tick()  # baseline
+    hb.tick()  # reads each view once more: the baseline's report wrote to the tables they read
+    for _ in range(2):
+        quiet = hb.tick()
+        assert quiet.is_idle and quiet.sql_parses == 0, quiet.sql_parses
+    hb.insert("up.t", "(2)")
+    busy = hb.tick()
+    assert busy.triggered_job_ids == ["J1"] and busy.sql_parses > 0
+
+
 def test_failed_job_is_not_retriggered_until_a_successful_run(hb):
     hb.create_table("up.t", "id int")
     hb.jobs(J1=1)  # this job fails

@@ -326,18 +326,29 @@ class Engine:
 
     def tables_fingerprint(self) -> tuple | None:
         """The newest version of every Delta table in Heartbeat's schema, with :attr:`generation`; None
-        where versions are not a file listing away (not the embedded engine).
+        where versions are not a file listing away (see :meth:`own_tables_dir`).
 
         Heartbeat's views read only these tables and no clock, so while the fingerprint stays equal a
         view returns the same rows (TableStore caches reads on it: an idle tick then parses no SQL)."""
-        if not self.is_local:
+        base = self.own_tables_dir()
+        if base is None:
             return None
-        base = self.settings.warehouse_dir / self.settings.schema
         try:
             names = sorted(os.listdir(base))
         except OSError:
             names = []
         return (self.generation, *((name, delta_log.latest_version(base / name)) for name in names))
+
+    def own_tables_dir(self) -> Path | None:
+        """The folder on this machine holding a folder per table of Heartbeat's schema, and nothing of
+        other schemas: the embedded engine's ``warehouse/<schema>``; on local Apache Spark the folder its
+        managed tables share (``<schema>.db``), once the location of one of them was asked and every
+        location known so far agrees; None elsewhere (Databricks, remote Spark)."""
+        if self.ops.manages_locations:
+            return self.settings.warehouse_dir / self.settings.schema
+        own = f"{self.settings.schema}."
+        parents = {path.parent for name, path in self._disk.items() if name.startswith(own)}
+        return parents.pop() if len(parents) == 1 else None
 
     @property
     def can_recycle(self) -> bool:
