@@ -10,6 +10,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import pytest
+
+from heartbeat_runner.core.errors import JobsBackendError
 from heartbeat_runner.jobs.base import RunOutcome, TriggerRequest
 from heartbeat_runner.jobs.local import LocalJobsBackend
 
@@ -57,3 +60,30 @@ def test_a_claim_a_crash_left_empty_or_without_its_run_directory_still_starts_it
     for ids in runs.values():
         assert _finished(backend, next(iter(ids))) is RunOutcome.SUCCESS
     assert marker.read_text() == "ran\nran\n"
+
+
+def test_a_run_marked_launched_whose_process_never_started_is_failed_and_never_started_twice(tmp_path):
+    """The run is marked launched before its process starts: a runner killed in between leaves a run
+    that is reported FAILED (and can be retried with a new token), never one a later call starts again."""
+    backend, marker = _backend(tmp_path)
+    run_id = "20261125T000000-cafecafe"
+    (tmp_path / "state" / "tokens" / "token-1").write_text(run_id)
+    run_dir = tmp_path / "state" / "runs" / run_id
+    run_dir.mkdir(parents=True)
+    (run_dir / "launched").touch()  # what the kill left: marked, no process, no pid
+    assert backend.trigger(TriggerRequest("J", None, "token-1")) == run_id
+    status = backend.run_status("J", run_id)
+    assert status.outcome is RunOutcome.FAILED and "never started" in (status.message or "")
+    assert not marker.exists()
+
+
+def test_a_command_that_cannot_start_is_a_trigger_error_and_the_next_call_tries_again(tmp_path):
+    jobs = tmp_path / "jobs.yml"
+    jobs.write_text(f"jobs:\n  J:\n    command: [{sys.executable!r}, '-c', 'pass']\n    cwd: {str(tmp_path / 'gone')!r}\n")
+    backend = LocalJobsBackend(jobs, tmp_path / "state")
+    request = TriggerRequest("J", None, "token-1")
+    with pytest.raises(JobsBackendError, match="could not start job J"):
+        backend.trigger(request)
+    (tmp_path / "gone").mkdir()
+    run_id = backend.trigger(request)
+    assert _finished(backend, run_id) is RunOutcome.SUCCESS

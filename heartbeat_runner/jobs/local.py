@@ -14,8 +14,10 @@ runner can exit (or crash) while they go on; a later tick reads the result.
 
 Idempotency: the token is claimed by creating ``tokens/<token>`` exclusively, whole (its
 run id is written aside and hard-linked into place, so a crash at any instant leaves no
-claim or a complete one); the run it names is launched at most once (``launched`` marker
-under a file lock), so a retry after a crash, or a second runner, gets the same run.
+claim or a complete one); the run it names is launched at most once (``launched`` marker,
+set under a file lock before the process starts), so a retry after a crash, or a second
+runner, gets the same run; a kill between the marker and the start leaves a FAILED run
+("never started"), which ``retry`` runs again.
 """
 
 from __future__ import annotations
@@ -139,12 +141,16 @@ class LocalJobsBackend(JobsBackend):
             )
         if not (run_dir / "launched").exists():
             return RunStatus(run_id, RunOutcome.PENDING, start_time=started)
-        pid = meta.get("pid")
+        pid = meta.get("pid") or _read_pid(run_dir / "pid")  # the launcher writes its own as it starts
         if pid and pid_alive(int(pid)):
             return RunStatus(run_id, RunOutcome.RUNNING, start_time=started)
         # The launcher writes result.json before it exits; re-check to avoid a race.
         if (run_dir / "result.json").exists():
             return self.run_status(job_id, run_id)
+        if not pid:
+            return RunStatus(run_id, RunOutcome.FAILED, start_time=started,
+                             message="the job process never started (the runner stopped while starting it); "
+                                     "`retry` runs it")
         return RunStatus(run_id, RunOutcome.FAILED, message="the job process ended without reporting an exit code",
                          start_time=started)
 
@@ -209,17 +215,27 @@ class LocalJobsBackend(JobsBackend):
         for key, value in request.parameters.items():
             env[f"HEARTBEAT_PARAM_{key.upper()}"] = value
         argv = [sys.executable, "-m", "heartbeat_runner.jobs.local_launcher", str(run_dir), "--", *job.command]
+        meta = {"job_id": request.job_id, "token": request.idempotency_token, "parameters": request.parameters,
+                "started_at": datetime.now(timezone.utc).isoformat(), "command": job.command}
+        _write_json(run_dir / "meta.json", meta)
+        # Marked before the process starts: a kill in between leaves a run that never started (reported
+        # FAILED, to be retried), never one that a later call starts a second time.
+        (run_dir / "launched").touch()
         try:
             with open(run_dir / "output.log", "ab") as log:
                 process = subprocess.Popen(argv, cwd=job.cwd, env=env, stdin=subprocess.DEVNULL, stdout=log,
                                            stderr=subprocess.STDOUT, start_new_session=True)
         except OSError as exc:
+            (run_dir / "launched").unlink(missing_ok=True)  # it certainly did not start: the next call tries again
             raise JobsBackendError(f"could not start job {job.job_id} ({shlex.join(job.command)}): {exc}") from exc
-        _write_json(run_dir / "meta.json", {"job_id": request.job_id, "token": request.idempotency_token,
-                                             "parameters": request.parameters, "pid": process.pid,
-                                             "started_at": datetime.now(timezone.utc).isoformat(),
-                                             "command": job.command})
-        (run_dir / "launched").touch()
+        _write_json(run_dir / "meta.json", {**meta, "pid": process.pid})
+
+
+def _read_pid(path: Path) -> int | None:
+    try:
+        return int(path.read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def _read_json(path: Path) -> dict | None:

@@ -22,6 +22,7 @@ def main(argv: list[str]) -> int:
         return 2
     run_dir = Path(argv[0])
     command = argv[2:]
+    (run_dir / "pid").write_text(str(os.getpid()))  # a runner killed before it recorded the pid finds it here
     started_at = datetime.now(timezone.utc).isoformat()
     try:
         code = subprocess.call(command)
