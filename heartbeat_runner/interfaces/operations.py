@@ -295,9 +295,7 @@ def _iso(value: datetime | None) -> str | None:
 def with_sensing_errors(store: TableStore, rows: list[dict]) -> list[dict]:
     """Control rows with ``sensing_error`` (the row's source failed its latest sensing) and, where the row has
     no other error, ``last_error`` saying so: a failing source is visible in ``status``, not only in ``runs``."""
-    failing = {(r["trigger_job_id"], r["source_key"]): r["sensing_error"]
-               for r in store.read(EXPLANATION_VIEW, Cond("is_active", True), Cond("last_outcome", Outcome.ERROR.value),
-                                   columns=["trigger_job_id", "source_key", "sensing_error"])}
+    failing = {(r["trigger_job_id"], r["source_key"]): r["sensing_error"] for r in store.sensing_failures()}
     for row in rows:
         error = failing.get((row["trigger_job_id"], row["source_key"]))
         row["sensing_error"] = error

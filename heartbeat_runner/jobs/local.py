@@ -184,10 +184,10 @@ class LocalJobsBackend(JobsBackend):
         try:
             os.link(aside, token_file)
         except FileExistsError:
-            run_id = token_file.read_text().strip()
-            if not run_id:  # an empty claim: left by a crash of a version that wrote it in place
-                run_id = aside.read_text()
-                os.replace(aside, token_file)
+            claimed = token_file.read_text().strip()
+            if claimed:
+                return claimed
+            os.replace(aside, token_file)  # an empty claim, left by a crash of a version that wrote it in place
         finally:
             aside.unlink(missing_ok=True)
         return run_id

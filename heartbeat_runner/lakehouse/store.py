@@ -328,11 +328,11 @@ class TableStore:
         """Sources no eligible row reads now, with the reason (paused, in progress, ...)."""
         return [SkippedSource(**r) for r in self.read(SKIPPED_VIEW, order_by=["source_key"])]
 
-    def sources_failing_sensing(self) -> set[str]:
-        """Source keys whose latest recorded sensing failed (rows of active jobs)."""
-        rows = self.read(EXPLANATION_VIEW, Cond("is_active", True), Cond("last_outcome", Outcome.ERROR.value),
-                         columns=["source_key"])
-        return {r["source_key"] for r in rows}
+    def sensing_failures(self) -> list[dict]:
+        """Active control rows whose source's latest recorded sensing failed: ``trigger_job_id``,
+        ``source_key`` and the error (``sensing_error``)."""
+        return self.read(EXPLANATION_VIEW, Cond("is_active", True), Cond("last_outcome", Outcome.ERROR.value),
+                         columns=["trigger_job_id", "source_key", "sensing_error"])
 
     def current_cursors(self) -> dict[str, tuple[str | None, str | None]]:
         """Each due source's cursor now, and the event that set it (the parent of its next NEW_DATA event)."""

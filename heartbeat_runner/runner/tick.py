@@ -321,7 +321,7 @@ class Heartbeat:
         than when an idle streak is flushed. The failing set is read once per process, then kept up to date
         from each tick's outcomes (a source not sensed this tick keeps its state)."""
         if self._failing is None:
-            self._failing = self.store.sources_failing_sensing()
+            self._failing = {r["source_key"] for r in self.store.sensing_failures()}
         keys = {s.target.source_key for s in sensed}
         failing_now = {s.target.source_key for s in sensed if s.outcome is Outcome.ERROR}
         recovered = sorted((keys - failing_now) & self._failing)
