@@ -22,8 +22,9 @@ import pytest
 from harness import HEADER, CliLakehouse, marker_jobs_file
 from harness import config_row as row
 
-from heartbeat_runner.core.processes import pid_alive, process_rss_bytes, process_tree
+from heartbeat_runner.core.processes import pid_alive, process_tree, tree_rss_bytes
 from heartbeat_runner.core.settings import load_settings
+from heartbeat_runner.jobs.local import is_job_run
 from heartbeat_runner.runner.app import open_app
 
 MIB = 1024 * 1024
@@ -67,25 +68,14 @@ class _Loop:
             time.sleep(0.05)
 
     def rss_mib(self) -> float:
-        """The runner and its engine child: the tree without the local job runs it launched (user work,
-        whose overlap under a loaded machine says nothing about the runner's memory)."""
-        tree = process_tree(self.process.pid)
-        jobs = {pid for root in tree if _is_job_run(root) for pid in process_tree(root)}
-        return sum(process_rss_bytes(pid) for pid in tree if pid not in jobs) / MIB
+        """What the loop's own ceiling counts: the runner and its engine child, not the local job runs it
+        launched (user work, whose overlap under a loaded machine says nothing about the runner's memory)."""
+        return tree_rss_bytes(self.process.pid, leave_out=is_job_run) / MIB
 
     def stop(self) -> None:
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
         self.process.wait(timeout=120)
-
-
-def _is_job_run(pid: int) -> bool:
-    """Whether ``pid`` is a local job's launcher (``heartbeat_runner.jobs.local_launcher``)."""
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as handle:
-            return b"heartbeat_runner.jobs.local_launcher" in handle.read()
-    except OSError:
-        return False
 
 
 def _all_ended(pids: list[int], within_s: float = 15.0) -> bool:
@@ -240,3 +230,24 @@ def test_the_engine_child_dies_with_its_parent(tmp_path):
         owner.kill()
         owner.wait()
     assert _all_ended([child])
+
+
+def test_the_loops_ceiling_leaves_out_the_local_job_runs_it_started(tmp_path):
+    """A local job that holds 200 MiB is the job's memory, not the runner's: the ceiling restart must not
+    fire for it (it would restart the runner once per tick while the job runs)."""
+    from heartbeat_runner.runner.memory import MemoryCeiling
+
+    hold = "import time; block = bytearray(200 * 1024 * 1024); print('held', flush=True); time.sleep(60)"
+    job = subprocess.Popen([sys.executable, "-m", "heartbeat_runner.jobs.local_launcher", str(tmp_path), "--",
+                            sys.executable, "-c", hold], stdout=subprocess.PIPE, text=True)
+    try:
+        assert job.stdout.readline().strip() == "held"
+        whole = tree_rss_bytes() / MIB
+        own = tree_rss_bytes(leave_out=is_job_run) / MIB
+        assert whole - own >= 180, (whole, own)
+        assert MemoryCeiling(max_rss_mb=own + 100).passed() is None
+        assert MemoryCeiling(max_rss_mb=own / 2).passed() is not None
+    finally:
+        for pid in reversed(process_tree(job.pid)):  # the job's process, then its launcher
+            os.kill(pid, signal.SIGKILL)
+        job.wait(timeout=30)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 
 def pid_alive(pid: int) -> bool:
@@ -49,7 +50,20 @@ def process_tree(pid: int | None = None) -> list[int]:
     return found
 
 
-def tree_rss_bytes(pid: int | None = None) -> int:
+def tree_rss_bytes(pid: int | None = None, *, leave_out: Callable[[int], bool] | None = None) -> int:
     """Resident memory of ``pid`` (default this process) and its descendants together: what the whole
-    runner costs, its engine child included. Shared pages count once per process (an upper bound)."""
-    return sum(process_rss_bytes(p) for p in process_tree(pid))
+    runner costs, its engine child included. Shared pages count once per process (an upper bound).
+    The subtree of a descendant ``leave_out`` names is not counted (work the process started but that
+    is not its own, e.g. local job runs)."""
+    tree = process_tree(pid)
+    skipped = {p for root in tree[1:] if leave_out and leave_out(root) for p in process_tree(root)}
+    return sum(process_rss_bytes(p) for p in tree if p not in skipped)
+
+
+def process_command(pid: int) -> bytes:
+    """The command line of ``pid``, NUL-separated (empty when it is gone or /proc is not there)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            return handle.read()
+    except OSError:
+        return b""

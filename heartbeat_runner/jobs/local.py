@@ -36,13 +36,15 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from heartbeat_runner.core.errors import ConfigError, JobNotFoundError, JobsBackendError
-from heartbeat_runner.core.processes import pid_alive
+from heartbeat_runner.core.processes import pid_alive, process_command
 from heartbeat_runner.core.settings import JobsBackendKind, Settings
 from heartbeat_runner.core.yaml_files import read_yaml_mapping
 from heartbeat_runner.jobs.base import JobsBackend, RunOutcome, RunOutput, RunStatus, TriggerRequest
 
 #: How much of the end of a run's output.log ``run_output`` returns.
 OUTPUT_TAIL_BYTES = 64 * 1024
+#: the module each local job run starts as (it records the command's exit code)
+LAUNCHER = "heartbeat_runner.jobs.local_launcher"
 
 
 @dataclass(frozen=True)
@@ -214,7 +216,7 @@ class LocalJobsBackend(JobsBackend):
         env.update(self.lakehouse_env)
         for key, value in request.parameters.items():
             env[f"HEARTBEAT_PARAM_{key.upper()}"] = value
-        argv = [sys.executable, "-m", "heartbeat_runner.jobs.local_launcher", str(run_dir), "--", *job.command]
+        argv = [sys.executable, "-m", LAUNCHER, str(run_dir), "--", *job.command]
         meta = {"job_id": request.job_id, "token": request.idempotency_token, "parameters": request.parameters,
                 "started_at": datetime.now(timezone.utc).isoformat(), "command": job.command}
         _write_json(run_dir / "meta.json", meta)
@@ -229,6 +231,11 @@ class LocalJobsBackend(JobsBackend):
             (run_dir / "launched").unlink(missing_ok=True)  # it certainly did not start: the next call tries again
             raise JobsBackendError(f"could not start job {job.job_id} ({shlex.join(job.command)}): {exc}") from exc
         _write_json(run_dir / "meta.json", {**meta, "pid": process.pid})
+
+
+def is_job_run(pid: int) -> bool:
+    """Whether ``pid`` is a local job run's launcher (a runner's descendant whose memory is the job's)."""
+    return LAUNCHER.encode() in process_command(pid)
 
 
 def _read_pid(path: Path) -> int | None:

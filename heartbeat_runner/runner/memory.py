@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from heartbeat_runner.core.errors import HeartbeatError
 from heartbeat_runner.core.processes import tree_rss_bytes
 from heartbeat_runner.core.settings import MemoryPolicy
+from heartbeat_runner.jobs.local import is_job_run
 from heartbeat_runner.runner.app import App
 
 log = logging.getLogger(__name__)
@@ -70,7 +71,8 @@ class EngineRecycler:
 
 @dataclass
 class MemoryCeiling:
-    """The whole process tree's memory bound (``max_rss_mb``; 0: none)."""
+    """The whole process tree's memory bound (``max_rss_mb``; 0: none): the runner and its engine, not the
+    local job runs it started (their memory is the jobs', and they outlive a restart)."""
 
     max_rss_mb: float
 
@@ -78,7 +80,7 @@ class MemoryCeiling:
         """The tree's RSS in MiB when it is above the ceiling, else None."""
         if not self.max_rss_mb:
             return None
-        rss = tree_rss_bytes() / MIB
+        rss = tree_rss_bytes(leave_out=is_job_run) / MIB
         return rss if rss > self.max_rss_mb else None
 
 
