@@ -116,9 +116,12 @@ def wait_for(driver, css: str, timeout: float = 20):
 
 
 def wait_until(driver, condition, timeout: float = 20):
+    """Wait for ``condition``; an element the page re-rendered while it was being read is looked up again
+    (the page redraws its view on each refresh)."""
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.support.ui import WebDriverWait
 
-    return WebDriverWait(driver, timeout).until(condition)
+    return WebDriverWait(driver, timeout, ignored_exceptions=[StaleElementReferenceException]).until(condition)
 
 
 def screenshot(driver, tmp_path: Path, name: str) -> None:
