@@ -38,6 +38,7 @@ from heartbeat_runner.lakehouse.spark_jars import delta_connect_available, spark
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import SparkSession
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
 
 log = logging.getLogger(__name__)
 
@@ -433,6 +434,14 @@ def _connect_session(url: str) -> SparkSession:
     dbt-spark asks for ``enableHiveSupport()`` at every statement; over Spark Connect that sets the
     static ``spark.sql.catalogImplementation`` on a running session, which the server refuses with a
     CANNOT_MODIFY_CONFIG warning per statement although the value is already ``hive``: not shown.
+
+    Executions are not reattachable. A reattachable one ends with the client releasing it (an
+    asynchronous ReleaseExecute) as soon as the last result arrives, without waiting for the end of
+    the stream; when that release reaches the server before its sender has closed the stream, the
+    server logs ``ERROR ErrorUtils: Spark Connect RPC error during: async-grpc-response-sender``
+    (INVALID_CURSOR.DISCONNECTED): a harmless race in Spark that reads as a failure in the log, seen
+    about once in twenty short-lived clients here. Reattaching serves long streams over flaky
+    networks; this server is on loopback, and a plain execution is read to its end.
     """
     from pyspark.sql import SparkSession
 
@@ -440,6 +449,7 @@ def _connect_session(url: str) -> SparkSession:
                             category=UserWarning)
     os.environ["SPARK_REMOTE"] = url
     spark = SparkSession.builder.remote(url).create()
+    cast("ConnectSession", spark).client.disable_reattachable_execute()
     make_default_connect_session(spark)
     return spark
 
