@@ -134,6 +134,19 @@
   {{ heartbeat_latest(heartbeat_cursor_events(), 'source_key') }}
 {%- endmacro %}
 
+{# The latest evaluation of each source in the run report (its outcome and error), one row per source. #}
+{% macro heartbeat_last_evaluations() -%}
+  (
+    select * from (
+      select
+        source_key, run_id, snapshot_ts, outcome, error,
+        row_number() over (partition by source_key order by snapshot_ts desc) as recency
+      from {{ source('heartbeat', 'heartbeat_run_report') }}
+    ) ranked
+    where recency = 1
+  )
+{%- endmacro %}
+
 {#
   Why a control row does not ask for its source to be sensed, or NULL when it does
   (the row is eligible: job UNPAUSED, status NULL or COMPLETED).

@@ -13,15 +13,7 @@ with control_rows as (
   select * from {{ ref('heartbeat_control') }}
 ),
 
-last_evaluation as (
-  select * from (
-    select
-      source_key, run_id, snapshot_ts, outcome, error,
-      row_number() over (partition by source_key order by snapshot_ts desc) as recency
-    from {{ source('heartbeat', 'heartbeat_run_report') }}
-  ) ranked
-  where recency = 1
-),
+last_evaluation as {{ heartbeat_last_evaluations() }},
 
 rows_explained as (
   select

@@ -21,7 +21,6 @@ from heartbeat_runner.core.records import (
     Event,
     EventType,
     JobStatus,
-    Outcome,
     RunSummary,
     SensingTarget,
     SensorEvaluation,
@@ -56,6 +55,7 @@ RETRY_ASKS_VIEW = "heartbeat_retry_asks"
 TRIGGER_ASKS_VIEW = "heartbeat_trigger_asks"
 DUE_VIEW = "heartbeat_sensors_due"
 SKIPPED_VIEW = "heartbeat_sensors_skipped"
+SENSING_ERRORS_VIEW = "heartbeat_sensing_errors"
 EXPLANATION_VIEW = "jobs_trigger_explanation"
 SENSOR_STATE = "heartbeat_sensor_state"
 SEQUENCES_VIEW = "heartbeat_job_sequences"
@@ -331,8 +331,7 @@ class TableStore:
     def sensing_failures(self) -> list[dict]:
         """Active control rows whose source's latest recorded sensing failed: ``trigger_job_id``,
         ``source_key`` and the error (``sensing_error``)."""
-        return self.read(EXPLANATION_VIEW, Cond("is_active", True), Cond("last_outcome", Outcome.ERROR.value),
-                         columns=["trigger_job_id", "source_key", "sensing_error"])
+        return self.read(SENSING_ERRORS_VIEW, columns=["trigger_job_id", "source_key", "sensing_error"])
 
     def current_cursors(self) -> dict[str, tuple[str | None, str | None]]:
         """Each due source's cursor now, and the event that set it (the parent of its next NEW_DATA event)."""
