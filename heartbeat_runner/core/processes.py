@@ -30,12 +30,15 @@ def process_rss_bytes(pid: int) -> int:
         return 0
 
 
-def process_tree(pid: int | None = None) -> list[int]:
-    """``pid`` (default this process) and all its descendants, read from /proc (only ``pid`` elsewhere)."""
+def process_tree(pid: int | None = None, *, prune: Callable[[int], bool] | None = None) -> list[int]:
+    """``pid`` (default this process) and all its descendants, read from /proc (only ``pid`` elsewhere).
+    A descendant ``prune`` names is left out with its own descendants (the walk does not enter it)."""
     root = os.getpid() if pid is None else pid
     found, pending = [], [root]
     while pending:
         current = pending.pop()
+        if current != root and prune is not None and prune(current):
+            continue
         found.append(current)
         try:
             tasks = os.listdir(f"/proc/{current}/task")
@@ -55,9 +58,7 @@ def tree_rss_bytes(pid: int | None = None, *, leave_out: Callable[[int], bool] |
     runner costs, its engine child included. Shared pages count once per process (an upper bound).
     The subtree of a descendant ``leave_out`` names is not counted (work the process started but that
     is not its own, e.g. local job runs)."""
-    tree = process_tree(pid)
-    skipped = {p for root in tree[1:] if leave_out and leave_out(root) for p in process_tree(root)}
-    return sum(process_rss_bytes(p) for p in tree if p not in skipped)
+    return sum(process_rss_bytes(p) for p in process_tree(pid, prune=leave_out))
 
 
 def process_command(pid: int) -> bytes:
