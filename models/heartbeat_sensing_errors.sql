@@ -1,6 +1,6 @@
 {#
   The active control rows whose source failed at its latest evaluation, with the error: what
-  `status` and the status page mark as failing, and what a tick checks for recovery. The same
+  `status` (and `status --watch`) marks as failing, and what a tick checks for recovery. The same
   rows as jobs_trigger_explanation where is_active and last_outcome = 'ERROR', without that
   view's verdicts: on Apache Spark this reads in a tenth of the time.
 #}
