@@ -119,9 +119,9 @@ def _all_ended(pids: list[int], within_s: float = 15.0) -> bool:
 
 
 def _process_figures(lake: CliLakehouse) -> list[dict]:
-    """The engine_recycles / loop_restarts figures of every run summary that has them."""
+    """The engine_recycles / engine_wakes / loop_restarts figures of every run summary that has them."""
     figures = [json.loads(r["stage_timings"] or "{}") for r in lake.table("heartbeat_runs")]
-    return [f for f in figures if "engine_recycles" in f or "loop_restarts" in f]
+    return [f for f in figures if {"engine_recycles", "engine_wakes", "loop_restarts"} & set(f)]
 
 
 @pytest.mark.slow
@@ -182,6 +182,65 @@ def test_a_busy_loop_keeps_its_memory_bounded_by_recycling_the_engine(tmp_path):
     assert len(triggered) == 11 and len({e["idempotency_token"] for e in triggered}) == 11
     assert sum(lake.executions().values()) == 11
     assert any(f.get("engine_recycles", 0) >= 1 for f in _process_figures(lake))
+
+
+def _engine_count(loop: _Loop) -> int:
+    """How many embedded engine processes the loop's tree holds (not counting job runs)."""
+    def is_engine(pid: int) -> bool:
+        try:
+            return b"heartbeat_runner.lakehouse.sail_process" in Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:  # ended meanwhile
+            return False
+
+    return sum(map(is_engine, process_tree(loop.process.pid, prune=is_job_run)))
+
+
+def _wait_engine(loop: _Loop, count: int, timeout_s: float, sampler: _PeakSampler, phase: str | None) -> None:
+    """Wait until the loop's tree holds ``count`` engine processes; the sampler counts memory as ``phase``
+    meanwhile."""
+    deadline = time.monotonic() + timeout_s
+    while _engine_count(loop) != count:
+        sampler.phase = phase
+        assert loop.process.poll() is None, "".join(loop.err[-50:])
+        assert time.monotonic() < deadline, f"still {_engine_count(loop)} engine process(es): {''.join(loop.err[-20:])}"
+        time.sleep(0.05)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_an_idle_loop_parks_its_engine_and_starts_it_again_for_new_data(tmp_path):
+    """HEARTBEAT_ENGINE_PARK_AFTER_S=1: a second after its last query the loop ends its engine's process
+    and goes on ticking without one (hundreds of idle ticks, none of which starts it), holding clearly
+    less memory; new data starts a new engine, its job is triggered once, the run report counts the
+    start, and the engine is parked again once idle."""
+    lake = _lakehouse(tmp_path, delta=2, files=2)
+    loop = _Loop(lake, env={"HEARTBEAT_ENGINE_PARK_AFTER_S": "1"})
+    sampler = _PeakSampler(loop)
+    try:
+        _wait_engine(loop, 1, 120, sampler, None)
+        loop.wait_ticks(1, 120)  # the engine is up and known: dbt's views were restored in it
+        _wait_engine(loop, 0, 120, sampler, "held")
+        sampler.phase = "parked"
+        parked_at = loop.ticks
+        loop.wait_ticks(parked_at + 300, 300)
+        assert _engine_count(loop) == 0, f"an idle tick started the parked engine: {''.join(loop.err[-20:])}"
+        sampler.phase = None
+        lake.drop_trigger_file("drop0", "a.done")
+        deadline = time.monotonic() + 180
+        while lake.executions().get("J2", 0) < 1:
+            assert loop.process.poll() is None and time.monotonic() < deadline, "".join(loop.err[-50:])
+            time.sleep(0.2)
+        _wait_engine(loop, 0, 120, sampler, "woken")  # parked again once idle
+        loop.wait_ticks(loop.ticks + 5, 120)
+        sampler.stop()
+    finally:
+        sampler.stop()
+        loop.stop()
+    print(sampler.describe())
+    assert loop.process.returncode == 0, "".join(loop.err[-50:])
+    assert sampler.peaks["parked"] <= 0.8 * sampler.peaks["held"], f"parking freed little: {sampler.describe()}"
+    assert lake.executions() == {"J2": 1} and len(lake.events("TRIGGERED")) == 1
+    assert any(f.get("engine_wakes", 0) >= 1 for f in _process_figures(lake))
 
 
 @pytest.mark.slow

@@ -86,12 +86,15 @@ class JobsApiLimits:
 @dataclass(frozen=True)
 class MemoryPolicy:
     """Bounds on a long-running process's memory (HEARTBEAT_ENGINE_RECYCLE_TICKS,
-    HEARTBEAT_ENGINE_MAX_RSS_MB, HEARTBEAT_MAX_RSS_MB); 0 turns a bound off."""
+    HEARTBEAT_ENGINE_MAX_RSS_MB, HEARTBEAT_ENGINE_PARK_AFTER_S, HEARTBEAT_MAX_RSS_MB); 0 turns a bound off."""
 
     #: the embedded engine's process is replaced after this many ticks (or ``ui`` reads)
     engine_recycle_ticks: int = 5000
     #: ... or as soon as that process holds more than this many MiB
     engine_max_rss_mb: float = 250.0
+    #: ``run --loop`` ends the embedded engine's process after this many seconds without a query, and
+    #: the next query starts a new one (~2 s): an idle runner then holds only its own memory
+    engine_park_after_s: float = 120.0
     #: after a tick in which the whole process tree (runner and engine) holds more than this many
     #: MiB, ``run --loop`` restarts itself (same command line and pid): a safety net, not the fix
     max_rss_mb: float = 1024.0
@@ -268,6 +271,7 @@ def _memory_policy(env: dict[str, str]) -> MemoryPolicy:
     return MemoryPolicy(
         engine_recycle_ticks=int(_number(env, "HEARTBEAT_ENGINE_RECYCLE_TICKS", default.engine_recycle_ticks)),
         engine_max_rss_mb=_number(env, "HEARTBEAT_ENGINE_MAX_RSS_MB", default.engine_max_rss_mb),
+        engine_park_after_s=_number(env, "HEARTBEAT_ENGINE_PARK_AFTER_S", default.engine_park_after_s),
         max_rss_mb=_number(env, "HEARTBEAT_MAX_RSS_MB", default.max_rss_mb),
     )
 

@@ -55,7 +55,8 @@ def serve(app: App, port: int, stop: threading.Event | None = None) -> None:
         print(f"  export {key}='{value}'", flush=True)
     print(f"  cd {app.settings.project_dir} && dbt seed && dbt build", flush=True)
     print("Ctrl-C to stop.", flush=True)
-    recycler = EngineRecycler(app, replace(app.settings.memory, engine_recycle_ticks=0))
+    # never parked: clients hold connections to this engine
+    recycler = EngineRecycler(app, replace(app.settings.memory, engine_recycle_ticks=0, engine_park_after_s=0))
     while not stopped.wait(RECYCLE_CHECK_S):
         reason = recycler.due()
         if reason is not None:

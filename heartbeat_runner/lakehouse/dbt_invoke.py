@@ -137,9 +137,13 @@ class DbtProject:
         if reuse_manifest:
             full.append("--no-write-json")
         started = time.monotonic()
+        self.engine.touch()  # a parked engine starts now: dbt finds the server through the default session
         self.engine.generation += 1  # dbt may re-create views: cached reads of them are stale
-        with self._environment():
-            result = dbtRunner(manifest=manifest).invoke(full)
+        try:
+            with self._environment():
+                result = dbtRunner(manifest=manifest).invoke(full)
+        finally:
+            self.engine.touch()  # dbt used the engine until now
         if location_root:
             _remove_merge_sources(Path(location_root) / MERGE_SOURCES)
         log.debug("dbt %s took %.2fs", " ".join(args), time.monotonic() - started)

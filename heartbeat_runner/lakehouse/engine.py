@@ -297,10 +297,13 @@ class Engine:
 
     ``ops`` is the engine's adapter for table versions and maintenance; ``closer`` stops what
     opening the engine started (an embedded server, a local JVM), None when it owns nothing.
-    ``spark`` changes when the engine is recycled: read it from the engine each time, never keep it.
+    ``spark`` changes when the engine is recycled or woken: read it from the engine each time, never
+    keep it. An embedded engine can be *parked* (its process ended while nothing needs it, see
+    :meth:`park`); reading ``spark`` then starts a new process first, so callers never see the gap.
     """
 
-    spark: SparkSession
+    #: the Spark session as last opened (may point at a parked server: use :attr:`spark`)
+    session: SparkSession
     settings: Settings
     ops: TableOps = field(default_factory=TableOps)
     closer: Callable[[], None] | None = None
@@ -313,10 +316,39 @@ class Engine:
     last_recycle_s: float = 0.0
     #: moves whenever a view's answer may change while no table does (views re-created, engine recycled)
     generation: int = 0
+    #: restores what a new engine process does not know (the views): set by the layer that owns them,
+    #: called after every recycle and wake, with the engine usable; True when the engine then answers
+    #: exactly as before (the same views re-created), False when something was rebuilt
+    on_restart: Callable[[], bool] | None = None
+    #: the embedded engine's process was ended while idle (:meth:`park`); the next use starts one
+    parked: bool = False
+    #: how often a parked engine was started again, and what the last start took (seconds)
+    wakes: int = 0
+    last_wake_s: float = 0.0
+    _last_use: float = field(default_factory=time.monotonic, repr=False)
+    _waker: int | None = field(default=None, repr=False)
     _registered: set[str] = field(default_factory=set)
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    #: re-entrant: a wake runs inside whatever use of the engine asked for it (ensure_registered holds it)
+    _lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
     #: where tables of a ``local_files`` engine live, asked once per table (see delta_log_dir)
     _disk: dict[str, Path] = field(default_factory=dict, repr=False)
+
+    @property
+    def spark(self) -> SparkSession:
+        """The engine's session, started again first when the engine is parked; every read counts as a use."""
+        if self.parked:
+            self._wake()
+        self._last_use = time.monotonic()
+        return self.session
+
+    @property
+    def idle_s(self) -> float:
+        """Seconds since the engine was last used (0.0 while parked: nothing to park)."""
+        return 0.0 if self.parked else time.monotonic() - self._last_use
+
+    def touch(self) -> None:
+        """Count a use the engine cannot see (dbt talks to the server through its own session)."""
+        self.spark  # noqa: B018 - wakes a parked engine and records the use
 
     def sql(self, text: str, args: dict[str, object] | None = None) -> DataFrame:
         """The engine's SQL entry point: ``spark.sql`` counted in :attr:`sql_count` (Sail's parser
@@ -356,27 +388,85 @@ class Engine:
         return self.server is not None
 
     def engine_rss_bytes(self) -> int:
-        """Resident memory of the engine's own process (0 when it runs in this process or elsewhere)."""
-        return self.server.process.rss_bytes() if self.server is not None else 0
+        """Resident memory of the engine's own process (0 when it runs in this process or elsewhere, or
+        is parked)."""
+        return self.server.process.rss_bytes() if self.server is not None and not self.parked else 0
 
     def recycle(self) -> float:
-        """Replace the engine's process with a fresh one and register the tables again; return the
-        seconds it took (0.0 when the engine cannot be recycled). Call it between ticks: a query
-        running meanwhile fails. Views are not restored here (``App.recycle_engine`` does it)."""
-        if self.server is None:
+        """Replace the engine's process with a fresh one, register the tables again and call
+        :attr:`on_restart`; return the seconds it took (0.0 when the engine cannot be recycled). Call
+        it between ticks: a query running meanwhile fails. A parked engine stays parked."""
+        if self.server is None or self.parked:
             return 0.0
         began = time.monotonic()
         with self._lock:
-            _drop_session(self.spark)
-            self.server.process.stop()
-            self.server.process = SailProcess.start(self.server.port)
-            self.spark = _connect_local(self.settings, self.server.url)
-            self._registered.clear()
-            self.generation += 1
-        self.register_schema(self.settings.schema)
+            self._stop_server()
+            self._start_server()
         self.recycles += 1
         self.last_recycle_s = time.monotonic() - began
         return self.last_recycle_s
+
+    def park(self) -> bool:
+        """End the embedded engine's process while nothing needs it (the loop's idle stretches): its
+        memory goes back to the machine, and the next read of :attr:`spark` starts a new process
+        (:meth:`recycle`'s cost, once). Nothing is lost: Heartbeat keeps nothing in the engine. Only
+        between ticks. Whether it parked (False where the engine cannot be recycled)."""
+        if self.server is None or self.parked:
+            return False
+        with self._lock:
+            _drop_session(self.session)
+            self.server.process.stop()
+            self.parked = True
+        return True
+
+    def _wake(self) -> None:
+        """Start a parked engine again; other threads wait for it, the waking thread's own uses of the
+        engine (registering tables, restoring views) pass."""
+        with self._lock:
+            if not self.parked or self._waker == threading.get_ident():
+                return
+            assert self.server is not None
+            began, generation = time.monotonic(), self.generation
+            self._waker = threading.get_ident()
+            try:
+                self.server.process = SailProcess.start(self.server.port)
+                try:
+                    same = self._connect_server()
+                except BaseException:
+                    self.server.process.stop()  # parked still: the next use tries again
+                    raise
+                self.parked = False
+            finally:
+                self._waker = None
+            if same:  # the parked engine's answers hold: reads cached before parking stay valid
+                self.generation = generation
+            self.wakes += 1
+            self.last_wake_s = time.monotonic() - began
+            log.info("embedded engine started again after being parked, in %.2f s", self.last_wake_s)
+
+    def _stop_server(self) -> None:
+        assert self.server is not None
+        _drop_session(self.session)
+        self.server.process.stop()
+
+    def _start_server(self) -> None:
+        assert self.server is not None
+        self.server.process = SailProcess.start(self.server.port)
+        self._connect_server()
+
+    def _connect_server(self) -> bool:
+        """Connect to the (new) server process and tell it what the old one knew; whether it now answers
+        exactly as the old one did (see :attr:`on_restart`)."""
+        assert self.server is not None
+        try:
+            self.session = _connect_local(self.settings, self.server.url)
+        except Exception:
+            self.server.process.stop()
+            raise
+        self._registered.clear()
+        self.generation += 1
+        self.register_schema(self.settings.schema)
+        return self.on_restart() if self.on_restart is not None else True
 
     @property
     def target(self) -> Target:
@@ -477,10 +567,10 @@ class Engine:
     def table_version(self, name: str) -> int | None:
         """The newest Delta version of ``name`` (``schema.table``), None when it does not exist: from its
         ``_delta_log`` where that is on this machine (see delta_log_dir), else the engine's history."""
-        folder = None if self.ops.manages_locations else self.delta_log_dir(name)
+        folder = self.delta_log_dir(name)
         if folder is not None:
             version = delta_log.latest_version(folder)
-            if version is not None:
+            if version is not None or self.ops.manages_locations:  # the engine's own folder: the answer
                 return version
             self.forget_location(name)
         return self.ops.table_version(self.spark, name)
@@ -556,11 +646,12 @@ def _open_local(settings: Settings, port: int = 0, session_id: str | None = None
     except Exception:
         server.process.stop()
         raise
-    engine = Engine(spark=spark, settings=settings, ops=EmbeddedOps(warehouse_dir=settings.warehouse_dir),
+    engine = Engine(session=spark, settings=settings, ops=EmbeddedOps(warehouse_dir=settings.warehouse_dir),
                     server=server)
 
     def close() -> None:
-        _stop_session(engine.spark)
+        if not engine.parked:
+            _stop_session(engine.session)
         server.process.stop()
 
     engine.closer = close
@@ -618,7 +709,7 @@ def _open_spark_local(settings: Settings) -> Engine:
     running.spark.sql(f"CREATE SCHEMA IF NOT EXISTS {settings.schema}")
     ops = (DeltaSparkOps(stage_events=True, local_files=True) if running.delta_table_api
            else TableOps(stage_events=True, local_files=True))
-    return Engine(spark=running.spark, settings=settings, ops=ops)
+    return Engine(session=running.spark, settings=settings, ops=ops)
 
 
 def _open_spark_connect(settings: Settings) -> Engine:
@@ -629,7 +720,7 @@ def _open_spark_connect(settings: Settings) -> Engine:
         raise ValueError("target 'spark' needs SPARK_REMOTE (a Spark Connect URL, sc://host:port)")
     keep_connect_release_pool()
     spark = SparkSession.builder.remote(url).getOrCreate()
-    return Engine(spark=spark, settings=settings)
+    return Engine(session=spark, settings=settings)
 
 
 def _open_databricks(settings: Settings) -> Engine:
@@ -645,4 +736,4 @@ def _open_databricks(settings: Settings) -> Engine:
                 "target 'databricks' runs on a Databricks cluster, or needs databricks-connect installed"
             ) from exc
         spark = DatabricksSession.builder.getOrCreate()
-    return Engine(spark=spark, settings=settings)
+    return Engine(session=spark, settings=settings)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -66,15 +65,20 @@ class App:
 
     def recycle_engine(self) -> float:
         """Replace the embedded engine's process with a fresh one (tables registered again, views
-        restored from dbt's compiled SQL); return the seconds it took, 0.0 where the engine cannot be
-        recycled. Only between ticks: nothing Heartbeat keeps lives in the engine's memory."""
-        if not self.engine.can_recycle:
-            return 0.0
-        began = time.monotonic()
-        self.engine.recycle()
-        if self.store.exists(CONTROL):
-            self.ensure_views()
-        return time.monotonic() - began
+        restored by :meth:`restore_after_restart`); return the seconds it took, 0.0 where the engine
+        cannot be recycled. Only between ticks: nothing Heartbeat keeps lives in the engine's memory."""
+        return self.engine.recycle()
+
+    def restore_after_restart(self) -> bool:
+        """What a new embedded engine process must be told besides the tables: the views (the engine
+        calls this after each recycle and each wake from parking). True when they were re-created from
+        the same compiled SQL, False when dbt had to build them."""
+        if not self.store.exists(CONTROL):
+            return True
+        if self.dbt.restore_views():
+            return True
+        self.dbt.build_all()
+        return False
 
     def jobs_backend(self) -> JobsBackend:
         """The backend the settings name: a built-in or an installed plugin (``jobs.registry``)."""
@@ -119,6 +123,8 @@ def open_app(settings: Settings, *, port: int = 0, session_id: str | None = None
     try:
         store = TableStore(engine)
         store.ensure_tables()
-        yield App(settings=settings, engine=engine, store=store, dbt=DbtProject(engine))
+        app = App(settings=settings, engine=engine, store=store, dbt=DbtProject(engine))
+        engine.on_restart = app.restore_after_restart
+        yield app
     finally:
         engine.close()

@@ -4,7 +4,8 @@ The embedded engine (Sail 0.7.2) keeps native memory for every SQL text it parse
 back only when its process ends (docs/memory.md). It runs in a child process, so:
 
 - :class:`EngineRecycler` replaces that child between ticks (``run --loop``) or between reads
-  (``ui``), after ``engine_recycle_ticks`` uses or once the child holds ``engine_max_rss_mb``;
+  (``ui``), after ``engine_recycle_ticks`` uses or once the child holds ``engine_max_rss_mb``, and
+  parks it (ends it until the next query) after ``engine_park_after_s`` without a query;
 - :class:`MemoryCeiling` is the safety net for anything else: after a tick in which the whole
   process tree holds more than ``max_rss_mb``, ``run --loop`` ends its tick normally, closes
   everything and re-executes its own command line (:func:`restart_process`). The pid stays the
@@ -56,8 +57,15 @@ class EngineRecycler:
         return None
 
     def after_use(self) -> float | None:
-        """Count one tick (or read); recycle the engine if due. The seconds the recycle took, else None."""
-        if not self.app.engine.can_recycle:
+        """Count one tick (or read); park the engine when it has been idle long enough, else recycle it
+        if due. The seconds a recycle took, else None."""
+        engine = self.app.engine
+        if not engine.can_recycle or engine.parked:
+            return None
+        park_after = self.policy.engine_park_after_s
+        if park_after and engine.idle_s >= park_after and engine.park():
+            self.uses = 0  # the next start is a fresh process
+            log.info("embedded engine parked after %.0f s without a query", park_after)
             return None
         self.uses += 1
         reason = self.due()

@@ -80,7 +80,7 @@ from heartbeat_runner.sensing.sources.base import SenseContext
 log = logging.getLogger(__name__)
 
 #: figures of a run summary's stage_timings that are counts, not seconds of a stage
-COUNT_FIGURES = ("idle_ticks", "sql_parses", "mean_sql_parses", "engine_recycles", "loop_restarts")
+COUNT_FIGURES = ("idle_ticks", "sql_parses", "mean_sql_parses", "engine_recycles", "engine_wakes", "loop_restarts")
 
 @dataclass(frozen=True)
 class TriggeredJob:
@@ -329,8 +329,10 @@ class Heartbeat:
         return recovered
 
     def _process_figures(self) -> dict[str, int]:
-        """What the run report tells about the process: engine recycles and loop restarts, when any."""
-        figures = {"engine_recycles": self.store.engine.recycles, "loop_restarts": self.loop_restarts}
+        """What the run report tells about the process: engine recycles, starts after parking and loop
+        restarts, when any."""
+        engine = self.store.engine
+        figures = {"engine_recycles": engine.recycles, "engine_wakes": engine.wakes, "loop_restarts": self.loop_restarts}
         return {name: value for name, value in figures.items() if value}
 
     def refresh_models(self, force: bool = False) -> bool:

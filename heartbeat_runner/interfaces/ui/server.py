@@ -30,7 +30,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
@@ -76,7 +76,8 @@ class StatusPage:
     def read(self, what: Callable[[], Any]) -> Any:
         """Run one read against the engine (one at a time); then recycle the engine if it is due."""
         if self._recycler is None:
-            self._recycler = EngineRecycler(self.app, self.app.settings.memory)
+            # never parked: a page's next poll would wait for a new engine
+            self._recycler = EngineRecycler(self.app, replace(self.app.settings.memory, engine_park_after_s=0))
         with self._engine_lock:
             try:
                 return what()
