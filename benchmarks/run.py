@@ -548,6 +548,10 @@ SOAK_TARGETS: dict[str, tuple[float, str]] = {
 #: ticks before the soak's reference size (its memory at tick 500) and between two samples
 SOAK_WARM_UP = 500
 SOAK_SAMPLE_EVERY = 100
+#: the parked phase: this many idle ticks (at most) with the engine parked after SOAK_PARK_AFTER_S seconds
+#: without a query (the loop's default, 120 s, is about as long as the idle phase takes at interval 0)
+SOAK_PARKED_TICKS = 2000
+SOAK_PARK_AFTER_S = 1.0
 
 
 def soak_main(n: int, ticks: int, out: Path, work_dir: Path | None) -> int:
@@ -576,7 +580,7 @@ def soak_measured(figures: dict[str, Any]) -> dict[str, float | None]:
         "idle_peak_over_tick_500": idle["peak_over_warm"], "busy_peak_over_tick_500": busy["peak_over_warm"],
         "idle_peak_mib": idle["peak_mib"], "busy_peak_mib": busy["peak_mib"],
         "engine_growth_idle_mib_per_1000": idle["engine_growth_mib_per_1000"],
-        "idle_rss_mib": idle["median_mib"], "busy_drift": busy["drift"],
+        "idle_rss_mib": figures["parked"]["median_mib"], "busy_drift": busy["drift"],
     }
 
 
@@ -602,7 +606,12 @@ def print_soak(figures: dict[str, Any]) -> None:
         print(f"    engine recycles: {len(recycles)} ({cost}); ticks: median {phase['median_tick_s']:.4f} s, "
               f"first 100 {phase['first_100_median_s']:.4f} s, last 100 {phase['last_100_median_s']:.4f} s "
               f"-> drift {phase['drift']:.2f}x (target <= 1.2 busy)")
-    print(f"  idle RSS (median after warm-up) {figures['idle']['median_mib']:.0f} MiB (target <= 350)")
+    parked = figures["parked"]
+    print(f"  parked: {parked['ticks']:,} idle ticks, the engine parked after {parked['park_after_s']:g} s without a "
+          f"query (HEARTBEAT_ENGINE_PARK_AFTER_S; default 120 s); engine starts meanwhile: {parked['engine_starts']} "
+          f"(idle ticks need none); the first change started it again in {figures['busy']['first_start_s']:.2f} s")
+    print(f"  idle RSS (median after warm-up): {parked['median_mib']:.0f} MiB with the engine parked (target <= 350), "
+          f"{figures['idle']['median_mib']:.0f} MiB with it held")
     print(f"  data files per table, most seen after any tick (bound: {figures['file_bound']}):")
     for table, most in figures["max_files"].items():
         print(f"    {table:<30} {most:>5} (now {figures['final_files'][table]})")
@@ -614,9 +623,10 @@ SOAK_TABLES = ("heartbeat_events", "heartbeat_runs", "heartbeat_run_report", "he
 
 
 def soak_measure(workload: Workload, ticks: int, change_every: int = 20) -> dict[str, Any]:
-    """In one runner process, as ``run --loop`` runs them: ``ticks`` idle ticks, then ``ticks`` ticks of
-    which every ``change_every``-th follows a change of one source; the engine recycled as the loop does
-    (except by tick count while idle, so that the engine's own growth shows)."""
+    """In one runner process, as ``run --loop`` runs them: ``ticks`` idle ticks with the engine held, up to
+    SOAK_PARKED_TICKS idle ticks with it parked, then ``ticks`` ticks of which every ``change_every``-th
+    follows a change of one source (the first starts the parked engine again); the engine recycled as the
+    loop does (except by tick count while idle, so that the engine's own growth shows)."""
     from dataclasses import replace
 
     from heartbeat_runner.core.settings import JobsBackendKind, load_settings
@@ -630,15 +640,22 @@ def soak_measure(workload: Workload, ticks: int, change_every: int = 20) -> dict
         heartbeat = app.heartbeat()
         heartbeat.tick()
         app.dbt.manifest()
-        idle = _soak_phase(app, heartbeat, EngineRecycler(app, replace(settings.memory, engine_recycle_ticks=0)),
-                           ticks, lambda i: None, max_files)
+        held = replace(settings.memory, engine_recycle_ticks=0, engine_park_after_s=0)
+        idle = _soak_phase(app, heartbeat, EngineRecycler(app, held), ticks, lambda i: None, max_files)
+        parks = replace(held, engine_park_after_s=SOAK_PARK_AFTER_S)
+        parked = _soak_phase(app, heartbeat, EngineRecycler(app, parks), min(ticks, SOAK_PARKED_TICKS),
+                             lambda i: None, max_files)
+        parked.update(engine_starts=app.engine.wakes, park_after_s=SOAK_PARK_AFTER_S, ticks=min(ticks, SOAK_PARKED_TICKS))
         def change(i: int) -> None:
             if i % change_every == 0:
                 workload.change([workload.sensors[(i // change_every) % workload.n]], tag=1000 + i)
-        busy = _soak_phase(app, heartbeat, EngineRecycler(app, settings.memory), ticks, change, max_files)
+        busy = _soak_phase(app, heartbeat, EngineRecycler(app, replace(settings.memory, engine_park_after_s=0)),
+                           ticks, change, max_files)
+        busy["first_start_s"] = round(app.engine.last_wake_s, 3)
         final = {t: app.engine.file_count(f"heartbeat.{t}") for t in SOAK_TABLES}
         heartbeat.close()
-    return {"ticks": ticks, "sensors": workload.n, "change_every": change_every, "idle": idle, "busy": busy,
+    return {"ticks": ticks, "sensors": workload.n, "change_every": change_every, "idle": idle, "parked": parked,
+            "busy": busy,
             "file_bound": settings.maintenance.compact_min_files, "max_files": max_files, "final_files": final,
             "memory_policy": vars(settings.memory)}
 
@@ -659,7 +676,7 @@ def _soak_phase(app, heartbeat, recycler, ticks: int, before_tick: Callable[[int
         took = recycler.after_use()
         if took is not None:
             recycles.append(round(took, 3))
-        if i % 50 == 0 or result.maintenance is not None:
+        if (i % 50 == 0 or result.maintenance is not None) and not app.engine.parked:  # a parked engine stays so
             for table in SOAK_TABLES:
                 max_files[table] = max(max_files[table], app.engine.file_count(f"heartbeat.{table}"))
         if i % SOAK_SAMPLE_EVERY == 0:
