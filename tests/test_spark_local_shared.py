@@ -1,5 +1,5 @@
 """Apache Spark as a lakehouse's one engine: shared by every command, recorded in the lakehouse, with
-a sensor state table that followers can keep following.
+a sensor state table that followers can keep following (checked on the demo's lakehouse).
 
 A Spark JVM takes 10-40 s to start here, so these tests reuse the session's JVM (``hb`` on the Spark
 shapes): the test process holds it, and the CLI processes the tests start join it through its Spark
@@ -13,6 +13,7 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from harness import Harness
@@ -102,43 +103,6 @@ def test_a_lakehouse_refuses_the_engine_that_did_not_make_it(tmp_path):
     assert not (spark_home / "warehouse").exists()
 
 
-@pytest.mark.engines("spark-classic")
-def test_a_follower_keeps_its_place_in_the_sensor_state_across_rebuilds(hb):
-    """heartbeat_sensor_state is updated in place: the same table id at every rebuild, and a follower
-    that remembers a version reads every change since it through the change data feed."""
-    state = hb.app.store.name("heartbeat_sensor_state")
-    hb.create_table("follow_sales.orders", "id bigint")
-    hb.create_table("follow_sales.refunds", "id bigint")
-    hb.jobs(J1=0, J2=0)
-    hb.seed(row("delta_table", "follow_sales.orders", "J1"), row("delta_table", "follow_sales.refunds", "J2"))
-    hb.tick()
-
-    def detail() -> tuple[str, int]:
-        found = hb.spark.sql(f"DESCRIBE DETAIL {state}").collect()[0]
-        return found["id"], int(hb.spark.sql(f"DESCRIBE HISTORY {state} LIMIT 1").collect()[0]["version"])
-
-    table_id, place = detail()
-    seen: dict[str, str] = {}
-    for rebuild, table in enumerate(("orders", "refunds", "orders"), start=1):
-        hb.insert(f"follow_sales.{table}", f"({rebuild})")
-        hb.tick()
-        hb.wait_for_jobs(timeout=JOB_TIMEOUT_S)
-        now_id, version = detail()
-        assert now_id == table_id, f"rebuild {rebuild} replaced the table"
-        assert version > place
-        changes = (hb.spark.read.format("delta").option("readChangeFeed", "true")
-                   .option("startingVersion", place + 1).table(state)
-                   .where("_change_type in ('insert', 'update_postimage')").collect())
-        for change in sorted(changes, key=lambda c: c["_commit_version"]):
-            seen[change["sensor_id"]] = change["status"]
-        by_version = {r["sensor_id"]: r["status"]
-                      for r in hb.spark.sql(f"SELECT * FROM {state} VERSION AS OF {version}").collect()}
-        assert seen == by_version, f"rebuild {rebuild}: the feed since version {place} and the table differ"
-        place = version
-    assert set(seen) == {"delta_table:follow_sales.orders", "delta_table:follow_sales.refunds"}
-    assert set(seen.values()) == {"PROCESSED_NEW_DATA"}
-
-
 #: what a normal lifecycle must not log: an ERROR line, a Java or Python stack trace
 ALARMS = re.compile(r"\bERROR\b|Traceback \(most recent call last\)|^\s+at [\w.$]+\(|Exception in thread", re.M)
 
@@ -148,10 +112,15 @@ def _alarms(text: str) -> list[str]:
 
 
 @pytest.mark.engines("spark-classic")
-def test_the_demo_passes_on_spark_and_logs_no_error(tmp_path, engine_kind):
+def test_the_demo_passes_on_spark_logs_no_error_and_a_follower_keeps_its_place(tmp_path, hb):
     """The demo on `spark-local` in its own process: every job COMPLETED (job 102 ends with its own
     `complete`, in a third process that joins the demo's engine), and not one ERROR line or stack trace
-    from Spark, Delta, Hive or Python in the whole run."""
+    from Spark, Delta, Hive or Python in the whole run.
+
+    Then a follower product on another Spark (this test's, reading by path) walks the demo's
+    heartbeat_sensor_state version by version: one table id in every commit (updated in place, never
+    replaced), and at each version the change data feed since the last one, applied to what it had,
+    equals the table read AS OF that version, across every rebuild of the demo."""
     home = tmp_path / "demo"
     proc = subprocess.run([sys.executable, "-m", "heartbeat_runner", "demo", "--target", "spark-local", "--json",
                            "--lakehouse-dir", str(home)],
@@ -165,6 +134,36 @@ def test_the_demo_passes_on_spark_and_logs_no_error(tmp_path, engine_kind):
     job_logs = "".join(p.read_text() for p in (home / "jobs" / "runs").glob("*/output.log"))
     assert "job 102: recorded" in job_logs
     assert _alarms(proc.stderr + job_logs) == []
+
+    [state] = [p.parent for p in home.rglob("heartbeat_sensor_state/_delta_log")]
+    _follow(hb.spark, state)
+
+
+def _follow(spark, table: Path) -> None:
+    """Follow the Delta table at ``table`` from its first version to its last, as a follower product would."""
+    commits = sorted((table / "_delta_log").glob("*.json"))
+    versions = [int(c.stem) for c in commits]
+    table_ids = {json.loads(line)["metaData"]["id"] for c in commits for line in c.read_text().splitlines()
+                 if line.strip() and "metaData" in json.loads(line)}
+    assert len(table_ids) == 1, f"the table was replaced: ids {table_ids}"
+    assert len(versions) >= 4, f"fewer than three rebuilds after the first: versions {versions}"
+
+    def as_of(version: int) -> dict[str, str]:
+        frame = spark.read.format("delta").option("versionAsOf", version).load(str(table))
+        return {r["sensor_id"]: r["status"] for r in frame.collect()}
+
+    seen = as_of(versions[0])
+    for version in versions[1:]:
+        changes = (spark.read.format("delta").option("readChangeFeed", "true")
+                   .option("startingVersion", version).option("endingVersion", version).load(str(table))
+                   .where("_change_type != 'update_preimage'").collect())
+        for change in changes:
+            if change["_change_type"] == "delete":
+                seen.pop(change["sensor_id"], None)
+            else:
+                seen[change["sensor_id"]] = change["status"]
+        assert seen == as_of(version), f"version {version}: the feed and the table differ"
+    assert seen, "the follower saw no sensor"
 
 
 def test_a_recorded_tick_duration_counts_every_stage_and_the_report(hb):
