@@ -183,6 +183,21 @@ def test_the_page_styles_every_phase_the_server_names(page):
     assert all(f".badge.{p.value}" in css for p in JobPhase)
 
 
+def test_the_graph_colours_every_phase_and_source_health_the_server_names(page):
+    """The graph fills a job node by its phase and a source node by its health from the script's COLORS:
+    every JobPhase and SourceHealth has one (SENSING_ERROR jobs were drawn without a fill)."""
+    import re
+
+    from heartbeat_runner.interfaces.ui.data import JobPhase, SourceHealth
+
+    with urllib.request.urlopen(page + "/static/app.js") as answer:
+        script = answer.read().decode()
+    colours = re.search(r"const COLORS = \{(.*?)\};", script, re.S)
+    assert colours is not None
+    named = set(re.findall(r"(\w+): \"#[0-9a-f]{6}\"", colours.group(1)))
+    assert {p.value for p in JobPhase} | {h.value for h in SourceHealth} <= named
+
+
 def test_run_output_link_serves_the_jobs_output(page, lakehouse):
     run = lakehouse.app.store.read("heartbeat_job_runs", Cond("trigger_job_id", "orders_etl"))[0]
     with urllib.request.urlopen(f"{page}/api/jobs/orders_etl/runs/{run['job_run_id']}/output") as answer:

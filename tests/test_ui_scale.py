@@ -22,6 +22,7 @@ def test_the_graph_stays_usable_at_three_hundred_jobs(tmp_path, browser):
         for t in range(60):
             hb.create_table(f"lake.t{t:02d}", "id INT")
         hb.seed(*rows)
+        hb.tick()  # a runner that ticked: the page's header says so
         url, server = serve(hb, ActionPolicy(enabled=False))
         try:
             began = time.monotonic()
@@ -35,5 +36,51 @@ def test_the_graph_stays_usable_at_three_hundred_jobs(tmp_path, browser):
             wait_for(browser, "#graph[data-nodes='3']")  # the job, its hard and its soft source
             screenshot(browser, tmp_path, "ui-graph-300")
             print(f"\ngraph of 300 jobs / 60 sources / 600 edges drawn in {drawn:.2f} s")
+        finally:
+            server.shutdown()
+
+
+def test_the_overview_of_five_thousand_jobs_puts_failures_first_and_pages(tmp_path, browser):
+    """5,000 jobs, three of them failed (their ids sort last): the overview counts all 5,000, draws one
+    page of 100 rows with the failures on top, pages forward and back, and a search finds one job on any
+    page. Prints how long the first page took (not asserted: machines are noisy)."""
+    import time
+
+    from selenium.webdriver.common.by import By
+
+    failing = [f"zz_fail_{i}" for i in range(3)]
+    rows = [row("trigger_file", f"drops/d{j % 50:02d}", f"job{j:04d}") for j in range(5000 - len(failing))]
+    rows += [row("trigger_file", "drops/failing", job) for job in failing]
+    with Harness(tmp_path) as hb:
+        hb.seed(*rows)
+        hb.jobs(**dict.fromkeys(failing, 1))
+        hb.tick()
+        hb.drop_trigger_file("drops/failing", "ready")
+        assert sorted(hb.tick().triggered_job_ids) == failing
+        hb.wait_for_jobs()
+        hb.tick()
+        url, server = serve(hb, ActionPolicy(enabled=False))
+        try:
+            began = time.monotonic()
+            browser.get(url + "/")
+            wait_for(browser, "#jobs tbody tr[data-job]", timeout=120)
+            drawn = time.monotonic() - began
+            assert browser.find_element(By.ID, "job-count").text == "(5000)"
+            shown = [r.get_attribute("data-job") for r in browser.find_elements(By.CSS_SELECTOR, "#jobs tbody tr[data-job]")]
+            assert len(shown) == 100 and shown[:3] == failing, shown[:5]
+            assert browser.find_element(By.ID, "page-of").text == "page 1 of 50"
+            screenshot(browser, tmp_path, "ui-overview-5000")
+
+            browser.find_element(By.ID, "next-page").click()
+            wait_for(browser, "#jobs tbody tr[data-job='job0097']")  # 3 failures + job0000..job0096 on page 1
+            assert browser.find_element(By.ID, "page-of").text == "page 2 of 50"
+            browser.find_element(By.ID, "prev-page").click()
+            wait_for(browser, f"#jobs tbody tr[data-job='{failing[0]}']")
+
+            browser.find_element(By.ID, "search").send_keys("job4321")
+            wait_for(browser, "#jobs tbody tr[data-job='job4321']")
+            assert len(browser.find_elements(By.CSS_SELECTOR, "#jobs tbody tr[data-job]")) == 1
+            assert browser.find_element(By.ID, "page-of").text == "page 1 of 1"
+            print(f"\noverview of 5,000 jobs: first page drawn {drawn:.2f} s after the request")
         finally:
             server.shutdown()

@@ -4,16 +4,23 @@
 "use strict";
 
 let PHASES = [];  // the job phases the server names (JobPhase), set at start
-const state = { meta: null, timer: null, notice: null, filter: { phase: "", q: "" }, graph: { scale: 1, x: 0, y: 0 } };
+const state = { meta: null, timer: null, notice: null, filter: { phase: "", q: "", sort: "attention", page: 1 },
+  graph: { scale: 1, x: 0, y: 0 } };
+//: rows of the overview drawn at once: 5,000 jobs stay one page of DOM, whatever the refresh
+const PAGE_SIZE = 100;
+//: the phases that need someone, first when the overview sorts by attention (then PHASES' order)
+const ATTENTION = ["FAILED", "TRIGGER_ERROR", "SENSING_ERROR"];
 const COLORS = {
   RUNNING: "#1c7ed6", FAILED: "#e03131", READY: "#f08c00", WAITING: "#fab005", IDLE: "#adb5bd",
   PAUSED: "#868e96", ERROR: "#e03131", NEW_DATA: "#f08c00", QUIET: "#dee2e6", TRIGGER_ERROR: "#e03131",
+  SENSING_ERROR: "#c2255c",
 };
 const STAGE_COLORS = ["#1c7ed6", "#f08c00", "#2f9e44", "#ae3ec9", "#e03131", "#0ca678", "#868e96", "#fab005", "#d6336c"];
 
 const esc = (v) => String(v ?? "").replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
 const badge = (s) => (s ? `<span class="badge ${esc(s)}">${esc(s)}</span>` : `<span class="muted">-</span>`);
 const jobHref = (id) => `#/jobs/${encodeURIComponent(id)}`;
+const plural = (n, noun) => `${n} ${noun}${n === 1 ? "" : "s"}`;
 
 function when(iso) {
   if (!iso) return "-";
@@ -95,15 +102,23 @@ async function renderOverview(view) {
       <div class="toolbar" style="margin-top:12px">
         <input type="search" id="search" placeholder="Search job or source…" value="${esc(state.filter.q)}">
         <select id="phase"><option value="">every status</option>${PHASES.map((p) => `<option>${p}</option>`).join("")}</select>
+        <select id="sort" title="order of the jobs"><option value="attention">needs attention first</option>
+          <option value="job">by job id</option><option value="since">latest change first</option></select>
         <span class="muted" id="shown"></span>
+        <span class="pager"><button type="button" id="prev-page">‹ prev</button> <span id="page-of"></span>
+          <button type="button" id="next-page">next ›</button></span>
       </div>
       <table id="jobs"><thead><tr><th>Job</th><th>Status</th><th>Dependencies (hard ▭ / soft ┅)</th><th>Since</th>
         <th>Last run</th><th>Window consumed</th><th>Verdict</th></tr></thead><tbody></tbody></table></div>`;
-    document.getElementById("search").addEventListener("input", (e) => { state.filter.q = e.target.value; drawOverview(); });
-    document.getElementById("phase").addEventListener("change", (e) => { state.filter.phase = e.target.value; drawOverview(); });
+    const refilter = (change) => { change(); state.filter.page = 1; drawOverview(); };
+    document.getElementById("search").addEventListener("input", (e) => refilter(() => { state.filter.q = e.target.value; }));
+    document.getElementById("phase").addEventListener("change", (e) => refilter(() => { state.filter.phase = e.target.value; }));
+    document.getElementById("sort").addEventListener("change", (e) => refilter(() => { state.filter.sort = e.target.value; }));
+    document.getElementById("prev-page").addEventListener("click", () => { state.filter.page -= 1; drawOverview(); });
+    document.getElementById("next-page").addEventListener("click", () => { state.filter.page += 1; drawOverview(); });
     document.getElementById("counts").addEventListener("click", (e) => {
       const count = e.target.closest(".count");
-      if (count) { state.filter.phase = state.filter.phase === count.dataset.phase ? "" : count.dataset.phase; drawOverview(); }
+      if (count) refilter(() => { state.filter.phase = state.filter.phase === count.dataset.phase ? "" : count.dataset.phase; });
     });
   }
   drawOverview();
@@ -118,10 +133,28 @@ function drawOverview() {
   document.getElementById("counts").innerHTML = PHASES.map((p) =>
     `<span class="count" data-phase="${p}"><b>${jobs.filter((j) => j.phase === p).length}</b>${badge(p)}</span>`).join("");
   document.getElementById("phase").value = state.filter.phase;
-  document.getElementById("shown").textContent = `${shown.length} shown`;
+  document.getElementById("sort").value = state.filter.sort;
+  shown.sort(JOB_ORDERS[state.filter.sort] || JOB_ORDERS.attention);
+  const pages = Math.max(1, Math.ceil(shown.length / PAGE_SIZE));
+  state.filter.page = Math.min(Math.max(1, state.filter.page), pages);  // a refresh may have fewer pages
+  const first = (state.filter.page - 1) * PAGE_SIZE, rows = shown.slice(first, first + PAGE_SIZE);
+  document.getElementById("shown").textContent = shown.length > PAGE_SIZE
+    ? `${shown.length} shown, ${first + 1}–${first + rows.length} here` : `${shown.length} shown`;
+  document.getElementById("page-of").textContent = `page ${state.filter.page} of ${pages}`;
+  document.getElementById("prev-page").disabled = state.filter.page <= 1;
+  document.getElementById("next-page").disabled = state.filter.page >= pages;
   document.querySelector("#jobs tbody").innerHTML =
-    shown.map(jobRow).join("") || `<tr><td colspan="7" class="muted">No job matches.</td></tr>`;
+    rows.map(jobRow).join("") || `<tr><td colspan="7" class="muted">No job matches.</td></tr>`;
 }
+
+const byJobId = (a, b) => String(a.job_id).localeCompare(String(b.job_id), undefined, { numeric: true });
+const attentionRank = (j) => (ATTENTION.includes(j.phase) ? ATTENTION.indexOf(j.phase) : ATTENTION.length + PHASES.indexOf(j.phase));
+//: the overview's orders (the sort menu): each ends on the job id, so equal rows keep one order across refreshes
+const JOB_ORDERS = {
+  attention: (a, b) => attentionRank(a) - attentionRank(b) || byJobId(a, b),
+  job: byJobId,
+  since: (a, b) => String(b.since ?? "").localeCompare(String(a.since ?? "")) || byJobId(a, b),
+};
 
 // Open alerts (GET /api/alerts: the heartbeat_alerts view, as `alerts` shows them), newest first.
 function alertsTable(alerts, id) {
@@ -287,7 +320,7 @@ function drawGraph() {
   const sources = g.nodes.filter((n) => n.kind === "source" && keepSources.has(n.id));
   const layout = layoutGraph(sources, jobs.filter((j) => keepJobs.has(j.id)), edges);
   const svg = document.getElementById("graph");
-  document.getElementById("graph-count").textContent = `(${sources.length} sources → ${keepJobs.size} jobs)`;
+  document.getElementById("graph-count").textContent = `(${plural(sources.length, "source")} → ${plural(keepJobs.size, "job")})`;
   document.getElementById("viewport").innerHTML = layout.svg;
   svg.dataset.nodes = layout.nodes.length;
   svg.dataset.edges = edges.length;
