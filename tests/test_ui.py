@@ -196,6 +196,8 @@ def test_the_graph_colours_every_phase_and_source_health_the_server_names(page):
     assert colours is not None
     named = set(re.findall(r"(\w+): \"#[0-9a-f]{6}\"", colours.group(1)))
     assert {p.value for p in JobPhase} | {h.value for h in SourceHealth} <= named
+    order = re.search(r"const HEALTH_ORDER = \[(.*?)\];", script)
+    assert order is not None and re.findall(r'"(\w+)"', order.group(1)) == [h.value for h in SourceHealth]
 
 
 def test_run_output_link_serves_the_jobs_output(page, lakehouse):

@@ -5,7 +5,7 @@
 
 let PHASES = [];  // the job phases the server names (JobPhase), set at start
 const state = { meta: null, timer: null, notice: null, filter: { phase: "", q: "", sort: "attention", page: 1 },
-  graph: { scale: 1, x: 0, y: 0 } };
+  graph: { scale: 1, x: 0, y: 0, collapsed: new Set() } };
 //: rows of the overview drawn at once: 5,000 jobs stay one page of DOM, whatever the refresh
 const PAGE_SIZE = 100;
 //: the phases that need someone, first when the overview sorts by attention (then PHASES' order)
@@ -292,7 +292,9 @@ async function renderGraph(view) {
         <input type="search" id="search" placeholder="Filter by job or source…" value="${esc(state.filter.q)}">
         <select id="phase"><option value="">every status</option>${PHASES.map((p) => `<option>${p}</option>`).join("")}</select>
         <button id="zoom-in">+</button><button id="zoom-out">−</button><button id="zoom-fit">fit</button>
-        <span class="muted">drag to pan, wheel to zoom, click a node to highlight its edges, double-click a job to open it</span>
+        <button id="collapse-all" title="draw each group of sources as one node, or every source again">collapse groups</button>
+        <span class="muted">drag to pan, wheel to zoom, click a node to highlight its edges, double-click a job to open it,
+          click a group's name to fold it into one node</span>
       </div>
       <div class="graph-legend">
         <span><svg width="30" height="8"><line x1="0" y1="4" x2="30" y2="4" stroke="#9aa3b5" stroke-width="2"/></svg> hard</span>
@@ -304,6 +306,12 @@ async function renderGraph(view) {
       <div class="graph-wrap"><svg id="graph"><g id="viewport"></g></svg></div></div>`;
     document.getElementById("search").addEventListener("input", (e) => { state.filter.q = e.target.value; drawGraph(); });
     document.getElementById("phase").addEventListener("change", (e) => { state.filter.phase = e.target.value; drawGraph(); });
+    document.getElementById("collapse-all").addEventListener("click", () => {
+      const groups = [...new Set(state.graphData.nodes.filter((n) => n.kind === "source").map((n) => n.group))];
+      const all = groups.every((group) => state.graph.collapsed.has(group));
+      state.graph.collapsed = new Set(all ? [] : groups);
+      drawGraph();
+    });
     panZoom();
   }
   drawGraph();
@@ -323,8 +331,15 @@ function drawGraph() {
   document.getElementById("graph-count").textContent = `(${plural(sources.length, "source")} → ${plural(keepJobs.size, "job")})`;
   document.getElementById("viewport").innerHTML = layout.svg;
   svg.dataset.nodes = layout.nodes.length;
-  svg.dataset.edges = edges.length;
+  svg.dataset.edges = layout.edges;
   state.layout = layout;
+  const folded = state.graph.collapsed;
+  document.getElementById("collapse-all").textContent = sources.length && sources.every((n) => folded.has(n.group)) ? "expand groups" : "collapse groups";
+  svg.querySelectorAll(".group-label").forEach((label) => label.addEventListener("click", () => {
+    const group = label.dataset.group;
+    if (!folded.delete(group)) folded.add(group);
+    drawGraph();
+  }));
   if (!state.graph.fitted) { fitGraph(); state.graph.fitted = true; }
   svg.querySelectorAll(".node").forEach((node) => node.addEventListener("click", () => highlight(svg, node.dataset.id)));
   svg.querySelectorAll(".node.job").forEach((node) => node.addEventListener("dblclick", () => { location.hash = jobHref(node.dataset.id.slice(4)); }));
@@ -332,18 +347,29 @@ function drawGraph() {
 
 function layoutGraph(sources, jobs, edges) {
   // Two columns: sources grouped by kind on the left, jobs on the right ordered by the mean
-  // position of their sources (fewer crossings). Each source appears once however many jobs read it.
+  // position of their sources (fewer crossings). Each source appears once however many jobs read it;
+  // a collapsed group (state.graph.collapsed) is one node, its members' edges drawn from it once per job.
   const rowH = 26, colX = { source: 20, job: 520 }, nodeW = 260;
   const groups = {};
   sources.forEach((s) => (groups[s.group] ||= []).push(s));
-  const pos = {}, parts = [];
+  const pos = {}, parts = [], drawn = [], alias = {};
   let y = 10;
   for (const [group, members] of Object.entries(groups).sort()) {
-    parts.push(`<text class="group-label" x="${colX.source}" y="${y + 12}">${esc(group)} (${members.length})</text>`);
+    const folded = state.graph.collapsed.has(group);
+    parts.push(`<text class="group-label" data-group="${esc(group)}" x="${colX.source}" y="${y + 12}">${folded ? "▸" : "▾"} ${esc(group)} (${members.length})</text>`);
     y += 20;
-    members.sort((a, b) => a.label.localeCompare(b.label)).forEach((s) => { pos[s.id] = { x: colX.source, y }; y += rowH; });
+    if (folded) {
+      const node = groupNode(group, members);
+      members.forEach((s) => { alias[s.id] = node.id; });
+      pos[node.id] = { x: colX.source, y }; drawn.push(node); y += rowH;
+    } else {
+      members.sort((a, b) => a.label.localeCompare(b.label)).forEach((s) => { pos[s.id] = { x: colX.source, y }; drawn.push(s); y += rowH; });
+    }
     y += 8;
   }
+  const seen = new Set();
+  edges = edges.map((e) => ({ ...e, from: alias[e.from] || e.from }))
+    .filter((e) => { const key = `${e.from}|${e.to}|${e.kind}`; return !seen.has(key) && seen.add(key); });
   const sourcesOf = {};
   edges.forEach((e) => (sourcesOf[e.to] ||= []).push(pos[e.from]?.y ?? 0));
   const mean = (a) => (a && a.length ? a.reduce((x, v) => x + v, 0) / a.length : 0);
@@ -357,13 +383,22 @@ function layoutGraph(sources, jobs, edges) {
     return `<path class="edge ${esc(e.kind)}" data-from="${esc(e.from)}" data-to="${esc(e.to)}" d="M${x1},${y1} C${mx},${y1} ${mx},${y2} ${x2},${y2}"/>`;
   }).join("");
   const clip = (t) => (t.length > 38 ? `${t.slice(0, 37)}…` : t);
-  const nodeSvg = [...sources, ...jobs].map((n) => {
+  const nodeSvg = [...drawn, ...jobs].map((n) => {
     const p = pos[n.id], fill = n.kind === "job" ? COLORS[n.phase] : COLORS[n.health];
     const text = n.kind === "job" ? `${n.job_id}${n.label !== n.job_id ? ` · ${n.label}` : ""}` : `${n.label}${n.jobs > 1 ? ` (${n.jobs} jobs)` : ""}`;
-    return `<g class="node ${n.kind}" data-id="${esc(n.id)}" data-kind="${n.kind}" data-status="${esc(n.phase || n.health)}" transform="translate(${p.x},${p.y})">
+    return `<g class="node ${n.kind}${n.members ? " group" : ""}" data-id="${esc(n.id)}" data-kind="${n.kind}" data-status="${esc(n.phase || n.health)}" transform="translate(${p.x},${p.y})">
       <rect width="${nodeW}" height="20" fill="${fill}"></rect><text x="8" y="14">${esc(clip(text))}</text><title>${esc(text)}</title></g>`;
   }).join("");
-  return { svg: parts.join("") + edgeSvg + nodeSvg, nodes: [...sources, ...jobs], width: colX.job + nodeW + 20, height: Math.max(y, jy) + 10 };
+  return { svg: parts.join("") + edgeSvg + nodeSvg, nodes: [...drawn, ...jobs], edges: edges.length,
+    width: colX.job + nodeW + 20, height: Math.max(y, jy) + 10 };
+}
+
+//: a collapsed group's one node: coloured by its worst member (a sensing error, then new data)
+const HEALTH_ORDER = ["ERROR", "NEW_DATA", "QUIET"];
+function groupNode(group, members) {
+  const worst = members.map((s) => s.health).sort((a, b) => HEALTH_ORDER.indexOf(a) - HEALTH_ORDER.indexOf(b))[0];
+  return { id: `group:${group}`, kind: "source", group, health: worst, members: members.length,
+    label: `${plural(members.length, "source")} of ${group}`, jobs: 0 };
 }
 
 function applyZoom() {
