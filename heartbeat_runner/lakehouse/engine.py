@@ -426,20 +426,17 @@ class Engine:
             if not self.parked or self._waker == threading.get_ident():
                 return
             assert self.server is not None
-            began, generation = time.monotonic(), self.generation
+            began = time.monotonic()
             self._waker = threading.get_ident()
             try:
-                self.server.process = SailProcess.start(self.server.port)
                 try:
-                    same = self._connect_server()
+                    self._start_server()
                 except BaseException:
                     self.server.process.stop()  # parked still: the next use tries again
                     raise
                 self.parked = False
             finally:
                 self._waker = None
-            if same:  # the parked engine's answers hold: reads cached before parking stay valid
-                self.generation = generation
             self.wakes += 1
             self.last_wake_s = time.monotonic() - began
             log.info("embedded engine started again after being parked, in %.2f s", self.last_wake_s)
@@ -454,10 +451,13 @@ class Engine:
         self.server.process = SailProcess.start(self.server.port)
         self._connect_server()
 
-    def _connect_server(self) -> bool:
-        """Connect to the (new) server process and tell it what the old one knew; whether it now answers
-        exactly as the old one did (see :attr:`on_restart`)."""
+    def _connect_server(self) -> None:
+        """Connect to the (new) server process and tell it what the old one knew. When it then answers
+        exactly as the old one did (the same tables, the views re-created from the same SQL: see
+        :attr:`on_restart`), :attr:`generation` is put back, so reads cached before stay valid: an idle
+        tick after a recycle or a wake still sends no SQL."""
         assert self.server is not None
+        generation = self.generation
         try:
             self.session = _connect_local(self.settings, self.server.url)
         except Exception:
@@ -466,7 +466,8 @@ class Engine:
         self._registered.clear()
         self.generation += 1
         self.register_schema(self.settings.schema)
-        return self.on_restart() if self.on_restart is not None else True
+        if self.on_restart is None or self.on_restart():
+            self.generation = generation
 
     @property
     def target(self) -> Target:
