@@ -642,10 +642,10 @@ def soak_measure(workload: Workload, ticks: int, change_every: int = 20) -> dict
         app.dbt.manifest()
         held = replace(settings.memory, engine_recycle_ticks=0, engine_park_after_s=0)
         idle = _soak_phase(app, heartbeat, EngineRecycler(app, held), ticks, lambda i: None, max_files)
-        parks = replace(held, engine_park_after_s=SOAK_PARK_AFTER_S)
-        parked = _soak_phase(app, heartbeat, EngineRecycler(app, parks), min(ticks, SOAK_PARKED_TICKS),
-                             lambda i: None, max_files, count_files=False)
-        parked.update(engine_starts=app.engine.wakes, park_after_s=SOAK_PARK_AFTER_S, ticks=min(ticks, SOAK_PARKED_TICKS))
+        parks, parked_ticks = replace(held, engine_park_after_s=SOAK_PARK_AFTER_S), min(ticks, SOAK_PARKED_TICKS)
+        parked = _soak_phase(app, heartbeat, EngineRecycler(app, parks), parked_ticks, lambda i: None, max_files,
+                             count_files=False)
+        parked.update(engine_starts=app.engine.wakes, park_after_s=SOAK_PARK_AFTER_S, ticks=parked_ticks)
         def change(i: int) -> None:
             if i % change_every == 0:
                 workload.change([workload.sensors[(i // change_every) % workload.n]], tag=1000 + i)

@@ -9,6 +9,7 @@ restarts, the rest ~20 s); sensor and tick counts are chosen for that. Memory is
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -16,13 +17,14 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from harness import HEADER, CliLakehouse, marker_jobs_file
 from harness import config_row as row
 
-from heartbeat_runner.core.processes import pid_alive, process_tree, tree_rss_bytes
+from heartbeat_runner.core.processes import pid_alive, process_command, process_tree, tree_rss_bytes
 from heartbeat_runner.core.settings import load_settings
 from heartbeat_runner.jobs.local import is_job_run
 from heartbeat_runner.runner.app import open_app
@@ -107,6 +109,19 @@ class _PeakSampler:
         return ", ".join(f"{phase} peak {mib:.0f} MiB" for phase, mib in self.peaks.items())
 
 
+@contextlib.contextmanager
+def _sampled_loop(lake: CliLakehouse, env: dict[str, str]) -> Iterator[tuple[_Loop, _PeakSampler]]:
+    """A ``run --loop`` process with its memory sampler; both stopped at the end, the peaks printed."""
+    loop = _Loop(lake, env=env)
+    sampler = _PeakSampler(loop)
+    try:
+        yield loop, sampler
+    finally:
+        sampler.stop()
+        loop.stop()
+    print(sampler.describe())
+
+
 def _all_ended(pids: list[int], within_s: float = 15.0) -> bool:
     """Whether every one of ``pids`` has ended within ``within_s`` (children notice their parent's end
     through a closed pipe, a moment after it)."""
@@ -131,9 +146,7 @@ def test_an_idle_loop_keeps_the_memory_of_its_process_tree_flat(tmp_path):
     stays under 1.25x its peak over ticks 200-1,100. Before issue 18 the in-process engine grew ~1 MiB
     per idle tick (2 GiB here). The engine is recycled every 700 ticks, so each half holds a recycle."""
     lake = _lakehouse(tmp_path, delta=6, files=6)
-    loop = _Loop(lake, env={"HEARTBEAT_ENGINE_RECYCLE_TICKS": "700"})
-    sampler = _PeakSampler(loop)
-    try:
+    with _sampled_loop(lake, env={"HEARTBEAT_ENGINE_RECYCLE_TICKS": "700"}) as (loop, sampler):
         loop.wait_ticks(200, 300)
         sampler.phase = "early"
         loop.wait_ticks(1100, 300)
@@ -141,10 +154,6 @@ def test_an_idle_loop_keeps_the_memory_of_its_process_tree_flat(tmp_path):
         loop.wait_ticks(2000, 300)
         sampler.stop()
         children = process_tree(loop.process.pid)
-    finally:
-        sampler.stop()
-        loop.stop()
-    print(sampler.describe())
     assert loop.process.returncode == 0, "".join(loop.err[-50:])
     assert sampler.peaks["late"] <= 1.25 * sampler.peaks["early"], f"the process tree grew: {sampler.describe()}"
     assert len(children) >= 2, "the embedded engine runs in a child process"
@@ -161,9 +170,7 @@ def test_a_busy_loop_keeps_its_memory_bounded_by_recycling_the_engine(tmp_path):
     peak over changes 8-11 stays under 1.25x its peak over changes 4-7 (the first three warm up).
     Every change is triggered exactly once."""
     lake = _lakehouse(tmp_path, delta=2, files=4)
-    loop = _Loop(lake, env={"HEARTBEAT_ENGINE_MAX_RSS_MB": "180"})
-    sampler = _PeakSampler(loop)
-    try:
+    with _sampled_loop(lake, env={"HEARTBEAT_ENGINE_MAX_RSS_MB": "180"}) as (loop, sampler):
         for change in range(11):
             sampler.phase = None if change < 3 else "early" if change < 7 else "late"
             lake.drop_trigger_file(f"drop{change % 4}", f"batch{change}.done")
@@ -172,10 +179,6 @@ def test_a_busy_loop_keeps_its_memory_bounded_by_recycling_the_engine(tmp_path):
         deadline = time.monotonic() + 120
         while sum(lake.executions().values()) < 11 and time.monotonic() < deadline:
             time.sleep(0.2)
-    finally:
-        sampler.stop()
-        loop.stop()
-    print(sampler.describe())
     assert loop.process.returncode == 0, "".join(loop.err[-50:])
     assert sampler.peaks["late"] <= 1.25 * sampler.peaks["early"], f"the process tree grew: {sampler.describe()}"
     triggered = lake.events("TRIGGERED")
@@ -186,13 +189,8 @@ def test_a_busy_loop_keeps_its_memory_bounded_by_recycling_the_engine(tmp_path):
 
 def _engine_count(loop: _Loop) -> int:
     """How many embedded engine processes the loop's tree holds (not counting job runs)."""
-    def is_engine(pid: int) -> bool:
-        try:
-            return b"heartbeat_runner.lakehouse.sail_process" in Path(f"/proc/{pid}/cmdline").read_bytes()
-        except OSError:  # ended meanwhile
-            return False
-
-    return sum(map(is_engine, process_tree(loop.process.pid, prune=is_job_run)))
+    engine = b"heartbeat_runner.lakehouse.sail_process"
+    return sum(engine in process_command(pid) for pid in process_tree(loop.process.pid, prune=is_job_run))
 
 
 def _wait_engine(loop: _Loop, count: int, timeout_s: float, sampler: _PeakSampler, phase: str | None) -> None:
@@ -214,9 +212,7 @@ def test_an_idle_loop_parks_its_engine_and_starts_it_again_for_new_data(tmp_path
     less memory; new data starts a new engine, its job is triggered once, the run report counts the
     start, and the engine is parked again once idle."""
     lake = _lakehouse(tmp_path, delta=2, files=2)
-    loop = _Loop(lake, env={"HEARTBEAT_ENGINE_PARK_AFTER_S": "1"})
-    sampler = _PeakSampler(loop)
-    try:
+    with _sampled_loop(lake, env={"HEARTBEAT_ENGINE_PARK_AFTER_S": "1"}) as (loop, sampler):
         _wait_engine(loop, 1, 120, sampler, None)
         loop.wait_ticks(1, 120)  # the engine is up and known: dbt's views were restored in it
         _wait_engine(loop, 0, 120, sampler, "held")
@@ -233,10 +229,6 @@ def test_an_idle_loop_parks_its_engine_and_starts_it_again_for_new_data(tmp_path
         _wait_engine(loop, 0, 120, sampler, "woken")  # parked again once idle
         loop.wait_ticks(loop.ticks + 5, 120)
         sampler.stop()
-    finally:
-        sampler.stop()
-        loop.stop()
-    print(sampler.describe())
     assert loop.process.returncode == 0, "".join(loop.err[-50:])
     assert sampler.peaks["parked"] <= 0.8 * sampler.peaks["held"], f"parking freed little: {sampler.describe()}"
     assert lake.executions() == {"J2": 1} and len(lake.events("TRIGGERED")) == 1

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from harness import Harness
 from harness import config_row as row
 from test_ui import browser, pytestmark, screenshot, serve, wait_for
@@ -9,11 +11,17 @@ from test_ui import browser, pytestmark, screenshot, serve, wait_for
 from heartbeat_runner.interfaces.ui.actions import ActionPolicy
 
 
+def _timed_load(browser, url: str, css: str, timeout: float) -> float:
+    """Open ``url`` and wait for ``css``; the seconds that took (printed by the tests, never asserted)."""
+    began = time.monotonic()
+    browser.get(url)
+    wait_for(browser, css, timeout=timeout)
+    return time.monotonic() - began
+
+
 def test_the_graph_stays_usable_at_three_hundred_jobs(tmp_path, browser):
     """300 jobs over 60 shared sources: every node drawn once, the sources' group folds into one node and
     back, and a filter narrows it to one job's neighbourhood. Prints how long the graph took to draw (not asserted: machines are noisy)."""
-    import time
-
     from selenium.webdriver.common.by import By
 
     rows = [row("delta_table", f"lake.t{j % 60:02d}", f"job{j:03d}") for j in range(300)]
@@ -25,10 +33,7 @@ def test_the_graph_stays_usable_at_three_hundred_jobs(tmp_path, browser):
         hb.tick()  # a runner that ticked: the page's header says so
         url, server = serve(hb, ActionPolicy(enabled=False))
         try:
-            began = time.monotonic()
-            browser.get(url + "/#/graph")
-            wait_for(browser, "#graph[data-nodes='360']", timeout=60)
-            drawn = time.monotonic() - began
+            drawn = _timed_load(browser, url + "/#/graph", "#graph[data-nodes='360']", timeout=60)
             assert len(browser.find_elements(By.CSS_SELECTOR, "#graph .node.job")) == 300
             assert len(browser.find_elements(By.CSS_SELECTOR, "#graph .edge.soft")) == 300
             browser.find_element(By.CSS_SELECTOR, "#graph .group-label").click()  # fold the 60 sources into one
@@ -49,8 +54,6 @@ def test_the_overview_of_five_thousand_jobs_puts_failures_first_and_pages(tmp_pa
     """5,000 jobs, three of them failed (their ids sort last): the overview counts all 5,000, draws one
     page of 100 rows with the failures on top, pages forward and back, and a search finds one job on any
     page. Prints how long the first page took (not asserted: machines are noisy)."""
-    import time
-
     from selenium.webdriver.common.by import By
 
     failing = [f"zz_fail_{i}" for i in range(3)]
@@ -66,10 +69,7 @@ def test_the_overview_of_five_thousand_jobs_puts_failures_first_and_pages(tmp_pa
         hb.tick()
         url, server = serve(hb, ActionPolicy(enabled=False))
         try:
-            began = time.monotonic()
-            browser.get(url + "/")
-            wait_for(browser, "#jobs tbody tr[data-job]", timeout=120)
-            drawn = time.monotonic() - began
+            drawn = _timed_load(browser, url + "/", "#jobs tbody tr[data-job]", timeout=120)
             assert browser.find_element(By.ID, "job-count").text == "(5000)"
             shown = [r.get_attribute("data-job") for r in browser.find_elements(By.CSS_SELECTOR, "#jobs tbody tr[data-job]")]
             assert len(shown) == 100 and shown[:3] == failing, shown[:5]

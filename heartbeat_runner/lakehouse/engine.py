@@ -414,8 +414,7 @@ class Engine:
         if self.server is None or self.parked:
             return False
         with self._lock:
-            _drop_session(self.session)
-            self.server.process.stop()
+            self._stop_server()
             self.parked = True
         return True
 

@@ -56,12 +56,13 @@ class App:
         progress("building the control table and views")
         self.dbt.build_all(events_version=self.store.events_version())
 
-    def ensure_views(self) -> None:
-        """The local catalog forgets views at every start: re-create them."""
-        if not self.engine.is_local:
-            return
-        if not self.dbt.restore_views():
-            self.dbt.build_all()
+    def ensure_views(self) -> bool:
+        """The local catalog forgets views at every start: re-create them. True when they were re-created
+        from dbt's last compiled SQL (or there is nothing to re-create), False when dbt had to build."""
+        if not self.engine.is_local or self.dbt.restore_views():
+            return True
+        self.dbt.build_all()
+        return False
 
     def recycle_engine(self) -> float:
         """Replace the embedded engine's process with a fresh one (tables registered again, views
@@ -73,12 +74,7 @@ class App:
         """What a new embedded engine process must be told besides the tables: the views (the engine
         calls this after each recycle and each wake from parking). True when they were re-created from
         the same compiled SQL, False when dbt had to build them."""
-        if not self.store.exists(CONTROL):
-            return True
-        if self.dbt.restore_views():
-            return True
-        self.dbt.build_all()
-        return False
+        return not self.store.exists(CONTROL) or self.ensure_views()
 
     def jobs_backend(self) -> JobsBackend:
         """The backend the settings name: a built-in or an installed plugin (``jobs.registry``)."""
