@@ -208,18 +208,23 @@ def _wait_engine(loop: _Loop, count: int, timeout_s: float, sampler: _PeakSample
 @pytest.mark.timeout(600)
 def test_an_idle_loop_parks_its_engine_and_starts_it_again_for_new_data(tmp_path):
     """HEARTBEAT_ENGINE_PARK_AFTER_S=1: a second after its last query the loop ends its engine's process
-    and goes on ticking without one (hundreds of idle ticks, none of which starts it), holding clearly
-    less memory; new data starts a new engine, its job is triggered once, the run report counts the
-    start, and the engine is parked again once idle."""
+    and goes on ticking without one (hundreds of idle ticks over more than HEARTBEAT_IDLE_FLUSH=3 s,
+    none of which starts it: the idle streak's row waits while parked), holding clearly less memory;
+    new data starts a new engine, its job is triggered once, the waiting streak's row is written with
+    it, the run report counts the start, and the engine is parked again once idle."""
     lake = _lakehouse(tmp_path, delta=2, files=2)
-    with _sampled_loop(lake, env={"HEARTBEAT_ENGINE_PARK_AFTER_S": "1"}) as (loop, sampler):
+    env = {"HEARTBEAT_ENGINE_PARK_AFTER_S": "1", "HEARTBEAT_IDLE_FLUSH": "3"}
+    with _sampled_loop(lake, env=env) as (loop, sampler):
         _wait_engine(loop, 1, 120, sampler, None)
         loop.wait_ticks(1, 120)  # the engine is up and known: dbt's views were restored in it
         _wait_engine(loop, 0, 120, sampler, "held")
         sampler.phase = "parked"
-        parked_at = loop.ticks
+        parked_at, parked_since = loop.ticks, time.monotonic()
         loop.wait_ticks(parked_at + 300, 300)
-        assert _engine_count(loop) == 0, f"an idle tick started the parked engine: {''.join(loop.err[-20:])}"
+        while time.monotonic() - parked_since < 8:  # past two idle flushes of an engine that is held
+            assert _engine_count(loop) == 0, f"an idle tick started the parked engine: {''.join(loop.err[-20:])}"
+            time.sleep(0.1)
+        idle_ticks_parked = loop.ticks - parked_at
         sampler.phase = None
         lake.drop_trigger_file("drop0", "a.done")
         deadline = time.monotonic() + 180
@@ -233,6 +238,9 @@ def test_an_idle_loop_parks_its_engine_and_starts_it_again_for_new_data(tmp_path
     assert sampler.peaks["parked"] <= 0.8 * sampler.peaks["held"], f"parking freed little: {sampler.describe()}"
     assert lake.executions() == {"J2": 1} and len(lake.events("TRIGGERED")) == 1
     assert any(f.get("engine_wakes", 0) >= 1 for f in _process_figures(lake))
+    streaks = [int(r["message"].split()[0]) for r in lake.table("heartbeat_runs")
+               if "idle tick(s) coalesced" in (r["message"] or "")]
+    assert max(streaks) >= idle_ticks_parked, f"the parked streak's row is missing: {streaks}"
 
 
 @pytest.mark.slow

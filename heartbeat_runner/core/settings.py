@@ -86,7 +86,8 @@ class JobsApiLimits:
 @dataclass(frozen=True)
 class MemoryPolicy:
     """Bounds on a long-running process's memory (HEARTBEAT_ENGINE_RECYCLE_TICKS,
-    HEARTBEAT_ENGINE_MAX_RSS_MB, HEARTBEAT_ENGINE_PARK_AFTER_S, HEARTBEAT_MAX_RSS_MB); 0 turns a bound off."""
+    HEARTBEAT_ENGINE_MAX_RSS_MB, HEARTBEAT_ENGINE_PARK_AFTER_S, HEARTBEAT_IDLE_FLUSH_PARKED,
+    HEARTBEAT_MAX_RSS_MB); 0 turns a bound off."""
 
     #: the embedded engine's process is replaced after this many ticks (or ``ui`` reads)
     engine_recycle_ticks: int = 5000
@@ -95,6 +96,9 @@ class MemoryPolicy:
     #: ``run --loop`` ends the embedded engine's process after this many seconds without a query, and
     #: the next query starts a new one (~2 s): an idle runner then holds only its own memory
     engine_park_after_s: float = 120.0
+    #: while the engine is parked, an idle streak's row waits up to this many seconds (instead of
+    #: ``idle_flush_s``): writing it would start the engine for that row alone (0: no longer wait)
+    idle_flush_parked_s: float = 3600.0
     #: after a tick in which the whole process tree (runner and engine) holds more than this many
     #: MiB, ``run --loop`` restarts itself (same command line and pid): a safety net, not the fix
     max_rss_mb: float = 1024.0
@@ -272,6 +276,7 @@ def _memory_policy(env: dict[str, str]) -> MemoryPolicy:
         engine_recycle_ticks=int(_number(env, "HEARTBEAT_ENGINE_RECYCLE_TICKS", default.engine_recycle_ticks)),
         engine_max_rss_mb=_number(env, "HEARTBEAT_ENGINE_MAX_RSS_MB", default.engine_max_rss_mb),
         engine_park_after_s=_number(env, "HEARTBEAT_ENGINE_PARK_AFTER_S", default.engine_park_after_s),
+        idle_flush_parked_s=_number(env, "HEARTBEAT_IDLE_FLUSH_PARKED", default.idle_flush_parked_s),
         max_rss_mb=_number(env, "HEARTBEAT_MAX_RSS_MB", default.max_rss_mb),
     )
 

@@ -631,7 +631,7 @@ class Heartbeat:
 
     def _write_report(self, result: TickResult, began: float, report_began: float) -> None:
         """The run summary and per-source rows of a tick; idle ticks are coalesced into one summary row,
-        written when the streak ends or is ``idle_flush_s`` old (bounded commits while nothing happens).
+        written when the streak ends or is old enough (``_idle_row_due``: bounded commits while nothing happens).
 
         The recorded duration counts every stage from ``began``, the report's own per-source rows
         included; only the summary row's append is after it (it holds the figure)."""
@@ -640,7 +640,7 @@ class Heartbeat:
             if self._idle is None:
                 self._idle = IdleStreak(result.run_id, result.snapshot_ts)
             self._idle.add(result)
-            if time.monotonic() - self._idle.began < self.settings.idle_flush_s:
+            if not self._idle_row_due():
                 return
             streak, self._idle = self._idle, None
             self.store.append_run(streak.summary(self._process_figures()), [])
@@ -685,6 +685,16 @@ class Heartbeat:
                                       "sql_parses": result.sql_parses, **self._process_figures()}),
         )]
         self.store.append_runs(summaries, [])
+
+    def _idle_row_due(self) -> bool:
+        """Whether the idle streak is old enough for its row: ``idle_flush_s``, or while the engine is parked
+        ``memory.idle_flush_parked_s`` if longer (the append would start the engine for that row alone; what
+        pages show stays current through the liveness file, and the row is written with the next tick that
+        does something, whichever comes first)."""
+        wait = self.settings.idle_flush_s
+        if self.store.engine.parked:
+            wait = max(wait, self.settings.memory.idle_flush_parked_s)
+        return self._idle is not None and time.monotonic() - self._idle.began >= wait
 
     def _append(self, result: TickResult, events: list[Event]) -> None:
         self.store.append_events(events)
