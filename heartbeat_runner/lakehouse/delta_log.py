@@ -16,9 +16,40 @@ _NO_DATA_OPERATIONS = {"OPTIMIZE", "VACUUM START", "VACUUM END", "SET TBLPROPERT
                        "ADD CONSTRAINT", "DROP CONSTRAINT", "CHANGE COLUMN", "FSCK", "UPGRADE PROTOCOL"}
 
 
+#: the newest version last found per ``_delta_log`` folder. The next look probes forward from it, a
+#: ``stat`` per new commit, instead of listing a folder that keeps every commit file for the table's log
+#: retention (30 days by default: a listing grows with every commit, ~1 ms per 1,000 of them).
+_newest_seen: dict[str, int] = {}
+
+
 def latest_version(table_dir: Path) -> int | None:
-    """Newest committed version, or None when ``table_dir`` is not a Delta table."""
-    log_dir = Path(table_dir) / "_delta_log"
+    """Newest committed version, or None when ``table_dir`` is not a Delta table.
+
+    Commits are numbered without gaps and the newest commit file is never cleaned up, so while the
+    version found last still has its file, the newest is the last of the files that follow it; when
+    that file is gone (the table was dropped or re-created), the folder is listed again."""
+    log_dir = os.path.join(table_dir, "_delta_log")
+    known = _newest_seen.get(log_dir)
+    version: int | None
+    if known is not None and os.path.exists(_commit_file(log_dir, known)):
+        while os.path.exists(_commit_file(log_dir, known + 1)):
+            known += 1
+        version = known
+    else:
+        version = _listed_latest_version(Path(log_dir))
+    if version is None:
+        _newest_seen.pop(log_dir, None)
+    else:
+        _newest_seen[log_dir] = version
+    return version
+
+
+def _commit_file(log_dir: str, version: int) -> str:
+    return os.path.join(log_dir, f"{version:020d}.json")
+
+
+def _listed_latest_version(log_dir: Path) -> int | None:
+    """Newest committed version from a listing of ``log_dir`` (None: no such folder, or no commit)."""
     try:
         names = os.listdir(log_dir)
     except (FileNotFoundError, NotADirectoryError):
