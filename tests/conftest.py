@@ -1,7 +1,6 @@
 import os
 import shutil
 import sys
-from collections import Counter
 from importlib.util import find_spec
 from pathlib import Path
 
@@ -58,7 +57,7 @@ _ENGINE_ORDER = {"sail": 0, "spark-connect": 1, "spark-classic": 2}
 def pytest_collection_modifyitems(config, items):
     """Sail first (every test that is not parametrised), then the Spark tests, classic last. A module
     that uses a Spark shape without the ``engine_kind`` parameter names it in ``ENGINE_KIND`` (or is
-    parametrised by an ``engine`` fixture whose values are engine kinds). Then the longest files first."""
+    parametrised by an ``engine`` fixture whose values are engine kinds)."""
     def rank(item) -> int:
         params = getattr(item, "callspec", None).params if hasattr(item, "callspec") else {}
         kind = params.get("engine_kind") or params.get("engine")
@@ -85,21 +84,6 @@ def pytest_collection_modifyitems(config, items):
         for item in kept:
             if item.get_closest_marker("slow"):
                 item.add_marker(pytest.mark.skip(reason=slow))
-    _longest_files_first(items, rank)
-
-
-def _longest_files_first(items, rank) -> None:
-    """Order the files so the workers of ``--dist loadfile`` (with ``--no-loadscope-reorder``: they take
-    files in this order) start the long ones first and fill in with short ones at the end, instead of one
-    worker finishing a long file alone: the files with the most slow tests that will run first, then the
-    files with the most tests that will run. Stable within a file; engines stay in their order."""
-    def file_of(item) -> str:
-        return item.nodeid.split("::")[0]
-
-    runs = [item for item in items if not item.get_closest_marker("skip")]
-    slow = Counter(file_of(item) for item in runs if item.get_closest_marker("slow"))
-    tests = Counter(file_of(item) for item in runs)
-    items.sort(key=lambda item: (rank(item), -slow[file_of(item)], -tests[file_of(item)]))
 
 
 @pytest.fixture(scope="session")
