@@ -71,8 +71,15 @@ class _Loop:
 
     def rss_mib(self) -> float:
         """What the loop's own ceiling counts: the runner and its engine child, not the local job runs it
-        launched (user work, whose overlap under a loaded machine says nothing about the runner's memory)."""
-        return tree_rss_bytes(self.process.pid, leave_out=is_job_run) / MIB
+        launched (user work, whose overlap under a loaded machine says nothing about the runner's memory),
+        nor a child caught between its fork and its exec (a copy of the runner, same command line, whose
+        pages are the runner's: this sampler runs beside the loop, the loop's own ceiling never sees one)."""
+        runner = process_command(self.process.pid)
+
+        def not_its_own(pid: int) -> bool:
+            return is_job_run(pid) or process_command(pid) == runner
+
+        return tree_rss_bytes(self.process.pid, leave_out=not_its_own) / MIB
 
     def stop(self) -> None:
         if self.process.poll() is None:
