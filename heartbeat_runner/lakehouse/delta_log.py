@@ -1,8 +1,8 @@
 """Fast questions answered from a Delta table's ``_delta_log`` without a Spark job.
 
 "Has anything changed since version N?" is a file check per new commit (a directory
-listing the first time); the commit files say whether those versions added data. Used for tables on local disk (the embedded
-engine); other engines fall back to Spark.
+listing the first time); the commit files say whether those versions added data. Used
+for tables on local disk (the embedded engine); other engines fall back to Spark.
 """
 
 from __future__ import annotations
