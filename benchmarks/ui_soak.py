@@ -33,6 +33,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from run import MIB, REPO, Workload, _env, _judge, _print_targets, _slope, _timed  # noqa: E402
 
+sys.path.insert(0, str(REPO / "tests"))
+from browser import headless_chromium  # noqa: E402 - the tests' browser, opened the same way
+
 OUT = REPO / "benchmarks" / "results" / "ui_soak.json"
 #: metric -> (target, "max"|"min"): the loop's memory targets, applied to `ui` (issue 18)
 TARGETS: dict[str, tuple[float, str]] = {
@@ -91,7 +94,7 @@ def soak(workload: Workload, seconds: float, change_every: float, warm_up_s: flo
     changes = views = 0
     try:
         _wait_http(url, page, timeout_s=180)
-        with _browser() as browser:
+        with headless_chromium() as browser:
             began = next_change = next_view = time.monotonic()
             while (now := time.monotonic()) - began < seconds:
                 if now >= next_view:
@@ -175,25 +178,6 @@ def _wait_http(url: str, process: subprocess.Popen[bytes], timeout_s: float) -> 
         except OSError:
             time.sleep(0.5)
     raise RuntimeError(f"ui did not answer at {url} within {timeout_s:.0f} s")
-
-
-class _browser:
-    """Headless Chromium through Selenium, as tests/test_ui.py drives it."""
-
-    def __enter__(self):
-        from selenium import webdriver
-        from selenium.webdriver.chrome.service import Service
-
-        options = webdriver.ChromeOptions()
-        options.binary_location = shutil.which("chromium") or "chromium"
-        for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"):
-            options.add_argument(arg)
-        self.driver = webdriver.Chrome(service=Service(executable_path=shutil.which("chromedriver")),
-                                       options=options)
-        return self.driver
-
-    def __exit__(self, *exc: object) -> None:
-        self.driver.quit()
 
 
 if __name__ == "__main__":

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import threading
 import urllib.error
 import urllib.request
@@ -17,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from browser import CHROMEDRIVER, CHROMIUM, headless_chromium
 from harness import Harness
 from harness import config_row as row
 
@@ -24,8 +24,6 @@ from heartbeat_runner.interfaces.ui.actions import ActionPolicy
 from heartbeat_runner.interfaces.ui.server import StatusPage, make_server
 from heartbeat_runner.lakehouse.store import Cond
 
-CHROMIUM = shutil.which("chromium")
-CHROMEDRIVER = shutil.which("chromedriver")
 # In CI (.ci/run installs them) a missing browser is a failure, not a skip.
 pytestmark = pytest.mark.skipif(not (CHROMIUM and CHROMEDRIVER) and not os.environ.get("CI"),
                                 reason="needs Debian's chromium and chromium-driver (.ci/run installs them)")
@@ -66,19 +64,8 @@ def lakehouse(tmp_path_factory) -> Iterator[Harness]:
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator:
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1400,900"):
-        options.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
-    driver.implicitly_wait(0)
-    try:
+    with headless_chromium() as driver:
         yield driver
-    finally:
-        driver.quit()
 
 
 def serve(hb: Harness, policy: ActionPolicy) -> tuple[str, object]:
