@@ -18,18 +18,19 @@
 {%- endmacro -%}
 
 {#
-  Sail plans a MERGE so that its source query runs several times (three times for the
-  control model, whose source reads the whole event history). On the embedded engine
-  an incremental model's source is therefore computed once, into parquet files under
-  <location root>/_merge_sources/<invocation id>/, and the temporary view the MERGE
+  A MERGE runs its source query more than once: Sail three times for the control model
+  (whose source reads the whole event history), local Apache Spark twice (finding the
+  touched files, then writing). Where the runner sets `heartbeat_merge_stage_root` (engines
+  on this machine's disk) an incremental model's source is therefore computed once, into
+  parquet files under <stage root>/<invocation id>/, and the temporary view the MERGE
   reads selects from them; the runner deletes them after its own dbt commands, and
   those of plain dbt runs (`serve`) once they are an hour old. The anchor row
   keeps an empty result readable (an empty directory has no schema).
 #}
 {% macro spark__create_temporary_view(relation, compiled_code) -%}
-  {%- set root = var('heartbeat_location_root', '') -%}
+  {%- set root = var('heartbeat_merge_stage_root', '') -%}
   {%- if root and config.get('materialized') == 'incremental' -%}
-    {%- set location = root ~ '/_merge_sources/' ~ invocation_id ~ '/' ~ relation.identifier -%}
+    {%- set location = root ~ '/' ~ invocation_id ~ '/' ~ relation.identifier -%}
     {%- set columns = get_columns_in_query(compiled_code) -%}
     {% call statement('stage_merge_source') -%}
       insert overwrite directory '{{ location }}' using parquet

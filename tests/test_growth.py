@@ -154,3 +154,21 @@ def test_archiving_keeps_what_a_waiting_job_has_not_consumed(tmp_path):
         assert after["pending_event_ids"] == waiting["pending_event_ids"]
         hb.insert("shop.c", "(1)")
         assert hb.tick().triggered_job_ids == ["J2"]
+
+
+def test_builds_leave_no_staged_merge_source_behind(hb):
+    """Each build of the control and sensor-state models computes its MERGE source once into parquet
+    files (the engine would otherwise run the source query several times); those files are gone once the
+    build is over, so a runner that builds every busy tick for a year does not fill the disk."""
+    from heartbeat_runner.lakehouse.dbt_invoke import merge_stage_dir
+
+    hb.create_table("stage.orders", "id bigint")
+    hb.jobs(J1=0)
+    hb.seed(row("delta_table", "stage.orders", "J1"))
+    for i in range(3):
+        hb.insert("stage.orders", f"({i})")
+        hb.tick()
+
+    staged = merge_stage_dir(hb.settings)
+    assert staged.is_dir(), "no build staged its MERGE source"
+    assert list(staged.iterdir()) == []

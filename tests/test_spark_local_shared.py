@@ -22,6 +22,7 @@ from harness import config_row as row
 from heartbeat_runner.core.records import JobStatus
 from heartbeat_runner.core.settings import load_settings
 from heartbeat_runner.lakehouse import made_by, spark_share
+from heartbeat_runner.lakehouse.dbt_invoke import merge_stage_dir
 from heartbeat_runner.lakehouse.store import Cond
 from heartbeat_runner.runner.tick import COUNT_FIGURES
 
@@ -134,6 +135,8 @@ def test_the_demo_passes_on_spark_logs_no_error_and_a_follower_keeps_its_place(t
     job_logs = "".join(p.read_text() for p in (home / "jobs" / "runs").glob("*/output.log"))
     assert "job 102: recorded" in job_logs
     assert _alarms(proc.stderr + job_logs) == []
+    staged = merge_stage_dir(load_settings(lakehouse_dir=str(home)))  # MERGE sources computed once, then removed
+    assert staged.is_dir() and list(staged.iterdir()) == []
 
     [state] = [p.parent for p in home.rglob("heartbeat_sensor_state/_delta_log")]
     _follow(hb.spark, state)

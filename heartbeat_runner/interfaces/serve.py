@@ -20,6 +20,7 @@ from dataclasses import replace
 
 from heartbeat_runner.core.settings import Settings
 from heartbeat_runner.core.stopping import StopRequest
+from heartbeat_runner.lakehouse.dbt_invoke import merge_stage_dir
 from heartbeat_runner.runner.app import App
 from heartbeat_runner.runner.memory import EngineRecycler
 
@@ -39,6 +40,7 @@ def client_environment(settings: Settings, port: int) -> dict[str, str]:
     return {
         "SPARK_REMOTE": f"sc://127.0.0.1:{port}/;session_id={session_id_for(settings)}",
         "HEARTBEAT_LOCATION_ROOT": str(settings.warehouse_dir / settings.schema),
+        "HEARTBEAT_MERGE_STAGE_ROOT": str(merge_stage_dir(settings)),
         "HEARTBEAT_SCHEMA": settings.schema,
         "DBT_PROFILES_DIR": str(settings.lakehouse_dir / "dbt" / "profiles"),
     }

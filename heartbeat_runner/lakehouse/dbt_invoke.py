@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from heartbeat_runner.core.errors import HeartbeatError
 from heartbeat_runner.core.faults import FaultPoint, crash_point
-from heartbeat_runner.core.settings import Target
+from heartbeat_runner.core.settings import Settings, Target
 from heartbeat_runner.lakehouse.engine import Engine
 from heartbeat_runner.lakehouse.engine_errors import EngineUnavailableError
 from heartbeat_runner.lakehouse.store import retry_lost_commits
@@ -36,7 +36,7 @@ PROJECT_NAME = "heartbeat"
 SEED_NAME = "heartbeat_sensor_config"
 #: what dbt parses, besides the seed: a change to any file under these re-parses the project
 PROJECT_INPUTS = ("dbt_project.yml", "models", "macros")
-#: where the embedded engine's incremental builds stage their MERGE source (macros/engine_overrides.sql)
+#: where incremental builds stage their MERGE source on engines that ask for it (TableOps.stages_merge_sources)
 MERGE_SOURCES = "_merge_sources"
 #: a staged MERGE source older than this was left by a dbt process that did not clean up after itself
 MERGE_SOURCE_MAX_AGE_S = 3600
@@ -120,12 +120,14 @@ class DbtProject:
         manifest = self.manifest() if reuse_manifest else None
 
         location_root = str(self.settings.warehouse_dir / self.settings.schema) if self.engine.is_local else ""
+        stage_root = merge_stage_dir(self.settings) if self.engine.ops.stages_merge_sources else None
         full = [
             *args,
             "--project-dir", str(self.settings.project_dir),
             "--profiles-dir", str(self._profiles_dir()),
             "--target", self.settings.target.value,
             "--vars", json.dumps({"heartbeat_location_root": location_root,
+                                  "heartbeat_merge_stage_root": str(stage_root or ""),
                                   "heartbeat_archive_margin_minutes": self.settings.archive_margin_minutes,
                                   "heartbeat_stage_events": self.engine.ops.stage_events,
                                   "heartbeat_change_feed": self.engine.ops.writes_change_feed,
@@ -144,8 +146,8 @@ class DbtProject:
                 result = dbtRunner(manifest=manifest).invoke(full)
         finally:
             self.engine.touch()  # dbt used the engine until now
-        if location_root:
-            _remove_merge_sources(Path(location_root) / MERGE_SOURCES)
+        if stage_root is not None:
+            _remove_merge_sources(stage_root)
         log.debug("dbt %s took %.2fs", " ".join(args), time.monotonic() - started)
         if not result.success:
             raise DbtError(_failure_summary(args, result))
@@ -303,6 +305,11 @@ def view_models(manifest: Any) -> list[str]:
     for uid in sorted(views):
         place(uid)
     return order
+
+
+def merge_stage_dir(settings: Settings) -> Path:
+    """Where dbt stages incremental MERGE sources (one folder per dbt invocation) on engines that do."""
+    return settings.warehouse_dir / settings.schema / MERGE_SOURCES
 
 
 def _remove_merge_sources(base: Path) -> None:
