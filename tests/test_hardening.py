@@ -317,3 +317,27 @@ def test_the_models_can_be_built_twice_in_one_process(hb):
     hb.app.dbt.build_all()
     hb.app.dbt.build_all()
     assert explain(hb.app.store, "J1").verdict.startswith("waiting for new data")
+
+
+def test_a_tick_that_triggers_adds_one_version_to_the_sensor_state_table(hb):
+    """Followers read heartbeat_sensor_state by version: a tick that records new data and triggers on it
+    adds one version (the tick's final state), not one per build inside the tick."""
+    from deltalake import DeltaTable
+
+    state = str(hb.home / "warehouse" / "heartbeat" / "heartbeat_sensor_state")
+    hb.create_table("sales.orders", "id bigint")
+    hb.jobs(J1=0)
+    hb.seed(row("delta_table", "sales.orders", "J1"))
+    hb.tick()
+    before = DeltaTable(state).version()
+    hb.insert("sales.orders", "(1)")
+
+    assert hb.tick().triggered_job_ids == ["J1"]
+
+    table = DeltaTable(state)
+    assert table.version() == before + 1
+    (orders,) = table.to_pyarrow_table().to_pylist()
+    assert orders["status"] == "ACQUIRED_NEW_DATA"
+    (control,) = hb.rows("J1")
+    # the trigger moved the row to IN_PROGRESS: the version shows when (the session is in UTC)
+    assert orders["status_change_timestamp"] == control["status_change_timestamp"].replace(tzinfo=None).isoformat(" ")

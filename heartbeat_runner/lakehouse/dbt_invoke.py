@@ -40,6 +40,8 @@ PROJECT_INPUTS = ("dbt_project.yml", "models", "macros")
 MERGE_SOURCES = "_merge_sources"
 #: a staged MERGE source older than this was left by a dbt process that did not clean up after itself
 MERGE_SOURCE_MAX_AGE_S = 3600
+#: build marker scopes: the control table and the sensor state table (FULL), the control table alone
+FULL, CONTROL_ONLY = "", ".control"
 
 
 class DbtError(HeartbeatError):
@@ -210,12 +212,31 @@ class DbtProject:
         """Rebuild the control table (incremental MERGE) from the seed and the events."""
         self._build(CONTROL_MODEL, SENSOR_STATE_MODEL)
 
-    def refresh_control(self, events_version: int | None, *, force: bool = False) -> bool:
-        """Rebuild the control table unless it already includes ``events_version``. True if built."""
-        if not force and events_version is not None and self.built_version() == str(events_version):
+    def refresh_control(self, events_version: int | None, *, force: bool = False,
+                        control_only: bool = False) -> bool:
+        """Rebuild the control table unless it already includes ``events_version``. True if built.
+
+        ``control_only``: leave the sensor state table (what other products follow) for a later
+        refresh. A tick asks for that between recording new data and triggering, where only the
+        control table is read; its last refresh, before the report, brings the state along (and
+        builds the state alone when the control table is current). Invariant: the full marker
+        never says more than the control marker.
+        """
+        current = events_version is not None and not force
+        if current and self.built_version() == str(events_version):
+            return False
+        control_current = current and self.built_version(CONTROL_ONLY) == str(events_version)
+        if control_only and control_current:
             return False
         crash_point(FaultPoint.DURING_DBT_BUILD)
-        self.build_control()
+        if control_only:
+            self._build(CONTROL_MODEL)
+            self.mark_built(events_version, CONTROL_ONLY)
+            return True
+        if control_current:
+            self._build(SENSOR_STATE_MODEL)
+        else:
+            self.build_control()
         self.mark_built(events_version)
         return True
 
@@ -241,25 +262,31 @@ class DbtProject:
     def _view_order(self) -> Path:
         return self.work_dir / "view_models.json"
 
-    @property
-    def _marker(self) -> Path:
-        return self.work_dir / "built_events_version"
+    def _marker(self, scope: str = FULL) -> Path:
+        return self.work_dir / f"built_events_version{scope}"
 
     @contextlib.contextmanager
     def keeping_built_marker(self, events_version: Callable[[], int | None]) -> Iterator[None]:
         """For writes that change the events table's version but not what the control table derives
-        from it (maintenance): if the table was current before, it is marked current after."""
-        current = self.built_version() == str(events_version())
+        from it (maintenance): each marker that was current before is current after."""
+        before = str(events_version())
+        current = [scope for scope in (FULL, CONTROL_ONLY) if self.built_version(scope) == before]
         yield
-        if current:
-            self.mark_built(events_version())
+        after = events_version()
+        for scope in current:
+            self.mark_built(after, scope)
 
-    def built_version(self) -> str | None:
-        return self._marker.read_text().strip() if self._marker.exists() else None
+    def built_version(self, scope: str = FULL) -> str | None:
+        """The events version the last build of ``scope`` included (FULL: control and sensor state)."""
+        marker = self._marker(scope)
+        return marker.read_text().strip() if marker.exists() else None
 
-    def mark_built(self, events_version: int | None) -> None:
-        self._marker.parent.mkdir(parents=True, exist_ok=True)
-        self._marker.write_text(str(events_version))
+    def mark_built(self, events_version: int | None, scope: str = FULL) -> None:
+        """Record what a build included; a full build also counts as a control-only one."""
+        for each in (CONTROL_ONLY, FULL) if scope == FULL else (scope,):
+            marker = self._marker(each)
+            marker.parent.mkdir(parents=True, exist_ok=True)
+            marker.write_text(str(events_version))
 
     def test_seed(self) -> None:
         self.invoke(["test", "--select", SEED_NAME], quiet=False)

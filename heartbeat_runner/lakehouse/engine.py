@@ -313,6 +313,9 @@ class Engine:
     settings: Settings
     ops: TableOps = field(default_factory=TableOps)
     closer: Callable[[], None] | None = None
+    #: this process joined an engine another Heartbeat process holds (local Spark), which opened the
+    #: lakehouse already: its schema and tables exist, so opening skips those catalog calls
+    joined: bool = False
     #: the embedded engine's child process (None: the engine runs elsewhere and cannot be recycled)
     server: LocalServer | None = None
     #: SQL texts sent through :meth:`sql` since the engine opened (each one a parse on the engine)
@@ -712,10 +715,11 @@ def _open_spark_local(settings: Settings) -> Engine:
     from heartbeat_runner.lakehouse.spark_local import local_spark
 
     running = local_spark(settings.effective_spark_dir, settings.spark_mode)
-    running.spark.sql(f"CREATE SCHEMA IF NOT EXISTS {settings.schema}")
+    if not running.shared:  # the holder made the schema when it opened the lakehouse
+        running.spark.sql(f"CREATE SCHEMA IF NOT EXISTS {settings.schema}")
     local = {"stage_events": True, "local_files": True, "stages_merge_sources": True}
     ops = DeltaSparkOps(**local) if running.delta_table_api else TableOps(**local)
-    return Engine(session=running.spark, settings=settings, ops=ops)
+    return Engine(session=running.spark, settings=settings, ops=ops, joined=running.shared)
 
 
 def _open_spark_connect(settings: Settings) -> Engine:

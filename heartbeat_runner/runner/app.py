@@ -114,11 +114,13 @@ class App:
 
 @contextlib.contextmanager
 def open_app(settings: Settings, *, port: int = 0, session_id: str | None = None) -> Iterator[App]:
-    """Open the engine, make sure the runner's tables exist, and close everything after."""
+    """Open the engine, make sure the runner's tables exist (the holder of a joined engine did), and
+    close everything after."""
     engine = open_engine(settings, port=port, session_id=session_id)
     try:
         store = TableStore(engine)
-        store.ensure_tables()
+        if not engine.joined:
+            store.ensure_tables()
         app = App(settings=settings, engine=engine, store=store, dbt=DbtProject(engine))
         engine.on_restart = app.restore_after_restart
         yield app

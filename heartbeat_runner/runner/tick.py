@@ -281,7 +281,7 @@ class Heartbeat:
             self._append(result, self.sensed_events(result))
         crash_point(FaultPoint.AFTER_NEW_DATA_EVENTS)
         with _stage(timings, "dbt"):
-            self.refresh_models()
+            self.refresh_models(control_only=True)  # triggering reads the control table alone
         self._budget = ApiBudget(self.settings.jobs_api)
         with _stage(timings, "triggering"):
             self._trigger_ready(result)
@@ -335,15 +335,16 @@ class Heartbeat:
         figures = {"engine_recycles": engine.recycles, "engine_wakes": engine.wakes, "loop_restarts": self.loop_restarts}
         return {name: value for name, value in figures.items() if value}
 
-    def refresh_models(self, force: bool = False) -> bool:
-        """Rebuild the control table if events arrived since the last build. The events table's
-        version is read every tick (a file listing on local engines); a tick whose events table is
-        gone fails here, even when idle ticks read nothing else, so the loop sees its lakehouse is unusable."""
+    def refresh_models(self, force: bool = False, *, control_only: bool = False) -> bool:
+        """Rebuild the control table (and, unless ``control_only``, the sensor state table) if events
+        arrived since the last build. The events table's version is read every tick (a file listing on
+        local engines); a tick whose events table is gone fails here, even when idle ticks read nothing
+        else, so the loop sees its lakehouse is unusable."""
         version = self.store.events_version()
         if version is None:
             raise NotFoundError(f"table {self.store.name(EVENTS)} does not exist (Heartbeat's own table is gone)")
         self._events_version = version
-        return self.dbt.refresh_control(version, force=force)
+        return self.dbt.refresh_control(version, force=force, control_only=control_only)
 
     # -- step 2: events from sensing --------------------------------------------------------
 
