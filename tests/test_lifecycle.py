@@ -149,6 +149,33 @@ def test_a_tick_that_finds_nothing_new_sends_no_sql_to_the_engine(hb):
     assert busy.triggered_job_ids == ["J1"] and busy.sql_parses > 0
 
 
+def test_the_runner_reads_operators_asks_only_after_another_process_wrote_and_runs_each_ask(hb):
+    """A manual-run ask is an event only another process records (`trigger`, the page); the runner's own
+    commits (new data, its requests, finished runs) cannot add one. So once the asks were read empty the
+    runner's busy ticks skip that read (on Spark a job over the events, ~1 s), and an ask recorded in
+    between is still run at the next tick."""
+    from heartbeat_runner.interfaces.operations import ask_trigger
+
+    store = hb.app.store
+    reads: list[int] = []
+    trigger_asks = store.trigger_asks
+    store.trigger_asks = lambda: reads.append(1) or trigger_asks()
+    hb.create_table("up.t", "id int")
+    hb.jobs(J1=0, J2=0)
+    hb.seed(row("delta_table", "up.t", "J1"), row("delta_table", "up.t", "J2"))
+    hb.tick()  # baseline
+    hb.insert("up.t", "(1)")
+    assert sorted(hb.tick().triggered_job_ids) == ["J1", "J2"]
+    hb.wait_for_jobs()  # ticks that record the runs' ends
+    assert len(reads) == 1, "the runner's own commits made it read the asks again"
+
+    ask_trigger(hb.app, "J2", by="ops")
+    assert hb.tick().triggered_job_ids == ["J2"]
+    assert len(reads) == 2
+    hb.wait_for_jobs()
+    assert hb.runs_of("J2") == 2 and hb.runs_of("J1") == 1
+
+
 def test_failed_job_is_not_retriggered_until_a_successful_run(hb):
     hb.create_table("up.t", "id int")
     hb.jobs(J1=1)  # this job fails

@@ -74,6 +74,7 @@ from heartbeat_runner.lakehouse.store import (
 from heartbeat_runner.policies.event_windows import source_grains
 from heartbeat_runner.policies.retry import RetryPolicies, overrun, retry_token
 from heartbeat_runner.policies.sequences import NextRun, Sequences
+from heartbeat_runner.runner.empty_reads import ASKS, SEQUENCES, EmptyReads
 from heartbeat_runner.sensing.parallel import SensingOutcome, sense_all
 from heartbeat_runner.sensing.sources.base import SenseContext
 
@@ -247,10 +248,8 @@ class Heartbeat:
         #: the jobs API budget of the current tick (trigger and reconcile steps share it)
         self._budget = ApiBudget(self.settings.jobs_api)
         self._windows_synced = False
-        #: the events table's version at the last read of the manual-run asks that found none
-        self._no_asks_at: int | None = None
-        #: the events table's version at the latest model refresh (read there every tick)
-        self._events_version: int | None = None
+        #: reads found empty that only other processes' commits can fill (the asks, sequences moved on)
+        self._empty = EmptyReads()
         #: how often the running loop restarted itself past its memory ceiling (set by the loop)
         self.loop_restarts = 0
         #: source keys whose latest recorded sensing failed (None: not read yet by this process)
@@ -343,7 +342,7 @@ class Heartbeat:
         version = self.store.events_version()
         if version is None:
             raise NotFoundError(f"table {self.store.name(EVENTS)} does not exist (Heartbeat's own table is gone)")
-        self._events_version = version
+        self._empty.seen(version)
         return self.dbt.refresh_control(version, force=force, control_only=control_only)
 
     # -- step 2: events from sensing --------------------------------------------------------
@@ -405,16 +404,16 @@ class Heartbeat:
                                     for want, req, payload in planned], carried + [req for _, req, _ in planned])
 
     def _manual_runs(self, exclude: set[str]) -> list[Wanted]:
-        """The runs operators asked for (``trigger``) that no other request of this tick covers. The asks
-        are read only when the events table changed since the last read that found none (idle ticks
-        read nothing more); an ask is an event, so a new one always changes it. The version is the one
-        the last model refresh saw: an ask recorded after it changes the version the next tick sees."""
-        version = self._events_version
-        if version is not None and version == self._no_asks_at:
+        """The runs operators asked for (``trigger``) that no other request of this tick covers. The asks are
+        read again only when another process committed since the last read that found none (see EmptyReads:
+        idle ticks and the runner's own commits leave them unread); an ask is an event, so a new one is
+        always such a commit."""
+        if self._empty.still_empty(ASKS):
             return []
-        asks = {job: ask for job, ask in self.store.trigger_asks().items() if job not in exclude}
+        found = self.store.trigger_asks()
+        self._empty.found(ASKS, empty=not found)
+        asks = {job: ask for job, ask in found.items() if job not in exclude}
         if not asks:
-            self._no_asks_at = version
             return []
         return [Wanted(run.trigger_job_id, run.trigger_job_name, run.rows, run.consumed_event_ids,
                        ask=asks[run.trigger_job_id])
@@ -523,7 +522,7 @@ class Heartbeat:
         failed = self.store.jobs_with_status(JobStatus.FAILED)
         found = self._reconciliation(tracked, failed, result)
         events: list[Event] = []
-        next_runs: list[NextRun] = self.sequences.due(result.run_id, result.snapshot_ts)
+        next_runs = self._sequences_due(result)
         for row in tracked:
             status = found.statuses.get(row.job_run_id or "")
             finished = self._finished_run_events(row, status, result) if status is not None else []
@@ -554,6 +553,15 @@ class Heartbeat:
         if retries or next_runs:
             self.before_trigger()
             self._call_backend(retries + [step.request for step in next_runs], result)
+
+    def _sequences_due(self, result: TickResult) -> list[NextRun]:
+        """Next runs of sequences whose run succeeded without the runner recording it (a job's own `complete`):
+        read again only when another process committed since the last read that found none."""
+        if self._empty.still_empty(SEQUENCES):
+            return []
+        due = self.sequences.due(result.run_id, result.snapshot_ts)
+        self._empty.found(SEQUENCES, empty=not due)
+        return due
 
     def _reconciliation(self, tracked: list[ControlRow], failed: list[ControlRow], result: TickResult) -> Reconciliation:
         """Ask the backend, in one call, about the tracked runs and the failed jobs; note what it could not do."""
@@ -698,8 +706,11 @@ class Heartbeat:
         return self._idle is not None and time.monotonic() - self._idle.began >= wait
 
     def _append(self, result: TickResult, events: list[Event]) -> None:
+        """One commit of ``events``; the empty reads carried over it when this process made the only commit."""
         self.store.append_events(events)
         result.events_written += len(events)
+        if events:
+            self._empty.committed(self.store.events_version() if self._empty.carrying else None)
 
     @staticmethod
     def _event(result: TickResult, kind: EventType, job_id: str, **fields) -> Event:
