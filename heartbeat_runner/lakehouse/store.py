@@ -321,8 +321,13 @@ class TableStore:
                 ),
                 r["trigger_job_ids"] or "",
             )
-            for r in self.read(DUE_VIEW, order_by=["source_key"])
+            for r in self._due_rows()
         ]
+
+    def _due_rows(self) -> list[dict]:
+        """The sources due now (heartbeat_sensors_due): one read per table fingerprint, shared by sensing
+        and the check after it (current_cursors), which reads again only when a table changed since."""
+        return self.read(DUE_VIEW, order_by=["source_key"])
 
     def sensors_skipped(self) -> list[SkippedSource]:
         """Sources no eligible row reads now, with the reason (paused, in progress, ...)."""
@@ -335,8 +340,7 @@ class TableStore:
 
     def current_cursors(self) -> dict[str, tuple[str | None, str | None]]:
         """Each due source's cursor now, and the event that set it (the parent of its next NEW_DATA event)."""
-        rows = self.read(DUE_VIEW, columns=["source_key", "cursor", "cursor_event_id"])
-        return {r["source_key"]: (r["cursor"], r["cursor_event_id"]) for r in rows}
+        return {r["source_key"]: (r["cursor"], r["cursor_event_id"]) for r in self._due_rows()}
 
     def ready_rows(self) -> list[ReadyRow]:
         """Rows consumed by the jobs that are ready now (dependency rule: the view)."""
