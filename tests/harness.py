@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -247,10 +248,26 @@ class CliLakehouse:
         """Wait until every local job run started so far has finished."""
         deadline = time.monotonic() + timeout
         runs = self.home / "jobs" / "runs"
-        while any(not (d / "result.json").exists() for d in runs.glob("*") if (d / "launched").exists()):
+        while any(_run_going(d) for d in runs.glob("*")):
             if time.monotonic() > deadline:
                 raise AssertionError(f"local job runs still going after {timeout}s")
             time.sleep(0.1)
+
+
+def _run_going(run_dir: Path) -> bool:
+    """A local job run that will still end: claimed by its launcher and not finished, or not claimed yet
+    while the launcher the runner started lives (a run whose runner died before starting it is not)."""
+    from heartbeat_runner.core.processes import pid_alive
+
+    if (run_dir / "result.json").exists():
+        return False
+    if (run_dir / "launched").exists():
+        return True
+    try:
+        pid = json.loads((run_dir / "meta.json").read_text()).get("pid")
+    except (OSError, ValueError):
+        return False
+    return bool(pid) and pid_alive(int(pid))
 
 
 def sense_and_record(hb: Harness) -> TickResult:

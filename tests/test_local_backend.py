@@ -62,9 +62,29 @@ def test_a_claim_a_crash_left_empty_or_without_its_run_directory_still_starts_it
     assert marker.read_text() == "ran\nran\n"
 
 
-def test_a_run_marked_launched_whose_process_never_started_is_failed_and_never_started_twice(tmp_path):
-    """The run is marked launched before its process starts: a runner killed in between leaves a run
-    that is reported FAILED (and can be retried with a new token), never one a later call starts again."""
+def test_a_run_killed_before_its_launcher_started_is_started_by_the_resumed_call_once(tmp_path):
+    """A runner killed after it claimed the token and wrote the run's meta, before its launcher claimed
+    the run: the call that resumes the request starts it, and the command runs once even when the old
+    launcher did start after all (two launchers of one run: one claims it, the other exits untouched)."""
+    backend, marker = _backend(tmp_path)
+    run_id = "20261125T000000-feedfeed"
+    (tmp_path / "state" / "tokens" / "token-1").write_text(run_id)
+    run_dir = tmp_path / "state" / "runs" / run_id
+    run_dir.mkdir(parents=True)
+    (run_dir / "meta.json").write_text('{"job_id": "J", "token": "token-1"}')  # what the kill left
+    assert backend.run_status("J", run_id).outcome is RunOutcome.PENDING
+    with ThreadPoolExecutor(max_workers=3) as pool:  # the resumed call, and launchers racing it
+        assert set(pool.map(lambda _: backend.trigger(TriggerRequest("J", None, "token-1")), range(3))) == {run_id}
+    backend._launch(backend.jobs["J"], TriggerRequest("J", None, "token-1"), run_id, run_dir)  # a late old launcher
+    assert _finished(backend, run_id) is RunOutcome.SUCCESS
+    time.sleep(1.0)  # the late launcher has long exited
+    assert marker.read_text() == "ran\n"
+    assert sorted(p.name for p in run_dir.iterdir() if p.name.startswith("launched")) == ["launched"]
+
+
+def test_a_run_an_older_version_marked_launched_without_a_process_is_failed_and_never_started_twice(tmp_path):
+    """Older versions marked the run launched before starting its process: a runner killed in between
+    left a run reported FAILED (retried with a new token), never one a later call starts again."""
     backend, marker = _backend(tmp_path)
     run_id = "20261125T000000-cafecafe"
     (tmp_path / "state" / "tokens" / "token-1").write_text(run_id)

@@ -14,10 +14,11 @@ runner can exit (or crash) while they go on; a later tick reads the result.
 
 Idempotency: the token is claimed by creating ``tokens/<token>`` exclusively, whole (its
 run id is written aside and hard-linked into place, so a crash at any instant leaves no
-claim or a complete one); the run it names is launched at most once (``launched`` marker,
-set under a file lock before the process starts), so a retry after a crash, or a second
-runner, gets the same run; a kill between the marker and the start leaves a FAILED run
-("never started"), which ``retry`` runs again.
+claim or a complete one); the run it names runs at most once: its launcher process claims the
+``launched`` marker (created exclusively, holding the launcher's pid) before it starts the
+command, and a second launcher of the same run exits untouched. So a retry after a crash, or a
+second runner, gets the same run, and a runner killed before its launcher started leaves a run
+the resumed request starts (where it used to be reported FAILED, "never started").
 """
 
 from __future__ import annotations
@@ -142,8 +143,9 @@ class LocalJobsBackend(JobsBackend):
                 end_time=_parse_ts(result.get("ended_at")),
             )
         if not (run_dir / "launched").exists():
-            return RunStatus(run_id, RunOutcome.PENDING, start_time=started)
-        pid = meta.get("pid") or _read_pid(run_dir / "pid")  # the launcher writes its own as it starts
+            return self._unclaimed_status(run_id, run_dir, meta, started)
+        # the launcher that claimed the run wrote its pid into the marker (an older version: into ``pid``)
+        pid = _read_pid(run_dir / "launched") or _read_pid(run_dir / "pid") or meta.get("pid")
         if pid and pid_alive(int(pid)):
             return RunStatus(run_id, RunOutcome.RUNNING, start_time=started)
         # The launcher writes result.json before it exits; re-check to avoid a race.
@@ -155,6 +157,17 @@ class LocalJobsBackend(JobsBackend):
                                      "`retry` runs it")
         return RunStatus(run_id, RunOutcome.FAILED, message="the job process ended without reporting an exit code",
                          start_time=started)
+
+    def _unclaimed_status(self, run_id: str, run_dir: Path, meta: Mapping, started: datetime | None) -> RunStatus:
+        """A run no launcher has claimed yet: PENDING while its launcher may still start (or a resumed
+        request starts one); FAILED once the launcher the runner started has ended without claiming it."""
+        pid = meta.get("pid")
+        if pid and not pid_alive(int(pid)) and not (run_dir / "launched").exists():
+            return RunStatus(run_id, RunOutcome.FAILED, start_time=started,
+                             message="the job's launcher ended before it started the job; `retry` runs it")
+        if (run_dir / "launched").exists():  # claimed meanwhile
+            return self.run_status(str(meta.get("job_id") or ""), run_id)
+        return RunStatus(run_id, RunOutcome.PENDING, start_time=started)
 
     def successful_run_after(self, job_id: str, after: datetime) -> RunStatus | None:
         best: RunStatus | None = None
@@ -220,15 +233,13 @@ class LocalJobsBackend(JobsBackend):
         meta = {"job_id": request.job_id, "token": request.idempotency_token, "parameters": request.parameters,
                 "started_at": datetime.now(timezone.utc).isoformat(), "command": job.command}
         _write_json(run_dir / "meta.json", meta)
-        # Marked before the process starts: a kill in between leaves a run that never started (reported
-        # FAILED, to be retried), never one that a later call starts a second time.
-        (run_dir / "launched").touch()
+        # The launcher claims the run (the ``launched`` marker) before it starts the command: a kill
+        # before it did leaves the run unclaimed, and the call that resumes the request starts it.
         try:
             with open(run_dir / "output.log", "ab") as log:
                 process = subprocess.Popen(argv, cwd=job.cwd, env=env, stdin=subprocess.DEVNULL, stdout=log,
                                            stderr=subprocess.STDOUT, start_new_session=True)
-        except OSError as exc:
-            (run_dir / "launched").unlink(missing_ok=True)  # it certainly did not start: the next call tries again
+        except OSError as exc:  # it certainly did not start: the next call tries again
             raise JobsBackendError(f"could not start job {job.job_id} ({shlex.join(job.command)}): {exc}") from exc
         _write_json(run_dir / "meta.json", {**meta, "pid": process.pid})
 

@@ -1,6 +1,7 @@
 """Runs one local job command and records its exit code (``python -m ... RUN_DIR -- CMD...``).
 
-Started detached by the local backend; writes ``result.json`` atomically when the
+Started detached by the local backend. It first claims the run (``launched``, see :func:`claim`):
+a second launcher of the same run exits without running anything. It writes ``result.json`` atomically when the
 command ends (exit code, and when the command itself started and ended: the run's own
 duration), so a later tick can tell success from failure even if the runner that
 started it is gone.
@@ -22,7 +23,9 @@ def main(argv: list[str]) -> int:
         return 2
     run_dir = Path(argv[0])
     command = argv[2:]
-    (run_dir / "pid").write_text(str(os.getpid()))  # a runner killed before it recorded the pid finds it here
+    if not claim(run_dir):
+        return 0  # another launcher of this run started it: the command runs at most once
+    (run_dir / "pid").write_text(str(os.getpid()))  # what older versions of the backend read
     started_at = datetime.now(timezone.utc).isoformat()
     try:
         code = subprocess.call(command)
@@ -34,6 +37,20 @@ def main(argv: list[str]) -> int:
     tmp.write_text(json.dumps(result))
     os.replace(tmp, run_dir / "result.json")
     return code
+
+
+def claim(run_dir: Path) -> bool:
+    """Create ``launched`` holding this process's pid, exclusively and whole (written aside, then
+    hard-linked into place): True for the one launcher that did, False when it already exists."""
+    aside = run_dir / f"launched.{os.getpid()}"
+    aside.write_text(str(os.getpid()))
+    try:
+        os.link(aside, run_dir / "launched")
+        return True
+    except FileExistsError:
+        return False
+    finally:
+        aside.unlink(missing_ok=True)
 
 
 if __name__ == "__main__":
