@@ -37,6 +37,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from heartbeat_runner.core.errors import ConfigError, JobNotFoundError, JobsBackendError
+from heartbeat_runner.core.files import create_exclusively, replace_whole
 from heartbeat_runner.core.processes import pid_alive, process_command
 from heartbeat_runner.core.settings import JobsBackendKind, Settings
 from heartbeat_runner.core.yaml_files import read_yaml_mapping
@@ -143,7 +144,7 @@ class LocalJobsBackend(JobsBackend):
                 end_time=_parse_ts(result.get("ended_at")),
             )
         if not (run_dir / "launched").exists():
-            return self._unclaimed_status(run_id, run_dir, meta, started)
+            return self._unclaimed_status(job_id, run_id, run_dir, meta, started)
         # the launcher that claimed the run wrote its pid into the marker (an older version: into ``pid``)
         pid = _read_pid(run_dir / "launched") or _read_pid(run_dir / "pid") or meta.get("pid")
         if pid and pid_alive(int(pid)):
@@ -158,16 +159,17 @@ class LocalJobsBackend(JobsBackend):
         return RunStatus(run_id, RunOutcome.FAILED, message="the job process ended without reporting an exit code",
                          start_time=started)
 
-    def _unclaimed_status(self, run_id: str, run_dir: Path, meta: Mapping, started: datetime | None) -> RunStatus:
+    def _unclaimed_status(self, job_id: str, run_id: str, run_dir: Path, meta: Mapping,
+                          started: datetime | None) -> RunStatus:
         """A run no launcher has claimed yet: PENDING while its launcher may still start (or a resumed
         request starts one); FAILED once the launcher the runner started has ended without claiming it."""
         pid = meta.get("pid")
-        if pid and not pid_alive(int(pid)) and not (run_dir / "launched").exists():
-            return RunStatus(run_id, RunOutcome.FAILED, start_time=started,
-                             message="the job's launcher ended before it started the job; `retry` runs it")
-        if (run_dir / "launched").exists():  # claimed meanwhile
-            return self.run_status(str(meta.get("job_id") or ""), run_id)
-        return RunStatus(run_id, RunOutcome.PENDING, start_time=started)
+        if not pid or pid_alive(int(pid)):
+            return RunStatus(run_id, RunOutcome.PENDING, start_time=started)
+        if (run_dir / "launched").exists():  # claimed just before its launcher ended
+            return self.run_status(job_id, run_id)
+        return RunStatus(run_id, RunOutcome.FAILED, start_time=started,
+                         message="the job's launcher ended before it started the job; `retry` runs it")
 
     def successful_run_after(self, job_id: str, after: datetime) -> RunStatus | None:
         best: RunStatus | None = None
@@ -191,20 +193,14 @@ class LocalJobsBackend(JobsBackend):
 
         The token file appears with its run id or not at all (``os.link`` of a file written aside), so
         a crash never leaves a claim without a run id."""
-        tokens = self.state_dir / "tokens"
-        token_file = tokens / request.idempotency_token
+        token_file = self.state_dir / "tokens" / request.idempotency_token
         run_id = f"{datetime.now(timezone.utc):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
-        aside = tokens / f".{request.idempotency_token}.{uuid.uuid4().hex}.claim"
-        aside.write_text(run_id)
-        try:
-            os.link(aside, token_file)
-        except FileExistsError:
-            claimed = token_file.read_text().strip()
-            if claimed:
-                return claimed
-            os.replace(aside, token_file)  # an empty claim, left by a crash of a version that wrote it in place
-        finally:
-            aside.unlink(missing_ok=True)
+        if create_exclusively(token_file, run_id):
+            return run_id
+        claimed = token_file.read_text().strip()
+        if claimed:
+            return claimed
+        replace_whole(token_file, run_id)  # an empty claim, left by a crash of a version that wrote it in place
         return run_id
 
     @contextlib.contextmanager
@@ -264,9 +260,7 @@ def _read_json(path: Path) -> dict | None:
 
 
 def _write_json(path: Path, value: dict) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(value, indent=2, sort_keys=True))
-    os.replace(tmp, path)
+    replace_whole(path, json.dumps(value, indent=2, sort_keys=True))
 
 
 def _parse_ts(value: str | None) -> datetime | None:

@@ -16,6 +16,8 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
+from heartbeat_runner.core.files import create_exclusively
+
 
 def main(argv: list[str]) -> int:
     if len(argv) < 3 or argv[1] != "--":
@@ -40,17 +42,9 @@ def main(argv: list[str]) -> int:
 
 
 def claim(run_dir: Path) -> bool:
-    """Create ``launched`` holding this process's pid, exclusively and whole (written aside, then
-    hard-linked into place): True for the one launcher that did, False when it already exists."""
-    aside = run_dir / f"launched.{os.getpid()}"
-    aside.write_text(str(os.getpid()))
-    try:
-        os.link(aside, run_dir / "launched")
-        return True
-    except FileExistsError:
-        return False
-    finally:
-        aside.unlink(missing_ok=True)
+    """Create ``launched`` holding this process's pid, exclusively and whole: True for the one launcher
+    that did, False when it already exists."""
+    return create_exclusively(run_dir / "launched", str(os.getpid()))
 
 
 if __name__ == "__main__":
