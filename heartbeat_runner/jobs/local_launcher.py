@@ -16,7 +16,7 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-from heartbeat_runner.core.files import create_exclusively
+from heartbeat_runner.core.files import create_exclusively, replace_whole
 
 
 def main(argv: list[str]) -> int:
@@ -35,9 +35,7 @@ def main(argv: list[str]) -> int:
         print(f"heartbeat: cannot run {command!r}: {exc}", flush=True)
         code = 127
     result = {"exit_code": code, "started_at": started_at, "ended_at": datetime.now(timezone.utc).isoformat()}
-    tmp = run_dir / "result.json.tmp"
-    tmp.write_text(json.dumps(result))
-    os.replace(tmp, run_dir / "result.json")
+    replace_whole(run_dir / "result.json", json.dumps(result))
     return code
 
 

@@ -28,6 +28,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO
 
+from heartbeat_runner.core.files import replace_whole
+
 LOCK_FILE = "engine.lock"
 ADDRESS_FILE = "engine.json"
 #: seconds between two "still starting" lines while a JVM starts
@@ -79,11 +81,8 @@ def withdraw(spark_dir: Path) -> None:
 
 
 def publish(spark_dir: Path, address: EngineAddress) -> None:
-    """Write the holder's address (tmp + rename: readers never see half a file)."""
-    path = Path(spark_dir) / ADDRESS_FILE
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(asdict(address)))
-    os.replace(tmp, path)
+    """Write the holder's address (whole: readers never see half a file)."""
+    replace_whole(Path(spark_dir) / ADDRESS_FILE, json.dumps(asdict(address)))
 
 
 def read_address(spark_dir: Path) -> EngineAddress | None:

@@ -25,6 +25,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from heartbeat_runner.core.faults import FaultPoint, crash_point
+from heartbeat_runner.core.files import replace_whole
 from heartbeat_runner.core.records import Event, EventType, JobStatus, Outcome, alert_event_id, as_utc, utcnow
 from heartbeat_runner.jobs.base import JobsBackend
 from heartbeat_runner.lakehouse.dbt_invoke import DbtProject
@@ -295,12 +296,10 @@ class AlertMonitor(TickObserver):
         self._last_tick = now
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            temporary = path.with_suffix(f".{os.getpid()}.tmp")
             idle = IdleSensing.of(result)
-            temporary.write_text(json.dumps({"ticked_at": now, "interval_s": interval, "pid": os.getpid(),
-                                             "host": socket.gethostname(),
-                                             "idle_sensing": idle.as_json() if idle else None}))
-            temporary.replace(path)
+            replace_whole(path, json.dumps({"ticked_at": now, "interval_s": interval, "pid": os.getpid(),
+                                            "host": socket.gethostname(),
+                                            "idle_sensing": idle.as_json() if idle else None}))
         except OSError as exc:
             log.warning("could not write %s: %s", path, exc)
 

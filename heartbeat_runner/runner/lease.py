@@ -32,6 +32,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from heartbeat_runner.core.errors import ConflictError
+from heartbeat_runner.core.files import replace_whole
 from heartbeat_runner.core.processes import pid_alive
 
 #: Seconds a lease lasts unless renewed (longer than any tick should take).
@@ -157,9 +158,7 @@ class Lease:
             return None  # unreadable: written by no runner of ours; take it over
 
     def _write(self, info: LeaseInfo) -> None:
-        staged = self.path.with_name(f"{self.path.name}.{self.owner.replace(':', '_')}.tmp")
-        staged.write_text(json.dumps(asdict(info)))
-        os.replace(staged, self.path)
+        replace_whole(self.path, json.dumps(asdict(info)))
 
 
 def tick_lease(lakehouse_dir: Path, env: dict[str, str] | None = None) -> Lease:
