@@ -92,7 +92,7 @@ class MemoryPolicy:
     #: the embedded engine's process is replaced after this many ticks (or ``ui`` reads)
     engine_recycle_ticks: int = 5000
     #: ... or as soon as that process holds more than this many MiB
-    engine_max_rss_mb: float = 250.0
+    engine_max_rss_mb: float = 200.0
     #: ``run --loop`` ends the embedded engine's process after this many seconds without a query, and
     #: the next query starts a new one (~2 s): an idle runner then holds only its own memory
     engine_park_after_s: float = 120.0

@@ -12,6 +12,7 @@ sets both.
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 import threading
@@ -643,10 +644,9 @@ def open_engine(settings: Settings, *, port: int = 0, session_id: str | None = N
 
 def _open_local(settings: Settings, port: int = 0, session_id: str | None = None) -> Engine:
     """Start the embedded engine's process and connect to it (see ``sail_process``)."""
-    try:
-        import pysail.spark  # noqa: F401 - the child process imports it; fail here with a clear message
-    except ImportError as exc:
-        raise ValueError("the local target needs the embedded engine: pip install 'heartbeat-runner[local]'") from exc
+    # only the child loads Sail's native library (~14 MiB resident per process that imports it)
+    if importlib.util.find_spec("pysail") is None:
+        raise ValueError("the local target needs the embedded engine: pip install 'heartbeat-runner[local]'")
 
     settings.warehouse_dir.mkdir(parents=True, exist_ok=True)
     server = LocalServer(SailProcess.start(port), port=port, session_id=session_id)
