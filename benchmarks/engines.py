@@ -28,15 +28,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import run as bench  # noqa: E402 - the shared workload
 
-ENGINES = ("sail", "spark-classic", "spark-connect")
+ENGINES = bench.ENGINES
 DEFAULT_OUT = bench.REPO / "benchmarks" / "results" / "engines.json"
-
-
-def _settings_env(engine: str, root: Path) -> dict[str, str]:
-    if engine == "sail":
-        return {}
-    return {"HEARTBEAT_TARGET": "spark-local", "HEARTBEAT_SPARK_MODE": engine.removeprefix("spark-"),
-            "HEARTBEAT_SPARK_DIR": str(root / "spark")}
 
 
 def measure(engine: str, n: int, repeats: int, root: Path) -> dict[str, Any]:
@@ -49,12 +42,12 @@ def measure(engine: str, n: int, repeats: int, root: Path) -> dict[str, Any]:
     workload.generate()
     settings = load_settings(lakehouse_dir=str(workload.lakehouse), config_csv=str(workload.config),
                              jobs_file=str(workload.jobs_file), jobs_backend=JobsBackendKind.LOCAL.value,
-                             env=_settings_env(engine, root))
+                             env=bench.engine_env(engine, root))
     began = time.monotonic()
     with open_app(settings) as app:
         opened = time.monotonic() - began
         if not app.engine.is_local:
-            _register_upstreams(app.engine.spark, workload)
+            workload.register_upstreams(app.engine.spark)
         app.load_config(load_config(workload.config))
         heartbeat = app.heartbeat()
         counter = QueryCounter.install(app.engine)
@@ -121,15 +114,6 @@ class QueryCounter:
         figures = bench._tick_figures(tick())
         figures.update(sql_statements=self.sql - sql, version_queries=self.version_queries - versions)
         return figures
-
-
-def _register_upstreams(spark, workload: bench.Workload) -> None:
-    """Spark's catalog is a metastore: the path-written upstreams become external tables."""
-    spark.sql(f"CREATE SCHEMA IF NOT EXISTS {bench.UPSTREAM_SCHEMA}")
-    for sensor in workload.sensors:
-        if sensor.kind == "delta_table":
-            spark.sql(f"CREATE TABLE IF NOT EXISTS {sensor.sensor_id} USING delta "
-                      f"LOCATION '{workload.table_dir(sensor)}'")
 
 
 def _in_subprocess(engine: str, n: int, repeats: int) -> dict[str, Any]:

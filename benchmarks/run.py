@@ -134,6 +134,14 @@ class Workload:
             else:
                 (self.trigger_dir(sensor) / f"batch_{tag:04d}.done").write_text("ready\n")
 
+    def register_upstreams(self, spark) -> None:
+        """Spark's catalog is a metastore: the path-written upstreams become external tables."""
+        spark.sql(f"CREATE SCHEMA IF NOT EXISTS {UPSTREAM_SCHEMA}")
+        for sensor in self.sensors:
+            if sensor.kind == "delta_table":
+                spark.sql(f"CREATE TABLE IF NOT EXISTS {sensor.sensor_id} USING delta "
+                          f"LOCATION '{self.table_dir(sensor)}'")
+
     def busy_set(self, rep: int) -> list[Sensor]:
         """10% of the sources, a different tenth for each repetition."""
         return [s for s in self.sensors if s.index % 10 == rep % 10]
@@ -141,6 +149,18 @@ class Workload:
     def cli(self, *args: str) -> list[str]:
         return [sys.executable, "-m", "heartbeat_runner", *args, "--lakehouse-dir", str(self.lakehouse),
                 "--config", str(self.config), "--jobs-file", str(self.jobs_file), "--jobs-backend", "local"]
+
+
+#: the engines Heartbeat runs on here: the embedded default, local Apache Spark classic and Connect
+ENGINES = ("sail", "spark-classic", "spark-connect")
+
+
+def engine_env(engine: str, root: Path) -> dict[str, str]:
+    """The settings' environment that runs a lakehouse under ``root`` on ``engine`` (one of ENGINES)."""
+    if engine == "sail":
+        return {}
+    return {"HEARTBEAT_TARGET": "spark-local", "HEARTBEAT_SPARK_MODE": engine.removeprefix("spark-"),
+            "HEARTBEAT_SPARK_DIR": str(root / "spark")}
 
 
 def _sensors(n: int) -> list[Sensor]:
@@ -545,6 +565,8 @@ SOAK_TARGETS: dict[str, tuple[float, str]] = {
     "idle_rss_mib": (350.0, "max"),
     "busy_drift": (1.2, "max"),
 }
+#: on Apache Spark the JVM is the engine, not a child the runner recycles: the tree's flatness and drift
+SPARK_SOAK_TARGETS = {k: SOAK_TARGETS[k] for k in ("idle_peak_over_tick_500", "busy_peak_over_tick_500", "busy_drift")}
 #: ticks before the soak's reference size (its memory at tick 500) and between two samples
 SOAK_WARM_UP = 500
 SOAK_SAMPLE_EVERY = 100
@@ -552,24 +574,33 @@ SOAK_SAMPLE_EVERY = 100
 #: without a query (the loop's default, 120 s, is about as long as the idle phase takes at interval 0)
 SOAK_PARKED_TICKS = 2000
 SOAK_PARK_AFTER_S = 1.0
+#: ticks between two counts of the tables' data files (on Spark a count is a query of ~0.3 s)
+SOAK_FILES_EVERY = 50
+SOAK_SPARK_FILES_EVERY = 500
 
 
-def soak_main(n: int, ticks: int, out: Path, work_dir: Path | None) -> int:
+def soak_main(n: int, ticks: int, out: Path, work_dir: Path | None, engine: str = "sail",
+              change_every: int = 20) -> int:
+    """The soak in a runner process of its own; on Spark the config is loaded in that process (its
+    catalog must know the upstreams first). Writes ``soak.json`` (``soak-<engine>.json`` on Spark)."""
     root = Path(tempfile.mkdtemp(prefix="hb-soak-", dir=work_dir))
     try:
         workload = Workload(root / f"n{n}", n)
         workload.generate()
-        _timed(workload.cli("seed"))
-        argv = [sys.executable, __file__, "--soak-measure", str(workload.root), str(n), str(ticks)]
+        if engine == "sail":
+            _timed(workload.cli("seed"))
+        argv = [sys.executable, __file__, "--soak-measure", str(workload.root), str(n), str(ticks), engine,
+                str(change_every)]
         done = subprocess.run(argv, env=_env(), stdout=subprocess.PIPE, text=True)
         if done.returncode != 0:
             raise RuntimeError(f"the soak failed:\n{done.stdout[-4000:]}")
         figures = json.loads(done.stdout.strip().splitlines()[-1])
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    figures["summary"] = _judge(SOAK_TARGETS, soak_measured(figures))
+    figures["summary"] = _judge(SOAK_TARGETS if engine == "sail" else SPARK_SOAK_TARGETS, soak_measured(figures))
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_name("soak.json").write_text(json.dumps(figures, indent=2) + "\n")
+    out.with_name("soak.json" if engine == "sail" else f"soak-{engine}.json").write_text(
+        json.dumps(figures, indent=2) + "\n")
     print_soak(figures)
     return 0
 
@@ -580,91 +611,122 @@ def soak_measured(figures: dict[str, Any]) -> dict[str, float | None]:
         "idle_peak_over_tick_500": idle["peak_over_warm"], "busy_peak_over_tick_500": busy["peak_over_warm"],
         "idle_peak_mib": idle["peak_mib"], "busy_peak_mib": busy["peak_mib"],
         "engine_growth_idle_mib_per_1000": idle["engine_growth_mib_per_1000"],
-        "idle_rss_mib": figures["parked"]["median_mib"], "busy_drift": busy["drift"],
+        "idle_rss_mib": figures["parked"]["median_mib"] if figures["parked"] else None, "busy_drift": busy["drift"],
     }
 
 
 def print_soak(figures: dict[str, Any]) -> None:
-    n = figures["sensors"]
-    print(f"\nsoak at {n} sensors: {figures['ticks']:,} idle ticks, then {figures['ticks']:,} ticks with a change "
+    n, engine = figures["sensors"], figures.get("engine", "sail")
+    recyclable = figures["parked"] is not None
+    print(f"\nsoak on {engine} at {n} sensors: {figures['ticks']:,} idle ticks, then {figures['ticks']:,} ticks with a change "
           f"every {figures['change_every']} ticks; {figures['busy']['maintenance_runs']} maintenance runs")
     for name in ("idle", "busy"):
         phase = figures[name]
-        print(f"  {name}: process tree RSS (MiB) by tick, engine child in brackets:")
+        print(f"  {name}: process tree RSS (MiB) by tick" + (", engine child in brackets:" if recyclable else
+                                                             " (the JVM included):"))
         samples = [s for s in phase["samples"] if s["tick"] % 1000 == 0 or s["tick"] == SOAK_WARM_UP]
         for row in range(0, len(samples), 6):
-            print("    " + "  ".join(f"{s['tick']:>6,}: {s['tree_mib']:>4.0f} ({s['engine_mib']:>3.0f})"
+            print("    " + "  ".join(f"{s['tick']:>6,}: {s['tree_mib']:>4.0f}"
+                                     + (f" ({s['engine_mib']:>3.0f})" if recyclable else "")
                                      for s in samples[row:row + 6]))
         print(f"    at tick {SOAK_WARM_UP} {phase['warm_mib']:.0f} MiB, peak after {phase['peak_mib']:.0f} MiB "
-              f"({phase['peak_over_warm']:.2f}x, target <= 1.25x and <= 600 MiB); growth after warm-up "
+              f"({phase['peak_over_warm']:.2f}x, target <= 1.25x" + (" and <= 600 MiB" if recyclable else "")
+              + "); growth after warm-up "
               f"{phase['growth_mib_per_1000']:+.1f} MiB per 1,000 ticks")
-        print(f"    engine alone: {phase['engine_growth_mib_per_1000']:+.1f} MiB per 1,000 ticks before recycling"
-              + (" (target <= 100)" if name == "idle" else "")
-              + f"; SQL texts per tick {phase['sql_per_tick']:.2f}")
+        if recyclable:
+            print(f"    engine alone: {phase['engine_growth_mib_per_1000']:+.1f} MiB per 1,000 ticks before recycling"
+                  + (" (target <= 100)" if name == "idle" else ""))
+        print(f"    SQL texts per tick {phase['sql_per_tick']:.2f}")
         recycles = phase["recycles_s"]
         cost = f"median {_median(recycles):.2f} s, max {max(recycles):.2f} s" if recycles else "-"
         print(f"    engine recycles: {len(recycles)} ({cost}); ticks: median {phase['median_tick_s']:.4f} s, "
               f"first 100 {phase['first_100_median_s']:.4f} s, last 100 {phase['last_100_median_s']:.4f} s "
               f"-> drift {phase['drift']:.2f}x (target <= 1.2 busy)")
     parked = figures["parked"]
-    print(f"  parked: {parked['ticks']:,} idle ticks, the engine parked after {parked['park_after_s']:g} s without a "
-          f"query (HEARTBEAT_ENGINE_PARK_AFTER_S; default 120 s); engine starts meanwhile: {parked['engine_starts']} "
-          f"(idle ticks need none); the first change started it again in {figures['busy']['first_start_s']:.2f} s")
-    print(f"  idle RSS (median after warm-up): {parked['median_mib']:.0f} MiB with the engine parked (target <= 350), "
-          f"{figures['idle']['median_mib']:.0f} MiB with it held")
+    if parked is None:
+        print("  parked: not run (this engine is not a child process the runner can end)")
+    else:
+        _print_parked(figures)
     print(f"  data files per table, most seen after any tick (bound: {figures['file_bound']}):")
     for table, most in figures["max_files"].items():
         print(f"    {table:<30} {most:>5} (now {figures['final_files'][table]})")
     _print_targets(figures["summary"])
 
 
+def _print_parked(figures: dict[str, Any]) -> None:
+    parked = figures["parked"]
+    print(f"  parked: {parked['ticks']:,} idle ticks, the engine parked after {parked['park_after_s']:g} s without a "
+          f"query (HEARTBEAT_ENGINE_PARK_AFTER_S; default 120 s); engine starts meanwhile: {parked['engine_starts']} "
+          f"(idle ticks need none); the first change started it again in {figures['busy']['first_start_s']:.2f} s")
+    print(f"  idle RSS (median after warm-up): {parked['median_mib']:.0f} MiB with the engine parked (target <= 350), "
+          f"{figures['idle']['median_mib']:.0f} MiB with it held")
+
+
 SOAK_TABLES = ("heartbeat_events", "heartbeat_runs", "heartbeat_run_report", "heartbeat_control",
                "heartbeat_events_archive", "heartbeat_runs_archive", "heartbeat_run_report_archive")
 
 
-def soak_measure(workload: Workload, ticks: int, change_every: int = 20) -> dict[str, Any]:
+def soak_measure(workload: Workload, ticks: int, change_every: int = 20, engine: str = "sail") -> dict[str, Any]:
     """In one runner process, as ``run --loop`` runs them: ``ticks`` idle ticks with the engine held, up to
     SOAK_PARKED_TICKS idle ticks with it parked, then ``ticks`` ticks of which every ``change_every``-th
     follows a change of one source (the first starts the parked engine again); the engine recycled as the
-    loop does (except by tick count while idle, so that the engine's own growth shows)."""
+    loop does (except by tick count while idle, so that the engine's own growth shows). On Apache Spark
+    (``engine``) there is no engine child to park or recycle, and the tables' files are counted every
+    SOAK_SPARK_FILES_EVERY ticks (each count is a query there)."""
     from dataclasses import replace
 
     from heartbeat_runner.core.settings import JobsBackendKind, load_settings
     from heartbeat_runner.runner.app import open_app
     from heartbeat_runner.runner.memory import EngineRecycler
+    from heartbeat_runner.sensing.config import load_config
 
     settings = load_settings(lakehouse_dir=str(workload.lakehouse), config_csv=str(workload.config),
-                             jobs_file=str(workload.jobs_file), jobs_backend=JobsBackendKind.LOCAL.value, env={})
+                             jobs_file=str(workload.jobs_file), jobs_backend=JobsBackendKind.LOCAL.value,
+                             env=engine_env(engine, workload.root))
     max_files = dict.fromkeys(SOAK_TABLES, 0)
     with open_app(settings) as app:
+        if not app.engine.is_local:
+            workload.register_upstreams(app.engine.spark)
+            app.load_config(load_config(workload.config))
+        files_every = SOAK_FILES_EVERY if app.engine.can_recycle else SOAK_SPARK_FILES_EVERY
         heartbeat = app.heartbeat()
         heartbeat.tick()
         app.dbt.manifest()
         held = replace(settings.memory, engine_recycle_ticks=0, engine_park_after_s=0)
-        idle = _soak_phase(app, heartbeat, EngineRecycler(app, held), ticks, lambda i: None, max_files)
-        parks, parked_ticks = replace(held, engine_park_after_s=SOAK_PARK_AFTER_S), min(ticks, SOAK_PARKED_TICKS)
-        parked = _soak_phase(app, heartbeat, EngineRecycler(app, parks), parked_ticks, lambda i: None, max_files,
-                             count_files=False)
-        parked.update(engine_starts=app.engine.wakes, park_after_s=SOAK_PARK_AFTER_S, ticks=parked_ticks)
+        idle = _soak_phase(app, heartbeat, EngineRecycler(app, held), ticks, lambda i: None, max_files, files_every)
+        parked = _soak_parked(app, heartbeat, held, ticks, max_files) if app.engine.can_recycle else None
         def change(i: int) -> None:
             if i % change_every == 0:
                 workload.change([workload.sensors[(i // change_every) % workload.n]], tag=1000 + i)
         busy = _soak_phase(app, heartbeat, EngineRecycler(app, replace(settings.memory, engine_park_after_s=0)),
-                           ticks, change, max_files)
-        busy["first_start_s"] = round(app.engine.last_wake_s, 3)
+                           ticks, change, max_files, files_every)
+        busy["first_start_s"] = round(app.engine.last_wake_s, 3) if parked else None
         final = {t: app.engine.file_count(f"heartbeat.{t}") for t in SOAK_TABLES}
         heartbeat.close()
-    return {"ticks": ticks, "sensors": workload.n, "change_every": change_every, "idle": idle, "parked": parked,
+    return {"engine": engine, "ticks": ticks, "sensors": workload.n, "change_every": change_every,
+            "idle": idle, "parked": parked,
             "busy": busy,
             "file_bound": settings.maintenance.compact_min_files, "max_files": max_files, "final_files": final,
             "memory_policy": vars(settings.memory)}
 
 
+def _soak_parked(app, heartbeat, held, ticks: int, max_files: dict[str, int]) -> dict[str, Any]:
+    """Up to SOAK_PARKED_TICKS idle ticks, the engine parked after SOAK_PARK_AFTER_S without a query."""
+    from dataclasses import replace
+
+    from heartbeat_runner.runner.memory import EngineRecycler
+
+    parks, parked_ticks = replace(held, engine_park_after_s=SOAK_PARK_AFTER_S), min(ticks, SOAK_PARKED_TICKS)
+    parked = _soak_phase(app, heartbeat, EngineRecycler(app, parks), parked_ticks, lambda i: None, max_files, 0)
+    parked.update(engine_starts=app.engine.wakes, park_after_s=SOAK_PARK_AFTER_S, ticks=parked_ticks)
+    return parked
+
+
 def _soak_phase(app, heartbeat, recycler, ticks: int, before_tick: Callable[[int], None],
-                max_files: dict[str, int], count_files: bool = True) -> dict[str, Any]:
+                max_files: dict[str, int], files_every: int) -> dict[str, Any]:
     """``ticks`` ticks, each followed by the loop's engine recycling; RSS sampled every SOAK_SAMPLE_EVERY.
-    ``count_files``: read the tables' file counts every 50 ticks (through the engine: a use of it, which
-    the parked phase must not make)."""
+    ``files_every``: read the tables' file counts every that many ticks, 0: never (through the engine: a use
+    of it, which the parked phase must not make)."""
     from heartbeat_runner.core.processes import tree_rss_bytes
 
     walls, recycles, samples, maintenance_runs, parses = [], [], [], 0, 0
@@ -678,7 +740,7 @@ def _soak_phase(app, heartbeat, recycler, ticks: int, before_tick: Callable[[int
         took = recycler.after_use()
         if took is not None:
             recycles.append(round(took, 3))
-        if count_files and (i % 50 == 0 or result.maintenance is not None):
+        if files_every and (i % files_every == 0 or result.maintenance is not None):
             for table in SOAK_TABLES:
                 max_files[table] = max(max_files[table], app.engine.file_count(f"heartbeat.{table}"))
         if i % SOAK_SAMPLE_EVERY == 0:
@@ -791,18 +853,27 @@ def main(argv: list[str] | None = None) -> int:
                         help="TICKS idle ticks, then TICKS with a trickle of changes, at the smallest size: the "
                              "process tree's memory, the engine's recycles, tick drift and files")
     parser.add_argument("--measure", nargs=4, metavar=("ROOT", "N", "REPEATS", "HISTORY"), help=argparse.SUPPRESS)
-    parser.add_argument("--soak-measure", nargs=3, metavar=("ROOT", "N", "TICKS"), help=argparse.SUPPRESS)
+    parser.add_argument("--soak-engine", choices=ENGINES, default="sail",
+                        help="the soak's engine (default: the embedded one; Spark needs `pip install -e '.[spark]'`)")
+    parser.add_argument("--change-every", type=int, default=20, metavar="K",
+                        help="the soak's busy phase changes one source every K ticks (default 20)")
+    parser.add_argument("--soak-measure", nargs=5, metavar=("ROOT", "N", "TICKS", "ENGINE", "K"),
+                        help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.measure:
         root, n, repeats, history = args.measure
         print(json.dumps(measure_size(Workload(Path(root), int(n)), int(repeats), int(history))))
         return 0
     if args.soak_measure:
-        root, n, ticks = args.soak_measure
-        print(json.dumps(soak_measure(Workload(Path(root), int(n)), int(ticks))))
+        root, n, ticks, engine, every = args.soak_measure
+        print(json.dumps(soak_measure(Workload(Path(root), int(n)), int(ticks), int(every), engine)))
         return 0
     if args.soak:
-        return soak_main(min(int(s) for s in args.sizes.split(",")), args.soak, args.out, args.work_dir)
+        if args.soak < SOAK_SAMPLE_EVERY or args.change_every < 1:
+            parser.error(f"--soak needs at least {SOAK_SAMPLE_EVERY} ticks (memory is sampled every "
+                         f"{SOAK_SAMPLE_EVERY}) and --change-every at least 1")
+        return soak_main(min(int(s) for s in args.sizes.split(",")), args.soak, args.out, args.work_dir,
+                         args.soak_engine, args.change_every)
     if args.by_history:
         return by_history_main([int(s) for s in args.sizes.split(",")], [_count(h) for h in args.by_history.split(",")],
                                args.quick, args.out, args.work_dir)
