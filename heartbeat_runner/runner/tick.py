@@ -254,6 +254,9 @@ class Heartbeat:
         self.loop_restarts = 0
         #: source keys whose latest recorded sensing failed (None: not read yet by this process)
         self._failing: set[str] | None = None
+        #: the jobs in progress and the failed ones at this tick's triggering step (read once per tick)
+        self._in_progress: list[ControlRow] = []
+        self._failed: list[ControlRow] = []
 
     # -- the tick ---------------------------------------------------------------------------
 
@@ -421,8 +424,10 @@ class Heartbeat:
 
     def _carried_requests(self) -> list[TriggerRequest]:
         """Recorded requests that never got a run id (IN_PROGRESS without one), in job order; their
-        parameters in one query."""
-        self._in_progress = self.store.jobs_with_status(JobStatus.IN_PROGRESS)
+        parameters in one query. The jobs in progress and the failed ones are read here together, for
+        reconciliation too (the control table is not rebuilt in between)."""
+        jobs = self.store.jobs_by_status(JobStatus.IN_PROGRESS, JobStatus.FAILED)
+        self._in_progress, self._failed = jobs[JobStatus.IN_PROGRESS], jobs[JobStatus.FAILED]
         rows = [row for row in self._in_progress if row.job_run_id is None and row.last_idempotency_token]
         payloads = self.store.trigger_payloads([row.last_idempotency_token for row in rows
                                                 if row.last_idempotency_token])
@@ -519,7 +524,7 @@ class Heartbeat:
     def _reconcile(self, result: TickResult) -> None:
         just_triggered = set(result.triggered_job_ids)
         tracked = [row for row in self._in_progress if row.trigger_job_id not in just_triggered and row.job_run_id]
-        failed = self.store.jobs_with_status(JobStatus.FAILED)
+        failed = self._failed
         found = self._reconciliation(tracked, failed, result)
         events: list[Event] = []
         next_runs = self._sequences_due(result)
