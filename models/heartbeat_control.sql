@@ -202,6 +202,10 @@ derived as (
     tr.job_run_id,
     t.idempotency_token as last_idempotency_token,
     b.idempotency_token as base_idempotency_token,
+    b.event_ts as base_requested_ts,
+    cast(get_json_object(b.payload, '$._run') as int) as sequence_run,
+    cast(get_json_object(b.payload, '$._runs') as int) as sequence_runs,
+    get_json_object(b.payload, '$.heartbeat_windows') as sequence_windows,
     coalesce(fs.failures, 0) as consecutive_failures,
     case
       when l.event_type = 'FAILED' then l.message
@@ -256,7 +260,13 @@ active as (
     true as is_active,
     cast(null as timestamp) as retired_timestamp,
     row_created_timestamp,
-    current_timestamp() as updated_at
+    current_timestamp() as updated_at,
+    {# the job's lifecycle and catch-up sequence, for heartbeat_job_sequences (added last) #}
+    last_lifecycle_event,
+    base_requested_ts,
+    sequence_run,
+    sequence_runs,
+    sequence_windows
   from derived
 )
 
@@ -296,7 +306,13 @@ select
   false as is_active,
   coalesce(p.retired_timestamp, current_timestamp()) as retired_timestamp,
   p.row_created_timestamp,
-  case when p.is_active then current_timestamp() else p.updated_at end as updated_at
+  case when p.is_active then current_timestamp() else p.updated_at end as updated_at,
+  {# a retired row is no job's current state #}
+  cast(null as string) as last_lifecycle_event,
+  cast(null as timestamp) as base_requested_ts,
+  cast(null as int) as sequence_run,
+  cast(null as int) as sequence_runs,
+  cast(null as string) as sequence_windows
 from previous p
 left anti join keyed k
   on p.sensor_source = k.sensor_source and p.sensor_id = k.sensor_id and p.trigger_job_id = k.trigger_job_id

@@ -1,5 +1,5 @@
 {#
-  Bounded catch-up sequences (jobs/catch_up.py): one row per job whose latest trigger request
+  Bounded catch-up sequences (policies/catch_up.py): one row per job whose latest trigger request
   belongs to a sequence, i.e. a backlog cut into runs of at most the job's max_window. The
   request that starts a sequence (TRIGGER_REQUESTED) records the plan; each next run is a
   NEXT_WINDOW_REQUESTED, requested by the runner in the same commit as the success of the
@@ -10,43 +10,36 @@
 #}
 {{ config(materialized='view') }}
 
-with events as {{ heartbeat_events() }},
-
-lifecycle as {{ heartbeat_lifecycle('events') }},
-
-sequence_requests as (
+{#
+  From the control table's job columns (each job's latest lifecycle event and the sequence of its
+  latest first-try or next-window request, derived in its build): read at every tick that may
+  trigger, this view scans no events. Jobs no longer in the config have no sequence to go on with.
+#}
+with jobs as (
   select
-    trigger_job_id, event_id, event_ts, idempotency_token,
-    cast(get_json_object(payload, '$._run') as int) as run,
-    cast(get_json_object(payload, '$._runs') as int) as runs,
-    get_json_object(payload, '$.heartbeat_windows') as windows
-  from lifecycle
-  where event_type in ('TRIGGER_REQUESTED', 'NEXT_WINDOW_REQUESTED')
-),
-
-latest_request as {{ heartbeat_latest('sequence_requests', 'trigger_job_id') }},
-
-latest_lifecycle as {{ heartbeat_latest('lifecycle', 'trigger_job_id') }},
-
-paused as (
-  select trigger_job_id, max(case when job_state = 'PAUSED' then 1 else 0 end) = 1 as is_paused
+    trigger_job_id,
+    max(base_idempotency_token) as idempotency_token,
+    max(base_requested_ts) as requested_at,
+    max(sequence_run) as run,
+    max(sequence_runs) as runs,
+    max(sequence_windows) as windows,
+    max(last_lifecycle_event) as last_lifecycle_event,
+    max(case when job_state = 'PAUSED' then 1 else 0 end) = 1 as is_paused
   from {{ ref('heartbeat_control') }}
   where is_active
   group by trigger_job_id
 )
 
 select
-  r.trigger_job_id,
-  r.run,
-  r.runs,
-  r.windows,
-  r.idempotency_token,
-  r.event_ts as requested_at,
-  l.event_type as last_lifecycle_event,
-  coalesce(p.is_paused, false) as is_paused,
-  (l.event_type = 'COMPLETED' and r.run < r.runs) as next_run_due,
-  (l.event_type = 'COMPLETED' and r.run >= r.runs) or l.event_type = 'RESET' as is_finished
-from latest_request r
-join latest_lifecycle l on l.trigger_job_id = r.trigger_job_id
-left join paused p on p.trigger_job_id = r.trigger_job_id
-where r.runs is not null
+  trigger_job_id,
+  run,
+  runs,
+  windows,
+  idempotency_token,
+  requested_at,
+  last_lifecycle_event,
+  is_paused,
+  (last_lifecycle_event = 'COMPLETED' and run < runs) as next_run_due,
+  (last_lifecycle_event = 'COMPLETED' and run >= runs) or last_lifecycle_event = 'RESET' as is_finished
+from jobs
+where runs is not null

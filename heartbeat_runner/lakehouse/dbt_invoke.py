@@ -23,6 +23,7 @@ from heartbeat_runner.core.faults import FaultPoint, crash_point
 from heartbeat_runner.core.settings import Settings, Target
 from heartbeat_runner.lakehouse.engine import Engine
 from heartbeat_runner.lakehouse.engine_errors import EngineUnavailableError
+from heartbeat_runner.lakehouse.migrations import add_missing_columns
 from heartbeat_runner.lakehouse.store import retry_lost_commits
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -55,6 +56,8 @@ class DbtProject:
     engine: Engine
     #: (fingerprint of the project's files, the manifest parsed from them), see manifest()
     _parsed: tuple[tuple, Any] | None = field(default=None, repr=False)
+    #: the derived tables were given the columns older Heartbeats did not make (see _migrate_once)
+    _migrated: bool = field(default=False, repr=False)
 
     @property
     def settings(self):
@@ -201,10 +204,19 @@ class DbtProject:
             raise
         self.engine.ensure_registered(f"{self.settings.schema}.{SEED_NAME}")
 
+    def _migrate_once(self) -> None:
+        """Before this process's first build or view restore: give tables an older Heartbeat made the
+        columns the models gained since (lakehouse/migrations.py), so that a build fills them rather
+        than drops them and views can read them. A metadata commit per such table, once; no row changes."""
+        if not self._migrated:
+            add_missing_columns(self.engine, self.settings.schema)
+            self._migrated = True
+
     def _build(self, *models: str) -> None:
         """Run the runner's own models. They are derived (the MERGE recomputes every row), so a build
         that lost a Delta commit race to another writer, or hit a transient Spark Connect error, is
         simply run again."""
+        self._migrate_once()
         retry_lost_commits(lambda: self.invoke(["run", "--select", *models], reuse_manifest=True),
                            f"dbt build of {', '.join(models)}", also=(EngineUnavailableError,))
 
@@ -245,6 +257,7 @@ class DbtProject:
         archive). It gives the same table as the normal build (tests/test_growth.py checks that);
         use it after restoring an archive, or to check a lakehouse by hand."""
         crash_point(FaultPoint.DURING_DBT_BUILD)
+        self._migrate_once()
         retry_lost_commits(lambda: self.invoke(["run", "--select", CONTROL_MODEL, SENSOR_STATE_MODEL],
                                                extra_vars={"heartbeat_full_history": True}),
                            "dbt rebuild from all events", also=(EngineUnavailableError,))
@@ -300,6 +313,7 @@ class DbtProject:
         compiled = self.work_dir / "target" / "run" / PROJECT_NAME / "models"
         if not self._view_order.exists():
             return False
+        self._migrate_once()  # the views may read columns an older Heartbeat's tables lack
         models = {p.stem for p in (self.settings.project_dir / "models").glob("*.sql")}
         if not models <= {p.stem for p in compiled.glob("*.sql")}:
             return False

@@ -17,7 +17,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -45,6 +45,28 @@ NEW_ROW_CHANGE_TYPES = ("insert", "update_postimage")
 CHANGE_FEED_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
 #: Spark Connect's createDataFrame is not thread-safe (see SenseContext.count_preprocessed_records)
 _UPLOAD_LOCK = threading.Lock()
+
+#: SQL column types a migration may add -> the Delta log's name for each
+_DELTA_TYPES = {"string": "string", "timestamp": "timestamp", "int": "integer", "bigint": "long",
+                "double": "double", "boolean": "boolean"}
+
+
+@dataclass(frozen=True)
+class Column:
+    """A column to add to an existing table: a validated name and one of the SQL types in _DELTA_TYPES."""
+
+    name: str
+    sql_type: str
+
+    def __post_init__(self) -> None:
+        validate_identifier(self.name, "column")
+        if self.sql_type not in _DELTA_TYPES:
+            raise ValueError(f"column {self.name}: type {self.sql_type!r} is not one of {sorted(_DELTA_TYPES)}")
+
+    @property
+    def delta_type(self) -> str:
+        return _DELTA_TYPES[self.sql_type]
+
 
 @dataclass
 class TableOps:
@@ -108,6 +130,10 @@ class TableOps:
         """Delete the rows of ``name`` (alias ``t``) that ``on`` matches in the table ``keys`` (alias
         ``b``), in one commit. Both names and ``on`` are built by the caller from validated names."""
         spark.sql(f"MERGE INTO {name} t USING {keys} b ON {on} WHEN MATCHED THEN DELETE")
+
+    def add_columns(self, spark: SparkSession, name: str, columns: Sequence[Column]) -> None:
+        """Add ``columns`` to ``name``, empty in every row: one commit (names and types validated by the caller)."""
+        spark.sql(f"ALTER TABLE {name} ADD COLUMNS ({', '.join(f'{c.name} {c.sql_type}' for c in columns)})")
 
     def delete_before(self, spark: SparkSession, name: str, column: str, cutoff: datetime) -> None:
         """Delete the rows of ``name`` whose ``column`` is before ``cutoff`` (one commit)."""
@@ -216,6 +242,15 @@ class EmbeddedOps(TableOps):
         table = DeltaTable(str(self.location(name)))
         table.vacuum(retention_hours=max(0, int(retention_hours)), enforce_retention_duration=False, dry_run=False)
         table.cleanup_metadata()
+
+    def add_columns(self, spark: SparkSession, name: str, columns: Sequence[Column]) -> None:
+        """With the ``deltalake`` package: Sail has no ALTER TABLE ... ADD COLUMNS. The engine reads a
+        table's schema from its log at each query, so the columns are visible at once."""
+        from deltalake import DeltaTable
+        from deltalake.schema import Field, PrimitiveType
+
+        DeltaTable(str(self.location(name))).alter.add_columns(
+            [Field(c.name, PrimitiveType(c.delta_type), nullable=True) for c in columns])
 
     def changes(self, spark: SparkSession, name: str, start: int, end: int) -> DataFrame | None:
         """The feed read with the ``deltalake`` package: Sail ignores the ``readChangeFeed`` option
@@ -609,6 +644,14 @@ class Engine:
         """The rows versions ``start``..``end`` of ``name`` inserted or updated to, read from the
         table's change data feed with the table's own columns; None when no feed covers the range."""
         return self.ops.changes(self.spark, name, start, end)
+
+    def add_columns(self, name: str, columns: Sequence[Column]) -> None:
+        """Add ``columns`` to the table ``name``, empty in every row (a table made by an older Heartbeat)."""
+        self.ops.add_columns(self.spark, name, columns)
+
+    def columns(self, name: str) -> list[str]:
+        """The column names of the table or view ``name``, as the engine sees them now."""
+        return list(self.spark.table(name).columns)
 
     def table_exists(self, name: str) -> bool:
         return bool(self.spark.catalog.tableExists(name))

@@ -1,0 +1,47 @@
+"""Columns Heartbeat's derived tables gained after lakehouses were made without them.
+
+A model adds new columns after its existing ones. An older table lacks them: its MERGE would
+leave them out without a word, and a view that reads them would fail. So before the first build
+of a process, each table below gets its missing columns, empty; that build fills them, since the
+control table's MERGE writes every active row. One commit per table that needed it, none after.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from heartbeat_runner.lakehouse.engine import Column, Engine
+
+log = logging.getLogger(__name__)
+
+#: model (a table the runner builds) -> the columns it gained, in the order the model selects them
+ADDED_COLUMNS: dict[str, tuple[Column, ...]] = {
+    # each job's latest lifecycle event and the catch-up sequence of its latest request, read by
+    # heartbeat_job_sequences instead of the events
+    "heartbeat_control": (
+        Column("last_lifecycle_event", "string"),
+        Column("base_requested_ts", "timestamp"),
+        Column("sequence_run", "int"),
+        Column("sequence_runs", "int"),
+        Column("sequence_windows", "string"),
+    ),
+}
+
+
+def add_missing_columns(engine: Engine, schema: str) -> list[str]:
+    """Add to each existing table of ADDED_COLUMNS in ``schema`` the columns it lacks; return
+    ``table.column`` for each column added. A table that does not exist yet is left alone (its
+    first build creates it whole)."""
+    added: list[str] = []
+    for model, columns in ADDED_COLUMNS.items():
+        name = f"{schema}.{model}"
+        if not engine.table_exists(name):
+            continue
+        present = {c.lower() for c in engine.columns(name)}
+        missing = [c for c in columns if c.name.lower() not in present]
+        if missing:
+            engine.add_columns(name, missing)
+            log.info("%s: added the column(s) %s (a table made by an older Heartbeat)", name,
+                     ", ".join(c.name for c in missing))
+            added += [f"{model}.{c.name}" for c in missing]
+    return added
