@@ -244,8 +244,9 @@ class EmbeddedOps(TableOps):
         table.cleanup_metadata()
 
     def add_columns(self, spark: SparkSession, name: str, columns: Sequence[Column]) -> None:
-        """With the ``deltalake`` package: Sail has no ALTER TABLE ... ADD COLUMNS. The engine reads a
-        table's schema from its log at each query, so the columns are visible at once."""
+        """With the ``deltalake`` package: Sail has no ALTER TABLE ... ADD COLUMNS. The engine, which
+        registered the table before, sees the columns in the next statement (tests/test_migrations.py
+        restores views that read them right after)."""
         from deltalake import DeltaTable
         from deltalake.schema import Field, PrimitiveType
 

@@ -1,9 +1,10 @@
 """Columns Heartbeat's derived tables gained after lakehouses were made without them.
 
 A model adds new columns after its existing ones. An older table lacks them: its MERGE would
-leave them out without a word, and a view that reads them would fail. So before the first build
-of a process, each table below gets its missing columns, empty; that build fills them, since the
-control table's MERGE writes every active row. One commit per table that needed it, none after.
+leave them out without a word, and a view that reads them would fail. So before a process's first
+build or view restore (dbt_invoke.DbtProject), each table below gets its missing columns, empty; the
+next build fills them, since the control table's MERGE writes every active row. One metadata commit
+per table that needed it, none after.
 """
 
 from __future__ import annotations
@@ -28,11 +29,9 @@ ADDED_COLUMNS: dict[str, tuple[Column, ...]] = {
 }
 
 
-def add_missing_columns(engine: Engine, schema: str) -> list[str]:
-    """Add to each existing table of ADDED_COLUMNS in ``schema`` the columns it lacks; return
-    ``table.column`` for each column added. A table that does not exist yet is left alone (its
-    first build creates it whole)."""
-    added: list[str] = []
+def add_missing_columns(engine: Engine, schema: str) -> None:
+    """Add to each existing table of ADDED_COLUMNS in ``schema`` the columns it lacks. A table that
+    does not exist yet is left alone (its first build creates it whole)."""
     for model, columns in ADDED_COLUMNS.items():
         name = f"{schema}.{model}"
         if not engine.table_exists(name):
@@ -43,5 +42,3 @@ def add_missing_columns(engine: Engine, schema: str) -> list[str]:
             engine.add_columns(name, missing)
             log.info("%s: added the column(s) %s (a table made by an older Heartbeat)", name,
                      ", ".join(c.name for c in missing))
-            added += [f"{model}.{c.name}" for c in missing]
-    return added

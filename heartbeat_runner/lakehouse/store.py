@@ -357,7 +357,8 @@ class TableStore:
                          order_by=["trigger_job_id"])
         found: dict[JobStatus, list[ControlRow]] = {status: [] for status in statuses}
         for r in rows:
-            found[JobStatus(r["status"])].append(ControlRow(**{**r, "status": JobStatus(r["status"])}))
+            status = JobStatus(r["status"])
+            found[status].append(ControlRow(**{**r, "status": status}))
         return found
 
     def retry_asks(self) -> dict[str, RetryAsk]:
