@@ -11,6 +11,7 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 
+from heartbeat_runner.core.files import replace_whole
 from heartbeat_runner.core.records import utcnow
 from heartbeat_runner.core.settings import JobsBackendKind, load_settings
 from heartbeat_runner.jobs.local import LocalJobsBackend
@@ -120,7 +121,7 @@ class Harness:
     def drop_trigger_file(self, folder: str, name: str) -> None:
         path = self.settings.effective_trigger_dir / folder
         path.mkdir(parents=True, exist_ok=True)
-        (path / name).write_text("ready\n")
+        replace_whole(path / name, "ready\n")  # as the README asks of writers: a running loop never sees it half made
 
     # -- ticks and state ----------------------------------------------------------------------
 
@@ -216,7 +217,7 @@ class CliLakehouse:
     def drop_trigger_file(self, folder: str, name: str) -> None:
         path = self.home / "triggers" / folder
         path.mkdir(parents=True, exist_ok=True)
-        (path / name).write_text("ready\n")
+        replace_whole(path / name, "ready\n")  # as the README asks of writers: a running loop never sees it half made
 
     # -- state ------------------------------------------------------------------------------
 
