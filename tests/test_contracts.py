@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shutil
 from pathlib import Path
 
 from harness import Harness
@@ -10,7 +11,8 @@ from harness import config_row as row
 
 from heartbeat_runner.lakehouse.dbt_invoke import view_models
 
-MODELS = Path(__file__).resolve().parents[1] / "models"
+REPO = Path(__file__).resolve().parents[1]
+MODELS = REPO / "models"
 
 
 def test_the_views_are_every_view_model_each_after_the_views_it_reads(tmp_path):
@@ -27,3 +29,44 @@ def test_the_views_are_every_view_model_each_after_the_views_it_reads(tmp_path):
             hb.spark.sql(f"DROP VIEW IF EXISTS heartbeat.{name}")
         assert hb.app.dbt.restore_views()
         assert {t.name for t in hb.spark.catalog.listTables("heartbeat")} >= set(order)
+
+
+def _project_copy(root: Path) -> Path:
+    """The dbt project as an installed Heartbeat ships it, in a folder a test may change."""
+    project = root / "project"
+    project.mkdir()
+    for name in ("dbt_project.yml", "profiles.example.yml"):
+        shutil.copyfile(REPO / name, project / name)
+    for name in ("models", "macros", "seeds"):
+        shutil.copytree(REPO / name, project / name)
+    return project
+
+
+def _columns(hb: Harness, view: str) -> list[str]:
+    return hb.spark.table(f"heartbeat.{view}").columns
+
+
+def test_after_an_upgrade_that_changed_a_view_the_next_start_creates_it_from_the_new_sql(tmp_path):
+    """The local catalog forgets views at every start and they are re-created from dbt's last compiled
+    SQL. An upgraded Heartbeat whose view changed must not re-create the old one from that SQL (it
+    would serve the old view until someone ran `seed`): the first start after the upgrade builds the
+    views again; the start after that restores them, without dbt."""
+    project = _project_copy(tmp_path)
+    env = {"HEARTBEAT_PROJECT_DIR": str(project)}
+    with Harness(tmp_path, **env) as hb:
+        hb.seed(row("trigger_file", "drops", "J"))
+        before = _columns(hb, "heartbeat_sensing_errors")
+    with Harness(tmp_path, **env) as hb:
+        assert hb.app.ensure_views(), "the same project: its views come back from the compiled SQL"
+        assert _columns(hb, "heartbeat_sensing_errors") == before
+
+    view = project / "models" / "heartbeat_sensing_errors.sql"
+    view.write_text(view.read_text().replace("r.error as sensing_error\n",
+                                             "r.error as sensing_error,\n  'new' as added_by_the_upgrade\n"))
+    with Harness(tmp_path, **env) as hb:
+        assert not hb.app.ensure_views(), "the compiled SQL is the older version's: dbt builds the views"
+        assert _columns(hb, "heartbeat_sensing_errors") == [*before, "added_by_the_upgrade"]
+        hb.tick()  # the tick reads the changed view as before
+    with Harness(tmp_path, **env) as hb:
+        assert hb.app.ensure_views()
+        assert _columns(hb, "heartbeat_sensing_errors") == [*before, "added_by_the_upgrade"]

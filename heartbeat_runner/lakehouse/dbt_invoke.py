@@ -8,6 +8,7 @@ writes (compiled SQL, logs, the loaded seed) goes under ``<lakehouse>/dbt/``.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
 import os
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from heartbeat_runner.core.errors import HeartbeatError
 from heartbeat_runner.core.faults import FaultPoint, crash_point
+from heartbeat_runner.core.files import replace_whole
 from heartbeat_runner.core.settings import Settings, Target
 from heartbeat_runner.lakehouse.engine import Engine
 from heartbeat_runner.lakehouse.engine_errors import EngineUnavailableError
@@ -266,14 +268,37 @@ class DbtProject:
         """Build the control table and (re)create the views; ``events_version``: what the build includes.
         Records the views' dependency order (from dbt's manifest) for :meth:`restore_views`."""
         views = view_models(self.manifest())
+        project = self._project_digest()
         self._build(CONTROL_MODEL, SENSOR_STATE_MODEL, *views)
-        self._view_order.write_text(json.dumps(views))
+        replace_whole(self._view_order, json.dumps({"project": project, "views": views}))
         if events_version is not None:
             self.mark_built(events_version)
 
     @property
     def _view_order(self) -> Path:
+        """The views in creation order and the digest of the project they were compiled from."""
         return self.work_dir / "view_models.json"
+
+    def _project_digest(self) -> str:
+        """What the views' SQL is compiled from (dbt_project.yml, models, macros), by content: a reinstall
+        of the same Heartbeat keeps it, an upgrade that changes any of them does not."""
+        root = self.settings.project_dir
+        digest = hashlib.sha256()
+        for path in (p for name in PROJECT_INPUTS for p in _files(root / name)):
+            digest.update(f"{path.relative_to(root)}\0{len(data := path.read_bytes())}\0".encode())
+            digest.update(data)
+        return digest.hexdigest()
+
+    def _compiled_views(self) -> list[str] | None:
+        """The views of the last :meth:`build_all`, in creation order, when their compiled SQL is from this
+        project as it is now; None otherwise (never built, or built by a Heartbeat whose models differ)."""
+        try:
+            record = json.loads(self._view_order.read_text())
+        except (FileNotFoundError, ValueError):
+            return None
+        if not isinstance(record, dict) or record.get("project") != self._project_digest():
+            return None  # a bare list: written by a Heartbeat that did not record its project
+        return [str(name) for name in record.get("views", [])]
 
     def _marker(self, scope: str = FULL) -> Path:
         return self.work_dir / f"built_events_version{scope}"
@@ -307,17 +332,20 @@ class DbtProject:
     def restore_views(self) -> bool:
         """Re-create the views from dbt's last compiled SQL (the local catalog forgets them).
 
-        Returns False when there is nothing compiled yet, or when the project has a model the last
-        build did not compile (a newer Heartbeat): build_all() is then needed.
+        Returns False when there is nothing compiled yet, or when it was compiled from another
+        version of the project (an upgraded Heartbeat whose models or macros changed, or that has a
+        model the last build did not compile): build_all() is then needed, so a changed view is
+        never re-created from its old SQL.
         """
         compiled = self.work_dir / "target" / "run" / PROJECT_NAME / "models"
-        if not self._view_order.exists():
+        views = self._compiled_views()
+        if views is None:
             return False
         self._migrate_once()  # the views may read columns an older Heartbeat's tables lack
         models = {p.stem for p in (self.settings.project_dir / "models").glob("*.sql")}
         if not models <= {p.stem for p in compiled.glob("*.sql")}:
             return False
-        statements = [compiled / f"{name}.sql" for name in json.loads(self._view_order.read_text())]
+        statements = [compiled / f"{name}.sql" for name in views]
         if not all(p.exists() for p in statements):
             return False
         self.engine.generation += 1
