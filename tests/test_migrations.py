@@ -10,7 +10,7 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 from harness import config_row as row
 
-from heartbeat_runner.lakehouse.migrations import ADDED_COLUMNS
+from heartbeat_runner.lakehouse.migrations import ADDED_COLUMNS, add_missing_columns
 
 CONTROL = "heartbeat.heartbeat_control"
 ADDED = [c.name for c in ADDED_COLUMNS["heartbeat_control"]]
@@ -50,3 +50,29 @@ def test_an_older_control_table_gains_the_new_columns_keeps_its_rows_and_trigger
     assert after == before == {("J1", "COMPLETED", next(iter(before))[2])}
     assert {r["last_lifecycle_event"] for r in hb.rows()} == {"COMPLETED"}
     assert hb.runs_of("J1") == 2
+
+
+@pytest.mark.engines("sail", "spark-classic")
+def test_a_process_that_lost_the_race_to_add_the_columns_goes_on_and_a_real_failure_still_raises(hb, monkeypatch):
+    """Two processes start on an older lakehouse at once: both read the control table without the
+    columns, one adds them, the other's ALTER then fails on the engine. That one goes on (the columns
+    are there); a failure that leaves them missing is raised. (Spark's ALTER refuses a column that
+    exists; the deltalake package, the embedded engine's way, was seen to accept it.)"""
+    hb.seed(row("trigger_file", "drops", "J1"))
+    hb.tick()
+    as_an_older_heartbeat_left_it(hb)
+    hb.app.dbt._migrate_once()  # the other process adds the columns (the embedded engine's restart did)
+    engine = hb.app.engine
+    assert set(ADDED) <= set(engine.columns(CONTROL))
+    seen_before = [c for c in engine.columns(CONTROL) if c not in ADDED]
+
+    read = iter([seen_before])  # this process read the table before the other one's commit
+    monkeypatch.setattr(engine, "columns", lambda name: next(read, None) or type(engine).columns(engine, name))
+    add_missing_columns(engine, "heartbeat")  # its ALTER fails for real: the columns exist
+    monkeypatch.undo()
+    assert engine.columns(CONTROL).count(ADDED[0]) == 1
+
+    monkeypatch.setattr(engine, "columns", lambda name: seen_before)  # still missing after the failure
+    monkeypatch.setattr(type(engine.ops), "add_columns", lambda *args: (_ for _ in ()).throw(OSError("disk full")))
+    with pytest.raises(OSError, match="disk full"):
+        add_missing_columns(engine, "heartbeat")

@@ -31,14 +31,31 @@ ADDED_COLUMNS: dict[str, tuple[Column, ...]] = {
 
 def add_missing_columns(engine: Engine, schema: str) -> None:
     """Add to each existing table of ADDED_COLUMNS in ``schema`` the columns it lacks. A table that
-    does not exist yet is left alone (its first build creates it whole)."""
+    does not exist yet is left alone (its first build creates it whole).
+
+    Two processes that start on an older lakehouse at once may both find the columns missing; the
+    one whose commit loses fails to add them. That failure is judged by what the table holds after
+    it, not by the error: when the columns are there, the other process added them and this one goes
+    on; otherwise the error is raised."""
     for model, columns in ADDED_COLUMNS.items():
         name = f"{schema}.{model}"
         if not engine.table_exists(name):
             continue
-        present = {c.lower() for c in engine.columns(name)}
-        missing = [c for c in columns if c.name.lower() not in present]
-        if missing:
+        missing = _missing(engine, name, columns)
+        if not missing:
+            continue
+        try:
             engine.add_columns(name, missing)
-            log.info("%s: added the column(s) %s (a table made by an older Heartbeat)", name,
-                     ", ".join(c.name for c in missing))
+        except Exception:
+            if _missing(engine, name, missing):
+                raise
+            log.info("%s: another process added the column(s) %s first", name, ", ".join(c.name for c in missing))
+            continue
+        log.info("%s: added the column(s) %s (a table made by an older Heartbeat)", name,
+                 ", ".join(c.name for c in missing))
+
+
+def _missing(engine: Engine, name: str, columns: tuple[Column, ...] | list[Column]) -> list[Column]:
+    """Those of ``columns`` the table ``name`` lacks now."""
+    present = {c.lower() for c in engine.columns(name)}
+    return [c for c in columns if c.name.lower() not in present]
