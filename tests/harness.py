@@ -34,6 +34,13 @@ def config_row(source: str, sensor_id: str, job: str, *, hard: str = "TRUE", sta
                      state, hard])
 
 
+def _drop_trigger_file(folder: Path, name: str) -> None:
+    """A new trigger file, written aside and renamed as the README asks of writers: a running loop never
+    sees it half made (created, then written: a second, newer modification time)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    replace_whole(folder / name, "ready\n")
+
+
 class Harness:
     """Drives Heartbeat in-process on a temporary lakehouse."""
 
@@ -119,9 +126,7 @@ class Harness:
         self.spark.sql(f"INSERT INTO {name} VALUES {values}")
 
     def drop_trigger_file(self, folder: str, name: str) -> None:
-        path = self.settings.effective_trigger_dir / folder
-        path.mkdir(parents=True, exist_ok=True)
-        replace_whole(path / name, "ready\n")  # as the README asks of writers: a running loop never sees it half made
+        _drop_trigger_file(self.settings.effective_trigger_dir / folder, name)
 
     # -- ticks and state ----------------------------------------------------------------------
 
@@ -215,9 +220,7 @@ class CliLakehouse:
                         mode="append")
 
     def drop_trigger_file(self, folder: str, name: str) -> None:
-        path = self.home / "triggers" / folder
-        path.mkdir(parents=True, exist_ok=True)
-        replace_whole(path / name, "ready\n")  # as the README asks of writers: a running loop never sees it half made
+        _drop_trigger_file(self.home / "triggers" / folder, name)
 
     # -- state ------------------------------------------------------------------------------
 

@@ -333,18 +333,14 @@ class DbtProject:
         """Re-create the views from dbt's last compiled SQL (the local catalog forgets them).
 
         Returns False when there is nothing compiled yet, or when it was compiled from another
-        version of the project (an upgraded Heartbeat whose models or macros changed, or that has a
-        model the last build did not compile): build_all() is then needed, so a changed view is
-        never re-created from its old SQL.
+        version of the project (an upgraded Heartbeat whose models or macros changed, a new model
+        among them): build_all() is then needed, so a changed view is never re-created from its old SQL.
         """
         compiled = self.work_dir / "target" / "run" / PROJECT_NAME / "models"
         views = self._compiled_views()
         if views is None:
             return False
         self._migrate_once()  # the views may read columns an older Heartbeat's tables lack
-        models = {p.stem for p in (self.settings.project_dir / "models").glob("*.sql")}
-        if not models <= {p.stem for p in compiled.glob("*.sql")}:
-            return False
         statements = [compiled / f"{name}.sql" for name in views]
         if not all(p.exists() for p in statements):
             return False

@@ -10,6 +10,7 @@ per table that needed it, none after.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 from heartbeat_runner.lakehouse.engine import Column, Engine
 
@@ -49,13 +50,13 @@ def add_missing_columns(engine: Engine, schema: str) -> None:
         except Exception:
             if _missing(engine, name, missing):
                 raise
-            log.info("%s: another process added the column(s) %s first", name, ", ".join(c.name for c in missing))
-            continue
-        log.info("%s: added the column(s) %s (a table made by an older Heartbeat)", name,
-                 ", ".join(c.name for c in missing))
+            how = "another process added the column(s) {} first"
+        else:
+            how = "added the column(s) {} (a table made by an older Heartbeat)"
+        log.info("%s: %s", name, how.format(", ".join(c.name for c in missing)))
 
 
-def _missing(engine: Engine, name: str, columns: tuple[Column, ...] | list[Column]) -> list[Column]:
+def _missing(engine: Engine, name: str, columns: Sequence[Column]) -> list[Column]:
     """Those of ``columns`` the table ``name`` lacks now."""
     present = {c.lower() for c in engine.columns(name)}
     return [c for c in columns if c.name.lower() not in present]
