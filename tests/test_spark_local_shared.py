@@ -13,6 +13,7 @@ import os
 import re
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -112,11 +113,18 @@ def _alarms(text: str) -> list[str]:
     return [line for line in text.splitlines() if ALARMS.search(line)]
 
 
+def _repeated_warnings(text: str) -> list[str]:
+    """WARN lines (timestamp aside) logged more than once: a warning at every statement or tick is noise
+    no user can act on, and a running loop would print it forever."""
+    warnings = Counter(re.sub(r"^[\d/]+ [\d:]+ ", "", line) for line in text.splitlines() if " WARN " in line)
+    return sorted(line for line, times in warnings.items() if times > 1)
+
+
 @pytest.mark.engines("spark-classic")
 def test_the_demo_passes_on_spark_logs_no_error_and_a_follower_keeps_its_place(tmp_path, hb):
     """The demo on `spark-local` in its own process: every job COMPLETED (job 102 ends with its own
     `complete`, in a third process that joins the demo's engine), and not one ERROR line or stack trace
-    from Spark, Delta, Hive or Python in the whole run.
+    from Spark, Delta, Hive or Python in the whole run, nor a warning logged twice.
 
     Then a follower product on another Spark (this test's, reading by path) walks the demo's
     heartbeat_sensor_state version by version: one table id in every commit (updated in place, never
@@ -135,6 +143,7 @@ def test_the_demo_passes_on_spark_logs_no_error_and_a_follower_keeps_its_place(t
     job_logs = "".join(p.read_text() for p in (home / "jobs" / "runs").glob("*/output.log"))
     assert "job 102: recorded" in job_logs
     assert _alarms(proc.stderr + job_logs) == []
+    assert _repeated_warnings(proc.stderr) == []
     staged = merge_stage_dir(load_settings(lakehouse_dir=str(home)))  # MERGE sources computed once, then removed
     assert staged.is_dir() and list(staged.iterdir()) == []
 
