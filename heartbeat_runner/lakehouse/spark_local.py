@@ -90,7 +90,7 @@ def delta_confs(lakehouse_dir: Path, *, cores: int = 2) -> dict[str, str]:
         "spark.databricks.delta.snapshotPartitions": "1",
         # ...and a few hundred rows per query: compiling generated Java for every operator and expression
         # costs more than it saves, so evaluate them interpreted (Spark's own tests run every expression
-        # both ways). Measured, 100 sensors, classic, one process alternating: a busy tick 23-25 s -> 16-17 s
+        # both ways). Measured, 100 sensors, classic, one process alternating: a busy tick 23-25 s -> 15-17 s
         # (the control build 5.9-7.3 s -> 4.1-5.2 s)
         "spark.sql.codegen.wholeStage": "false",
         "spark.sql.codegen.factoryMode": "NO_CODEGEN",
