@@ -51,6 +51,39 @@
 {%- endmacro %}
 
 {#
+  dbt fills its relation cache at the start of every invocation. dbt-spark asks with SHOW TABLE
+  EXTENDED, which reads every table's full metadata from the metastore: 0.4-0.5 s on local
+  Apache Spark, twice in a tick that triggers. dbt needs only each relation's name, whether it
+  is a view, and whether it is Delta. Where the runner sets `heartbeat_list_by_name` (local
+  Apache Spark, where every table of Heartbeat's schema is Delta: the project's file format and
+  spark.sql.sources.default) two name listings answer that (~0.05 s each). Elsewhere dbt-spark's
+  own listing runs.
+#}
+{% macro spark__list_relations_without_caching(relation) %}
+  {%- if var('heartbeat_list_by_name', false) -%}
+    {%- call statement('heartbeat_list_tables', fetch_result=True) -%}
+      show tables in {{ relation.schema }}
+    {%- endcall -%}
+    {%- call statement('heartbeat_list_views', fetch_result=True) -%}
+      show views in {{ relation.schema }}
+    {%- endcall -%}
+    {%- set views = load_result('heartbeat_list_views').table.columns[1].values() | list -%}
+    {#- the four fields of a SHOW TABLE EXTENDED row: schema, name, temporary, information -#}
+    {%- set rows = [] -%}
+    {%- for row in load_result('heartbeat_list_tables').table.rows -%}
+      {%- do rows.append([row[0], row[1], row[2],
+                          'Type: VIEW' if row[1] in views else 'Type: MANAGED, Provider: delta']) -%}
+    {%- endfor -%}
+    {{ return(rows) }}
+  {%- else -%}
+    {%- call statement('list_relations_without_caching', fetch_result=True) -%}
+      show table extended in {{ relation.schema }} like '*'
+    {%- endcall -%}
+    {{ return(load_result('list_relations_without_caching').table) }}
+  {%- endif -%}
+{% endmacro %}
+
+{#
   dbt-spark re-seeds with DROP then CREATE; on the embedded engine DROP keeps the
   Delta files, so rows would duplicate. CREATE OR REPLACE starts a new version instead.
 #}

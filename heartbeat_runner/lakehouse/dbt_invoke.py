@@ -138,6 +138,7 @@ class DbtProject:
                                   "heartbeat_archive_margin_minutes": self.settings.archive_margin_minutes,
                                   "heartbeat_stage_events": self.engine.ops.stage_events,
                                   "heartbeat_change_feed": self.engine.ops.writes_change_feed,
+                                  "heartbeat_list_by_name": self.engine.ops.lists_relations_by_name,
                                   **(extra_vars or {})}),
             "--log-path", str(self.work_dir / "logs"),
         ]

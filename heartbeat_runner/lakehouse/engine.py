@@ -100,6 +100,10 @@ class TableOps:
     #: engines whose MERGE would otherwise run the source query more than once (Sail three times,
     #: local Apache Spark twice: its control-table MERGE took 6.6 s from the view, 2.0 + 2.0 s staged)
     stages_merge_sources: bool = False
+    #: dbt lists the schema's relations by name (views apart, every table Delta) instead of with
+    #: SHOW TABLE EXTENDED, which reads every table's metadata (dbt var heartbeat_list_by_name,
+    #: macros/engine_overrides.sql): local Apache Spark, where Heartbeat's schema holds Delta tables only
+    lists_relations_by_name: bool = False
 
     def location(self, name: str) -> Path | None:
         """Where ``schema.table`` lives on local disk, when the engine manages the files (else None)."""
@@ -761,7 +765,7 @@ def _open_spark_local(settings: Settings) -> Engine:
     running = local_spark(settings.effective_spark_dir, settings.spark_mode)
     if not running.shared:  # the holder made the schema when it opened the lakehouse
         running.spark.sql(f"CREATE SCHEMA IF NOT EXISTS {settings.schema}")
-    local = {"stage_events": True, "local_files": True, "stages_merge_sources": True}
+    local = {"stage_events": True, "local_files": True, "stages_merge_sources": True, "lists_relations_by_name": True}
     ops = DeltaSparkOps(**local) if running.delta_table_api else TableOps(**local)
     return Engine(session=running.spark, settings=settings, ops=ops, joined=running.shared)
 
