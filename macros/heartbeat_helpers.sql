@@ -102,25 +102,43 @@
 {%- endmacro %}
 
 {#
-  The job lifecycle events that count (a relation): trigger requests of every kind, COMPLETED,
-  FAILED, RESET. A request the jobs API refused (a TRIGGER_ERROR with its token after it) never
-  happened, unless an attempt with the same token did start a run (the job was fixed and the
-  retry of the same request went through).
+  Per idempotency token (a relation): when the jobs API last refused the request
+  (refused_ts, its latest TRIGGER_ERROR), whether a run started for it (started) and
+  that run's id.
 #}
+{% macro heartbeat_request_outcomes(events_relation) -%}
+  (
+    select
+      idempotency_token,
+      max(case when event_type = 'TRIGGER_ERROR' then event_ts end) as refused_ts,
+      max(case when event_type = 'TRIGGERED' then job_run_id end) as job_run_id,
+      max(case when event_type = 'TRIGGERED' then 1 else 0 end) = 1 as started
+    from {{ events_relation }}
+    where event_type in ('TRIGGER_ERROR', 'TRIGGERED') and idempotency_token is not null
+    group by idempotency_token
+  )
+{%- endmacro %}
+
+{#
+  Whether event `e` counts in its job's lifecycle, given `o`, the outcome of its token
+  (heartbeat_request_outcomes, left joined): trigger requests of every kind, COMPLETED,
+  FAILED, RESET. A request the jobs API refused (a TRIGGER_ERROR with its token after it)
+  never happened, unless an attempt with the same token did start a run (the job was fixed
+  and the retry of the same request went through).
+#}
+{% macro heartbeat_in_lifecycle(e, o) -%}
+  ({{ e }}.event_type in ({{ heartbeat_request_types() }}, 'COMPLETED', 'FAILED', 'RESET')
+   and not coalesce({{ e }}.event_type in ({{ heartbeat_request_types() }})
+                    and {{ o }}.refused_ts > {{ e }}.event_ts and not {{ o }}.started, false))
+{%- endmacro %}
+
+{# The job lifecycle events that count (a relation of events): see heartbeat_in_lifecycle. #}
 {% macro heartbeat_lifecycle(events_relation) -%}
   (
     select e.*
     from {{ events_relation }} e
-    left anti join (
-      select distinct r.event_id
-      from {{ events_relation }} r
-      join (select idempotency_token, event_ts from {{ events_relation }} where event_type = 'TRIGGER_ERROR') x
-        on x.idempotency_token = r.idempotency_token and x.event_ts > r.event_ts
-      left anti join (select idempotency_token from {{ events_relation }} where event_type = 'TRIGGERED') t
-        on t.idempotency_token = r.idempotency_token
-      where r.event_type in ({{ heartbeat_request_types() }})
-    ) v on v.event_id = e.event_id
-    where e.event_type in ({{ heartbeat_request_types() }}, 'COMPLETED', 'FAILED', 'RESET')
+    left join {{ heartbeat_request_outcomes(events_relation) }} o on o.idempotency_token = e.idempotency_token
+    where {{ heartbeat_in_lifecycle('e', 'o') }}
   )
 {%- endmacro %}
 

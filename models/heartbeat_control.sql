@@ -57,81 +57,59 @@ previous as (
 
 events as {{ heartbeat_build_events() }},
 
-trigger_errors as (
-  select * from events where event_type = 'TRIGGER_ERROR'
-),
+{# Per request token: refused by the jobs API, started, its run id. #}
+request_outcomes as {{ heartbeat_request_outcomes('events') }},
 
-lifecycle as {{ heartbeat_lifecycle('events') }},
-
-latest_lifecycle as {{ heartbeat_latest('lifecycle', 'trigger_job_id') }},
-
-{# Where each job last consumed its sources' data: its latest trigger request or reset. #}
-consumed_until as (
-  select trigger_job_id, max(event_ts) as consumed_ts
-  from lifecycle
-  where event_type in ('TRIGGER_REQUESTED', 'RESET')
-  group by trigger_job_id
-),
-
-{# The run in flight: the latest request: first try, automatic retry, or the next run of a sequence. #}
-trigger_requests as (
-  select * from lifecycle where event_type in ({{ heartbeat_request_types() }})
-),
-
-latest_trigger as {{ heartbeat_latest('trigger_requests', 'trigger_job_id') }},
-
-{#
-  The request a retry re-runs, and how often it failed since: the one that consumed the data,
-  or in a catch-up sequence the run of it now due (NEXT_WINDOW_REQUESTED consumes nothing new).
-#}
-base_requests as (
-  select * from lifecycle where event_type in ('TRIGGER_REQUESTED', 'NEXT_WINDOW_REQUESTED')
-),
-
-latest_base as {{ heartbeat_latest('base_requests', 'trigger_job_id') }},
-
-failures_since_base as (
-  select f.trigger_job_id, count(*) as failures
-  from lifecycle f
-  join latest_base b on b.trigger_job_id = f.trigger_job_id and f.event_ts > b.event_ts
-  where f.event_type = 'FAILED'
-  group by f.trigger_job_id
-),
-
-triggered_runs as (
-  select idempotency_token, max(job_run_id) as job_run_id, max(event_ts) as triggered_ts
-  from events
-  where event_type = 'TRIGGERED'
-  group by idempotency_token
-),
-
-last_trigger_error as {{ heartbeat_latest('trigger_errors', 'trigger_job_id') }},
-
-{# pause/resume from the CLI override the config until the next config load. #}
 last_config_load as (
   select max(event_ts) as loaded_ts from events where event_type = 'CONFIG_LOADED'
 ),
 
-pause_events as (
-  select e.*
+{#
+  Every fact of a job's state is one aggregate of its events (one pass per job, not a window
+  per fact). An event's recency is (event_ts, event_id): the latest wins, ties broken by id.
+#}
+job_events as (
+  select
+    e.trigger_job_id, e.event_type, e.event_ts, e.message, e.idempotency_token, e.payload, o.job_run_id,
+    named_struct('ts', e.event_ts, 'id', e.event_id) as recency,
+    {{ heartbeat_in_lifecycle('e', 'o') }} as in_lifecycle,
+    {# pause/resume from the CLI override the config until the next config load #}
+    e.event_type in ('JOB_PAUSED', 'JOB_RESUMED') and (l.loaded_ts is null or e.event_ts > l.loaded_ts) as overrides
   from events e
+  left join request_outcomes o on o.idempotency_token = e.idempotency_token
   cross join last_config_load l
-  where e.event_type in ('JOB_PAUSED', 'JOB_RESUMED')
-    and (l.loaded_ts is null or e.event_ts > l.loaded_ts)
+  where e.trigger_job_id is not null
 ),
 
-state_override as {{ heartbeat_latest('pause_events', 'trigger_job_id') }},
+jobs as (
+  select
+    trigger_job_id,
+    {# the latest lifecycle event: the job's status #}
+    max_by(named_struct('event_type', event_type, 'event_ts', event_ts, 'message', message), recency)
+      filter (where in_lifecycle) as lifecycle,
+    {# where the job last consumed its sources' data: its latest trigger request or reset #}
+    max(event_ts) filter (where in_lifecycle and event_type in ('TRIGGER_REQUESTED', 'RESET')) as consumed_ts,
+    {# the run in flight: the latest request (first try, automatic retry, next run of a sequence) and its run #}
+    max_by(named_struct('event_ts', event_ts, 'idempotency_token', idempotency_token, 'job_run_id', job_run_id), recency)
+      filter (where in_lifecycle and event_type in ({{ heartbeat_request_types() }})) as request,
+    {#
+      the request a retry re-runs: the one that consumed the data, or in a catch-up sequence
+      the run of it now due (NEXT_WINDOW_REQUESTED consumes nothing new)
+    #}
+    max_by(named_struct('event_ts', event_ts, 'idempotency_token', idempotency_token, 'payload', payload), recency)
+      filter (where in_lifecycle and event_type in ('TRIGGER_REQUESTED', 'NEXT_WINDOW_REQUESTED')) as base,
+    collect_list(event_ts) filter (where in_lifecycle and event_type = 'FAILED') as failed_ts,
+    max_by(named_struct('event_ts', event_ts, 'message', message), recency)
+      filter (where event_type = 'TRIGGER_ERROR') as trigger_error,
+    max_by(event_type, recency) filter (where overrides) as state_override
+  from job_events
+  group by trigger_job_id
+),
 
 new_data as (
   select source_key, event_id, event_ts, snapshot_ts, window_from, window_to
   from events
   where event_type = 'NEW_DATA'
-),
-
-latest_fetch as (
-  select source_key, max(snapshot_ts) as latest_event_fetched_timestamp
-  from new_data
-  group by source_key
 ),
 
 rows_now as (
@@ -149,20 +127,41 @@ rows_now as (
   {% endif %}
 ),
 
-{# NEW_DATA events of a row's source that its job has not consumed yet. #}
-pending as (
+{# Each row with its job's facts, and where its job last consumed the row's data. #}
+row_jobs as (
   select
-    r.sensor_source, r.sensor_id, r.trigger_job_id,
-    count(*) as pending_events,
-    min(n.event_ts) as first_pending_ts,
-    concat_ws(',', sort_array(collect_list(n.event_id))) as pending_event_ids,
-    min_by(n.window_from, n.event_ts) as pending_window_from,
-    max_by(n.window_to, n.event_ts) as pending_window_to
+    r.*,
+    j.lifecycle, j.request, j.base, j.failed_ts, j.trigger_error, j.state_override,
+    greatest(r.row_created_timestamp, coalesce(j.consumed_ts, r.row_created_timestamp)) as consumed_after
   from rows_now r
-  join new_data n on n.source_key = r.source_key
-  left join consumed_until c on c.trigger_job_id = r.trigger_job_id
-  where n.event_ts > greatest(r.row_created_timestamp, coalesce(c.consumed_ts, r.row_created_timestamp))
+  left join jobs j on j.trigger_job_id = r.trigger_job_id
+),
+
+{#
+  Each row once, with the NEW_DATA events of its source: the latest fetch, and those its job has
+  not consumed yet. One aggregate per row (its own columns carried as one struct, identical in the
+  group), so the rows are read once.
+#}
+row_data as (
+  select
+    max(struct(r.*)) as r,
+    max(n.snapshot_ts) as latest_event_fetched_timestamp,
+    count(n.event_id) filter (where n.event_ts > r.consumed_after) as pending_events,
+    min(n.event_ts) filter (where n.event_ts > r.consumed_after) as first_pending_ts,
+    nullif(concat_ws(',', sort_array(collect_list(n.event_id) filter (where n.event_ts > r.consumed_after))), '')
+      as pending_event_ids,
+    min_by(n.window_from, n.event_ts) filter (where n.event_ts > r.consumed_after) as pending_window_from,
+    max_by(n.window_to, n.event_ts) filter (where n.event_ts > r.consumed_after) as pending_window_to
+  from row_jobs r
+  left join new_data n on n.source_key = r.source_key
   group by r.sensor_source, r.sensor_id, r.trigger_job_id
+),
+
+rows_with_data as (
+  select
+    d.r.*, d.latest_event_fetched_timestamp, d.pending_events, d.first_pending_ts, d.pending_event_ids,
+    d.pending_window_from, d.pending_window_to
+  from row_data d
 ),
 
 derived as (
@@ -173,56 +172,47 @@ derived as (
     r.asset_description,
     r.upstream_key,
     r.preprocess_query,
-    f.latest_event_fetched_timestamp,
+    r.latest_event_fetched_timestamp,
     r.trigger_job_id,
     r.trigger_job_name,
     case
-      when l.event_type in ({{ heartbeat_request_types() }}) then 'IN_PROGRESS'
-      when l.event_type = 'FAILED' then 'FAILED'
-      when p.pending_events > 0 then 'NEW_EVENT_AVAILABLE'
-      when l.event_type = 'COMPLETED' then 'COMPLETED'
+      when r.lifecycle.event_type in ({{ heartbeat_request_types() }}) then 'IN_PROGRESS'
+      when r.lifecycle.event_type = 'FAILED' then 'FAILED'
+      when r.pending_events > 0 then 'NEW_EVENT_AVAILABLE'
+      when r.lifecycle.event_type = 'COMPLETED' then 'COMPLETED'
       else cast(null as string)
     end as status,
-    l.event_type as last_lifecycle_event,
-    l.event_ts as lifecycle_ts,
-    p.first_pending_ts,
-    t.event_ts as last_trigger_ts,
+    r.lifecycle.event_type as last_lifecycle_event,
+    r.lifecycle.event_ts as lifecycle_ts,
+    r.first_pending_ts,
+    r.request.event_ts as last_trigger_ts,
     case
-      when s.event_type = 'JOB_PAUSED' then 'PAUSED'
-      when s.event_type = 'JOB_RESUMED' then 'UNPAUSED'
+      when r.state_override = 'JOB_PAUSED' then 'PAUSED'
+      when r.state_override = 'JOB_RESUMED' then 'UNPAUSED'
       else r.config_job_state
     end as job_state,
     case when r.is_hard then 'TRUE' else 'FALSE' end as dependency_flag,
     r.is_hard,
     r.source_key,
-    coalesce(p.pending_events, 0) as pending_events,
-    p.pending_event_ids,
-    p.pending_window_from,
-    p.pending_window_to,
-    tr.job_run_id,
-    t.idempotency_token as last_idempotency_token,
-    b.idempotency_token as base_idempotency_token,
-    b.event_ts as base_requested_ts,
-    cast(get_json_object(b.payload, '$._run') as int) as sequence_run,
-    cast(get_json_object(b.payload, '$._runs') as int) as sequence_runs,
-    get_json_object(b.payload, '$.heartbeat_windows') as sequence_windows,
-    coalesce(fs.failures, 0) as consecutive_failures,
+    r.pending_events,
+    r.pending_event_ids,
+    r.pending_window_from,
+    r.pending_window_to,
+    r.request.job_run_id,
+    r.request.idempotency_token as last_idempotency_token,
+    r.base.idempotency_token as base_idempotency_token,
+    r.base.event_ts as base_requested_ts,
+    cast(get_json_object(r.base.payload, '$._run') as int) as sequence_run,
+    cast(get_json_object(r.base.payload, '$._runs') as int) as sequence_runs,
+    get_json_object(r.base.payload, '$.heartbeat_windows') as sequence_windows,
+    {# failures since the request a retry re-runs #}
+    cast(size(filter(coalesce(r.failed_ts, array()), failed -> failed > r.base.event_ts)) as bigint) as consecutive_failures,
     case
-      when l.event_type = 'FAILED' then l.message
-      when e.event_ts > coalesce(l.event_ts, timestamp '1900-01-01') then e.message
+      when r.lifecycle.event_type = 'FAILED' then r.lifecycle.message
+      when r.trigger_error.event_ts > coalesce(r.lifecycle.event_ts, timestamp '1900-01-01') then r.trigger_error.message
     end as last_error,
     r.row_created_timestamp
-  from rows_now r
-  left join latest_lifecycle l on l.trigger_job_id = r.trigger_job_id
-  left join latest_trigger t on t.trigger_job_id = r.trigger_job_id
-  left join triggered_runs tr on tr.idempotency_token = t.idempotency_token
-  left join latest_base b on b.trigger_job_id = r.trigger_job_id
-  left join failures_since_base fs on fs.trigger_job_id = r.trigger_job_id
-  left join pending p
-    on p.sensor_source = r.sensor_source and p.sensor_id = r.sensor_id and p.trigger_job_id = r.trigger_job_id
-  left join latest_fetch f on f.source_key = r.source_key
-  left join state_override s on s.trigger_job_id = r.trigger_job_id
-  left join last_trigger_error e on e.trigger_job_id = r.trigger_job_id
+  from rows_with_data r
 ),
 
 active as (

@@ -75,7 +75,7 @@ def test_every_status_the_models_write_is_a_member():
     import re
 
     sql = (ROOT / "models" / "heartbeat_control.sql").read_text()
-    case = sql[sql.index("case\n      when l.event_type in"):sql.index("end as status")]
+    case = sql[sql.index("case\n      when r.lifecycle.event_type in"):sql.index("end as status")]
     assert set(re.findall(r"then '([A-Z_]+)'", case)) == {s.value for s in JobStatus}
 
 
