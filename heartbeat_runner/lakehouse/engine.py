@@ -34,6 +34,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
     from deltalake import DeltaTable
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +105,11 @@ class TableOps:
     #: SHOW TABLE EXTENDED, which reads every table's metadata (dbt var heartbeat_list_by_name,
     #: macros/engine_overrides.sql): local Apache Spark, where Heartbeat's schema holds Delta tables only
     lists_relations_by_name: bool = False
+    #: rows to write become a DataFrame through an Arrow table (see :meth:`Engine.frame`): on a classic
+    #: session PySpark otherwise pickles them and a Python worker unpickles them in the JVM's job (an
+    #: append of 10 events 0.70 -> 0.40 s on local Spark, one JVM alternating). Local Spark only: its
+    #: PySpark is this package's (4.x takes a pyarrow Table); a Databricks Runtime's may be older
+    frames_from_arrow: bool = False
 
     def location(self, name: str) -> Path | None:
         """Where ``schema.table`` lives on local disk, when the engine manages the files (else None)."""
@@ -405,6 +411,18 @@ class Engine:
         keeps memory per parse, so idle ticks send as few texts as they can)."""
         self.sql_count += 1
         return self.spark.sql(text, args=args)
+
+    def frame(self, rows: Sequence[tuple], schema: StructType) -> DataFrame:
+        """A DataFrame of ``rows``, tuples in the order of ``schema``'s fields (what the writes append)."""
+        if not self.ops.frames_from_arrow:
+            return self.spark.createDataFrame(list(rows), schema)
+        import pyarrow as pa
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        arrow = to_arrow_schema(schema)
+        columns = list(zip(*rows, strict=True)) if rows else [()] * len(arrow)
+        return self.spark.createDataFrame(pa.Table.from_arrays(
+            [pa.array(values, type=field.type) for values, field in zip(columns, arrow, strict=True)], schema=arrow))
 
     def tables_fingerprint(self) -> tuple | None:
         """The newest version of every Delta table in Heartbeat's schema, with :attr:`generation`; None
@@ -765,7 +783,8 @@ def _open_spark_local(settings: Settings) -> Engine:
     running = local_spark(settings.effective_spark_dir, settings.spark_mode)
     if not running.shared:  # the holder made the schema when it opened the lakehouse
         running.spark.sql(f"CREATE SCHEMA IF NOT EXISTS {settings.schema}")
-    local = {"stage_events": True, "local_files": True, "stages_merge_sources": True, "lists_relations_by_name": True}
+    local = {"stage_events": True, "local_files": True, "stages_merge_sources": True, "lists_relations_by_name": True,
+             "frames_from_arrow": True}
     ops = DeltaSparkOps(**local) if running.delta_table_api else TableOps(**local)
     return Engine(session=running.spark, settings=settings, ops=ops, joined=running.shared)
 

@@ -222,7 +222,7 @@ class TableStore:
     def _append(self, table: str, columns: list[str], rows: list[tuple]) -> None:
         if not rows:
             return
-        frame = self.spark.createDataFrame(rows, _struct(columns))
+        frame = self.engine.frame(rows, _struct(columns))
         retry_lost_commits(lambda: frame.write.mode("append").insertInto(self.name(table)), f"append to {table}")
 
     def append_events(self, events: Iterable[Event]) -> None:
@@ -439,7 +439,7 @@ class TableStore:
         if current == policies:
             return False
         rows = [(job, *values) for job, values in sorted(policies.items())]
-        frame = self.spark.createDataFrame(rows, _struct(TABLE_COLUMNS[WINDOW_POLICIES]))
+        frame = self.engine.frame(rows, _struct(TABLE_COLUMNS[WINDOW_POLICIES]))
         retry_lost_commits(lambda: frame.write.mode("overwrite").insertInto(self.name(WINDOW_POLICIES)),
                            "writing the window policies")
         return True
