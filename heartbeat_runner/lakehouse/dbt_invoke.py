@@ -12,6 +12,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import shutil
 import time
 from collections.abc import Callable, Iterator
@@ -45,10 +46,26 @@ MERGE_SOURCES = "_merge_sources"
 MERGE_SOURCE_MAX_AGE_S = 3600
 #: build marker scopes: the control table and the sensor state table (FULL), the control table alone
 FULL, CONTROL_ONLY = "", ".control"
+#: what a run id is made of (core.records.new_run_id)
+_RUN_ID = re.compile(r"[0-9A-Za-z_-]{1,64}")
 
 
 class DbtError(HeartbeatError):
     """A dbt command failed; the message lists the failing nodes."""
+
+
+@dataclass(frozen=True)
+class ControlFold:
+    """A build that folds one tick's trigger requests into the control table (models/heartbeat_control.sql)
+    rather than deriving every row again: valid only on the table as built at ``base_version`` of the
+    events, when every event since is a request of run ``run_id`` or the answer to one."""
+
+    run_id: str
+    base_version: int
+
+    def __post_init__(self) -> None:
+        if not _RUN_ID.fullmatch(self.run_id):  # it becomes a literal of the model's SQL
+            raise ValueError(f"not a run id: {self.run_id!r}")
 
 
 @dataclass
@@ -60,6 +77,8 @@ class DbtProject:
     _parsed: tuple[tuple, Any] | None = field(default=None, repr=False)
     #: the derived tables were given the columns older Heartbeats did not make (see _migrate_once)
     _migrated: bool = field(default=False, repr=False)
+    #: builds that folded a tick's trigger requests into the control table (see ControlFold)
+    folds: int = 0
 
     @property
     def settings(self):
@@ -215,12 +234,13 @@ class DbtProject:
             add_missing_columns(self.engine, self.settings.schema)
             self._migrated = True
 
-    def _build(self, *models: str) -> None:
-        """Run the runner's own models. They are derived (the MERGE recomputes every row), so a build
-        that lost a Delta commit race to another writer, or hit a transient Spark Connect error, is
-        simply run again."""
+    def _build(self, *models: str, extra_vars: dict[str, object] | None = None) -> None:
+        """Run the runner's own models. They are derived (the MERGE recomputes every row, or a fold
+        writes what it would), so a build that lost a Delta commit race to another writer, or hit a
+        transient Spark Connect error, is simply run again."""
         self._migrate_once()
-        retry_lost_commits(lambda: self.invoke(["run", "--select", *models], reuse_manifest=True),
+        retry_lost_commits(lambda: self.invoke(["run", "--select", *models], reuse_manifest=True,
+                                               extra_vars=extra_vars),
                            f"dbt build of {', '.join(models)}", also=(EngineUnavailableError,))
 
     def build_control(self) -> None:
@@ -228,8 +248,12 @@ class DbtProject:
         self._build(CONTROL_MODEL, SENSOR_STATE_MODEL)
 
     def refresh_control(self, events_version: int | None, *, force: bool = False,
-                        control_only: bool = False) -> bool:
+                        control_only: bool = False, fold: ControlFold | None = None) -> bool:
         """Rebuild the control table unless it already includes ``events_version``. True if built.
+
+        ``fold``: the events since the control table's build are one tick's trigger requests and
+        their answers (the tick checked): fold them into its rows instead of deriving them all again,
+        when the table is still the one built at the fold's base version; the sensor state builds as usual.
 
         ``control_only``: leave the sensor state table (what other products follow) for a later
         refresh. A tick asks for that between recording new data and triggering, where only the
@@ -244,6 +268,11 @@ class DbtProject:
         if control_only and control_current:
             return False
         crash_point(FaultPoint.DURING_DBT_BUILD)
+        if fold is not None and not control_only and self.built_version(CONTROL_ONLY) == str(fold.base_version):
+            self._build(CONTROL_MODEL, SENSOR_STATE_MODEL, extra_vars={"heartbeat_fold_run": fold.run_id})
+            self.folds += 1
+            self.mark_built(events_version)
+            return True
         if control_only:
             self._build(CONTROL_MODEL)
             self.mark_built(events_version, CONTROL_ONLY)

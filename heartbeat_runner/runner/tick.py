@@ -19,7 +19,10 @@ The order is what makes a tick safe to crash anywhere:
    stays recorded and is resumed next tick;
 5. reconcile IN_PROGRESS jobs in one ``JobsBackend.reconcile`` (finished runs become
    COMPLETED / FAILED) and look for a successful run of FAILED jobs (unblocks them);
-6. write the run report, and rebuild the control table if anything changed.
+6. bring the control and sensor state tables up to date, then write the run report. When all the
+   tick appended after its control build is its own trigger requests and their answers, the control
+   build folds them into the requested jobs' rows (:class:`FoldWatch`) instead of deriving every row
+   again; anything else, or another process's commit, and it derives the table from the events.
 """
 
 from __future__ import annotations
@@ -60,7 +63,7 @@ from heartbeat_runner.jobs.base import (
     TriggerRequest,
 )
 from heartbeat_runner.jobs.calls import ApiBudget, call_all
-from heartbeat_runner.lakehouse.dbt_invoke import DbtProject
+from heartbeat_runner.lakehouse.dbt_invoke import ControlFold, DbtProject
 from heartbeat_runner.lakehouse.maintenance import Maintenance, MaintenanceResult
 from heartbeat_runner.lakehouse.store import (
     EVENTS,
@@ -134,6 +137,8 @@ class TickResult:
     events_written: int = 0
     #: SQL texts this tick sent to the engine (each one parsed there; see Engine.sql)
     sql_parses: int = 0
+    #: the control table's last build of the tick folded its trigger requests in (see FoldWatch)
+    control_folded: bool = False
     maintenance: MaintenanceResult | None = None
 
     @property
@@ -226,6 +231,47 @@ class IdleStreak:
         )
 
 
+@dataclass
+class FoldWatch:
+    """What a tick appends after the control table's build before triggering, and whether the build
+    before the report may fold it in (:class:`ControlFold`) rather than derive every row again.
+
+    Invariant: foldable only while every event appended since is a TRIGGER_REQUESTED of this run, one
+    per job, or the TRIGGERED answer to one of them, and nobody else committed (the events version
+    is the base plus this tick's own commits). Anything else (a refusal, a run's end, a retry, the
+    next run of a sequence, a skipped window, another process's event) asks for the full build.
+    """
+
+    run_id: str
+    base_version: int
+    commits: int = 0
+    requests: dict[str, str] = field(default_factory=dict)  # idempotency token -> job id
+    foldable: bool = True
+
+    def appended(self, events: list[Event]) -> None:
+        """Record one commit of ``events``."""
+        self.commits += 1
+        for event in events:
+            self.foldable = self.foldable and self._foldable(event)
+
+    def _foldable(self, event: Event) -> bool:
+        token = event.idempotency_token
+        if token is None or event.run_id != self.run_id:
+            return False
+        if event.event_type is EventType.TRIGGERED:
+            return token in self.requests
+        if event.event_type is not EventType.TRIGGER_REQUESTED or event.trigger_job_id in self.requests.values():
+            return False
+        self.requests[token] = event.trigger_job_id or ""
+        return bool(event.trigger_job_id)
+
+    def fold(self, events_version: int) -> ControlFold | None:
+        """The fold of what was appended, when the events at ``events_version`` allow one."""
+        if not (self.foldable and self.requests and events_version == self.base_version + self.commits):
+            return None
+        return ControlFold(self.run_id, self.base_version)
+
+
 class Heartbeat:
     """Runs ticks against one engine, store, dbt project and jobs backend."""
 
@@ -257,6 +303,10 @@ class Heartbeat:
         #: the jobs in progress and the failed ones at this tick's triggering step (read once per tick)
         self._in_progress: list[ControlRow] = []
         self._failed: list[ControlRow] = []
+        #: the events version the control table includes after the latest refresh_models
+        self._models_version: int | None = None
+        #: what this tick appended since its control build before triggering (None outside that span)
+        self._fold: FoldWatch | None = None
 
     # -- the tick ---------------------------------------------------------------------------
 
@@ -266,6 +316,7 @@ class Heartbeat:
         snapshot = utcnow()
         result = TickResult(run_id=new_run_id(snapshot), snapshot_ts=snapshot)
         timings = result.stage_timings
+        self._fold = None  # a tick that failed part-way left its watch behind
 
         self._prepare_windows()
         with _stage(timings, "models"):
@@ -284,6 +335,7 @@ class Heartbeat:
         crash_point(FaultPoint.AFTER_NEW_DATA_EVENTS)
         with _stage(timings, "dbt"):
             self.refresh_models(control_only=True)  # triggering reads the control table alone
+        self._fold = FoldWatch(result.run_id, self._models_version) if self._models_version is not None else None
         self._budget = ApiBudget(self.settings.jobs_api)
         with _stage(timings, "triggering"):
             self._trigger_ready(result)
@@ -291,7 +343,10 @@ class Heartbeat:
         with _stage(timings, "reconciliation"):
             self._reconcile(result)
         with _stage(timings, "report"):
-            self.refresh_models()  # what triggering and reconciliation recorded, before the report
+            watch, self._fold = self._fold, None
+            folds = self.dbt.folds
+            self.refresh_models(fold=watch)  # what triggering and reconciliation recorded, before the report
+            result.control_folded = self.dbt.folds > folds
             result.sql_parses = self.store.engine.sql_count - parses_before
             self._write_report(result, began, time.monotonic())
         with _stage(timings, "alerts"):
@@ -337,16 +392,21 @@ class Heartbeat:
         figures = {"engine_recycles": engine.recycles, "engine_wakes": engine.wakes, "loop_restarts": self.loop_restarts}
         return {name: value for name, value in figures.items() if value}
 
-    def refresh_models(self, force: bool = False, *, control_only: bool = False) -> bool:
+    def refresh_models(self, force: bool = False, *, control_only: bool = False,
+                       fold: FoldWatch | None = None) -> bool:
         """Rebuild the control table (and, unless ``control_only``, the sensor state table) if events
-        arrived since the last build. The events table's version is read every tick (a file listing on
-        local engines); a tick whose events table is gone fails here, even when idle ticks read nothing
-        else, so the loop sees its lakehouse is unusable."""
+        arrived since the last build; ``fold``: what the tick appended since its build before triggering,
+        folded in when it can be. The events table's version is read every tick (a file listing on local
+        engines); a tick whose events table is gone fails here, even when idle ticks read nothing else, so
+        the loop sees its lakehouse is unusable."""
         version = self.store.events_version()
         if version is None:
             raise NotFoundError(f"table {self.store.name(EVENTS)} does not exist (Heartbeat's own table is gone)")
         self._empty.seen(version)
-        return self.dbt.refresh_control(version, force=force, control_only=control_only)
+        built = self.dbt.refresh_control(version, force=force, control_only=control_only,
+                                         fold=fold.fold(version) if fold is not None and not force else None)
+        self._models_version = version
+        return built
 
     # -- step 2: events from sensing --------------------------------------------------------
 
@@ -714,6 +774,8 @@ class Heartbeat:
         """One commit of ``events``; the empty reads carried over it when this process made the only commit."""
         self.store.append_events(events)
         result.events_written += len(events)
+        if events and self._fold is not None:
+            self._fold.appended(events)
         if events:
             self._empty.committed(self.store.events_version() if self._empty.carrying else None)
 
