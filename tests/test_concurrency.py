@@ -137,8 +137,7 @@ class _FlakyWriter:
 
 
 def _store_writing_to(writer: _FlakyWriter) -> TableStore:
-    spark = SimpleNamespace(createDataFrame=lambda rows, schema: SimpleNamespace(write=writer))
-    return TableStore(SimpleNamespace(spark=spark, table=lambda name: name))
+    return TableStore(SimpleNamespace(frame=lambda rows, schema: SimpleNamespace(write=writer), table=lambda name: name))
 
 
 def test_lost_delta_commit_races_are_retried_not_surfaced():
