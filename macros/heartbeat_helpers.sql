@@ -60,22 +60,10 @@
   dozen copies of the window over the log, and the optimizer spends seconds on them; read
   from one cached relation the plan is small (measured: planning 2.6 s -> 0.9 s). The cache is
   filled by the model's query, at its first read (LAZY): a job of its own cost ~0.35 s more a build.
-  A build that folds a tick's trigger requests (heartbeat_fold_run) reads too few events to stage.
 #}
-{% macro heartbeat_staging_events() -%}
-  {{ return(var('heartbeat_stage_events', false) and heartbeat_fold_run() is none) }}
-{%- endmacro %}
-
-{#
-  The run whose trigger requests a build of heartbeat_control folds into the table instead of
-  deriving every row again (var heartbeat_fold_run, set by the runner), or none.
-#}
-{% macro heartbeat_fold_run() -%}
-  {{ return(var('heartbeat_fold_run', none)) }}
-{%- endmacro %}
 
 {% macro heartbeat_build_events() -%}
-  {%- if heartbeat_staging_events() -%}
+  {%- if var('heartbeat_stage_events', false) -%}
   (select * from heartbeat_events_staged)
   {%- else -%}
   {{ heartbeat_events() }}
@@ -83,14 +71,14 @@
 {%- endmacro %}
 
 {% macro heartbeat_stage_events() -%}
-  {%- if heartbeat_staging_events() -%}
+  {%- if var('heartbeat_stage_events', false) -%}
   cache lazy table heartbeat_events_staged as select * from {{ heartbeat_events() }} staged
   {%- endif -%}
 {%- endmacro %}
 
 {# Drops the cached view (a failed build may have left one behind): before staging and after the build. #}
 {% macro heartbeat_unstage_events() -%}
-  {%- if heartbeat_staging_events() -%}
+  {%- if var('heartbeat_stage_events', false) -%}
   drop view if exists heartbeat_events_staged
   {%- endif -%}
 {%- endmacro %}

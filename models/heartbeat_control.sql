@@ -27,7 +27,7 @@
   )
 }}
 
-{% if heartbeat_fold_run() is not none and is_incremental() %}
+{% if var('heartbeat_fold_run', none) is not none and is_incremental() %}
 {#
   Folding one tick's trigger requests (var heartbeat_fold_run: that tick's run id). The runner asks
   for it only when every event since the table's last build is a TRIGGER_REQUESTED of that run (one
@@ -46,7 +46,7 @@ with answered as (
     max(payload) filter (where event_type = 'TRIGGER_REQUESTED') as payload,
     max(job_run_id) filter (where event_type = 'TRIGGERED') as job_run_id
   from {{ source('heartbeat', 'heartbeat_events') }}
-  where run_id = '{{ heartbeat_fold_run() }}' and event_type in ('TRIGGER_REQUESTED', 'TRIGGERED')
+  where run_id = '{{ var('heartbeat_fold_run') }}' and event_type in ('TRIGGER_REQUESTED', 'TRIGGERED')
   group by idempotency_token
 ),
 

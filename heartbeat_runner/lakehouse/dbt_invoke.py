@@ -269,7 +269,9 @@ class DbtProject:
             return False
         crash_point(FaultPoint.DURING_DBT_BUILD)
         if fold is not None and not control_only and self.built_version(CONTROL_ONLY) == str(fold.base_version):
-            self._build(CONTROL_MODEL, SENSOR_STATE_MODEL, extra_vars={"heartbeat_fold_run": fold.run_id})
+            # a fold reads a few events of one run: nothing to stage
+            self._build(CONTROL_MODEL, SENSOR_STATE_MODEL,
+                        extra_vars={"heartbeat_fold_run": fold.run_id, "heartbeat_stage_events": False})
             self.folds += 1
             self.mark_built(events_version)
             return True
