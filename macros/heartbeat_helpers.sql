@@ -61,7 +61,6 @@
   from one cached relation the plan is small (measured: planning 2.6 s -> 0.9 s). The cache is
   filled by the model's query, at its first read (LAZY): a job of its own cost ~0.35 s more a build.
 #}
-
 {% macro heartbeat_build_events() -%}
   {%- if var('heartbeat_stage_events', false) -%}
   (select * from heartbeat_events_staged)

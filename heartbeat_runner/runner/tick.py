@@ -255,15 +255,15 @@ class FoldWatch:
             self.foldable = self.foldable and self._foldable(event)
 
     def _foldable(self, event: Event) -> bool:
-        token = event.idempotency_token
-        if token is None or event.run_id != self.run_id:
+        token, job = event.idempotency_token, event.trigger_job_id
+        if token is None or job is None or event.run_id != self.run_id:
             return False
         if event.event_type is EventType.TRIGGERED:
             return token in self.requests
-        if event.event_type is not EventType.TRIGGER_REQUESTED or event.trigger_job_id in self.requests.values():
+        if event.event_type is not EventType.TRIGGER_REQUESTED or job in self.requests.values():
             return False
-        self.requests[token] = event.trigger_job_id or ""
-        return bool(event.trigger_job_id)
+        self.requests[token] = job
+        return True
 
     def fold(self, events_version: int) -> ControlFold | None:
         """The fold of what was appended, when the events at ``events_version`` allow one."""
