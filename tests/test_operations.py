@@ -101,6 +101,28 @@ def test_reset_replays_from_a_point_in_time_and_retriggers_the_jobs_sharing_the_
     assert hb.job_status("J1") == {"COMPLETED"} and hb.runs_of("J1") == 4
 
 
+def test_a_shared_source_is_sensed_for_its_eligible_jobs_and_skipped_only_when_no_job_asks_for_it(hb):
+    """One read plans the tick (heartbeat_sensor_plan): a source shared by an eligible and a paused job is
+    sensed for the eligible one alone; a source no job asks for is skipped with every job's reason; the
+    views heartbeat_sensors_due and heartbeat_sensors_skipped are the plan's two halves."""
+    hb.create_table("up.a", "id int")
+    hb.create_table("up.b", "id int")
+    hb.seed(row("delta_table", "up.a", "J1"), row("delta_table", "up.a", "J2", state="PAUSED"),
+            row("delta_table", "up.b", "J3", state="PAUSED"), row("delta_table", "up.b", "J4", state="PAUSED"))
+    hb.tick()
+
+    due = hb.app.store.sensors_due()
+    skipped = hb.app.store.sensors_skipped()
+
+    assert [(target.source_key, jobs) for target, jobs in due] == [("delta_table:up.a", "J1")]
+    assert due[0][0].cursor is not None  # the baseline the first tick recorded
+    assert [(s.source_key, s.trigger_job_ids, s.reason) for s in skipped] == \
+        [("delta_table:up.b", "J3,J4", "J3 paused; J4 paused")]
+    assert [r["source_key"] for r in hb.app.store.read("heartbeat_sensors_due")] == ["delta_table:up.a"]
+    assert [(r["source_key"], r["reason"]) for r in hb.app.store.read("heartbeat_sensors_skipped")] == \
+        [("delta_table:up.b", "J3 paused; J4 paused")]
+
+
 def test_run_report_lists_skipped_sources_with_the_reason_and_runs_shows_counts(hb):
     hb.create_table("up.a", "id int")
     hb.create_table("up.b", "id int")

@@ -53,8 +53,7 @@ JOB_STATUS_VIEW = "heartbeat_job_status"
 TRIGGER_REQUESTS_VIEW = "heartbeat_trigger_requests"
 RETRY_ASKS_VIEW = "heartbeat_retry_asks"
 TRIGGER_ASKS_VIEW = "heartbeat_trigger_asks"
-DUE_VIEW = "heartbeat_sensors_due"
-SKIPPED_VIEW = "heartbeat_sensors_skipped"
+SENSOR_PLAN_VIEW = "heartbeat_sensor_plan"
 SENSING_ERRORS_VIEW = "heartbeat_sensing_errors"
 EXPLANATION_VIEW = "jobs_trigger_explanation"
 SENSOR_STATE = "heartbeat_sensor_state"
@@ -171,7 +170,7 @@ class ManualRun:
 
 @dataclass(frozen=True)
 class SkippedSource:
-    """A source the tick does not sense, and why (from heartbeat_sensors_skipped)."""
+    """A source the tick does not sense, and why (heartbeat_sensor_plan's rows not due)."""
 
     source_key: str
     sensor_source: str
@@ -325,13 +324,19 @@ class TableStore:
         ]
 
     def _due_rows(self) -> list[dict]:
-        """The sources due now (heartbeat_sensors_due): one read per table fingerprint, shared by sensing
-        and the check after it (current_cursors), which reads again only when a table changed since."""
-        return self.read(DUE_VIEW, order_by=["source_key"])
+        """The sources due now, shared by sensing and the check after it (current_cursors)."""
+        return [r for r in self._plan_rows() if r["is_due"]]
+
+    def _plan_rows(self) -> list[dict]:
+        """Every active source, due or skipped (heartbeat_sensor_plan): one read per table fingerprint for
+        the whole plan, so a tick's sensing, its skipped sources and the cursor check after sensing read
+        again only when a table changed since."""
+        return self.read(SENSOR_PLAN_VIEW, order_by=["source_key"])
 
     def sensors_skipped(self) -> list[SkippedSource]:
         """Sources no eligible row reads now, with the reason (paused, in progress, ...)."""
-        return [SkippedSource(**r) for r in self.read(SKIPPED_VIEW, order_by=["source_key"])]
+        return [SkippedSource(r["source_key"], r["sensor_source"], r["sensor_id"], r["trigger_job_ids"], r["reason"])
+                for r in self._plan_rows() if not r["is_due"]]
 
     def sensing_failures(self) -> list[dict]:
         """Active control rows whose source's latest recorded sensing failed: ``trigger_job_id``,
