@@ -11,9 +11,10 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from heartbeat_runner.core.errors import HeartbeatError
 from heartbeat_runner.core.names import sql_string
@@ -488,6 +489,20 @@ class TableStore:
         """Sequences whose latest run succeeded with runs left, of jobs not paused (heartbeat_job_sequences)."""
         return self.read(SEQUENCES_VIEW, Cond("next_run_due", True), Cond("is_paused", False),
                          order_by=["trigger_job_id"])
+
+
+_First = TypeVar("_First")
+_Second = TypeVar("_Second")
+
+
+def concurrently(first: Callable[[], _First], second: Callable[[], _Second]) -> tuple[_First, _Second]:
+    """``first()`` here and ``second()`` on a worker thread, at once: two independent reads of the engine
+    overlap their round trips and planning (on Spark each read is mostly that). Both have finished when
+    this returns or raises; an error of ``first`` wins over one of ``second``."""
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="heartbeat-read") as pool:
+        later = pool.submit(second)
+        done = first()
+        return done, later.result()
 
 
 class ReadCache:

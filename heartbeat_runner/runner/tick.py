@@ -73,6 +73,7 @@ from heartbeat_runner.lakehouse.store import (
     SkippedSource,
     TableStore,
     TriggerAsk,
+    concurrently,
 )
 from heartbeat_runner.policies.event_windows import source_grains
 from heartbeat_runner.policies.retry import RetryPolicies, overrun, retry_token
@@ -442,9 +443,10 @@ class Heartbeat:
     # -- step 4: trigger --------------------------------------------------------------------
 
     def _trigger_ready(self, result: TickResult) -> None:
-        carried = self._carried_requests()
+        # two independent reads of the control table just built: at once
+        ready, carried = concurrently(self.store.ready_rows, self._carried_requests)
         by_job: dict[str, list[ReadyRow]] = defaultdict(list)
-        for row in self.store.ready_rows():
+        for row in ready:
             by_job[row.trigger_job_id].append(row)
         if carried:
             self.progress(f"resuming {len(carried)} trigger request(s) left by an earlier tick")
