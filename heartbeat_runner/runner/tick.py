@@ -346,7 +346,8 @@ class Heartbeat:
         with _stage(timings, "report"):
             watch, self._fold = self._fold, None
             folds = self.dbt.folds
-            self.refresh_models(fold=watch)  # what triggering and reconciliation recorded, before the report
+            # what triggering and reconciliation recorded, before the report; its per-source rows meanwhile
+            concurrently(lambda: self.refresh_models(fold=watch), lambda: self._write_evaluations(result))
             result.control_folded = self.dbt.folds > folds
             result.sql_parses = self.store.engine.sql_count - parses_before
             self._write_report(result, began, time.monotonic())
@@ -705,24 +706,11 @@ class Heartbeat:
 
     # -- step 6: report ---------------------------------------------------------------------
 
-    def _write_report(self, result: TickResult, began: float, report_began: float) -> None:
-        """The run summary and per-source rows of a tick; idle ticks are coalesced into one summary row,
-        written when the streak ends or is old enough (``_idle_row_due``: bounded commits while nothing happens).
-
-        The recorded duration counts every stage from ``began``, the report's own per-source rows
-        included; only the summary row's append is after it (it holds the figure)."""
-        result.duration_s = time.monotonic() - began
+    def _write_evaluations(self, result: TickResult) -> None:
+        """The per-source rows of a tick that is not idle (written before its summary: a summary means
+        they are complete). They go to their own table, so they are appended while the models build."""
         if result.is_idle:
-            if self._idle is None:
-                self._idle = IdleStreak(result.run_id, result.snapshot_ts)
-            self._idle.add(result)
-            if not self._idle_row_due():
-                return
-            streak, self._idle = self._idle, None
-            self.store.append_run(streak.summary(self._process_figures()), [])
             return
-        pending = [self._idle.summary(self._process_figures())] if self._idle is not None else []
-        self._idle = None
         evaluations = [
             SensorEvaluation(
                 run_id=result.run_id, snapshot_ts=result.snapshot_ts, source_key=s.target.source_key,
@@ -743,7 +731,27 @@ class Heartbeat:
             )
             for s in result.skipped
         ]
-        self.store.append_runs([], evaluations)  # the per-source rows first: a summary means they are complete
+        self.store.append_runs([], evaluations)
+
+    def _write_report(self, result: TickResult, began: float, report_began: float) -> None:
+        """The run summary of a tick (its per-source rows are written: ``_write_evaluations``); idle ticks
+        are coalesced into one summary row, written when the streak ends or is old enough
+        (``_idle_row_due``: bounded commits while nothing happens).
+
+        The recorded duration counts every stage from ``began``; only the summary row's append is after
+        it (it holds the figure)."""
+        result.duration_s = time.monotonic() - began
+        if result.is_idle:
+            if self._idle is None:
+                self._idle = IdleStreak(result.run_id, result.snapshot_ts)
+            self._idle.add(result)
+            if not self._idle_row_due():
+                return
+            streak, self._idle = self._idle, None
+            self.store.append_run(streak.summary(self._process_figures()), [])
+            return
+        pending = [self._idle.summary(self._process_figures())] if self._idle is not None else []
+        self._idle = None
         result.duration_s = time.monotonic() - began
         stages = {**result.stage_timings, "report": time.monotonic() - report_began}
         summaries = pending + [RunSummary(
