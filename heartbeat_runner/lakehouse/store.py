@@ -11,7 +11,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -494,15 +494,20 @@ class TableStore:
 _First = TypeVar("_First")
 _Second = TypeVar("_Second")
 
+#: the worker threads of ``concurrently``, kept for the process: a tick uses them every few seconds, forever
+_WORKERS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="heartbeat-read")
+
 
 def concurrently(first: Callable[[], _First], second: Callable[[], _Second]) -> tuple[_First, _Second]:
     """``first()`` here and ``second()`` on a worker thread, at once: two independent reads of the engine
     overlap their round trips and planning (on Spark each read is mostly that). Both have finished when
     this returns or raises; an error of ``first`` wins over one of ``second``."""
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="heartbeat-read") as pool:
-        later = pool.submit(second)
+    later = _WORKERS.submit(second)
+    try:
         done = first()
-        return done, later.result()
+    finally:
+        wait([later])
+    return done, later.result()
 
 
 class ReadCache:

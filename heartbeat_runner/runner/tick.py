@@ -752,7 +752,6 @@ class Heartbeat:
             return
         pending = [self._idle.summary(self._process_figures())] if self._idle is not None else []
         self._idle = None
-        result.duration_s = time.monotonic() - began
         stages = {**result.stage_timings, "report": time.monotonic() - report_began}
         summaries = pending + [RunSummary(
             run_id=result.run_id, snapshot_ts=result.snapshot_ts, ended_ts=utcnow(),
