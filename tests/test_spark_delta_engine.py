@@ -8,22 +8,29 @@ Each shape is the test session's shared JVM (tests/conftest.py orders the tests:
 from __future__ import annotations
 
 import itertools
+import logging
+import os
 import shutil
+import stat
+import subprocess
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
 from heartbeat_runner.lakehouse.engine_errors import CommitConflictError, kind_of
 from heartbeat_runner.lakehouse.spark_jars import (
+    FILE_SYSTEM_SOURCE,
     SparkJarsError,
     _artifact,
     delta_connect_available,
+    local_file_system_jar,
     pyspark_jar_artifacts,
     spark_jars,
 )
-from heartbeat_runner.lakehouse.spark_local import local_spark
+from heartbeat_runner.lakehouse.spark_local import file_system_confs, local_spark
 
 pytestmark = [
     pytest.mark.spark,
@@ -89,6 +96,100 @@ def test_delta_connect_availability_is_remembered():
     started = time.monotonic()
     assert delta_connect_available() == first
     assert time.monotonic() - started < 1, "the second answer comes from the cache, not from Maven"
+
+
+def test_the_local_file_system_is_compiled_once_or_left_to_hadoop(tmp_path, monkeypatch, caplog):
+    """With a JDK, Heartbeat's file system is compiled once into the cache; without javac, or when it does
+    not compile, Spark runs on Hadoop's raw local file system (no error) and a failure is not retried."""
+    if not shutil.which("javac"):
+        pytest.skip("needs a JDK (javac)")
+    monkeypatch.setenv("HEARTBEAT_SPARK_JARS_DIR", str(tmp_path / "cache"))
+    jar = local_file_system_jar()
+    assert jar is not None and jar.is_file()
+    assert file_system_confs(jar)["spark.hadoop.fs.file.impl"] == "heartbeat.spark.LocalFileSystem"
+    started = time.monotonic()
+    assert local_file_system_jar() == jar
+    assert time.monotonic() - started < 0.5, "a compiled jar is reused, not compiled again"
+
+    broken = tmp_path / "LocalFileSystem.java"
+    broken.write_text(FILE_SYSTEM_SOURCE.read_text().replace("extends RawLocalFileSystem", "extends NoSuchClass"))
+    with caplog.at_level(logging.WARNING):
+        assert local_file_system_jar(broken) is None
+    assert "javac could not compile LocalFileSystem.java" in caplog.text
+    assert [p.name for p in (tmp_path / "cache").glob("*.unavailable")], "the failure is remembered"
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # no javac
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    monkeypatch.setenv("HEARTBEAT_SPARK_JARS_DIR", str(tmp_path / "other-cache"))
+    assert local_file_system_jar() is None
+    assert file_system_confs(None)["spark.hadoop.fs.file.impl"] == "org.apache.hadoop.fs.RawLocalFileSystem"
+
+
+def _table_dir(engine, table: str) -> Path:
+    location = engine.spark.sql(f"DESCRIBE DETAIL {table}").collect()[0]["location"]
+    return Path(location.removeprefix("file:"))
+
+
+def test_files_get_the_permissions_hadoop_gives_and_no_checksum_side_files(engine):
+    """Data and log files get the mode Hadoop's own chmod gave them (0666 less the umask Hadoop applies,
+    022), and no ``.name.crc`` side file doubles each file (Delta's own
+    ``_delta_log/<version>.crc`` stays)."""
+    spark = engine.spark
+    t = engine.new_table()
+    spark.sql(f"INSERT INTO {t} VALUES (1, 'a')")
+    spark.sql(f"MERGE INTO {t} AS tgt USING (SELECT 1 AS id, 'b' AS v) AS src ON tgt.id = src.id "
+              f"WHEN MATCHED THEN UPDATE SET v = src.v")
+    folder = _table_dir(engine, t)
+    files = [p for p in folder.rglob("*") if p.is_file()]
+    data = [p for p in files if p.suffix == ".parquet"]
+    commits = sorted(p.name for p in (folder / "_delta_log").glob("*.json"))
+    assert len(data) >= 2 and commits[-1] == "00000000000000000002.json"
+    assert {oct(stat.S_IMODE(p.stat().st_mode)) for p in files} == {"0o644"}
+    assert [p.name for p in files if p.name.startswith(".") and p.name.endswith(".crc")] == []
+    assert (folder / "_delta_log" / "00000000000000000002.crc").is_file(), "Delta's own checksum is written"
+
+
+def _child_processes_during(pid: int, work, tmp_path: Path) -> list[str]:
+    """The commands the JVM ``pid`` started while ``work`` ran (Java Flight Recorder's ProcessStart)."""
+    settings = tmp_path / "process-starts.jfc"
+    settings.write_text('<?xml version="1.0" encoding="UTF-8"?><configuration version="2.0">'
+                        '<event name="jdk.ProcessStart"><setting name="enabled">true</setting>'
+                        '<setting name="stackTrace">false</setting></event></configuration>')
+    recording = tmp_path / "recording.jfr"
+    subprocess.run(["jcmd", str(pid), "JFR.start", "name=heartbeat-test", f"settings={settings}"],
+                   check=True, capture_output=True)
+    try:
+        work()
+    finally:
+        subprocess.run(["jcmd", str(pid), "JFR.stop", "name=heartbeat-test", f"filename={recording}"],
+                       check=True, capture_output=True)
+    events = subprocess.run(["jfr", "print", "--events", "jdk.ProcessStart", str(recording)],
+                            check=True, capture_output=True, text=True).stdout
+    return [line.split("=", 1)[1].strip() for line in events.splitlines() if line.strip().startswith("command =")]
+
+
+def test_delta_commits_start_no_child_process(engine, tmp_path):
+    """Hadoop without its native library runs chmod and readlink for every file and rename (about 250
+    processes of the JVM per busy tick); the local file system Heartbeat compiles does neither."""
+    if engine.mode != "classic" or not (shutil.which("jcmd") and shutil.which("jfr")):
+        pytest.skip("counts the classic JVM's child processes with the JDK's jcmd and jfr")
+    if local_file_system_jar() is None:
+        pytest.skip("needs a JDK (javac) to compile Heartbeat's local file system")
+    spark = engine.spark
+    pid = int(spark._jvm.java.lang.ProcessHandle.current().pid())
+
+    def commits(t: str) -> None:  # an insert, an append, a MERGE, a parquet folder written
+        spark.sql(f"INSERT INTO {t} VALUES (1, 'a'), (2, 'b')")
+        spark.table(t).where("id = 1").selectExpr("3 AS id", "'c' AS v").write.mode("append").insertInto(t)
+        spark.sql(f"MERGE INTO {t} AS tgt USING (SELECT 2 AS id, 'B' AS v) AS src ON tgt.id = src.id "
+                  f"WHEN MATCHED THEN UPDATE SET v = src.v")
+        spark.sql(f"INSERT OVERWRITE DIRECTORY '{tmp_path / 'staged'}' USING parquet SELECT * FROM {t}")
+
+    commits(engine.new_table())  # first: the JVM's one-time setups (its page size: getconf) may start one
+    t = engine.new_table()
+    assert _child_processes_during(pid, lambda: commits(t), tmp_path) == []
+    assert _rows(spark, f"SELECT * FROM {t} ORDER BY id") == [(1, "a"), (2, "B"), (3, "c")]
+    assert os.listdir(tmp_path / "staged")
 
 
 def test_append_merge_time_travel_history(engine):

@@ -8,6 +8,11 @@ The first call runs ``mvn dependency:copy-dependencies`` into
 ``~/.cache/heartbeat/spark-jars`` and ``<key>`` hashes the pom and the profiles, so an
 edited pom never reuses stale jars. Later calls only list that folder.
 
+Heartbeat's own JVM code, a local file system without a child process per file
+(``spark/src/main/java``), is compiled once with the JDK's ``javac`` into
+``<root>/local-fs-<key>`` (:func:`local_file_system_jar`); without a JDK Spark runs on
+Hadoop's, only slower.
+
 Invariants: a ``<root>/<key>`` folder exists only when complete (it is filled under a
 temporary name and renamed into place); no returned jar duplicates an artifact PySpark
 already ships (that would put two versions of a class on one classpath).
@@ -23,6 +28,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+import zipfile
 from pathlib import Path
 
 from heartbeat_runner.core.errors import HeartbeatError
@@ -31,6 +37,11 @@ from heartbeat_runner.core.settings import package_project_dir
 log = logging.getLogger(__name__)
 
 POM = package_project_dir() / "spark" / "pom.xml"
+#: Heartbeat's local file system for Spark (see the source's comment) and the class Hadoop is told to use
+FILE_SYSTEM_SOURCE = POM.parent / "src" / "main" / "java" / "heartbeat" / "spark" / "LocalFileSystem.java"
+FILE_SYSTEM_CLASS = "heartbeat.spark.LocalFileSystem"
+#: how long compiling it may take (one small file; a cold JDK starts in seconds)
+COMPILE_TIMEOUT_S = 180
 DELTA_CONNECT_PROFILE = "delta-connect"
 #: how long one Maven resolution may take (a cold ~/.m2 downloads ~10 MB)
 RESOLVE_TIMEOUT_S = 600
@@ -94,6 +105,70 @@ def delta_connect_unavailable_reason(pom: Path = POM) -> str | None:
     return marker.read_text(encoding="utf-8") if marker.exists() else None
 
 
+def local_file_system_jar(source: Path = FILE_SYSTEM_SOURCE) -> Path | None:
+    """The jar of Heartbeat's local file system for Spark, compiled on first use; None without a JDK.
+
+    One jar per source (``<root>/local-fs-<key>``, filled under a temporary name and renamed into
+    place). No ``javac``: None, asked again next time (installing a JDK is enough). A failed compile
+    is remembered in a ``.unavailable`` file beside it, as an unavailable Delta Connect plugin is.
+    """
+    key = hashlib.sha256(source.read_bytes()).hexdigest()[:16]
+    folder = cache_root() / f"local-fs-{key}"
+    jar = folder / "heartbeat-local-fs.jar"
+    marker = folder.with_name(f"{folder.name}.unavailable")
+    if jar.is_file():
+        return jar
+    javac = _javac()
+    if javac is None or marker.exists():
+        return None
+    try:
+        _compile_into(folder, jar.name, source, javac)
+    except SparkJarsError as exc:
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.write_text(str(exc), encoding="utf-8")
+        log.warning("Spark keeps Hadoop's local file system: %s", str(exc).splitlines()[0])
+        return None
+    return jar
+
+
+def _javac() -> str | None:
+    found = shutil.which("javac")
+    home = os.environ.get("JAVA_HOME")
+    if found is None and home and (Path(home) / "bin" / "javac").exists():
+        found = str(Path(home) / "bin" / "javac")
+    return found
+
+
+def _compile_into(folder: Path, jar_name: str, source: Path, javac: str) -> None:
+    """Compile ``source`` against the Hadoop PySpark ships, jar it in a temporary sibling of
+    ``folder``, then rename that into place (atomic)."""
+    hadoop = sorted((_pyspark_dir() / "jars").glob("hadoop-client-api-*.jar"))
+    if not hadoop:
+        raise SparkJarsError("PySpark ships no hadoop-client-api jar to compile against")
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
+    try:
+        classes = staging / "classes"
+        command = [javac, "--release", "17", "-nowarn", "-cp", str(hadoop[-1]), "-d", str(classes), str(source)]
+        try:
+            proc = subprocess.run(command, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise SparkJarsError(f"javac could not run: {exc}") from exc
+        if proc.returncode != 0:
+            raise SparkJarsError(f"javac could not compile {source.name}:\n{(proc.stdout + proc.stderr).strip()}")
+        with zipfile.ZipFile(staging / jar_name, "w") as jar:
+            for compiled in sorted(classes.rglob("*.class")):
+                jar.write(compiled, compiled.relative_to(classes).as_posix())
+        shutil.rmtree(classes)
+        try:
+            staging.rename(folder)
+        except OSError:  # another process finished first: its jar is as good as ours
+            if not folder.is_dir():
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
 def _resolve_into(folder: Path, pom: Path, profiles: tuple[str, ...]) -> None:
     """Run Maven into a temporary sibling of ``folder``, then rename it into place (atomic)."""
     mvn = _require_tools()
@@ -138,11 +213,15 @@ def _maven_failure(output: str, profiles: tuple[str, ...]) -> str:
     return f"Maven could not resolve the Spark jars {what}:\n" + "\n".join(errors[:5] or output.splitlines()[-5:])
 
 
-def pyspark_jar_artifacts() -> set[str]:
-    """Artifact names (without version) of the jars PySpark ships."""
+def _pyspark_dir() -> Path:
     import pyspark
 
-    jars = Path(pyspark.__file__).parent / "jars"
+    return Path(pyspark.__file__).parent
+
+
+def pyspark_jar_artifacts() -> set[str]:
+    """Artifact names (without version) of the jars PySpark ships."""
+    jars = _pyspark_dir() / "jars"
     return {_artifact(p.name) for p in jars.glob("*.jar")}
 
 
