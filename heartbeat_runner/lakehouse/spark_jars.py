@@ -20,6 +20,7 @@ already ships (that would put two versions of a class on one classpath).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -29,6 +30,7 @@ import subprocess
 import tempfile
 import time
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from heartbeat_runner.core.errors import HeartbeatError
@@ -140,14 +142,11 @@ def _javac() -> str | None:
 
 
 def _compile_into(folder: Path, jar_name: str, source: Path, javac: str) -> None:
-    """Compile ``source`` against the Hadoop PySpark ships, jar it in a temporary sibling of
-    ``folder``, then rename that into place (atomic)."""
+    """Compile ``source`` against the Hadoop PySpark ships and jar it into ``folder`` (filled in place)."""
     hadoop = sorted((_pyspark_dir() / "jars").glob("hadoop-client-api-*.jar"))
     if not hadoop:
         raise SparkJarsError("PySpark ships no hadoop-client-api jar to compile against")
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
-    try:
+    with _filled_in_place(folder) as staging:
         classes = staging / "classes"
         command = [javac, "--release", "17", "-nowarn", "-cp", str(hadoop[-1]), "-d", str(classes), str(source)]
         try:
@@ -160,9 +159,19 @@ def _compile_into(folder: Path, jar_name: str, source: Path, javac: str) -> None
             for compiled in sorted(classes.rglob("*.class")):
                 jar.write(compiled, compiled.relative_to(classes).as_posix())
         shutil.rmtree(classes)
+
+
+@contextlib.contextmanager
+def _filled_in_place(folder: Path) -> Iterator[Path]:
+    """A temporary sibling of ``folder`` to fill; renamed to ``folder`` when the block succeeds (atomic),
+    removed otherwise. Another process that finished first keeps its folder: it is as good as ours."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
+    try:
+        yield staging
         try:
             staging.rename(folder)
-        except OSError:  # another process finished first: its jar is as good as ours
+        except OSError:
             if not folder.is_dir():
                 raise
     finally:
@@ -170,25 +179,17 @@ def _compile_into(folder: Path, jar_name: str, source: Path, javac: str) -> None
 
 
 def _resolve_into(folder: Path, pom: Path, profiles: tuple[str, ...]) -> None:
-    """Run Maven into a temporary sibling of ``folder``, then rename it into place (atomic)."""
+    """Run Maven into ``folder`` (filled in place)."""
     mvn = _require_tools()
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
-    command = [mvn, "-B", "-q", "-Dstyle.color=never", "-f", str(pom), "dependency:copy-dependencies", f"-DoutputDirectory={staging}"]
-    if profiles:
-        command.append("-P" + ",".join(profiles))
     started = time.monotonic()
-    try:
+    with _filled_in_place(folder) as staging:
+        command = [mvn, "-B", "-q", "-Dstyle.color=never", "-f", str(pom), "dependency:copy-dependencies",
+                   f"-DoutputDirectory={staging}"]
+        if profiles:
+            command.append("-P" + ",".join(profiles))
         proc = subprocess.run(command, capture_output=True, text=True, timeout=RESOLVE_TIMEOUT_S)
         if proc.returncode != 0:
             raise SparkJarsError(_maven_failure(proc.stdout + proc.stderr, profiles))
-        try:
-            staging.rename(folder)
-        except OSError:  # another process finished first: its folder is as good as ours
-            if not folder.is_dir():
-                raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
     log.info("resolved Spark jars into %s in %.1fs", folder, time.monotonic() - started)
 
 
