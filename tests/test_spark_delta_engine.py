@@ -30,7 +30,7 @@ from heartbeat_runner.lakehouse.spark_jars import (
     pyspark_jar_artifacts,
     spark_jars,
 )
-from heartbeat_runner.lakehouse.spark_local import file_system_confs, local_spark
+from heartbeat_runner.lakehouse.spark_local import CHECKPOINT_INTERVAL, file_system_confs, local_spark
 
 pytestmark = [
     pytest.mark.spark,
@@ -147,6 +147,21 @@ def test_files_get_the_permissions_hadoop_gives_and_no_checksum_side_files(engin
     assert {oct(stat.S_IMODE(p.stat().st_mode)) for p in files} == {"0o644"}
     assert [p.name for p in files if p.name.startswith(".") and p.name.endswith(".crc")] == []
     assert (folder / "_delta_log" / "00000000000000000002.crc").is_file(), "Delta's own checksum is written"
+
+
+def test_a_tenth_commit_does_not_stop_to_write_a_checkpoint(engine):
+    """Delta writes a checkpoint at every tenth commit by default, in the committing statement (1-1.5 s
+    here, about every other busy tick); tables of a local session do so every CHECKPOINT_INTERVAL commits."""
+    spark = engine.spark
+    t = engine.new_table()
+    for i in range(12):
+        spark.sql(f"INSERT INTO {t} VALUES ({i}, 'v')")
+    log_dir = _table_dir(engine, t) / "_delta_log"
+    assert (log_dir / "00000000000000000012.json").is_file()
+    assert sorted(p.name for p in log_dir.glob("*.checkpoint*")) == []
+    assert _rows(spark, f"SELECT count(*) FROM {t}") == [(12,)]
+    properties = dict(_rows(spark, f"SHOW TBLPROPERTIES {t}"))
+    assert properties["delta.checkpointInterval"] == str(CHECKPOINT_INTERVAL)
 
 
 def _child_processes_during(pid: int, work, tmp_path: Path) -> list[str]:
