@@ -164,6 +164,15 @@ def test_a_tenth_commit_does_not_stop_to_write_a_checkpoint(engine):
     assert properties["delta.checkpointInterval"] == str(CHECKPOINT_INTERVAL)
 
 
+def test_the_jvm_collects_garbage_with_the_parallel_collector(engine):
+    """G1, Java's default, collects concurrently and took ~1 core of a busy tick on 2 cores; local Spark
+    runs the parallel collector (spark_local.GARBAGE_COLLECTOR)."""
+    if engine.mode != "classic":
+        pytest.skip("reads the JVM's collectors through py4j")
+    beans = engine.spark._jvm.java.lang.management.ManagementFactory.getGarbageCollectorMXBeans()
+    assert {beans.get(i).getName() for i in range(beans.size())} == {"PS Scavenge", "PS MarkSweep"}
+
+
 def _child_processes_during(pid: int, work, tmp_path: Path) -> list[str]:
     """The commands the JVM ``pid`` started while ``work`` ran (Java Flight Recorder's ProcessStart)."""
     settings = tmp_path / "process-starts.jfc"

@@ -58,6 +58,12 @@ CONNECT_PLUGIN = "org.apache.spark.sql.connect.SparkConnectPlugin"
 CONNECT_START_TIMEOUT_S = 180.0
 #: seconds a stopping JVM gets before it is killed
 STOP_GRACE_S = 20.0
+#: the JVM's garbage collector. Java's default (G1) collects concurrently with the program: on a local
+#: engine it took 26 s of CPU in six busy ticks, competing for the machine's cores with the tick itself.
+#: The parallel collector stops the program for short young collections instead: 7 s of CPU. Measured,
+#: 100 sensors, classic, one process of each in turn, busy ticks with triggers: 10.21, 10.84, 9.73,
+#: 10.37 s with G1, 8.20, 8.36, 7.84, 7.76 s with the parallel collector (the serial one: 8.0-12.2 s)
+GARBAGE_COLLECTOR = "-XX:+UseParallelGC"
 #: commits between two Delta checkpoints of the tables a local session creates (Delta's default: 10)
 CHECKPOINT_INTERVAL = 100
 
@@ -78,7 +84,8 @@ def delta_confs(lakehouse_dir: Path, *, cores: int = 2) -> dict[str, str]:
     """
     lakehouse = Path(lakehouse_dir).resolve()
     metastore = lakehouse / "metastore_db"
-    java_options = f"-Dderby.system.home={lakehouse} -Duser.timezone=UTC -Dlog4j2.configurationFile={LOG_CONFIG.as_uri()}"
+    java_options = (f"-Dderby.system.home={lakehouse} -Duser.timezone=UTC -Dlog4j2.configurationFile={LOG_CONFIG.as_uri()}"
+                    f" {GARBAGE_COLLECTOR}")
     return {
         "spark.master": f"local[{cores}]",
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
