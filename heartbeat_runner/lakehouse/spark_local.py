@@ -62,7 +62,8 @@ STOP_GRACE_S = 20.0
 #: engine it took 26 s of CPU in six busy ticks, competing for the machine's cores with the tick itself.
 #: The parallel collector stops the program for short young collections instead: 7 s of CPU. Measured,
 #: 100 sensors, classic, one process of each in turn, busy ticks with triggers: 10.21, 10.84, 9.73,
-#: 10.37 s with G1, 8.20, 8.36, 7.84, 7.76 s with the parallel collector (the serial one: 8.0-12.2 s)
+#: 10.37 s with G1, 8.20, 8.36, 7.84, 7.76 s with the parallel collector (the serial one: 8.0-12.2 s);
+#: a second round 9.45-10.33 s against 8.97-9.78 s (docs/engines.md)
 GARBAGE_COLLECTOR = "-XX:+UseParallelGC"
 #: commits between two Delta checkpoints of the tables a local session creates (Delta's default: 10)
 CHECKPOINT_INTERVAL = 100
