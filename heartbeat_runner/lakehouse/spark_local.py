@@ -115,12 +115,6 @@ def delta_confs(lakehouse_dir: Path, *, cores: int = 2) -> dict[str, str]:
         # rows 0.66 -> 0.54 s, one process alternating). The tables this session creates collect the row
         # count only, which MERGE checks its work against (without any statistics it warns at every MERGE)
         "spark.databricks.delta.properties.defaults.dataSkippingNumIndexedCols": "0",
-        # A commit whose version is a multiple of a table's checkpoint interval writes a checkpoint before it
-        # returns: 1-1.5 s, and ~0.6 s more on the next read (Delta's default interval is 10). A busy tick
-        # makes eight commits, so with the default about every other busy tick paid for one. The tables
-        # this session creates checkpoint every 100th commit. Measured, 100 sensors, classic, two runs of
-        # each in turn, 4 busy ticks with triggers each: 11.70 s -> 9.92 s (means of 8)
-        "spark.databricks.delta.properties.defaults.checkpointInterval": str(CHECKPOINT_INTERVAL),
         # ...and joins of small relations: a broadcast is a Spark job of its own (collect, then send), where
         # a sort-merge join over one shuffle partition is a stage of the query's job. Measured, 100 sensors,
         # classic, one process alternating 6x: the control build 2.37 -> 2.00 s, the ready rows 0.79 -> 0.70 s,
@@ -128,6 +122,12 @@ def delta_confs(lakehouse_dir: Path, *, cores: int = 2) -> dict[str, str]:
         "spark.sql.autoBroadcastJoinThreshold": "-1",
         # MERGE sources here are deterministic reads of Delta tables: no need to copy them first
         "spark.databricks.delta.merge.materializeSource": "none",
+        # A commit whose version is a multiple of a table's checkpoint interval writes a checkpoint before it
+        # returns: 1-1.5 s, and ~0.6 s more on the next read (Delta's default interval is 10). A busy tick
+        # makes eight commits, so with the default about every other busy tick paid for one. The tables
+        # this session creates checkpoint every 100th commit. Measured, 100 sensors, classic, two runs of
+        # each in turn, 4 busy ticks with triggers each: 11.70 s -> 9.92 s (means of 8)
+        "spark.databricks.delta.properties.defaults.checkpointInterval": str(CHECKPOINT_INTERVAL),
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.driver.host": "127.0.0.1",
