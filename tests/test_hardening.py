@@ -20,7 +20,7 @@ from heartbeat_runner.core.errors import ConfigError
 from heartbeat_runner.core.names import sql_string
 from heartbeat_runner.core.records import JobStatus
 from heartbeat_runner.interfaces.operations import explain
-from heartbeat_runner.lakehouse.store import Cond
+from heartbeat_runner.lakehouse.store import SENSOR_STATE, Cond
 from heartbeat_runner.sensing.config import load_config
 
 DROP_EVENTS = "DROP TABLE heartbeat.heartbeat_events"
@@ -344,3 +344,76 @@ def test_a_tick_that_triggers_adds_one_version_to_the_sensor_state_table(hb):
     # the trigger moved the row to IN_PROGRESS: the version shows when (a string in the session's UTC)
     shown = datetime.fromisoformat(orders["status_change_timestamp"])
     assert shown == control["status_change_timestamp"].replace(tzinfo=None)
+
+
+def test_a_sources_status_change_timestamp_moves_only_when_its_status_changes(hb):
+    """heartbeat_sensor_state's status_change_timestamp is when the row's status last changed (the
+    spec); it followed the latest change of any control row, so a job triggering on data its source
+    already showed as ACQUIRED_NEW_DATA moved it, and a follower sensing by it saw a change that was not."""
+    def orders_state() -> dict:
+        (orders,) = [r for r in hb.app.store.read(SENSOR_STATE) if "sales.orders" in r["assets"]]
+        return orders
+
+    hb.create_table("sales.orders", "id bigint")
+    hb.jobs(J1=0)
+    # J1 needs new orders and a trigger file: orders alone leave it waiting
+    hb.seed(row("delta_table", "sales.orders", "J1"), row("trigger_file", "go", "J1"))
+    hb.tick()
+    hb.insert("sales.orders", "(1)")
+    assert hb.tick().triggered_job_ids == []
+    acquired = orders_state()
+    assert acquired["status"] == "ACQUIRED_NEW_DATA"
+
+    hb.drop_trigger_file("go", "ready")
+    assert hb.tick().triggered_job_ids == ["J1"]
+    assert hb.job_status("J1") == {JobStatus.IN_PROGRESS.value}
+    assert orders_state()["status_change_timestamp"] == acquired["status_change_timestamp"]
+
+    hb.wait_for_jobs()
+    hb.tick()
+    processed = orders_state()
+    assert processed["status"] == "PROCESSED_NEW_DATA"
+    assert processed["status_change_timestamp"] > acquired["status_change_timestamp"]
+    hb.tick()
+    assert orders_state()["status_change_timestamp"] == processed["status_change_timestamp"]
+
+
+def test_a_job_running_again_on_other_data_leaves_its_soft_source_processed(hb):
+    """A trigger moves every row of its job to IN_PROGRESS, the row of a soft dependency with nothing
+    new too; the sensor state read that as ACQUIRED_NEW_DATA, then PROCESSED_NEW_DATA with a new
+    timestamp when the job ended, and a product following that source saw new data that never came."""
+    def states() -> dict[str, tuple[str, str]]:
+        return {name: (r["status"], r["status_change_timestamp"])
+                for r in hb.app.store.read(SENSOR_STATE) for name in ("sales.orders", "sales.prices")
+                if name in r["assets"]}
+
+    hb.create_table("sales.orders", "id bigint")
+    hb.create_table("sales.prices", "id bigint")
+    hb.jobs(J1=0)
+    hb.seed(row("delta_table", "sales.orders", "J1"), row("delta_table", "sales.prices", "J1", hard="FALSE"))
+    hb.tick()
+    hb.insert("sales.orders", "(1)")
+    hb.insert("sales.prices", "(1)")
+    assert hb.tick().triggered_job_ids == ["J1"]
+    hb.wait_for_jobs()
+    hb.tick()
+    processed = states()
+    assert {status for status, _ in processed.values()} == {"PROCESSED_NEW_DATA"}
+
+    hb.insert("sales.orders", "(2)")  # only the hard source moves: J1 runs again, prices unchanged
+    assert hb.tick().triggered_job_ids == ["J1"]
+    assert hb.job_status("J1") == {JobStatus.IN_PROGRESS.value}
+    running = states()
+    assert running["sales.orders"][0] == "ACQUIRED_NEW_DATA"
+    assert running["sales.prices"] == processed["sales.prices"]
+    hb.wait_for_jobs()
+    hb.tick()
+    assert states()["sales.prices"] == processed["sales.prices"]
+
+    hb.insert("sales.orders", "(3)")
+    assert hb.tick().triggered_job_ids == ["J1"]
+    hb.insert("sales.prices", "(2)")  # new prices while J1 runs: sensed once it ended, then waiting for a run
+    hb.wait_for_jobs()
+    hb.tick()
+    assert states()["sales.prices"][0] == "ACQUIRED_NEW_DATA"
+    assert states()["sales.prices"][1] > processed["sales.prices"][1]

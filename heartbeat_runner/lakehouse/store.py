@@ -82,7 +82,8 @@ TABLE_COLUMNS: dict[str, list[str]] = {
 }
 #: the tables maintenance compacts: the runner's own and the control table (a MERGE per build)
 OWN_TABLES = (EVENTS, RUN_REPORT, RUNS, EVENTS_ARCHIVE, RUN_REPORT_ARCHIVE, RUNS_ARCHIVE, CONTROL)
-#: tables dbt replaces whole on every build: only vacuumed (their old files are garbage at once)
+#: dbt-built tables that stay a few files: only vacuumed (the sensor state's MERGE rewrites the files it
+#: changes, the seed is replaced whole; either leaves old files for vacuum)
 REBUILT_TABLES = (SENSOR_STATE, "heartbeat_sensor_config")
 #: how a row of each archived table is identified (an SQL expression over its columns)
 ARCHIVE_KEYS = {EVENTS: "event_id", RUNS: "run_id", RUN_REPORT: "concat_ws('|', run_id, source_key)"}
