@@ -18,7 +18,7 @@ from harness import config_row as row
 
 from heartbeat_runner.core.errors import ConfigError
 from heartbeat_runner.core.names import sql_string
-from heartbeat_runner.core.records import JobStatus
+from heartbeat_runner.core.records import JobStatus, SensorStatus
 from heartbeat_runner.interfaces.operations import explain
 from heartbeat_runner.lakehouse.store import SENSOR_STATE, Cond
 from heartbeat_runner.sensing.config import load_config
@@ -339,7 +339,7 @@ def test_a_tick_that_triggers_adds_one_version_to_the_sensor_state_table(hb):
     table = DeltaTable(state)
     assert table.version() == before + 1
     (orders,) = table.to_pyarrow_table().to_pylist()
-    assert orders["status"] == "ACQUIRED_NEW_DATA"
+    assert orders["status"] == SensorStatus.ACQUIRED_NEW_DATA
     (control,) = hb.rows("J1")
     # the trigger moved the row to IN_PROGRESS: the version shows when (a string in the session's UTC)
     shown = datetime.fromisoformat(orders["status_change_timestamp"])
@@ -362,7 +362,7 @@ def test_a_sources_status_change_timestamp_moves_only_when_its_status_changes(hb
     hb.insert("sales.orders", "(1)")
     assert hb.tick().triggered_job_ids == []
     acquired = orders_state()
-    assert acquired["status"] == "ACQUIRED_NEW_DATA"
+    assert acquired["status"] == SensorStatus.ACQUIRED_NEW_DATA
 
     hb.drop_trigger_file("go", "ready")
     assert hb.tick().triggered_job_ids == ["J1"]
@@ -372,7 +372,7 @@ def test_a_sources_status_change_timestamp_moves_only_when_its_status_changes(hb
     hb.wait_for_jobs()
     hb.tick()
     processed = orders_state()
-    assert processed["status"] == "PROCESSED_NEW_DATA"
+    assert processed["status"] == SensorStatus.PROCESSED_NEW_DATA
     assert processed["status_change_timestamp"] > acquired["status_change_timestamp"]
     hb.tick()
     assert orders_state()["status_change_timestamp"] == processed["status_change_timestamp"]
@@ -398,13 +398,13 @@ def test_a_job_running_again_on_other_data_leaves_its_soft_source_processed(hb):
     hb.wait_for_jobs()
     hb.tick()
     processed = states()
-    assert {status for status, _ in processed.values()} == {"PROCESSED_NEW_DATA"}
+    assert {status for status, _ in processed.values()} == {SensorStatus.PROCESSED_NEW_DATA}
 
     hb.insert("sales.orders", "(2)")  # only the hard source moves: J1 runs again, prices unchanged
     assert hb.tick().triggered_job_ids == ["J1"]
     assert hb.job_status("J1") == {JobStatus.IN_PROGRESS.value}
     running = states()
-    assert running["sales.orders"][0] == "ACQUIRED_NEW_DATA"
+    assert running["sales.orders"][0] == SensorStatus.ACQUIRED_NEW_DATA
     assert running["sales.prices"] == processed["sales.prices"]
     hb.wait_for_jobs()
     hb.tick()
@@ -415,5 +415,5 @@ def test_a_job_running_again_on_other_data_leaves_its_soft_source_processed(hb):
     hb.insert("sales.prices", "(2)")  # new prices while J1 runs: sensed once it ended, then waiting for a run
     hb.wait_for_jobs()
     hb.tick()
-    assert states()["sales.prices"][0] == "ACQUIRED_NEW_DATA"
+    assert states()["sales.prices"][0] == SensorStatus.ACQUIRED_NEW_DATA
     assert states()["sales.prices"][1] > processed["sales.prices"][1]

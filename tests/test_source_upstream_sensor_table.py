@@ -17,11 +17,12 @@ from services import (
 )
 
 from heartbeat_runner.core.errors import SourceError
+from heartbeat_runner.core.records import SensorStatus
 from heartbeat_runner.sensing.sources.upstream_sensor_table import UpstreamSensorTableSource
 
 SOURCE = UpstreamSensorTableSource()
 ORDERS = "delta_table:sales.orders#3f2a9c01bd"  # upstream source keys may hold '#'
-PROCESSED, ACQUIRED = "PROCESSED_NEW_DATA", "ACQUIRED_NEW_DATA"
+PROCESSED, ACQUIRED = SensorStatus.PROCESSED_NEW_DATA.value, SensorStatus.ACQUIRED_NEW_DATA.value
 
 
 def write_state(engine, location: str, *rows: tuple[str, list[str], str, str]) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from heartbeat_runner.core.records import EventType, JobState, JobStatus, Outcome, TickStatus
+from heartbeat_runner.core.records import EventType, JobState, JobStatus, Outcome, SensorStatus, TickStatus
 from heartbeat_runner.core.settings import JobsBackendKind, Target
 from heartbeat_runner.interfaces.cli import build_parser
 from heartbeat_runner.jobs.registry import BUILT_IN_BACKENDS
@@ -37,6 +37,7 @@ def accepted_values(file: str, section: str, relation: str, column: str) -> set[
     (JobStatus, "schema.yml", "models", "heartbeat_job_status", "status"),
     (JobState, "schema.yml", "models", "heartbeat_control", "job_state"),
     (TickStatus, "schema.yml", "models", "heartbeat_run_overview", "status"),
+    (SensorStatus, "schema.yml", "models", "heartbeat_sensor_state", "status"),
     (EventType, "sources.yml", "sources", "heartbeat_events", "event_type"),
     (Outcome, "sources.yml", "sources", "heartbeat_run_report", "outcome"),
 ])

@@ -44,6 +44,14 @@ class JobStatus(str, enum.Enum):
     FAILED = "FAILED"
 
 
+class SensorStatus(str, enum.Enum):
+    """A source's status in ``heartbeat_sensor_state``, the table other products follow (NULL there: none
+    of its jobs has a status, e.g. they were reset). See models/heartbeat_sensor_state.sql."""
+
+    ACQUIRED_NEW_DATA = "ACQUIRED_NEW_DATA"
+    PROCESSED_NEW_DATA = "PROCESSED_NEW_DATA"
+
+
 class JobState(str, enum.Enum):
     """A control row's ``job_state``: from the config's column, or pause/resume since the last seed."""
 

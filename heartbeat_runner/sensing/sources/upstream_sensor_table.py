@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from heartbeat_runner.core.errors import SourceError
 from heartbeat_runner.core.names import check_table_reference
+from heartbeat_runner.core.records import SensorStatus
 from heartbeat_runner.sensing.sources.base import (
     SenseContext,
     SenseResult,
@@ -40,7 +41,7 @@ from heartbeat_runner.sensing.sources.delta_table import DeltaRef
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame
 
-PROCESSED = "PROCESSED_NEW_DATA"
+PROCESSED = SensorStatus.PROCESSED_NEW_DATA.value
 #: ``delta_table:`` in ``delta_table:sales.orders``, and a ``#0123456789`` hash of keyed sensors
 _SOURCE_PREFIX = "^[a-z_]+:"
 _HASH_SUFFIX = "#[0-9a-f]{10}$"
