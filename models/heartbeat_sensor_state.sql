@@ -50,6 +50,17 @@ with rows_by_source as (
 
 cursors as {{ heartbeat_latest_cursors() }},
 
+{# the rows as the last build left them: none at a first build or a full refresh #}
+previous as (
+  {% if is_incremental() %}
+  select sensor_id, status, status_change_timestamp from {{ this }}
+  {% else %}
+  select cast(null as string) as sensor_id, cast(null as string) as status,
+    cast(null as string) as status_change_timestamp
+  where false
+  {% endif %}
+),
+
 {#
   A job running (or failed) is processing this source's data unless the source was already
   processed and nothing was fetched from it since: every fetch a build saw when it declared the
@@ -60,34 +71,27 @@ states as (
     r.*,
     case
       when r.waiting_rows > 0 then 'ACQUIRED_NEW_DATA'
-      {% if is_incremental() %}
       when r.running_rows > 0 and p.status = 'PROCESSED_NEW_DATA'
         and r.latest_event_fetched_timestamp <= cast(p.status_change_timestamp as timestamp) then 'PROCESSED_NEW_DATA'
-      {% endif %}
       when r.running_rows > 0 then 'ACQUIRED_NEW_DATA'
       when r.completed_rows > 0 then 'PROCESSED_NEW_DATA'
-    end as status
-    {% if is_incremental() %}, p.sensor_id as previous_sensor_id, p.status as previous_status,
-    p.status_change_timestamp as previous_status_change_timestamp{% endif %}
+    end as status,
+    p.sensor_id as previous_sensor_id,
+    p.status as previous_status,
+    p.status_change_timestamp as previous_status_change_timestamp
   from rows_by_source r
-  {% if is_incremental() %}
-  left join {{ this }} p on p.sensor_id = r.source_key
-  {% endif %}
+  left join previous p on p.sensor_id = r.source_key
 )
 
 select
   r.source_key as sensor_id,
   r.assets,
   r.status,
-  {% if is_incremental() %}
   {# the status it had: unchanged, so is its timestamp; changed, when the latest of its rows changed #}
   case
     when r.previous_sensor_id is not null and r.previous_status <=> r.status then r.previous_status_change_timestamp
     else cast(r.status_change_timestamp as string)
   end as status_change_timestamp,
-  {% else %}
-  cast(r.status_change_timestamp as string) as status_change_timestamp,
-  {% endif %}
   cast(null as string) as checkpoint_location,
   r.upstream_key,
   c.cursor_to as upstream_value,

@@ -346,13 +346,18 @@ def test_a_tick_that_triggers_adds_one_version_to_the_sensor_state_table(hb):
     assert shown == control["status_change_timestamp"].replace(tzinfo=None)
 
 
+def _sensor_states(hb, *objects: str) -> dict[str, tuple[str, str]]:
+    """(status, status_change_timestamp) of the sensor state row of each upstream object, by its name."""
+    return {name: (r["status"], r["status_change_timestamp"])
+            for r in hb.app.store.read(SENSOR_STATE) for name in objects if name in r["assets"]}
+
+
 def test_a_sources_status_change_timestamp_moves_only_when_its_status_changes(hb):
     """heartbeat_sensor_state's status_change_timestamp is when the row's status last changed (the
     spec); it followed the latest change of any control row, so a job triggering on data its source
     already showed as ACQUIRED_NEW_DATA moved it, and a follower sensing by it saw a change that was not."""
-    def orders_state() -> dict:
-        (orders,) = [r for r in hb.app.store.read(SENSOR_STATE) if "sales.orders" in r["assets"]]
-        return orders
+    def orders() -> tuple[str, str]:
+        return _sensor_states(hb, "sales.orders")["sales.orders"]
 
     hb.create_table("sales.orders", "id bigint")
     hb.jobs(J1=0)
@@ -361,21 +366,21 @@ def test_a_sources_status_change_timestamp_moves_only_when_its_status_changes(hb
     hb.tick()
     hb.insert("sales.orders", "(1)")
     assert hb.tick().triggered_job_ids == []
-    acquired = orders_state()
-    assert acquired["status"] == SensorStatus.ACQUIRED_NEW_DATA
+    acquired_status, acquired_at = orders()
+    assert acquired_status == SensorStatus.ACQUIRED_NEW_DATA
 
     hb.drop_trigger_file("go", "ready")
     assert hb.tick().triggered_job_ids == ["J1"]
     assert hb.job_status("J1") == {JobStatus.IN_PROGRESS.value}
-    assert orders_state()["status_change_timestamp"] == acquired["status_change_timestamp"]
+    assert orders() == (acquired_status, acquired_at)
 
     hb.wait_for_jobs()
     hb.tick()
-    processed = orders_state()
-    assert processed["status"] == SensorStatus.PROCESSED_NEW_DATA
-    assert processed["status_change_timestamp"] > acquired["status_change_timestamp"]
+    processed_status, processed_at = orders()
+    assert processed_status == SensorStatus.PROCESSED_NEW_DATA
+    assert processed_at > acquired_at
     hb.tick()
-    assert orders_state()["status_change_timestamp"] == processed["status_change_timestamp"]
+    assert orders() == (processed_status, processed_at)
 
 
 def test_a_job_running_again_on_other_data_leaves_its_soft_source_processed(hb):
@@ -383,9 +388,7 @@ def test_a_job_running_again_on_other_data_leaves_its_soft_source_processed(hb):
     new too; the sensor state read that as ACQUIRED_NEW_DATA, then PROCESSED_NEW_DATA with a new
     timestamp when the job ended, and a product following that source saw new data that never came."""
     def states() -> dict[str, tuple[str, str]]:
-        return {name: (r["status"], r["status_change_timestamp"])
-                for r in hb.app.store.read(SENSOR_STATE) for name in ("sales.orders", "sales.prices")
-                if name in r["assets"]}
+        return _sensor_states(hb, "sales.orders", "sales.prices")
 
     hb.create_table("sales.orders", "id bigint")
     hb.create_table("sales.prices", "id bigint")

@@ -41,7 +41,6 @@ from heartbeat_runner.sensing.sources.delta_table import DeltaRef
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame
 
-PROCESSED = SensorStatus.PROCESSED_NEW_DATA.value
 #: ``delta_table:`` in ``delta_table:sales.orders``, and a ``#0123456789`` hash of keyed sensors
 _SOURCE_PREFIX = "^[a-z_]+:"
 _HASH_SUFFIX = "#[0-9a-f]{10}$"
@@ -79,7 +78,7 @@ class UpstreamSensorTableSource(Source):
             return SenseResult(new_data=False, detail=f"sensor table unchanged (version {version})")
         followed = _followed_rows(table.read(version), name)
         warning = _unmatched_warning(followed, name, table_name)
-        processed = followed.where(F.col("status") == F.lit(PROCESSED))
+        processed = followed.where(F.col("status") == F.lit(SensorStatus.PROCESSED_NEW_DATA.value))
         if cursor is None and not ctx.replay_new_sensors:
             top = _latest(processed)
             return SenseResult(new_data=False, cursor_to=dump_cursor({"version": version, "timestamp": top}),
