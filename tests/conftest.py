@@ -21,10 +21,10 @@ SPARK_AVAILABLE = bool(shutil.which("java") and shutil.which("mvn") and find_spe
 #: process of its own (one process cannot hold a classic Spark session and later a Connect one, so the
 #: Spark legs stay out of the loop's workers).
 MATRIX = os.environ.get("HEARTBEAT_TEST_MATRIX", "").strip().lower()
-if MATRIX not in ("", "sail", "full", "spark"):
-    raise pytest.UsageError(f"HEARTBEAT_TEST_MATRIX={MATRIX!r}: expected sail, spark or full "
+if MATRIX not in ("", "sail", "full", "spark", "databricks"):
+    raise pytest.UsageError(f"HEARTBEAT_TEST_MATRIX={MATRIX!r}: expected sail, spark, databricks or full "
                             "(or unset: the fast loop on the embedded engine)")
-FULL_MATRIX = MATRIX in ("full", "spark")
+FULL_MATRIX = MATRIX in ("full", "spark", "databricks")
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -66,14 +66,21 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=rank)
     if MATRIX == "full":
         return
-    wanted_spark = MATRIX == "spark"
-    reason = ("not a Spark leg: HEARTBEAT_TEST_MATRIX=spark runs only those" if wanted_spark
-              else "a Spark test: the Spark legs run with HEARTBEAT_TEST_MATRIX=spark (or full)")
+
+    def leg(item) -> str:
+        if item.get_closest_marker("databricks_runtime"):
+            return "databricks"
+        return "spark" if bool(item.get_closest_marker("spark")) or rank(item) > 0 else "sail"
+
+    wanted = MATRIX or "sail"
+    reason = {"sail": "a Spark test: the Spark legs run with HEARTBEAT_TEST_MATRIX=spark (or full), the "
+                      "Databricks-shaped leg with HEARTBEAT_TEST_MATRIX=databricks",
+              "spark": "not a Spark leg: HEARTBEAT_TEST_MATRIX=spark runs only those",
+              "databricks": "not the Databricks-shaped leg"}[wanted]
     kept, dropped = [], []
     for item in items:
-        is_spark = bool(item.get_closest_marker("spark")) or rank(item) > 0
-        (kept if is_spark == wanted_spark else dropped).append(item)
-    if wanted_spark:  # the Sail tests are left out, not listed as hundreds of skips
+        (kept if leg(item) == wanted else dropped).append(item)
+    if wanted != "sail":  # the other legs' tests are left out, not listed as hundreds of skips
         items[:] = kept
         config.hook.pytest_deselected(items=dropped)
         return

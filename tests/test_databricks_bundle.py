@@ -30,7 +30,7 @@ sys.path.insert(0, str(REPO / "examples" / "databricks"))
 import orders_etl  # noqa: E402
 
 VARIABLE = re.compile(r"\$\{var\.([A-Za-z0-9_]+)\}")
-TEST_VALUES = {"warehouse_id": "0123456789abcdef"}  # variables without a default, given at deploy time
+TEST_VALUES = {"service_principal": "6a1c3e52-0000-4000-8000-00000000beef"}  # variables without a default, given at deploy time
 
 
 def load_bundle() -> tuple[dict[str, Any], dict[str, Path]]:
@@ -66,17 +66,19 @@ def merge(base: Any, override: Any, key: str | None = None) -> Any:
     return override
 
 
-def resolved(kind: str, target: str) -> dict[str, dict[str, Any]]:
-    """The resources of one kind (jobs, apps) for ``target``: overrides merged, variables substituted."""
+def resolved(kind: str, target: str, overrides: dict[str, str] | None = None) -> dict[str, dict[str, Any]]:
+    """The resources of one kind (jobs, apps) for ``target``: overrides merged, variables substituted
+    (``overrides``: variables given at deploy, as ``--var name=value``)."""
     bundle, _ = load_bundle()
     specs = merge(bundle["resources"][kind], bundle["targets"][target].get("resources", {}).get(kind, {}))
     values = {name: spec.get("default", TEST_VALUES.get(name)) for name, spec in bundle["variables"].items()}
+    values.update(overrides or {})
     text = VARIABLE.sub(lambda m: str(values[m.group(1)]), json.dumps(specs))
     return json.loads(text)
 
 
-def resolved_jobs(target: str) -> dict[str, dict[str, Any]]:
-    return resolved("jobs", target)
+def resolved_jobs(target: str, overrides: dict[str, str] | None = None) -> dict[str, dict[str, Any]]:
+    return resolved("jobs", target, overrides)
 
 
 BUNDLE, ORIGIN = load_bundle()

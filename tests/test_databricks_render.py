@@ -132,7 +132,7 @@ def render(out_dir: Path) -> dict[str, Any]:
     profiles.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(REPO / "profiles.example.yml", profiles / "profiles.yml")
     os.environ.update({
-        "DBT_PROFILES_DIR": str(profiles), "HEARTBEAT_TARGET": "databricks", "HEARTBEAT_CATALOG": "main",
+        "DBT_PROFILES_DIR": str(profiles), "HEARTBEAT_TARGET": "databricks-sql", "HEARTBEAT_CATALOG": "main",
         "HEARTBEAT_SCHEMA": "heartbeat", "HEARTBEAT_DBT_TARGET_PATH": str(out_dir / "target"),
         "DATABRICKS_HOST": "https://render-only.invalid", "DATABRICKS_HTTP_PATH": "/sql/1.0/warehouses/render",
         "DATABRICKS_TOKEN": "dapi-render-only", "DBT_SEND_ANONYMOUS_USAGE_STATS": "false",

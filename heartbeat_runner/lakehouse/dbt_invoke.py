@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from heartbeat_runner.core.errors import HeartbeatError
 from heartbeat_runner.core.faults import FaultPoint, crash_point
 from heartbeat_runner.core.files import replace_whole
-from heartbeat_runner.core.settings import Settings, Target
+from heartbeat_runner.core.settings import Settings
 from heartbeat_runner.lakehouse.engine import Engine
 from heartbeat_runner.lakehouse.engine_errors import EngineUnavailableError
 from heartbeat_runner.lakehouse.migrations import add_missing_columns
@@ -141,8 +141,6 @@ class DbtProject:
         """
         from dbt.cli.main import dbtRunner
 
-        self._check_credentials()
-
         manifest = self.manifest() if reuse_manifest else None
 
         location_root = str(self.settings.warehouse_dir / self.settings.schema) if self.engine.is_local else ""
@@ -195,16 +193,6 @@ class DbtProject:
         root = self.settings.project_dir
         files = [self.seed_csv, *(p for name in PROJECT_INPUTS for p in _files(root / name))]
         return tuple((str(p), s.st_mtime_ns, s.st_size) for p in files if (s := _stat(p)) is not None)
-
-    def _check_credentials(self) -> None:
-        """dbt-databricks without credentials falls back to a browser login and waits minutes: fail fast."""
-        if self.settings.target is not Target.DATABRICKS:
-            return
-        if not (os.environ.get("DATABRICKS_TOKEN") or os.environ.get("DATABRICKS_CLIENT_SECRET")
-                or os.environ.get("DBT_PROFILES_DIR")):
-            raise DbtError("dbt on the databricks target needs DATABRICKS_TOKEN (or a service principal's "
-                           "DATABRICKS_CLIENT_ID/DATABRICKS_CLIENT_SECRET with your own profiles.yml in "
-                           "DBT_PROFILES_DIR); see docs/databricks.md")
 
     def load_seed(self, normalized_csv: str) -> None:
         """Load the (already validated) config as the seed table."""

@@ -801,7 +801,9 @@ def _open_spark_connect(settings: Settings) -> Engine:
 
 
 def _open_databricks(settings: Settings) -> Engine:
-    """On a cluster use the active session; elsewhere Databricks Connect (auth via the SDK chain)."""
+    """On a cluster use the active session; elsewhere Databricks Connect (auth via the SDK chain). dbt runs on
+    the same session (the profile's ``databricks`` output is dbt-spark's ``session`` method), so Heartbeat's
+    catalog becomes the session's current one."""
     from pyspark.sql import SparkSession
 
     spark = SparkSession.getActiveSession()
@@ -813,4 +815,8 @@ def _open_databricks(settings: Settings) -> Engine:
                 "target 'databricks' runs on a Databricks cluster, or needs databricks-connect installed"
             ) from exc
         spark = DatabricksSession.builder.getOrCreate()
+    if settings.catalog:
+        # dbt-spark names relations schema.table: they resolve in the session's current catalog
+        spark.catalog.setCurrentCatalog(validate_identifier(settings.catalog, "catalog"))
+    spark.sql(f"CREATE SCHEMA IF NOT EXISTS {settings.schema}")  # a first deploy: the events are written before dbt runs
     return Engine(session=spark, settings=settings)

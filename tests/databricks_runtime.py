@@ -1,0 +1,104 @@
+"""A Databricks job cluster's driver, as close as this machine gets: run with the task environment's Python.
+
+Run as ``python databricks_runtime.py PLAN.json`` by ``tests/test_databricks_runtime.py``, with the Python of
+a fresh virtual environment holding only what a cluster holds: the runtime's PySpark and delta-spark, the
+wheel the bundle builds, and the libraries the job YAML declares. Nothing of Heartbeat is imported here.
+
+What the runtime does before a ``python_wheel_task`` runs, and so does this script, in order:
+
+1. sets the cluster's ``spark_env_vars`` (the plan's ``env``; ``{{secrets/...}}`` references were resolved
+   by the caller, as the cluster manager resolves them at cluster start);
+2. creates the Spark session with Delta built in (here: Apache Spark with delta-spark's jars, a Hive
+   metastore on local disk standing in for Unity Catalog, ``spark_catalog`` as the catalog), so that
+   ``SparkSession.getActiveSession()`` finds it;
+3. calls the task's entry point (``package_name`` / ``entry_point``, looked up in the installed wheel's
+   metadata) with ``sys.argv`` = ``[package_name, *parameters]``. A ``SystemExit`` of 0 or None is a
+   successful task; anything else fails it.
+
+The plan also holds SQL steps between tasks: what other workloads on the workspace do meanwhile (an upstream
+table gets rows, predictive optimization compacts it). Each step's outcome is printed as one JSON line
+prefixed ``STEP `` on stdout, for the test to read.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+from importlib.metadata import distribution, entry_points
+from pathlib import Path
+
+
+def start_runtime_session(root: Path, jars: list[str]):
+    """The cluster's session: Delta's extension and catalog, a Derby metastore and warehouse under ``root``."""
+    from pyspark.sql import SparkSession
+
+    builder = (SparkSession.builder.appName("databricks-runtime")
+               .config("spark.master", "local[1]")
+               .config("spark.jars", ",".join(jars))
+               .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
+               .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
+               .config("spark.sql.catalogImplementation", "hive")
+               .config("spark.sql.sources.default", "delta")
+               .config("spark.sql.warehouse.dir", str(root / "warehouse"))
+               .config("spark.hadoop.javax.jdo.option.ConnectionURL",
+                       f"jdbc:derby:;databaseName={root / 'metastore_db'};create=true")
+               .config("spark.driver.extraJavaOptions", f"-Dderby.system.home={root} -Duser.timezone=UTC")
+               .config("spark.sql.session.timeZone", "UTC")
+               .config("spark.sql.shuffle.partitions", "1")
+               .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
+               .config("spark.driver.host", "127.0.0.1")
+               .config("spark.driver.bindAddress", "127.0.0.1")
+               .config("spark.hadoop.fs.file.impl", "org.apache.hadoop.fs.RawLocalFileSystem")
+               .config("spark.databricks.delta.retentionDurationCheck.enabled", "false"))
+    spark = builder.enableHiveSupport().getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def wheel_entry_point(package_name: str, name: str):
+    """The ``name`` entry point of the installed distribution ``package_name`` (as the runtime finds it)."""
+    dist = distribution(package_name.replace("_", "-"))
+    for point in entry_points(group="console_scripts"):
+        if point.name == name and point.dist is not None and point.dist.name == dist.metadata["Name"]:
+            return point.load()
+    raise SystemExit(f"no entry point {name!r} in {package_name}")
+
+
+def run_task(package_name: str, name: str, parameters: list[str]) -> int:
+    main = wheel_entry_point(package_name, name)
+    sys.argv = [package_name, *parameters]
+    try:
+        code = main()
+    except SystemExit as exc:
+        code = exc.code
+    except Exception:  # noqa: BLE001 - the runtime fails the task with the traceback
+        traceback.print_exc()
+        return 1
+    return 0 if code in (0, None) else (code if isinstance(code, int) else 1)
+
+
+def main() -> int:
+    plan = json.loads(Path(sys.argv[1]).read_text())
+    os.environ.update(plan["env"])
+    spark = start_runtime_session(Path(plan["root"]), plan["jars"])
+    for step in plan["steps"]:
+        if "sql" in step:
+            try:
+                spark.sql(step["sql"]).collect()
+                outcome = {"sql": step["sql"], "ok": True}
+            except Exception as exc:  # noqa: BLE001 - reported to the test
+                outcome = {"sql": step["sql"], "ok": False, "error": str(exc).splitlines()[0]}
+        else:
+            task = step["task"]
+            code = run_task(task["package_name"], task["entry_point"], task["parameters"])
+            outcome = {"task": task["parameters"], "exit": code}
+        print("STEP " + json.dumps(outcome), flush=True)
+    spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,231 @@
+"""The Databricks-shaped leg: the runner task run the way a job cluster runs a ``python_wheel_task``.
+
+The closest thing to a workspace this machine has:
+
+- the task environment is built as the cluster builds it: a fresh virtual environment with the runtime's
+  PySpark and delta-spark, the wheel ``pip wheel`` makes of this repository (what the bundle's artifact
+  build uploads), and exactly the libraries the job YAML declares; nothing else of the test environment
+  (no Sail, no dbt-databricks);
+- ``tests/databricks_runtime.py`` is the driver: it sets the job cluster's ``spark_env_vars``, starts a
+  Spark session with Delta (local Apache Spark, a Hive metastore standing in for Unity Catalog, three-part
+  names through ``spark_catalog``) and calls the wheel's entry point with the YAML's own ``parameters``;
+- the workspace is the Jobs API stand-in (``databricks_jobs_server``), and the runner reaches it through
+  the databricks-sdk auth chain as a cluster's job identity would (host and token in the environment, where
+  a real cluster's runtime provides them).
+
+The code paths are the ``databricks`` target's: no ``_delta_log`` listing (sensing reads the table history),
+no Sail, dbt-spark on the cluster's own session.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import venv
+from importlib.metadata import version
+from pathlib import Path
+
+import pytest
+from conftest import SPARK_AVAILABLE
+from databricks_jobs_server import TOKEN, JobsApiServer
+from harness import HEADER
+from harness import config_row as row
+from test_databricks_bundle import REPO, resolved_jobs
+
+pytestmark = [pytest.mark.databricks_runtime, pytest.mark.timeout(900),
+              pytest.mark.skipif(not SPARK_AVAILABLE, reason="needs Java 17, Maven and the spark extra")]
+
+#: where task environments are kept between runs, one per wheel and runtime
+VENVS = Path(os.environ.get("HEARTBEAT_TEST_CACHE", Path.home() / ".cache" / "heartbeat")) / "task-venvs"
+#: what the runtime provides, at the versions this repository is tested with
+RUNTIME_PACKAGES = (f"pyspark=={version('pyspark')}", f"delta-spark=={version('delta-spark')}")
+#: the bundle's sync excludes these from the workspace files (databricks.yml `sync.exclude`)
+NOT_SYNCED = ("tests", "benchmarks", ".git", ".venv", "dist", "app")
+#: the catalog the test workspace has: a local Spark's one catalog, named as Unity Catalog names are
+CATALOG = "spark_catalog"
+
+
+def build_wheel(out: Path) -> Path:
+    """The wheel of this repository, built as the bundle's artifact build does (``pip wheel --no-deps``)."""
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--wheel-dir", str(out), str(REPO)],
+                   check=True, capture_output=True)
+    (wheel,) = out.glob("heartbeat_runner-*.whl")
+    return wheel
+
+
+def task_libraries(task: dict) -> list[str]:
+    """The task's ``libraries`` other than the wheel (pypi packages), as pip requirements."""
+    out = []
+    for library in task.get("libraries", []):
+        if "pypi" in library:
+            out.append(library["pypi"]["package"])
+        elif "whl" not in library:
+            raise AssertionError(f"library kind the leg does not install: {library}")
+    return out
+
+
+def task_environment(wheel: Path, libraries: list[str]) -> Path:
+    """A venv holding the runtime's packages, the wheel's dependencies and the task's libraries, kept while
+    those stay the same; the wheel itself is installed again every time (``--no-deps``), so the code under
+    test is always this checkout's."""
+    import zipfile
+
+    with zipfile.ZipFile(wheel) as archive:
+        (metadata,) = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
+        requires = sorted(line for line in archive.read(metadata).decode().splitlines() if line.startswith("Requires-Dist"))
+    key = hashlib.sha256(json.dumps([RUNTIME_PACKAGES, libraries, requires]).encode()).hexdigest()[:16]
+    home = VENVS / key
+    python = home / "bin" / "python"
+    if not (home / ".complete").exists():
+        shutil.rmtree(home, ignore_errors=True)
+        venv.EnvBuilder(with_pip=True).create(home)
+        subprocess.run([str(python), "-m", "pip", "install", "-q", *RUNTIME_PACKAGES, str(wheel), *libraries],
+                       check=True, capture_output=True, text=True)
+        (home / ".complete").write_text(key)
+        for stale in VENVS.iterdir():  # one environment at a time is enough
+            if stale != home:
+                shutil.rmtree(stale, ignore_errors=True)
+    subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall", str(wheel)],
+                   check=True, capture_output=True, text=True)
+    return python
+
+
+def workspace_files(dest: Path) -> Path:
+    """The repository as the bundle syncs it to the workspace (``${workspace.file_path}``)."""
+    shutil.copytree(REPO, dest, ignore=lambda folder, names: [n for n in names if Path(folder) == REPO
+                                                              and (n in NOT_SYNCED or n.startswith("."))])
+    return dest
+
+
+class Workspace:
+    """One test workspace: the stand-in Jobs API, the metastore and warehouse, the synced files."""
+
+    def __init__(self, root: Path, api: JobsApiServer, python: Path, jars: list[str]):
+        self.root, self.api, self.python, self.jars = root, api, python, jars
+        self.files = workspace_files(root / "workspace_files")
+        self.metastore = root / "cluster"
+        self.metastore.mkdir()
+        self.calls = 0
+
+    def substitute(self, value: str) -> str:
+        """``${workspace.*}`` as the CLI fills it at deploy."""
+        for name, text in {"file_path": str(self.files), "host": self.api.host}.items():
+            value = value.replace("${workspace." + name + "}", text)
+        return value
+
+    def job(self, name: str, target: str = "prod") -> dict:
+        jobs = resolved_jobs(target, overrides={"catalog": CATALOG})
+        return jobs[name]
+
+    def cluster_env(self, job: dict) -> dict[str, str]:
+        """The job cluster's spark_env_vars, with the workspace's values and its secrets resolved."""
+        (cluster,) = job["job_clusters"]
+        env = {k: self.substitute(str(v)) for k, v in cluster["new_cluster"].get("spark_env_vars", {}).items()}
+        assert not any("{{secrets/" in v for v in env.values()), "secret references need the secrets stand-in"
+        return env
+
+    def run(self, job_name: str, steps: list[dict], *, target: str = "prod") -> list[dict]:
+        """One job cluster's life: start, run ``steps`` (tasks of ``job_name`` by task_key, or SQL), stop."""
+        job = self.job(job_name, target)
+        tasks = {t["task_key"]: t for t in job["tasks"]}
+        plan_steps = []
+        for step in steps:
+            if "task_key" in step:
+                wheel_task = tasks[step["task_key"]]["python_wheel_task"]
+                plan_steps.append({"task": {**wheel_task, "parameters": [
+                    self.substitute(str(p)) for p in wheel_task["parameters"]] + step.get("extra", [])}})
+            else:
+                plan_steps.append(step)
+        env = {
+            **{k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "JAVA_HOME", "LANG", "TMPDIR")},
+            **self.cluster_env(job),
+            # the runtime's job identity, as the SDK's auth chain finds it on a cluster
+            "DATABRICKS_HOST": self.api.host, "DATABRICKS_TOKEN": TOKEN,
+            "DATABRICKS_RUNTIME_VERSION": "16.4",
+            "PYSPARK_PYTHON": str(self.python),
+        }
+        self.calls += 1
+        plan = self.root / f"plan-{self.calls}.json"
+        plan.write_text(json.dumps({"env": env, "root": str(self.metastore), "jars": self.jars, "steps": plan_steps}))
+        done = subprocess.run([str(self.python), str(REPO / "tests" / "databricks_runtime.py"), str(plan)],
+                              capture_output=True, text=True, timeout=int(os.environ.get("HEARTBEAT_TEST_TASK_TIMEOUT", "600")), cwd=self.root, env=env)
+        outcomes = [json.loads(line[5:]) for line in done.stdout.splitlines() if line.startswith("STEP ")]
+        self.last_output = done.stdout + done.stderr
+        assert done.returncode == 0 and len(outcomes) == len(plan_steps), self.last_output[-4000:]
+        return outcomes
+
+
+@pytest.fixture(scope="module")
+def task_python(tmp_path_factory):
+    wheel = build_wheel(tmp_path_factory.mktemp("dist"))
+    job = resolved_jobs("prod", overrides={"catalog": CATALOG})["heartbeat_runner"]
+    (task,) = [t for t in job["tasks"] if t["task_key"] == "tick"]
+    return task_environment(wheel, task_libraries(task))
+
+
+@pytest.fixture(scope="module")
+def jars():
+    from heartbeat_runner.lakehouse.spark_jars import spark_jars
+
+    return [str(j) for j in spark_jars()]
+
+
+@pytest.fixture
+def workspace(tmp_path, task_python, jars):
+    with JobsApiServer() as api:
+        yield Workspace(tmp_path, api, task_python, jars)
+
+
+def test_the_task_environment_holds_what_a_cluster_holds_and_nothing_else(task_python):
+    listed = subprocess.run([str(task_python), "-m", "pip", "list", "--format=json"], capture_output=True,
+                            text=True, check=True)
+    names = {p["name"].lower() for p in json.loads(listed.stdout)}
+    assert {"heartbeat-runner", "pyspark", "delta-spark", "dbt-spark"} <= names
+    assert not names & {"pysail", "dbt-databricks", "databricks-connect"}, names
+
+
+def sql_steps(*statements: str) -> list[dict]:
+    return [{"sql": s} for s in statements]
+
+
+def test_the_runner_job_seeds_ticks_and_starts_one_run_for_a_data_commit_and_none_for_optimize(workspace):
+    """The issue's 'done when': seed, tick, and exactly one run for one data commit followed by an OPTIMIZE."""
+    api = workspace.api
+    job = api.add_job("orders_etl")
+    table = f"{CATALOG}.sales.orders"
+    config = workspace.files / "seeds" / "heartbeat_sensor_config.csv"
+    config.write_text(HEADER + "\n" + row("delta_table", table, str(job)) + "\n")
+
+    first = workspace.run("heartbeat_seed", [
+        *sql_steps("CREATE SCHEMA IF NOT EXISTS sales",
+                   f"CREATE TABLE {table} (id INT, amount DOUBLE) USING delta",
+                   f"INSERT INTO {table} VALUES (1, 10.0)"),
+        {"task_key": "seed"},
+    ])
+    assert [s.get("exit", 0) for s in first] == [0, 0, 0, 0], workspace.last_output[-3000:]
+    assert all(s.get("ok", True) for s in first)
+
+    # a new cluster per scheduled run: the baseline tick, then a tick after a data commit and an OPTIMIZE
+    ticks = workspace.run("heartbeat_runner", [
+        {"task_key": "tick"},
+        *sql_steps(f"INSERT INTO {table} VALUES (2, 20.0)", f"OPTIMIZE {table}"),
+        {"task_key": "tick"},
+    ])
+    assert [s.get("exit", 0) for s in ticks] == [0, 0, 0, 0], workspace.last_output[-3000:]
+    assert all(s.get("ok", True) for s in ticks), ticks
+    assert len(api.runs_of(job)) == 1, workspace.last_output[-3000:]
+
+    # a later cluster: an OPTIMIZE alone (as predictive optimization runs it) starts nothing
+    api.finish_run(api.runs_of(job)[0].run_id, "SUCCESS")
+    later = workspace.run("heartbeat_runner", [
+        {"task_key": "tick"},
+        *sql_steps(f"OPTIMIZE {table}", f"ALTER TABLE {table} SET TBLPROPERTIES ('comment.owner' = 'sales')",
+                   f"COMMENT ON TABLE {table} IS 'orders'"),
+        {"task_key": "tick"},
+    ])
+    assert [s.get("exit", 0) for s in later] == [0, 0, 0, 0, 0], workspace.last_output[-3000:]
+    assert len(api.runs_of(job)) == 1, workspace.last_output[-3000:]
