@@ -112,7 +112,7 @@ def test_a_failed_job_is_recovered_by_a_manual_run_without_re_reading_its_histor
             server.create_manual_run(job, "FAILED", start_ms=ms(failed_at - timedelta(hours=30, minutes=-i)),
                                      end_ms=ms(failed_at - timedelta(hours=29, minutes=-i)))
     repaired = server.create_manual_run(jobs[1], "FAILED", start_ms=ms(failed_at - timedelta(minutes=5)))
-    server.runs[repaired].lifecycle = "RUNNING"  # a repair of the failed run: old start time, running again
+    server.repair_run(repaired)  # a repair of the failed run: same run id, old start time, running again
     failed = [FailedJob(str(job), failed_at) for job in jobs]
 
     first = backend.reconcile([], failed, ApiBudget(LIMITS))  # the first look of this process: per job, once
