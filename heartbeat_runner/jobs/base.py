@@ -19,14 +19,18 @@ from heartbeat_runner.jobs.calls import ApiBudget, Calls, call_all
 
 
 class RunOutcome(str, enum.Enum):
+    """A run's fate as the tick sees it. SKIPPED: the jobs service ended the run without executing it (e.g.
+    the job's maximum concurrent runs were reached): its request is asked again, with a new token."""
+
     PENDING = "PENDING"
     RUNNING = "RUNNING"
     SUCCESS = "SUCCESS"
     FAILED = "FAILED"
+    SKIPPED = "SKIPPED"
 
     @property
     def finished(self) -> bool:
-        return self in (RunOutcome.SUCCESS, RunOutcome.FAILED)
+        return self in (RunOutcome.SUCCESS, RunOutcome.FAILED, RunOutcome.SKIPPED)
 
 
 @dataclass(frozen=True)
