@@ -218,3 +218,36 @@ def test_300_jobs_triggered_in_one_tick_once_each_under_429s_and_a_kill_midway(t
     triggered = lake.events("TRIGGERED")
     assert sorted(int(e["job_run_id"]) for e in triggered) == sorted(api.runs)
     assert {r[3] for r in lake.control()} == {"IN_PROGRESS"}
+
+
+def test_a_skipped_run_never_loses_its_data_the_job_is_asked_again_with_a_new_token(beat, api):
+    """A run-now answered with a run the workspace skipped (max concurrent runs reached, queueing off) was
+    recorded FAILED and the data it was to consume never asked for again."""
+    job = api.add_job(max_concurrent_runs=1, queue=False)
+    beat.seed(row("delta_table", "sales.orders", str(job)))
+    heartbeat = heartbeat_for(beat, api)
+    heartbeat.tick()
+    manual = api.create_manual_run(job, "SUCCESS")
+    api.runs[manual].lifecycle, api.runs[manual].fate = "RUNNING", None  # someone's run holds the only slot
+    assert new_data_then_tick(beat, heartbeat, 2).triggered_job_ids == [str(job)]
+    (skipped,) = [r for r in api.runs_of(job) if r.token]
+    assert skipped.lifecycle == "SKIPPED"
+
+    result = heartbeat.tick()
+    assert result.failed == [] and [p.job_id for p in result.runs_skipped] == [str(job)]
+    assert "MAX_CONCURRENT_RUNS_EXCEEDED" in result.runs_skipped[0].message
+    (event,) = beat.events("RUN_SKIPPED")
+    assert event["idempotency_token"] == skipped.token and event["job_run_id"] == str(skipped.run_id)
+    assert beat.job_status(str(job)) == {"NEW_EVENT_AVAILABLE"}  # the windows are pending again
+
+    api.finish_run(manual, "SUCCESS")  # the slot is free
+    again = heartbeat.tick()
+    assert again.triggered_job_ids == [str(job)]
+    (_, asked) = [r for r in api.runs_of(job) if r.token]
+    assert asked.token != skipped.token and asked.lifecycle == "QUEUED"
+    assert json.loads(asked.parameters["heartbeat_windows"]) == json.loads(skipped.parameters["heartbeat_windows"])
+    assert beat.job_status(str(job)) == {"IN_PROGRESS"}
+
+    api.finish_run(asked.run_id, "SUCCESS")
+    assert heartbeat.tick().completed == [str(job)]
+    assert len([r for r in api.runs_of(job) if r.token]) == 2

@@ -421,6 +421,14 @@ class TableStore:
         return {row["idempotency_token"]: job_parameters(json.loads(row["payload"]) if row["payload"] else {})
                 for row in found}
 
+    def skipped_tokens(self, idempotency_tokens: list[str]) -> set[str]:
+        """Those of ``idempotency_tokens`` whose run the jobs service skipped (a RUN_SKIPPED event)."""
+        if not idempotency_tokens:
+            return set()
+        found = self.read(EVENTS, Cond("idempotency_token", idempotency_tokens, "in"),
+                          Cond("event_type", EventType.RUN_SKIPPED.value), columns=["idempotency_token"])
+        return {row["idempotency_token"] for row in found}
+
     def request_payload(self, idempotency_token: str) -> dict[str, Any]:
         """The whole payload of a trigger request: the job parameters and Heartbeat's own ``_`` keys
         (a catch-up sequence's plan)."""

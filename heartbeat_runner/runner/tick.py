@@ -51,6 +51,7 @@ from heartbeat_runner.core.records import (
     new_data_event_id,
     new_run_id,
     random_event_id,
+    skipped_token,
     utcnow,
 )
 from heartbeat_runner.jobs.base import (
@@ -78,13 +79,15 @@ from heartbeat_runner.lakehouse.store import (
 from heartbeat_runner.policies.event_windows import source_grains
 from heartbeat_runner.policies.retry import RetryPolicies, overrun, retry_token
 from heartbeat_runner.policies.sequences import NextRun, Sequences
-from heartbeat_runner.runner.empty_reads import ASKS, SEQUENCES, EmptyReads
+from heartbeat_runner.runner.empty_reads import ASKS, SEQUENCES, SKIPS, EmptyReads
 from heartbeat_runner.sensing.parallel import SensingOutcome, sense_all
 from heartbeat_runner.sensing.sources.base import SenseContext
 
 log = logging.getLogger(__name__)
 
 #: figures of a run summary's stage_timings that are counts, not seconds of a stage
+#: tokens of one request's chain read at once (asks beyond it after as many skipped runs take the last + 1)
+SKIP_CHAIN = 8
 COUNT_FIGURES = ("idle_ticks", "sql_parses", "mean_sql_parses", "engine_recycles", "engine_wakes", "loop_restarts")
 
 @dataclass(frozen=True)
@@ -126,6 +129,8 @@ class TickResult:
     trigger_errors: list[JobProblem] = field(default_factory=list)
     retried: list[str] = field(default_factory=list)  # job ids re-run by their retry policy
     overdue: list[JobProblem] = field(default_factory=list)  # runs past their maximum duration
+    #: runs the jobs service skipped without executing them: their data is asked for again at a later tick
+    runs_skipped: list[JobProblem] = field(default_factory=list)
     #: job ids whose trigger request or run lookup did not fit the tick's API budget (done next tick, in order)
     carried: list[str] = field(default_factory=list)
     #: what the jobs backend said about how it read (e.g. a listing over its page budget)
@@ -164,6 +169,7 @@ class TickResult:
         """Nothing sensed, triggered, reconciled, written or failed: the run report coalesces such ticks."""
         return (self.events_written == 0 and self.sources_with_new_data == 0 and self.exit_code == 0
                 and not (self.triggered or self.completed or self.failed or self.retried or self.overdue
+                         or self.runs_skipped
                          or self.carried or self.api_notes or self.recovered)
                 and not any(s.note for s in self.sensed))
 
@@ -181,6 +187,7 @@ class TickResult:
             "trigger_errors": [p.as_dict() for p in self.trigger_errors],
             "retried": self.retried,
             "overdue": [p.as_dict("message") for p in self.overdue],
+            "runs_skipped": [p.as_dict("message") for p in self.runs_skipped],
             "carried": self.carried, "api_notes": self.api_notes, "recovered": self.recovered,
             "stage_timings": self.stage_timings, "sql_parses": self.sql_parses, "exit_code": self.exit_code,
             **({"maintenance": self.maintenance.as_dict()} if self.maintenance else {}),
@@ -454,6 +461,7 @@ class Heartbeat:
         wanted = [Wanted(job_id, rows[0].trigger_job_name, rows, _consumed(rows[0].consumed_event_ids))
                   for job_id, rows in by_job.items()]
         wanted += self._manual_runs(set(by_job) | {request.job_id for request in carried})
+        wanted = self._past_skips(wanted)
         if not wanted:
             if carried:
                 self._request_runs(result, [], carried)
@@ -468,6 +476,21 @@ class Heartbeat:
         self._request_runs(result, [self._requested_event(result, req, payload, ",".join(want.consumed) or None,
                                                           want.message)
                                     for want, req, payload in planned], carried + [req for _, req, _ in planned])
+
+    def _past_skips(self, wanted: list[Wanted]) -> list[Wanted]:
+        """Each wanted run with the first token of its chain (``skipped_token``) whose run was not skipped: the
+        same data asked again after a skipped run gets a new token (the old one would hand back the skipped
+        run), derived from recorded events only, so a crash replays it. Read again only when a process
+        committed since the last read that found no skipped request among the tokens asked."""
+        if not wanted or self._empty.still_empty(SKIPS):
+            return wanted
+        chains = {want.first_token: [skipped_token(want.first_token, n) for n in range(SKIP_CHAIN)]
+                  for want in wanted}
+        skipped = self.store.skipped_tokens(sorted({t for chain in chains.values() for t in chain}))
+        self._empty.found(SKIPS, empty=not skipped)
+        return [replace(want, attempt=next((n for n, t in enumerate(chains[want.first_token]) if t not in skipped),
+                                           SKIP_CHAIN))
+                for want in wanted]
 
     def _manual_runs(self, exclude: set[str]) -> list[Wanted]:
         """The runs operators asked for (``trigger``) that no other request of this tick covers. The asks are
@@ -691,6 +714,14 @@ class Heartbeat:
         if not status.outcome.finished:
             self._report_overrun(row, run_id, status, result)
             return []
+        if status.outcome is RunOutcome.SKIPPED:
+            # the run never executed: its request is void (heartbeat_in_lifecycle), the data it consumed is
+            # pending again, and a later tick asks with a new token (_past_skips)
+            note = f"run {run_id} was skipped ({status.message}); its data is asked for again at a later tick"
+            result.runs_skipped.append(JobProblem(row.trigger_job_id, note))
+            return [self._event(result, EventType.RUN_SKIPPED, row.trigger_job_id, job_run_id=run_id,
+                                idempotency_token=row.last_idempotency_token, message=status.message,
+                                payload=_timing_payload(status))]
         success = status.outcome is RunOutcome.SUCCESS
         (result.completed if success else result.failed).append(row.trigger_job_id)
         return [self._event(result, EventType.COMPLETED if success else EventType.FAILED, row.trigger_job_id,
@@ -761,7 +792,8 @@ class Heartbeat:
             jobs_completed=len(result.completed), jobs_failed=len(result.failed),
             trigger_errors=len(result.trigger_errors),
             status=result.status,
-            message="; ".join([*map(str, result.trigger_errors + result.overdue), *result.api_notes,
+            message="; ".join([*map(str, result.trigger_errors + result.overdue + result.runs_skipped),
+                               *result.api_notes,
                                *([f"carried to the next tick (jobs API budget): {', '.join(result.carried)}"]
                                  if result.carried else [])]) or None,
             stage_timings=json.dumps({**{k: round(v, 4) for k, v in stages.items()},
@@ -787,6 +819,8 @@ class Heartbeat:
             self._fold.appended(events)
         if events:
             self._empty.committed(self.store.events_version() if self._empty.carrying else None)
+        if any(e.event_type is EventType.RUN_SKIPPED for e in events):
+            self._empty.found(SKIPS, empty=False)
 
     @staticmethod
     def _event(result: TickResult, kind: EventType, job_id: str, **fields) -> Event:
@@ -803,11 +837,18 @@ class Wanted:
     rows: list[ReadyRow]      # the rows whose pending data it consumes (none: a manual run over nothing new)
     consumed: list[str]       # the NEW_DATA event ids it consumes
     ask: TriggerAsk | None = None
+    #: how many earlier asks of the same data had their runs skipped (see Heartbeat._past_skips)
+    attempt: int = 0
+
+    @property
+    def first_token(self) -> str:
+        """Job id + consumed events; a manual run adds its ask, so it never repeats another run's token."""
+        return idempotency_token(self.job_id, self.consumed + ([f"ask:{self.ask.ask_event_id}"] if self.ask else []))
 
     @property
     def token(self) -> str:
-        """Job id + consumed events; a manual run adds its ask, so it never repeats another run's token."""
-        return idempotency_token(self.job_id, self.consumed + ([f"ask:{self.ask.ask_event_id}"] if self.ask else []))
+        """The token of this ask: the first, or the next of its chain after skipped runs."""
+        return skipped_token(self.first_token, self.attempt)
 
     @property
     def message(self) -> str | None:
