@@ -4,6 +4,7 @@ under throttling. Assertions count API calls (never times)."""
 
 from __future__ import annotations
 
+import json
 import time
 from datetime import datetime, timedelta, timezone
 
@@ -159,3 +160,30 @@ def test_past_its_deadline_a_budget_starts_nothing_and_listings_stop_too():
     assert calls.answers == [] and calls.not_started == [1, 2, 3]
     assert budget.spent and budget.time_only().spent
     assert not ApiBudget(JobsApiLimits(max_calls=1)).time_only().spent  # listings are not counted in calls
+
+
+def test_a_new_process_starts_from_the_memory_the_previous_one_left_and_reads_no_history(server):
+    """A process per tick (cron, a scheduled job) lost the look for successful runs of failed jobs every tick:
+    one runs/list per failed job each tick. The memory a backend leaves (carried as JSON in the run summary)
+    lets the next process make the same two listings whatever the number of failed jobs."""
+    failed_at = datetime.now(timezone.utc) - timedelta(hours=1)
+    jobs = [server.add_job(f"job_{i}") for i in range(300)]
+    failed = [FailedJob(str(job), failed_at) for job in jobs]
+    first = backend_for(server)
+    assert first.reconcile([], failed, ApiBudget(LIMITS)).recovered == {}
+    assert server.calls("runs/list") >= 300
+    carried = json.loads(json.dumps(first.memory()))
+
+    manual = server.create_manual_run(jobs[7], "SUCCESS")
+    server.reset_counts()
+    second = backend_for(server)  # the next process
+    second.remember(carried)
+    found = second.reconcile([], failed, ApiBudget(LIMITS))
+    assert found.recovered[str(jobs[7])].run_id == str(manual) and len(found.recovered) == 1
+    assert server.calls("runs/list") == 2 and server.calls("runs/get") == 0
+
+    server.reset_counts()
+    third = backend_for(server)
+    third.remember({"looked_at_ms": "not a memory"})  # unreadable: the look starts afresh, still right
+    assert str(jobs[7]) in third.reconcile([], failed, ApiBudget(LIMITS)).recovered
+    assert server.calls("runs/list") >= 300

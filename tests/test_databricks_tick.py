@@ -251,3 +251,35 @@ def test_a_skipped_run_never_loses_its_data_the_job_is_asked_again_with_a_new_to
     api.finish_run(asked.run_id, "SUCCESS")
     assert heartbeat.tick().completed == [str(job)]
     assert len([r for r in api.runs_of(job) if r.token]) == 2
+
+
+def test_a_process_per_tick_carries_the_look_for_failed_jobs_in_the_run_summary(hb, api):
+    """The failed-job watermark lived in process memory: with a process per tick every tick re-read each failed
+    job's history (one runs/list per job). It is carried in the run summary and read back once per process."""
+    jobs = trigger_file_jobs(hb, api, 3)
+    first = hb.app.heartbeat(backend=DatabricksJobsBackend(api.client(), limits=LIMITS))
+    first.tick()
+    for i in range(3):
+        hb.drop_trigger_file(f"drop_{i}", "batch.done")
+    assert len(first.tick().triggered) == 3
+    for job in jobs:
+        (run,) = api.runs_of(job)
+        api.finish_run(run.run_id, "FAILED")
+    assert sorted(first.tick().failed) == sorted(map(str, jobs))
+    first.tick()  # the first look at the failed jobs reads their history once
+    assert per_job_listings(api) == 3
+    first.close()  # the process ends
+
+    api.reset_counts()
+    second = hb.app.heartbeat(backend=DatabricksJobsBackend(api.client(), limits=LIMITS))  # the next process
+    assert second.tick().completed == []
+    assert per_job_listings(api) == 3 and api.calls("runs/list") == 2  # the same two listings, no history
+    manual = api.create_manual_run(jobs[1], "SUCCESS")
+    second.close()
+
+    api.reset_counts()
+    third = hb.app.heartbeat(backend=DatabricksJobsBackend(api.client(), limits=LIMITS))
+    assert third.tick().completed == [str(jobs[1])] and api.calls("runs/list") == 2
+    assert per_job_listings(api) == 3
+    (done,) = [e for e in hb.events("COMPLETED") if e["trigger_job_id"] == str(jobs[1])]
+    assert done["job_run_id"] == str(manual)

@@ -225,6 +225,8 @@ class RunSummary(TableRow):
     trigger_errors: int
     status: TickStatus
     message: str | None
+    #: JSON: seconds per stage and process figures; ``jobs_backend_memory`` (an object) is what the jobs backend
+    #: carries to the next process (e.g. Databricks: how far the look for failed jobs' successful runs reached)
     stage_timings: str
 
 

@@ -12,6 +12,7 @@ import abc
 import enum
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from heartbeat_runner.core.errors import JobsBackendError
 from heartbeat_runner.core.settings import Settings
@@ -180,6 +181,18 @@ class JobsBackend(abc.ABC):
 
     def run_output(self, job_id: str, run_id: str) -> RunOutput | None:
         """Where to see the output of one run; None when the backend keeps none."""
+        return None
+
+    def memory(self) -> dict[str, Any] | None:
+        """What this backend learnt that the next process may start from (JSON-able, nothing secret); the tick
+        carries it in its run summary. None: nothing to carry.
+
+        Invariant: a stale memory (an older tick's) only makes the backend read more, never answer wrong."""
+        return None
+
+    def remember(self, memory: dict[str, Any]) -> None:
+        """Start from the memory an earlier process left (:meth:`memory`); one it cannot read is ignored. The
+        default keeps nothing."""
         return None
 
     def cancel_run(self, job_id: str, run_id: str) -> None:

@@ -143,6 +143,16 @@ class DatabricksJobsBackend(JobsBackend):
 
     # -- JobsBackend ------------------------------------------------------------------------
 
+    def memory(self) -> dict[str, Any] | None:
+        """How far the look for successful runs of failed jobs reached (see :class:`_RecoveryMemory`)."""
+        return self._recovery.as_dict() if self._recovery is not None else None
+
+    def remember(self, memory: dict[str, Any]) -> None:
+        """Start from an earlier process's look (a process per tick would otherwise read every failed job's
+        history each tick); a stale one only makes the next listing longer."""
+        if self._recovery is None:
+            self._recovery = _RecoveryMemory.from_dict(memory)
+
     def run_output(self, job_id: str, run_id: str) -> RunOutput | None:
         """The run's page in the workspace (no API call: the URL is built from the host)."""
         host = (self.client.config.host or "").rstrip("/")
@@ -419,8 +429,9 @@ class _Listing:
 
 @dataclass
 class _RecoveryMemory:
-    """How far the previous look for successful runs of failed jobs reached (per process; bounded by the
-    failed jobs and their active runs)."""
+    """How far the previous look for successful runs of failed jobs reached (bounded by the failed jobs and
+    their active runs). Carried from process to process in the tick's run summary: a stale one (an older
+    tick's) only makes the listing of completed runs reach further back, never misses a run."""
 
     #: the workspace's time when the look's active listing began: every run that started before it was
     #: either read as completed or listed as active (and then watched)
@@ -429,6 +440,22 @@ class _RecoveryMemory:
     jobs: set[str]
     #: runs of failed jobs active at that look: run id -> job id
     watched: dict[int, str]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"looked_at_ms": self.looked_at_ms, "jobs": sorted(self.jobs),
+                "watched": {str(run): job for run, job in sorted(self.watched.items())}}
+
+    @classmethod
+    def from_dict(cls, memory: Mapping[str, Any]) -> _RecoveryMemory | None:
+        """The memory written by :meth:`as_dict`; None when it is not one (then the look starts afresh)."""
+        looked_at, jobs, watched = memory.get("looked_at_ms"), memory.get("jobs"), memory.get("watched")
+        if not isinstance(looked_at, int) or looked_at <= 0 or not isinstance(jobs, list) \
+                or not isinstance(watched, dict):
+            return None
+        try:
+            return cls(looked_at, {str(job) for job in jobs}, {int(run): str(job) for run, job in watched.items()})
+        except (TypeError, ValueError):
+            return None
 
 
 class _Pages:

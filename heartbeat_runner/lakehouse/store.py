@@ -421,6 +421,15 @@ class TableStore:
         return {row["idempotency_token"]: job_parameters(json.loads(row["payload"]) if row["payload"] else {})
                 for row in found}
 
+    def latest_run_figures(self) -> dict[str, Any]:
+        """The figures (``stage_timings``) of the latest run summary; empty when none is readable."""
+        found = self.read(RUNS, order_by=["ended_ts DESC"], limit=1, columns=["stage_timings"])
+        try:
+            figures = json.loads(found[0]["stage_timings"]) if found and found[0]["stage_timings"] else {}
+        except ValueError:
+            return {}
+        return figures if isinstance(figures, dict) else {}
+
     def skipped_tokens(self, idempotency_tokens: list[str]) -> set[str]:
         """Those of ``idempotency_tokens`` whose run the jobs service skipped (a RUN_SKIPPED event)."""
         if not idempotency_tokens:

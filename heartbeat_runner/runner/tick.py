@@ -86,6 +86,8 @@ from heartbeat_runner.sensing.sources.base import SenseContext
 log = logging.getLogger(__name__)
 
 #: figures of a run summary's stage_timings that are counts, not seconds of a stage
+#: the key of a run summary's figures that carries the jobs backend's memory to the next process
+BACKEND_MEMORY = "jobs_backend_memory"
 #: tokens of one request's chain read at once (asks beyond it after as many skipped runs take the last + 1)
 SKIP_CHAIN = 8
 COUNT_FIGURES = ("idle_ticks", "sql_parses", "mean_sql_parses", "engine_recycles", "engine_wakes", "loop_restarts")
@@ -225,7 +227,7 @@ class IdleStreak:
         self.sources_sensed = len(result.sensed)
         self.sql_parses += result.sql_parses
 
-    def summary(self, process: dict[str, int] | None = None) -> RunSummary:
+    def summary(self, process: dict[str, Any] | None = None) -> RunSummary:
         return RunSummary(
             run_id=self.first_run_id, snapshot_ts=self.first_snapshot, ended_ts=utcnow(),
             duration_s=round(self.duration_s, 4), sources_sensed=self.sources_sensed, sources_with_new_data=0,
@@ -308,6 +310,8 @@ class Heartbeat:
         self.loop_restarts = 0
         #: source keys whose latest recorded sensing failed (None: not read yet by this process)
         self._failing: set[str] | None = None
+        #: the jobs backend was handed the memory of the latest run summary (once per process)
+        self._backend_recalled = False
         #: the jobs in progress and the failed ones at this tick's triggering step (read once per tick)
         self._in_progress: list[ControlRow] = []
         self._failed: list[ControlRow] = []
@@ -378,7 +382,7 @@ class Heartbeat:
         fail_point(FaultPoint.CLOSING)
         self.observer.close()
         if self._idle is not None:
-            self.store.append_run(self._idle.summary(self._process_figures()), [])
+            self.store.append_run(self._idle.summary(self._summary_figures()), [])
             self._idle = None
 
     def _recoveries(self, sensed: list[SensingOutcome]) -> list[str]:
@@ -393,6 +397,21 @@ class Heartbeat:
         recovered = sorted((keys - failing_now) & self._failing)
         self._failing = (self._failing - keys) | failing_now
         return recovered
+
+    def _summary_figures(self) -> dict[str, Any]:
+        """The process figures, and the jobs backend's memory for the next process (see JobsBackend.memory)."""
+        memory = self.backend.memory()
+        return {**self._process_figures(), **({BACKEND_MEMORY: memory} if memory is not None else {})}
+
+    def _recall_backend(self) -> None:
+        """Once per process, when there are failed jobs to look after: hand the backend the memory the latest
+        run summary carries (a process per tick would otherwise start every look afresh)."""
+        if self._backend_recalled:
+            return
+        self._backend_recalled = True
+        memory = self.store.latest_run_figures().get(BACKEND_MEMORY)
+        if isinstance(memory, dict):
+            self.backend.remember(memory)
 
     def _process_figures(self) -> dict[str, int]:
         """What the run report tells about the process: engine recycles, starts after parking and loop
@@ -611,6 +630,8 @@ class Heartbeat:
         just_triggered = set(result.triggered_job_ids)
         tracked = [row for row in self._in_progress if row.trigger_job_id not in just_triggered and row.job_run_id]
         failed = self._failed
+        if failed:
+            self._recall_backend()
         found = self._reconciliation(tracked, failed, result)
         events: list[Event] = []
         next_runs = self._sequences_due(result)
@@ -779,9 +800,9 @@ class Heartbeat:
             if not self._idle_row_due():
                 return
             streak, self._idle = self._idle, None
-            self.store.append_run(streak.summary(self._process_figures()), [])
+            self.store.append_run(streak.summary(self._summary_figures()), [])
             return
-        pending = [self._idle.summary(self._process_figures())] if self._idle is not None else []
+        pending = [self._idle.summary(self._summary_figures())] if self._idle is not None else []
         self._idle = None
         stages = {**result.stage_timings, "report": time.monotonic() - report_began}
         summaries = pending + [RunSummary(
@@ -797,7 +818,7 @@ class Heartbeat:
                                *([f"carried to the next tick (jobs API budget): {', '.join(result.carried)}"]
                                  if result.carried else [])]) or None,
             stage_timings=json.dumps({**{k: round(v, 4) for k, v in stages.items()},
-                                      "sql_parses": result.sql_parses, **self._process_figures()}),
+                                      "sql_parses": result.sql_parses, **self._summary_figures()}),
         )]
         self.store.append_runs(summaries, [])
 
