@@ -187,3 +187,28 @@ def test_a_new_process_starts_from_the_memory_the_previous_one_left_and_reads_no
     third.remember({"looked_at_ms": "not a memory"})  # unreadable: the look starts afresh, still right
     assert str(jobs[7]) in third.reconcile([], failed, ApiBudget(LIMITS)).recovered
     assert server.calls("runs/list") >= 300
+
+
+def test_a_failed_run_repaired_between_two_looks_unblocks_its_job(server):
+    """A repair keeps the run id and its old start time: one that started and ended between two looks showed in
+    neither the active listing nor the listing of runs started since, so the job stayed blocked."""
+    backend = backend_for(server)
+    jobs = [server.add_job(f"job_{i}") for i in range(20)]
+    failed_runs = [server.create_manual_run(job, "FAILED", start_ms=ms(datetime.now(timezone.utc) - timedelta(hours=2)))
+                   for job in jobs]
+    failed_at = datetime.now(timezone.utc)
+    failed = [FailedJob(str(job), failed_at, str(run)) for job, run in zip(jobs, failed_runs)]
+    assert backend.reconcile([], failed, ApiBudget(LIMITS)).recovered == {}
+
+    server.repair_run(failed_runs[13])
+    server.finish_run(failed_runs[13], "SUCCESS")  # repaired to success between two ticks
+    server.reset_counts()
+    seen: dict[str, object] = {}
+    for _ in range(3):  # 20 failed runs, 8 looked up a tick: every one within three ticks
+        seen.update(backend.reconcile([], failed, ApiBudget(LIMITS)).recovered)
+        if seen:
+            break
+    assert set(seen) == {str(jobs[13])}
+    status = seen[str(jobs[13])]
+    assert status.run_id == str(failed_runs[13]) and status.end_time > failed_at
+    assert server.calls("runs/get") <= 3 * 8 and server.calls("runs/list") <= 3 * 2

@@ -89,6 +89,8 @@ class FailedJob:
 
     job_id: str
     failed_at: datetime
+    #: the run whose failure blocked the job, when known: a repair of it keeps this id
+    run_id: str | None = None
 
 
 @dataclass(frozen=True)

@@ -65,6 +65,10 @@ PAGE_SIZE = 25
 #: the previous look (its ``Date`` header): a run created just before a listing may not show in it yet.
 LISTING_OVERLAP = timedelta(minutes=2)
 _OVERLAP_MS = int(LISTING_OVERLAP.total_seconds() * 1000)
+#: Failed runs of failed jobs looked up (runs/get) per tick, in turn: a repair keeps the run's old start time, so
+#: one that starts and ends between two looks shows in no listing. With N failed jobs, such a repair is seen
+#: within ceil(N / REPAIR_CHECKS) ticks, at a bounded cost per tick.
+REPAIR_CHECKS = 8
 
 _PENDING_STATES = {"QUEUED", "PENDING", "BLOCKED", "WAITING", "WAITING_FOR_RETRY"}
 _RUNNING_STATES = {"RUNNING", "TERMINATING"}
@@ -234,7 +238,9 @@ class DatabricksJobsBackend(JobsBackend):
         look of this process) is looked up once (its history since the failure); after that, a tick reads
         one workspace-wide listing of the runs *completed* since the previous look, plus a ``runs/get`` of
         each run of a failed job that was active at the previous look and is not any more (a repaired run
-        keeps its old start time). A run that ends after the failure is either of those, so nothing is missed.
+        keeps its old start time). A run that ends after the failure is either of those, so nothing is missed,
+        except a repair of the failed run itself that starts and ends between two looks: the failed runs are
+        looked up ``REPAIR_CHECKS`` a tick, in turn (the turn is carried in the memory).
         """
         memory = self._recovery if listing.complete else None
         known = [job for job in failed if memory is not None and job.job_id in memory.jobs]
@@ -252,6 +258,7 @@ class DatabricksJobsBackend(JobsBackend):
         self._recovery = _RecoveryMemory(
             newest_ms or began_ms - _OVERLAP_MS, covered - set(found.recovered),
             {run_id: str(run.job_id) for run_id, run in listing.runs.items() if str(run.job_id) in failed_ids},
+            memory.repair_turn if memory is not None else 0,
         ) if listing.complete else None
 
     def _recover_known(self, known: list[FailedJob], memory: _RecoveryMemory, listing: _Listing,
@@ -270,8 +277,16 @@ class DatabricksJobsBackend(JobsBackend):
             found.notes.append("runs completed since the previous look exceed the page budget "
                                "(HEARTBEAT_JOBS_API_LIST_PAGES): failed jobs were looked up one by one")
             return set()
-        left = [run_id for run_id, job in memory.watched.items() if job in wanted and run_id not in listing.runs]
-        gets = call_all(left, lambda run_id: self._get_run(memory.watched[run_id], str(run_id)), budget)
+        lookups = {run_id: job for run_id, job in memory.watched.items() if job in wanted and run_id not in listing.runs}
+        repairable = sorted((int(job.run_id), job.job_id) for job in known
+                            if job.run_id and job.run_id.isdigit() and int(job.run_id) not in listing.runs)
+        if repairable:
+            first = memory.repair_turn % len(repairable)
+            turn = (repairable[first:] + repairable[:first])[:REPAIR_CHECKS]
+            lookups.update({run_id: job for run_id, job in turn if run_id not in lookups})
+            memory.repair_turn = first + len(turn)
+        left = sorted(lookups)
+        gets = call_all(left, lambda run_id: self._get_run(lookups[run_id], str(run_id)), budget)
         if gets.not_started or any(a.error is not None for a in gets.answers):
             return set()
         candidates: list[WireRun] = [*completed.runs.values()]
@@ -440,10 +455,13 @@ class _RecoveryMemory:
     jobs: set[str]
     #: runs of failed jobs active at that look: run id -> job id
     watched: dict[int, str]
+    #: where the next turn of failed-run lookups begins (see REPAIR_CHECKS)
+    repair_turn: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return {"looked_at_ms": self.looked_at_ms, "jobs": sorted(self.jobs),
-                "watched": {str(run): job for run, job in sorted(self.watched.items())}}
+                "watched": {str(run): job for run, job in sorted(self.watched.items())},
+                "repair_turn": self.repair_turn}
 
     @classmethod
     def from_dict(cls, memory: Mapping[str, Any]) -> _RecoveryMemory | None:
@@ -453,7 +471,9 @@ class _RecoveryMemory:
                 or not isinstance(watched, dict):
             return None
         try:
-            return cls(looked_at, {str(job) for job in jobs}, {int(run): str(job) for run, job in watched.items()})
+            turn = memory.get("repair_turn", 0)
+            return cls(looked_at, {str(job) for job in jobs}, {int(run): str(job) for run, job in watched.items()},
+                       turn if isinstance(turn, int) and turn >= 0 else 0)
         except (TypeError, ValueError):
             return None
 

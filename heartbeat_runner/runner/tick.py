@@ -679,7 +679,7 @@ class Heartbeat:
         """Ask the backend, in one call, about the tracked runs and the failed jobs; note what it could not do."""
         found = self.backend.reconcile(
             [RunRef(row.trigger_job_id, row.job_run_id) for row in tracked if row.job_run_id],
-            [FailedJob(row.trigger_job_id, since) for row in failed
+            [FailedJob(row.trigger_job_id, since, row.job_run_id) for row in failed
              if (since := row.job_end_timestamp or row.status_change_timestamp) is not None],
             self._budget)
         result.trigger_errors += [JobProblem(p.job_id, p.message) for p in found.problems]
