@@ -430,6 +430,11 @@ class TableStore:
             return {}
         return figures if isinstance(figures, dict) else {}
 
+    def any_skipped(self) -> bool:
+        """Whether the events hold a run the jobs service skipped (a RUN_SKIPPED event)."""
+        return bool(self.read(EVENTS, Cond("event_type", EventType.RUN_SKIPPED.value), limit=1,
+                              columns=["event_id"]))
+
     def skipped_tokens(self, idempotency_tokens: list[str]) -> set[str]:
         """Those of ``idempotency_tokens`` whose run the jobs service skipped (a RUN_SKIPPED event)."""
         if not idempotency_tokens:

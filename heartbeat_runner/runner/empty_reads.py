@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 ASKS = "trigger_asks"
 #: sequences whose latest run succeeded without the runner recording it (heartbeat_job_sequences)
 SEQUENCES = "next_windows_due"
-#: RUN_SKIPPED events among the tokens a tick is about to request
+#: runs the jobs service skipped (any RUN_SKIPPED event)
 SKIPS = "skipped_requests"
 
 

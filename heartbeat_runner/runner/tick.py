@@ -88,7 +88,7 @@ log = logging.getLogger(__name__)
 #: figures of a run summary's stage_timings that are counts, not seconds of a stage
 #: the key of a run summary's figures that carries the jobs backend's memory to the next process
 BACKEND_MEMORY = "jobs_backend_memory"
-#: tokens of one request's chain read at once (asks beyond it after as many skipped runs take the last + 1)
+#: tokens of one request's chain (see skipped_token) read in one query
 SKIP_CHAIN = 8
 COUNT_FIGURES = ("idle_ticks", "sql_parses", "mean_sql_parses", "engine_recycles", "engine_wakes", "loop_restarts")
 
@@ -499,17 +499,31 @@ class Heartbeat:
     def _past_skips(self, wanted: list[Wanted]) -> list[Wanted]:
         """Each wanted run with the first token of its chain (``skipped_token``) whose run was not skipped: the
         same data asked again after a skipped run gets a new token (the old one would hand back the skipped
-        run), derived from recorded events only, so a crash replays it. Read again only when a process
-        committed since the last read that found no skipped request among the tokens asked."""
-        if not wanted or self._empty.still_empty(SKIPS):
-            return wanted
-        chains = {want.first_token: [skipped_token(want.first_token, n) for n in range(SKIP_CHAIN)]
-                  for want in wanted}
-        skipped = self.store.skipped_tokens(sorted({t for chain in chains.values() for t in chain}))
-        self._empty.found(SKIPS, empty=not skipped)
-        return [replace(want, attempt=next((n for n, t in enumerate(chains[want.first_token]) if t not in skipped),
-                                           SKIP_CHAIN))
-                for want in wanted]
+        run), derived from recorded events only, so a crash replays it."""
+        attempts = self._skip_attempts([want.first_token for want in wanted])
+        return [replace(want, attempt=attempts.get(want.first_token, 0)) for want in wanted]
+
+    def _skip_attempts(self, tokens: list[str]) -> dict[str, int]:
+        """For each first token, the first attempt of its chain whose run was not skipped (0: the token itself).
+        The chains are read ``SKIP_CHAIN`` tokens at a time, and only while the events hold a skipped run at all
+        (that is read again only when a process committed since the last read that found none: EmptyReads)."""
+        if not tokens or self._empty.still_empty(SKIPS):
+            return {}
+        any_skipped = self.store.any_skipped()
+        self._empty.found(SKIPS, empty=not any_skipped)
+        if not any_skipped:
+            return {}
+        attempts: dict[str, int] = {}
+        left, start = sorted(set(tokens)), 0
+        while left:
+            chains = {t: [skipped_token(t, n) for n in range(start, start + SKIP_CHAIN)] for t in left}
+            skipped = self.store.skipped_tokens(sorted({t for chain in chains.values() for t in chain}))
+            for token, chain in chains.items():
+                free = next((n for n, t in enumerate(chain) if t not in skipped), None)
+                if free is not None:
+                    attempts[token] = start + free
+            left, start = [t for t in left if t not in attempts], start + SKIP_CHAIN
+        return attempts
 
     def _manual_runs(self, exclude: set[str]) -> list[Wanted]:
         """The runs operators asked for (``trigger``) that no other request of this tick covers. The asks are
@@ -646,6 +660,8 @@ class Heartbeat:
             recovered = self._recovery_events(row, found.recovered.get(row.trigger_job_id), result)
             ask = asks.get(row.trigger_job_id)
             retry = None if recovered or row.trigger_job_id in found.deferred else self._retry_request(row, ask)
+            if retry is not None:
+                (retry,) = self._past_skipped_retries([retry])
             events.extend(recovered)
             next_runs.extend(self._next_run(row, recovered, result))
             if retry is not None:
@@ -712,6 +728,14 @@ class Heartbeat:
                 return None
         base = self._request(row, row.base_idempotency_token)
         return replace(base, idempotency_token=retry_token(base.idempotency_token, row.consecutive_failures))
+
+    def _past_skipped_retries(self, retries: list[TriggerRequest]) -> list[TriggerRequest]:
+        """A retry whose run was skipped is asked again with the next token of its chain, as a first request is
+        (the same token would hand back the skipped run)."""
+        attempts = self._skip_attempts([retry.idempotency_token for retry in retries])
+        return [replace(retry, idempotency_token=skipped_token(retry.idempotency_token,
+                                                               attempts.get(retry.idempotency_token, 0)))
+                for retry in retries]
 
     def _report_overrun(self, row: ControlRow, run_id: str, status: RunStatus, result: TickResult) -> None:
         """Report (and optionally cancel) run ``run_id`` of ``row`` going on for longer than the configured maximum."""
