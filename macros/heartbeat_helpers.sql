@@ -104,7 +104,7 @@
 {#
   Per idempotency token (a relation): when the jobs API last refused the request
   (refused_ts, its latest TRIGGER_ERROR), whether a run started for it (started) and
-  that run's id.
+  that run's id, and when the jobs service skipped that run (skipped_ts, RUN_SKIPPED).
 #}
 {% macro heartbeat_request_outcomes(events_relation) -%}
   (
@@ -112,9 +112,10 @@
       idempotency_token,
       max(case when event_type = 'TRIGGER_ERROR' then event_ts end) as refused_ts,
       max(case when event_type = 'TRIGGERED' then job_run_id end) as job_run_id,
-      max(case when event_type = 'TRIGGERED' then 1 else 0 end) = 1 as started
+      max(case when event_type = 'TRIGGERED' then 1 else 0 end) = 1 as started,
+      max(case when event_type = 'RUN_SKIPPED' then event_ts end) as skipped_ts
     from {{ events_relation }}
-    where event_type in ('TRIGGER_ERROR', 'TRIGGERED') and idempotency_token is not null
+    where event_type in ('TRIGGER_ERROR', 'TRIGGERED', 'RUN_SKIPPED') and idempotency_token is not null
     group by idempotency_token
   )
 {%- endmacro %}
@@ -124,12 +125,15 @@
   (heartbeat_request_outcomes, left joined): trigger requests of every kind, COMPLETED,
   FAILED, RESET. A request the jobs API refused (a TRIGGER_ERROR with its token after it)
   never happened, unless an attempt with the same token did start a run (the job was fixed
-  and the retry of the same request went through).
+  and the retry of the same request went through). A request whose run the jobs service
+  skipped (a RUN_SKIPPED with its token: the run never executed) never happened either: the
+  data it consumed is pending again, and the runner asks again with a new token.
 #}
 {% macro heartbeat_in_lifecycle(e, o) -%}
   ({{ e }}.event_type in ({{ heartbeat_request_types() }}, 'COMPLETED', 'FAILED', 'RESET')
    and not coalesce({{ e }}.event_type in ({{ heartbeat_request_types() }})
-                    and {{ o }}.refused_ts > {{ e }}.event_ts and not {{ o }}.started, false))
+                    and (({{ o }}.refused_ts > {{ e }}.event_ts and not {{ o }}.started)
+                         or {{ o }}.skipped_ts > {{ e }}.event_ts), false))
 {%- endmacro %}
 
 {# The job lifecycle events that count (a relation of events): see heartbeat_in_lifecycle. #}

@@ -26,8 +26,11 @@
 
 with events as {{ heartbeat_events() }},
 
+{# a request whose run the jobs service skipped (RUN_SKIPPED) is void, as if never answered #}
 answered as (
-  select distinct idempotency_token from events where event_type = 'TRIGGERED'
+  select idempotency_token from events where event_type in ('TRIGGERED', 'RUN_SKIPPED')
+  group by idempotency_token
+  having max(case when event_type = 'RUN_SKIPPED' then 1 else 0 end) = 0
 ),
 
 job_events as (

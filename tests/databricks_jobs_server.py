@@ -2,9 +2,15 @@
 
 A plain ``ThreadingHTTPServer`` on 127.0.0.1 keeps jobs, runs and idempotency tokens
 and answers the calls the SDK makes (API 2.1 and 2.2): ``jobs/run-now``, ``jobs/get``,
-``jobs/runs/get``, ``jobs/runs/list`` and ``jobs/runs/cancel``, in the JSON shapes of
-the real API (checked against ``databricks.sdk.service.jobs``). Runs move QUEUED →
-RUNNING → TERMINATED only when a test says so. Faults are injected per endpoint for the
+``jobs/runs/get``, ``jobs/runs/list``, ``jobs/runs/cancel`` and ``jobs/runs/repair``, in the
+JSON shapes of the real API (checked against ``databricks.sdk.service.jobs``). Runs move
+QUEUED → RUNNING → TERMINATED only when a test says so, and end in any fate a workspace
+reports (``FATES``: SUCCESS, FAILED, SUCCESS_WITH_FAILURES, TIMEDOUT, CANCELED, SKIPPED), in
+both shapes: ``status.state`` + ``status.termination_details.{code,type,message}`` (API 2.2)
+and the legacy ``state.{life_cycle_state,result_state,state_message}``. A job's
+``max_concurrent_runs`` is kept: with queueing off a run-now over it answers a run that is
+SKIPPED at once (MAX_CONCURRENT_RUNS_EXCEEDED); with queueing on the run waits QUEUED. A
+repair keeps the run id, appends to ``repair_history`` and moves the run back to RUNNING. Faults are injected per endpoint for the
 next N calls: an HTTP error (429 with Retry-After, 500, 503, 401, ...) returned before
 or *after* the call took effect, or an answer delayed beyond the client's timeout.
 
@@ -50,6 +56,34 @@ class Fault:
     after_effect: bool = False           # apply the call first, then fail: "did it run?" is unknown to the client
 
 
+@dataclass(frozen=True)
+class Fate:
+    """How a finished run ended, in both shapes of the API."""
+
+    life_cycle_state: str        # legacy state.life_cycle_state: TERMINATED, SKIPPED, INTERNAL_ERROR
+    result_state: str | None     # legacy state.result_state
+    code: str                    # status.termination_details.code
+    type: str                    # status.termination_details.type
+    message: str                 # the message both shapes carry
+
+
+#: Every fate a run can end in, by name (``finish_run(run_id, NAME)``).
+FATES: dict[str, Fate] = {
+    "SUCCESS": Fate("TERMINATED", "SUCCESS", "SUCCESS", "SUCCESS", ""),
+    "FAILED": Fate("TERMINATED", "FAILED", "RUN_EXECUTION_ERROR", "CLIENT_ERROR", "Task etl failed."),
+    # the final leaf task succeeded, another leaf failed: the job's run is a success with failures
+    "SUCCESS_WITH_FAILURES": Fate("TERMINATED", "SUCCESS_WITH_FAILURES", "SUCCESS_WITH_FAILURES", "SUCCESS",
+                                  "Some tasks failed; the leaf tasks succeeded."),
+    # a run past its timeout_seconds is cancelled by the platform
+    "TIMEDOUT": Fate("TERMINATED", "TIMEDOUT", "CANCELED", "CLIENT_ERROR", "Run timed out after 3600 seconds."),
+    "CANCELED": Fate("TERMINATED", "CANCELED", "USER_CANCELED", "SUCCESS", "Run cancelled."),
+    "SKIPPED": Fate("SKIPPED", "MAXIMUM_CONCURRENT_RUNS_REACHED", "MAX_CONCURRENT_RUNS_EXCEEDED", "CLIENT_ERROR",
+                    "Skipping this run because the limit of 1 maximum concurrent runs has been reached."),
+}
+#: legacy life cycle states in which a run is over
+FINISHED = ("TERMINATED", "SKIPPED", "INTERNAL_ERROR")
+
+
 @dataclass
 class FakeRun:
     run_id: int
@@ -59,10 +93,18 @@ class FakeRun:
     start_ms: int
     run_name: str
     trigger: str = "ONE_TIME"
+    #: status.state while active (QUEUED, PENDING, RUNNING, TERMINATING, BLOCKED, WAITING); the fate's
+    #: life cycle state once over
     lifecycle: str = "QUEUED"
-    result: str | None = None
+    fate: Fate | None = None
     message: str = ""
     end_ms: int = 0
+    #: repairs of this run (the API's repair_history after its ORIGINAL entry)
+    repairs: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def result(self) -> str | None:
+        return self.fate.result_state if self.fate else None
 
 
 @dataclass
@@ -70,6 +112,9 @@ class FakeJob:
     job_id: int
     name: str
     parameters: dict[str, str] = field(default_factory=dict)  # declared job parameters and defaults
+    max_concurrent_runs: int = 1000
+    #: bundle jobs queue by default; with queueing off a run over max_concurrent_runs is skipped
+    queue: bool = True
 
 
 class JobsApiServer:
@@ -124,30 +169,37 @@ class JobsApiServer:
     # -- test controls ------------------------------------------------------------------------
 
     def add_job(self, name: str = "downstream", parameters: dict[str, str] | None = None, *,
-                job_id: int | None = None) -> int:
+                job_id: int | None = None, max_concurrent_runs: int = 1000, queue: bool = True) -> int:
         with self._lock:
             job_id = job_id or next(self._ids) * 1_000_000
             declared = {"heartbeat_run_id": "", "heartbeat_windows": "[]"} if parameters is None else parameters
-            self.jobs[job_id] = FakeJob(job_id, name, declared)
+            self.jobs[job_id] = FakeJob(job_id, name, declared, max_concurrent_runs, queue)
             return job_id
 
-    def start_run(self, run_id: int | str) -> None:
+    def start_run(self, run_id: int | str, state: str = "RUNNING") -> None:
+        """Move an active run to ``state`` (RUNNING, PENDING, BLOCKED, WAITING, TERMINATING, QUEUED)."""
         with self._lock:
-            self.runs[int(run_id)].lifecycle = "RUNNING"
+            self.runs[int(run_id)].lifecycle = state
 
     def finish_run(self, run_id: int | str, result: str = "SUCCESS", message: str = "", *,
                    end_ms: int | None = None) -> None:
+        """End the run in fate ``result`` (a name of ``FATES``); ``message`` replaces the fate's own."""
         with self._lock:
             run = self.runs[int(run_id)]
-            run.lifecycle, run.result, run.end_ms = "TERMINATED", result, end_ms or _now_ms()
-            run.message = message
+            run.fate = FATES[result]
+            run.lifecycle, run.end_ms = run.fate.life_cycle_state, end_ms or _now_ms()
+            run.message = message or run.fate.message
+            if run.repairs:
+                run.repairs[-1]["end_time"] = run.end_ms
+                run.repairs[-1]["state"] = self._state_json(run)
+                run.repairs[-1]["status"] = self._status_json(run)
 
     def create_manual_run(self, job_id: int, result: str, *, start_ms: int | None = None,
                           end_ms: int | None = None) -> int:
         """A finished run started by a person (Run now in the UI), not by Heartbeat."""
         with self._lock:
             run = self._new_run(job_id, {}, None, trigger="ONE_TIME", start_ms=start_ms)
-            self.finish_run(run.run_id, result, "" if result == "SUCCESS" else "Task etl failed", end_ms=end_ms)
+            self.finish_run(run.run_id, result, end_ms=end_ms)
             return run.run_id
 
     def inject(self, endpoint: str, fault: Fault, times: int = 1) -> None:
@@ -248,6 +300,7 @@ class JobsApiServer:
             ("GET", "runs/get"): self._get_run,
             ("GET", "runs/list"): self._list_runs,
             ("POST", "runs/cancel"): self._cancel_run,
+            ("POST", "runs/repair"): self._repair_run,
         }
         route = routes.get((method, endpoint)) if path.startswith(("/api/2.1/jobs/", "/api/2.2/jobs/")) else None
         if route is None:
@@ -265,7 +318,13 @@ class JobsApiServer:
         if token in self.tokens:
             run_id = self.tokens[token]
         else:
-            run_id = self._new_run(job_id, dict(body.get("job_parameters") or {}), token).run_id
+            job = self.jobs[job_id]
+            active = sum(1 for r in self._by_job.get(job_id, []) if r.lifecycle not in FINISHED)
+            run = self._new_run(job_id, dict(body.get("job_parameters") or {}), token)
+            run_id = run.run_id
+            if active >= job.max_concurrent_runs and not job.queue:
+                self.finish_run(run_id, "SKIPPED", FATES["SKIPPED"].message.replace(
+                    "limit of 1", f"limit of {job.max_concurrent_runs}"), end_ms=run.start_ms)
         return 200, {"run_id": run_id, "number_in_job": run_id}
 
     def _new_run(self, job_id: int, parameters: dict[str, str], token: str | None, *, trigger: str = "ONE_TIME",
@@ -283,7 +342,8 @@ class JobsApiServer:
         if job is None:
             return 400, {"error_code": "RESOURCE_DOES_NOT_EXIST", "message": f"Job {query.get('job_id')} does not exist."}
         return 200, {"job_id": job.job_id, "creator_user_name": "owner@example.com", "created_time": 0,
-                     "settings": {"name": job.name, "max_concurrent_runs": 1,
+                     "settings": {"name": job.name, "max_concurrent_runs": job.max_concurrent_runs,
+                                  "queue": {"enabled": job.queue},
                                   "parameters": [{"name": k, "default": v} for k, v in job.parameters.items()]}}
 
     def _get_run(self, query: dict[str, Any]) -> tuple[int, dict[str, Any]]:
@@ -300,9 +360,9 @@ class JobsApiServer:
                 return 400, {"error_code": "INVALID_PARAMETER_VALUE", "message": f"Job {job_id} does not exist."}
             runs = self._by_job.get(job_id, [])
         if query.get("completed_only") == "true":
-            runs = [r for r in runs if r.lifecycle in ("TERMINATED", "SKIPPED", "INTERNAL_ERROR")]
+            runs = [r for r in runs if r.lifecycle in FINISHED]
         if query.get("active_only") == "true":
-            runs = [r for r in runs if r.lifecycle not in ("TERMINATED", "SKIPPED", "INTERNAL_ERROR")]
+            runs = [r for r in runs if r.lifecycle not in FINISHED]
         if "start_time_from" in query:
             runs = [r for r in runs if r.start_ms >= int(query["start_time_from"])]
         if "start_time_to" in query:
@@ -321,26 +381,59 @@ class JobsApiServer:
         run = self.runs.get(int(body.get("run_id") or 0))
         if run is None:
             return 400, {"error_code": "INVALID_PARAMETER_VALUE", "message": f"Run {body.get('run_id')} does not exist."}
-        if run.lifecycle != "TERMINATED":
-            run.lifecycle, run.result, run.message, run.end_ms = "TERMINATED", "CANCELED", "Run cancelled.", _now_ms()
+        if run.lifecycle not in FINISHED:
+            self.finish_run(run.run_id, "CANCELED")
         return 200, {}
 
+    def _repair_run(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """POST runs/repair: a finished, unsuccessful run runs again under the same run id; its
+        repair_history gains an entry and the run is RUNNING until a test finishes it."""
+        run = self.runs.get(int(body.get("run_id") or 0))
+        if run is None:
+            return 400, {"error_code": "INVALID_PARAMETER_VALUE", "message": f"Run {body.get('run_id')} does not exist."}
+        if run.lifecycle not in FINISHED or run.result == "SUCCESS":
+            return 400, {"error_code": "INVALID_STATE_TRANSITION",
+                         "message": f"Run {run.run_id} cannot be repaired: it is {run.result or run.lifecycle}."}
+        repair_id = next(self._ids)
+        run.repairs.append({"id": repair_id, "type": "REPAIR", "start_time": _now_ms(), "end_time": 0,
+                            "task_run_ids": []})
+        run.lifecycle, run.fate, run.message, run.end_ms = "RUNNING", None, "", 0
+        run.repairs[-1]["state"], run.repairs[-1]["status"] = self._state_json(run), self._status_json(run)
+        return 200, {"repair_id": repair_id}
+
+    def repair_run(self, run_id: int | str) -> int:
+        """Repair a finished run as a person would (Repair run in the UI); returns the repair id."""
+        with self._lock:
+            status, body = self._repair_run({"run_id": int(run_id)})
+            assert status == 200, body
+            return int(body["repair_id"])
+
+    @staticmethod
+    def _state_json(run: FakeRun) -> dict[str, Any]:
+        """The legacy ``state`` of a run."""
+        state: dict[str, Any] = {"life_cycle_state": run.lifecycle if run.fate is None else run.fate.life_cycle_state,
+                                 "state_message": run.message,
+                                 "user_cancelled_or_timedout": run.result in ("CANCELED", "TIMEDOUT")}
+        if run.fate is not None and run.fate.result_state is not None:
+            state["result_state"] = run.fate.result_state
+        return state
+
+    @staticmethod
+    def _status_json(run: FakeRun) -> dict[str, Any]:
+        """The API 2.2 ``status`` of a run: a SKIPPED run is TERMINATED with its skip code."""
+        if run.fate is None:
+            status: dict[str, Any] = {"state": run.lifecycle}
+            if run.lifecycle == "QUEUED":
+                status["queue_details"] = {"code": "ACTIVE_RUNS_LIMIT_REACHED", "message": "Queued"}
+            return status
+        return {"state": "TERMINATED", "termination_details": {
+            "code": run.fate.code, "type": run.fate.type, "message": run.message}}
+
     def _run_json(self, run: FakeRun) -> dict[str, Any]:
-        """A run as API 2.2 returns it: the deprecated ``state`` and the newer ``status``."""
-        finished = run.lifecycle == "TERMINATED"
-        state: dict[str, Any] = {"life_cycle_state": run.lifecycle, "state_message": run.message,
-                                 "user_cancelled_or_timedout": run.result == "CANCELED"}
-        status: dict[str, Any] = {"state": run.lifecycle}
-        if finished:
-            state["result_state"] = run.result
-            status["termination_details"] = {
-                "code": "SUCCESS" if run.result == "SUCCESS" else
-                        "USER_CANCELED" if run.result == "CANCELED" else "RUN_EXECUTION_ERROR",
-                "type": "SUCCESS" if run.result == "SUCCESS" else "CLIENT_ERROR",
-                "message": run.message,
-            }
-        elif run.lifecycle == "QUEUED":
-            status["queue_details"] = {"code": "ACTIVE_RUNS_LIMIT_REACHED", "message": "Queued"}
+        """A run as API 2.2 returns it: the deprecated ``state`` and the newer ``status``; a repaired run
+        its ``repair_history`` (the ORIGINAL attempt first, then each repair)."""
+        finished = run.fate is not None
+        state, status = self._state_json(run), self._status_json(run)
         declared = self.jobs[run.job_id].parameters
         values = {**declared, **run.parameters}
         return {
@@ -355,6 +448,9 @@ class JobsApiServer:
             "state": state, "status": status,
             "job_parameters": [{"name": k, "default": declared.get(k, ""), "value": v} for k, v in values.items()],
             "tasks": [],
+            **({"repair_history": [{"id": run.run_id, "type": "ORIGINAL", "start_time": run.start_ms,
+                                    "end_time": run.repairs[0]["start_time"], "task_run_ids": []},
+                                   *[dict(r) for r in run.repairs]]} if run.repairs else {}),
         }
 
 
@@ -462,5 +558,5 @@ def slow(delay_s: float) -> Fault:
     return Fault(None, delay_s=delay_s, after_effect=True)
 
 
-__all__ = ["JobsApiServer", "Fault", "FakeRun", "THROTTLED", "UNAVAILABLE", "UNAVAILABLE_AFTER_RUN",
+__all__ = ["JobsApiServer", "Fault", "FakeRun", "Fate", "FATES", "THROTTLED", "UNAVAILABLE", "UNAVAILABLE_AFTER_RUN",
            "SERVER_ERROR", "UNAUTHENTICATED", "slow", "TOKEN"]

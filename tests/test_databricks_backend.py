@@ -233,7 +233,7 @@ def test_not_found_answer_is_job_not_found(server, backend):
 def test_non_numeric_job_id_is_a_clear_error_before_any_call(server, backend, bad):
     with pytest.raises(JobNotFoundError, match="not a Databricks job id"):
         backend.trigger(request_for(bad))
-    assert server.requests == []
+    assert [path for _, path, _ in server.requests if path.startswith("/api/")] == []  # no Jobs API call
 
 
 def test_job_id_with_spaces_is_accepted():
@@ -312,3 +312,66 @@ def test_retry_tokens_are_deterministic_distinct_and_short():
     tokens = [retry_token("a" * 36, n) for n in range(4)]
     assert tokens[0] == "a" * 36 and len(set(tokens)) == 4
     assert tokens == [retry_token("a" * 36, n) for n in range(4)] and max(map(len, tokens)) <= 64
+
+
+# -- every run fate, read from the wire ---------------------------------------------------------
+
+
+def test_success_with_failures_is_a_success_with_its_reason(server, backend):
+    """The job's final leaf task succeeded, another leaf failed: databricks-sdk 0.47 has no enum member for the
+    code (it parses as None), so reading the SDK's enums recorded the run FAILED."""
+    job = server.add_job()
+    run_id = backend.trigger(request_for(job))
+    server.finish_run(run_id, "SUCCESS_WITH_FAILURES")
+
+    status = backend.run_status(str(job), run_id)
+    assert status.outcome is RunOutcome.SUCCESS and status.end_time is not None
+    assert status.message.startswith("SUCCESS_WITH_FAILURES")
+    assert backend.successful_run_after(str(job), datetime.now(timezone.utc) - timedelta(hours=1)).run_id == run_id
+
+
+@pytest.mark.parametrize("fate, reason", [("TIMEDOUT", "TIMEDOUT"), ("CANCELED", "USER_CANCELED"),
+                                          ("FAILED", "RUN_EXECUTION_ERROR")])
+def test_timed_out_and_cancelled_runs_fail_with_their_reason(server, backend, fate, reason):
+    job = server.add_job()
+    run_id = backend.trigger(request_for(job))
+    server.finish_run(run_id, fate)
+
+    status = backend.run_status(str(job), run_id)
+    assert status.outcome is RunOutcome.FAILED and reason in status.message and status.end_time is not None
+
+
+@pytest.mark.parametrize("state", ["QUEUED", "PENDING", "BLOCKED", "WAITING"])
+def test_waiting_states_are_pending(server, backend, state):
+    job = server.add_job()
+    run_id = backend.trigger(request_for(job))
+    server.start_run(run_id, state)
+    assert backend.run_status(str(job), run_id).outcome is RunOutcome.PENDING
+
+
+def test_a_run_over_max_concurrent_runs_without_queueing_is_skipped_not_failed(server, backend):
+    job = server.add_job(max_concurrent_runs=1, queue=False)
+    first = backend.trigger(request_for(job, "tok-1"))
+    second = backend.trigger(request_for(job, "tok-2"))
+
+    status = backend.run_status(str(job), second)
+    assert status.outcome is RunOutcome.SKIPPED and status.outcome.finished
+    assert "MAX_CONCURRENT_RUNS_EXCEEDED" in status.message
+    assert backend.run_status(str(job), first).outcome is RunOutcome.PENDING
+    assert backend.trigger(request_for(job, "tok-2")) == second  # the same token hands back the skipped run
+
+
+def test_a_repaired_run_is_seen_with_the_state_and_end_of_its_last_repair(server, backend):
+    """A run that failed and was repaired to success between two looks keeps its id: its outcome and end time
+    are the repair's."""
+    job = server.add_job()
+    run_id = backend.trigger(request_for(job))
+    server.finish_run(run_id, "FAILED", end_ms=int(datetime.now(timezone.utc).timestamp() * 1000) - 60_000)
+    failed = backend.run_status(str(job), run_id)
+    server.repair_run(run_id)
+    server.finish_run(run_id, "SUCCESS")
+
+    repaired = backend.run_status(str(job), run_id)
+    assert repaired.run_id == run_id and repaired.outcome is RunOutcome.SUCCESS
+    assert repaired.end_time > failed.end_time
+    assert backend.successful_run_after(str(job), failed.end_time).run_id == run_id

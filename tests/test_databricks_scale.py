@@ -4,6 +4,7 @@ under throttling. Assertions count API calls (never times)."""
 
 from __future__ import annotations
 
+import json
 import time
 from datetime import datetime, timedelta, timezone
 
@@ -112,7 +113,7 @@ def test_a_failed_job_is_recovered_by_a_manual_run_without_re_reading_its_histor
             server.create_manual_run(job, "FAILED", start_ms=ms(failed_at - timedelta(hours=30, minutes=-i)),
                                      end_ms=ms(failed_at - timedelta(hours=29, minutes=-i)))
     repaired = server.create_manual_run(jobs[1], "FAILED", start_ms=ms(failed_at - timedelta(minutes=5)))
-    server.runs[repaired].lifecycle = "RUNNING"  # a repair of the failed run: old start time, running again
+    server.repair_run(repaired)  # a repair of the failed run: same run id, old start time, running again
     failed = [FailedJob(str(job), failed_at) for job in jobs]
 
     first = backend.reconcile([], failed, ApiBudget(LIMITS))  # the first look of this process: per job, once
@@ -159,3 +160,55 @@ def test_past_its_deadline_a_budget_starts_nothing_and_listings_stop_too():
     assert calls.answers == [] and calls.not_started == [1, 2, 3]
     assert budget.spent and budget.time_only().spent
     assert not ApiBudget(JobsApiLimits(max_calls=1)).time_only().spent  # listings are not counted in calls
+
+
+def test_a_new_process_starts_from_the_memory_the_previous_one_left_and_reads_no_history(server):
+    """A process per tick (cron, a scheduled job) lost the look for successful runs of failed jobs every tick:
+    one runs/list per failed job each tick. The memory a backend leaves (carried as JSON in the run summary)
+    lets the next process make the same two listings whatever the number of failed jobs."""
+    failed_at = datetime.now(timezone.utc) - timedelta(hours=1)
+    jobs = [server.add_job(f"job_{i}") for i in range(300)]
+    failed = [FailedJob(str(job), failed_at) for job in jobs]
+    first = backend_for(server)
+    assert first.reconcile([], failed, ApiBudget(LIMITS)).recovered == {}
+    assert server.calls("runs/list") >= 300
+    carried = json.loads(json.dumps(first.memory()))
+
+    manual = server.create_manual_run(jobs[7], "SUCCESS")
+    server.reset_counts()
+    second = backend_for(server)  # the next process
+    second.remember(carried)
+    found = second.reconcile([], failed, ApiBudget(LIMITS))
+    assert found.recovered[str(jobs[7])].run_id == str(manual) and len(found.recovered) == 1
+    assert server.calls("runs/list") == 2 and server.calls("runs/get") == 0
+
+    server.reset_counts()
+    third = backend_for(server)
+    third.remember({"looked_at_ms": "not a memory"})  # unreadable: the look starts afresh, still right
+    assert str(jobs[7]) in third.reconcile([], failed, ApiBudget(LIMITS)).recovered
+    assert server.calls("runs/list") >= 300
+
+
+def test_a_failed_run_repaired_between_two_looks_unblocks_its_job(server):
+    """A repair keeps the run id and its old start time: one that started and ended between two looks showed in
+    neither the active listing nor the listing of runs started since, so the job stayed blocked."""
+    backend = backend_for(server)
+    jobs = [server.add_job(f"job_{i}") for i in range(20)]
+    failed_runs = [server.create_manual_run(job, "FAILED", start_ms=ms(datetime.now(timezone.utc) - timedelta(hours=2)))
+                   for job in jobs]
+    failed_at = datetime.now(timezone.utc)
+    failed = [FailedJob(str(job), failed_at, str(run)) for job, run in zip(jobs, failed_runs)]
+    assert backend.reconcile([], failed, ApiBudget(LIMITS)).recovered == {}
+
+    server.repair_run(failed_runs[13])
+    server.finish_run(failed_runs[13], "SUCCESS")  # repaired to success between two ticks
+    server.reset_counts()
+    seen: dict[str, object] = {}
+    for _ in range(3):  # 20 failed runs, 8 looked up a tick: every one within three ticks
+        seen.update(backend.reconcile([], failed, ApiBudget(LIMITS)).recovered)
+        if seen:
+            break
+    assert set(seen) == {str(jobs[13])}
+    status = seen[str(jobs[13])]
+    assert status.run_id == str(failed_runs[13]) and status.end_time > failed_at
+    assert server.calls("runs/get") <= 3 * 8 and server.calls("runs/list") <= 3 * 2

@@ -175,7 +175,8 @@ def test_a_failed_job_is_unblocked_by_a_manual_run_without_reading_its_history_e
     for _ in range(3):
         assert heartbeat.tick().completed == []
     assert per_job_listings(api) == history_reads  # never again
-    assert api.calls("runs/list") == 3 * 2 and api.calls("runs/get") == 0  # active + completed listing a tick
+    assert api.calls("runs/list") == 3 * 2  # active + completed listing a tick
+    assert api.calls("runs/get") == 3  # and its failed run, in case it was repaired (REPAIR_CHECKS a tick)
 
     api.create_manual_run(job, "SUCCESS")
     api.reset_counts()
@@ -218,3 +219,68 @@ def test_300_jobs_triggered_in_one_tick_once_each_under_429s_and_a_kill_midway(t
     triggered = lake.events("TRIGGERED")
     assert sorted(int(e["job_run_id"]) for e in triggered) == sorted(api.runs)
     assert {r[3] for r in lake.control()} == {"IN_PROGRESS"}
+
+
+def test_a_skipped_run_never_loses_its_data_the_job_is_asked_again_with_a_new_token(beat, api):
+    """A run-now answered with a run the workspace skipped (max concurrent runs reached, queueing off) was
+    recorded FAILED and the data it was to consume never asked for again."""
+    job = api.add_job(max_concurrent_runs=1, queue=False)
+    beat.seed(row("delta_table", "sales.orders", str(job)))
+    heartbeat = heartbeat_for(beat, api)
+    heartbeat.tick()
+    manual = api.create_manual_run(job, "SUCCESS")
+    api.runs[manual].lifecycle, api.runs[manual].fate = "RUNNING", None  # someone's run holds the only slot
+    assert new_data_then_tick(beat, heartbeat, 2).triggered_job_ids == [str(job)]
+    (skipped,) = [r for r in api.runs_of(job) if r.token]
+    assert skipped.lifecycle == "SKIPPED"
+
+    result = heartbeat.tick()
+    assert result.failed == [] and [p.job_id for p in result.runs_skipped] == [str(job)]
+    assert "MAX_CONCURRENT_RUNS_EXCEEDED" in result.runs_skipped[0].message
+    (event,) = beat.events("RUN_SKIPPED")
+    assert event["idempotency_token"] == skipped.token and event["job_run_id"] == str(skipped.run_id)
+    assert beat.job_status(str(job)) == {"NEW_EVENT_AVAILABLE"}  # the windows are pending again
+
+    api.finish_run(manual, "SUCCESS")  # the slot is free
+    again = heartbeat.tick()
+    assert again.triggered_job_ids == [str(job)]
+    (_, asked) = [r for r in api.runs_of(job) if r.token]
+    assert asked.token != skipped.token and asked.lifecycle == "QUEUED"
+    assert json.loads(asked.parameters["heartbeat_windows"]) == json.loads(skipped.parameters["heartbeat_windows"])
+    assert beat.job_status(str(job)) == {"IN_PROGRESS"}
+
+    api.finish_run(asked.run_id, "SUCCESS")
+    assert heartbeat.tick().completed == [str(job)]
+    assert len([r for r in api.runs_of(job) if r.token]) == 2
+
+
+def test_a_process_per_tick_carries_the_look_for_failed_jobs_in_the_run_summary(hb, api):
+    """The failed-job watermark lived in process memory: with a process per tick every tick re-read each failed
+    job's history (one runs/list per job). It is carried in the run summary and read back once per process."""
+    jobs = trigger_file_jobs(hb, api, 3)
+    first = hb.app.heartbeat(backend=DatabricksJobsBackend(api.client(), limits=LIMITS))
+    first.tick()
+    for i in range(3):
+        hb.drop_trigger_file(f"drop_{i}", "batch.done")
+    assert len(first.tick().triggered) == 3
+    for job in jobs:
+        (run,) = api.runs_of(job)
+        api.finish_run(run.run_id, "FAILED")
+    assert sorted(first.tick().failed) == sorted(map(str, jobs))
+    first.tick()  # the first look at the failed jobs reads their history once
+    assert per_job_listings(api) == 3
+    first.close()  # the process ends
+
+    api.reset_counts()
+    second = hb.app.heartbeat(backend=DatabricksJobsBackend(api.client(), limits=LIMITS))  # the next process
+    assert second.tick().completed == []
+    assert per_job_listings(api) == 3 and api.calls("runs/list") == 2  # the same two listings, no history
+    manual = api.create_manual_run(jobs[1], "SUCCESS")
+    second.close()
+
+    api.reset_counts()
+    third = hb.app.heartbeat(backend=DatabricksJobsBackend(api.client(), limits=LIMITS))
+    assert third.tick().completed == [str(jobs[1])] and api.calls("runs/list") == 2
+    assert per_job_listings(api) == 3
+    (done,) = [e for e in hb.events("COMPLETED") if e["trigger_job_id"] == str(jobs[1])]
+    assert done["job_run_id"] == str(manual)

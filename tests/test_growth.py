@@ -80,6 +80,17 @@ class World:
         self.hb.app.store.append_events([Event(kind, "manual", utcnow(), trigger_job_id=job)])
         return f"{kind.value} of {job} by hand"
 
+    def skip_a_run(self) -> str:
+        """The jobs service skipped a job's run in flight (RUN_SKIPPED): its request is void."""
+        job = self.rng.choice(sorted(JOBS))
+        flying = [r for r in self.hb.rows(job) if r["status"] == "IN_PROGRESS" and r["job_run_id"]]
+        if not flying:
+            return f"no run of {job} to skip"
+        self.hb.app.store.append_events([Event(EventType.RUN_SKIPPED, "manual", utcnow(), trigger_job_id=job,
+                                               idempotency_token=flying[0]["last_idempotency_token"],
+                                               job_run_id=flying[0]["job_run_id"])])
+        return f"run of {job} skipped"
+
     def pause_or_resume(self) -> str:
         job = self.rng.choice(sorted(JOBS))
         kind = self.rng.choice([EventType.JOB_PAUSED, EventType.JOB_RESUMED])
@@ -105,8 +116,8 @@ class World:
     def step(self) -> str:
         action = self.rng.choices(
             [self.new_data, self.tick, self.finish_jobs, self.complete_by_hand, self.pause_or_resume, self.reset,
-             self.edit_config, self.archive],
-            weights=[5, 6, 3, 1, 1, 1, 1, 3])[0]
+             self.edit_config, self.archive, self.skip_a_run],
+            weights=[5, 6, 3, 1, 1, 1, 1, 3, 2])[0]
         return action()
 
 

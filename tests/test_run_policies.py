@@ -146,3 +146,29 @@ def test_retry_policy_file_is_read_and_bad_files_name_themselves(tmp_path):
     path.write_text('jobs:\n  "42": {max_retries: 3, backof_s: 60}\n')
     with pytest.raises(ConfigError, match=r"retry.yml: invalid retry policy: unknown retry policy setting\(s\): backof_s"):
         load_retry_policies(path)
+
+
+def test_a_skipped_retry_is_asked_again_with_a_new_token_not_handed_back_the_skipped_run(hb, api):
+    job = api.add_job(max_concurrent_runs=1, queue=False)
+    heartbeat = ticking(hb, api, job, policies=RetryPolicies(jobs={str(job): RetryPolicy(max_retries=1, backoff_s=0)}))
+    first = trigger(hb, api, heartbeat, job)
+    api.finish_run(first.run_id, "FAILED", "boom")
+    blocker = api.create_manual_run(job, "SUCCESS", start_ms=first.start_ms - 1)
+    api.runs[blocker].lifecycle, api.runs[blocker].fate = "RUNNING", None  # someone's run holds the only slot
+
+    for _ in range(2):
+        if heartbeat.tick().retried:
+            break
+    (retry,) = [r for r in api.runs_of(job) if r.token and r.run_id != first.run_id]
+    assert retry.lifecycle == "SKIPPED"
+    assert [p.job_id for p in heartbeat.tick().runs_skipped] == [str(job)]
+    assert hb.job_status(str(job)) == {"FAILED"}  # the skipped retry is void: the failure stands
+
+    api.finish_run(blocker, "SUCCESS")  # the slot is free (a success that ended before the failure's end)
+    api.runs[blocker].end_ms = first.end_ms - 1
+    for _ in range(2):
+        if heartbeat.tick().retried:
+            break
+    tokens = [r.token for r in api.runs_of(job) if r.token]
+    assert len(tokens) == 3 and len(set(tokens)) == 3  # the retry asked again under a new token
+    assert api.runs_of(job)[-1].lifecycle == "QUEUED" and hb.job_status(str(job)) == {"IN_PROGRESS"}

@@ -24,6 +24,7 @@ class EventType(str, enum.Enum):
     WINDOW_SKIPPED = "WINDOW_SKIPPED"  # a final event-time window with no data in any source: no run
     TRIGGERED = "TRIGGERED"          # the jobs API answered with a run id
     TRIGGER_ERROR = "TRIGGER_ERROR"  # the jobs API refused; the request is void
+    RUN_SKIPPED = "RUN_SKIPPED"      # the jobs service skipped the run (never executed); the request is void
     COMPLETED = "COMPLETED"
     FAILED = "FAILED"
     RESET = "RESET"                  # operator re-processing (job) or moved-back cursor (source)
@@ -178,6 +179,12 @@ def idempotency_token(job_id: str, consumed_event_ids: list[str]) -> str:
     return _digest(job_id, *sorted(consumed_event_ids))[:36]
 
 
+def skipped_token(token: str, attempt: int) -> str:
+    """Token of ask ``attempt`` (1, 2, ...) after the run of request ``token`` was skipped: deterministic (a
+    crash replays it), distinct (the same token would hand back the skipped run), at most 64 characters."""
+    return token if attempt < 1 else _digest(token, "skipped", str(attempt))[:36]
+
+
 def _digest(*parts: str) -> str:
     return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()
 
@@ -218,6 +225,8 @@ class RunSummary(TableRow):
     trigger_errors: int
     status: TickStatus
     message: str | None
+    #: JSON: seconds per stage and process figures; ``jobs_backend_memory`` (an object) is what the jobs backend
+    #: carries to the next process (e.g. Databricks: how far the look for failed jobs' successful runs reached)
     stage_timings: str
 
 

@@ -12,6 +12,7 @@ import abc
 import enum
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from heartbeat_runner.core.errors import JobsBackendError
 from heartbeat_runner.core.settings import Settings
@@ -19,14 +20,18 @@ from heartbeat_runner.jobs.calls import ApiBudget, Calls, call_all
 
 
 class RunOutcome(str, enum.Enum):
+    """A run's fate as the tick sees it. SKIPPED: the jobs service ended the run without executing it (e.g.
+    the job's maximum concurrent runs were reached): its request is asked again, with a new token."""
+
     PENDING = "PENDING"
     RUNNING = "RUNNING"
     SUCCESS = "SUCCESS"
     FAILED = "FAILED"
+    SKIPPED = "SKIPPED"
 
     @property
     def finished(self) -> bool:
-        return self in (RunOutcome.SUCCESS, RunOutcome.FAILED)
+        return self in (RunOutcome.SUCCESS, RunOutcome.FAILED, RunOutcome.SKIPPED)
 
 
 @dataclass(frozen=True)
@@ -84,6 +89,8 @@ class FailedJob:
 
     job_id: str
     failed_at: datetime
+    #: the run whose failure blocked the job, when known: a repair of it keeps this id
+    run_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -176,6 +183,18 @@ class JobsBackend(abc.ABC):
 
     def run_output(self, job_id: str, run_id: str) -> RunOutput | None:
         """Where to see the output of one run; None when the backend keeps none."""
+        return None
+
+    def memory(self) -> dict[str, Any] | None:
+        """What this backend learnt that the next process may start from (JSON-able, nothing secret); the tick
+        carries it in its run summary. None: nothing to carry.
+
+        Invariant: a stale memory (an older tick's) only makes the backend read more, never answer wrong."""
+        return None
+
+    def remember(self, memory: dict[str, Any]) -> None:
+        """Start from the memory an earlier process left (:meth:`memory`); one it cannot read is ignored. The
+        default keeps nothing."""
         return None
 
     def cancel_run(self, job_id: str, run_id: str) -> None:

@@ -35,7 +35,6 @@ from databricks.sdk.errors import (
     ResourceConflict,
     Unauthenticated,
 )
-from databricks.sdk.service.jobs import BaseRun, ListRunsResponse, Run
 
 from heartbeat_runner.core.errors import AuthError, JobNotFoundError, JobsBackendError, describe, first_line
 from heartbeat_runner.core.records import as_utc
@@ -66,12 +65,20 @@ PAGE_SIZE = 25
 #: the previous look (its ``Date`` header): a run created just before a listing may not show in it yet.
 LISTING_OVERLAP = timedelta(minutes=2)
 _OVERLAP_MS = int(LISTING_OVERLAP.total_seconds() * 1000)
+#: Failed runs of failed jobs looked up (runs/get) per tick, in turn: a repair keeps the run's old start time, so
+#: one that starts and ends between two looks shows in no listing. With N failed jobs, such a repair is seen
+#: within ceil(N / REPAIR_CHECKS) ticks, at a bounded cost per tick.
+REPAIR_CHECKS = 8
 
 _PENDING_STATES = {"QUEUED", "PENDING", "BLOCKED", "WAITING", "WAITING_FOR_RETRY"}
 _RUNNING_STATES = {"RUNNING", "TERMINATING"}
 #: Terminal result codes that count as success. SUCCESS_WITH_FAILURES: the job's leaf
 #: tasks (including the final ``heartbeat complete`` task) succeeded.
 _SUCCESS_CODES = {"SUCCESS", "SUCCESS_WITH_FAILURES"}
+#: Terminal codes (``status.termination_details.code``, the legacy ``result_state``, or the legacy life cycle
+#: state) of a run that never executed: its request is asked again with a new token.
+_SKIPPED_CODES = {"SKIPPED", "MAX_CONCURRENT_RUNS_EXCEEDED", "MAX_JOB_QUEUE_SIZE_EXCEEDED",
+                  "MAXIMUM_CONCURRENT_RUNS_REACHED"}
 
 
 def parse_job_id(job_id: str) -> int:
@@ -140,6 +147,16 @@ class DatabricksJobsBackend(JobsBackend):
 
     # -- JobsBackend ------------------------------------------------------------------------
 
+    def memory(self) -> dict[str, Any] | None:
+        """How far the look for successful runs of failed jobs reached (see :class:`_RecoveryMemory`)."""
+        return self._recovery.as_dict() if self._recovery is not None else None
+
+    def remember(self, memory: dict[str, Any]) -> None:
+        """Start from an earlier process's look (a process per tick would otherwise read every failed job's
+        history each tick); a stale one only makes the next listing longer."""
+        if self._recovery is None:
+            self._recovery = _RecoveryMemory.from_dict(memory)
+
     def run_output(self, job_id: str, run_id: str) -> RunOutput | None:
         """The run's page in the workspace (no API call: the URL is built from the host)."""
         host = (self.client.config.host or "").rstrip("/")
@@ -148,13 +165,18 @@ class DatabricksJobsBackend(JobsBackend):
     def trigger(self, request: TriggerRequest) -> str:
         job = parse_job_id(request.job_id)
         called_ms = _now_ms()
+        body: dict[str, Any] = {"job_id": job, "idempotency_token": request.idempotency_token}
+        if request.parameters:
+            body["job_parameters"] = dict(request.parameters)
         with self._api(f"run-now of job {job}", "run-now", job=job):
-            waiter = self.client.jobs.run_now(job, idempotency_token=request.idempotency_token,
-                                              job_parameters=dict(request.parameters) or None)
-        if waiter.run_id is None:
+            answer = self.client.api_client.do("POST", "/api/2.2/jobs/run-now", body=body,
+                                               headers={"Accept": "application/json",
+                                                        "Content-Type": "application/json"})
+        run_id = answer.get("run_id") if isinstance(answer, dict) else None
+        if not isinstance(run_id, int):
             raise JobsBackendError(f"run-now of job {job} returned no run id (is it a continuous job?)")
-        self._triggered_ms[waiter.run_id] = (called_ms + _now_ms()) // 2  # exact after the next listing
-        return str(waiter.run_id)
+        self._triggered_ms[run_id] = (called_ms + _now_ms()) // 2  # exact after the next listing
+        return str(run_id)
 
     def run_status(self, job_id: str, run_id: str) -> RunStatus:
         return run_status_of(self._get_run(job_id, run_id))
@@ -187,10 +209,17 @@ class DatabricksJobsBackend(JobsBackend):
         job = parse_job_id(job_id)
         after = as_utc(after)
         since_ms = int((after - self.recovery_lookback).timestamp() * 1000)
-        with self._api(f"runs/list of job {job}", "runs/list", job=job):
-            runs = self.client.jobs.list_runs(job_id=job, completed_only=True, start_time_from=since_ms,
-                                              limit=PAGE_SIZE)
-            return latest_success_after(islice(runs, self.recovery_max_runs), after)
+        query = {"job_id": job, "completed_only": "true", "start_time_from": since_ms, "limit": PAGE_SIZE}
+        runs: list[WireRun] = []
+        token: str | None = None
+        while len(runs) < self.recovery_max_runs:
+            with self._api(f"runs/list of job {job}", "runs/list", job=job):
+                body = self._do_list({**query, **({"page_token": token} if token else {})})
+            runs += [wire_run(run) for run in body.get("runs") or []]
+            token = body.get("next_page_token") if body.get("has_more") else None
+            if not token:
+                break
+        return latest_success_after(islice(runs, self.recovery_max_runs), after)
 
     # -- bulk reconciliation ----------------------------------------------------------------
 
@@ -209,7 +238,9 @@ class DatabricksJobsBackend(JobsBackend):
         look of this process) is looked up once (its history since the failure); after that, a tick reads
         one workspace-wide listing of the runs *completed* since the previous look, plus a ``runs/get`` of
         each run of a failed job that was active at the previous look and is not any more (a repaired run
-        keeps its old start time). A run that ends after the failure is either of those, so nothing is missed.
+        keeps its old start time). A run that ends after the failure is either of those, so nothing is missed,
+        except a repair of the failed run itself that starts and ends between two looks: the failed runs are
+        looked up ``REPAIR_CHECKS`` a tick, in turn (the turn is carried in the memory).
         """
         memory = self._recovery if listing.complete else None
         known = [job for job in failed if memory is not None and job.job_id in memory.jobs]
@@ -227,6 +258,7 @@ class DatabricksJobsBackend(JobsBackend):
         self._recovery = _RecoveryMemory(
             newest_ms or began_ms - _OVERLAP_MS, covered - set(found.recovered),
             {run_id: str(run.job_id) for run_id, run in listing.runs.items() if str(run.job_id) in failed_ids},
+            memory.repair_turn if memory is not None else 0,
         ) if listing.complete else None
 
     def _recover_known(self, known: list[FailedJob], memory: _RecoveryMemory, listing: _Listing,
@@ -245,13 +277,21 @@ class DatabricksJobsBackend(JobsBackend):
             found.notes.append("runs completed since the previous look exceed the page budget "
                                "(HEARTBEAT_JOBS_API_LIST_PAGES): failed jobs were looked up one by one")
             return set()
-        left = [run_id for run_id, job in memory.watched.items() if job in wanted and run_id not in listing.runs]
-        gets = call_all(left, lambda run_id: self._get_run(memory.watched[run_id], str(run_id)), budget)
+        lookups = {run_id: job for run_id, job in memory.watched.items() if job in wanted and run_id not in listing.runs}
+        repairable = sorted((int(job.run_id), job.job_id) for job in known
+                            if job.run_id and job.run_id.isdigit() and int(job.run_id) not in listing.runs)
+        if repairable:
+            first = memory.repair_turn % len(repairable)
+            turn = (repairable[first:] + repairable[:first])[:REPAIR_CHECKS]
+            lookups.update({run_id: job for run_id, job in turn if run_id not in lookups})
+            memory.repair_turn = first + len(turn)
+        left = sorted(lookups)
+        gets = call_all(left, lambda run_id: self._get_run(lookups[run_id], str(run_id)), budget)
         if gets.not_started or any(a.error is not None for a in gets.answers):
             return set()
-        candidates: list[Run | BaseRun] = [*completed.runs.values()]
+        candidates: list[WireRun] = [*completed.runs.values()]
         candidates += [a.value for a in gets.answers if a.value is not None]
-        by_job: dict[str, list[Run | BaseRun]] = {}
+        by_job: dict[str, list[WireRun]] = {}
         for run in candidates:
             if str(run.job_id) in wanted:
                 by_job.setdefault(str(run.job_id), []).append(run)
@@ -293,15 +333,11 @@ class DatabricksJobsBackend(JobsBackend):
         # the first page is paid by the slice's own call of the tick's budget; later pages by the page budget
         while (token is None or not budget.spent) and pages.take():
             with self._api("runs/list of the workspace's runs", "runs/list"):
-                body = self.client.api_client.do(
-                    "GET", "/api/2.2/jobs/runs/list", query={**query, **({"page_token": token} if token else {})},
-                    headers={"Accept": "application/json"}, response_headers=["Date"])
-            if not isinstance(body, dict):
-                raise JobsBackendError(f"runs/list answered {type(body).__name__}, not a JSON object")
+                body = self._do_list({**query, **({"page_token": token} if token else {})})
             listing.server_ms = listing.server_ms or _http_date_ms(body.get("Date"))
-            answer = ListRunsResponse.from_dict(body)
-            listing.runs.update({run.run_id: run for run in answer.runs or [] if run.run_id is not None})
-            token = answer.next_page_token if answer.has_more else None
+            runs = [wire_run(run) for run in body.get("runs") or []]
+            listing.runs.update({run.run_id: run for run in runs if run.run_id})
+            token = body.get("next_page_token") if body.get("has_more") else None
             if token is None:
                 listing.complete = True
                 break
@@ -316,9 +352,21 @@ class DatabricksJobsBackend(JobsBackend):
 
     # -- internals --------------------------------------------------------------------------
 
-    def _get_run(self, job_id: str, run_id: str) -> Run:
+    def _get_run(self, job_id: str, run_id: str) -> WireRun:
         with self._api(f"runs/get of run {run_id} (job {job_id})", "runs/get"):
-            return self.client.jobs.get_run(_run_number(run_id))
+            body = self.client.api_client.do("GET", "/api/2.2/jobs/runs/get", query={"run_id": _run_number(run_id)},
+                                             headers={"Accept": "application/json"})
+        if not isinstance(body, dict):
+            raise JobsBackendError(f"runs/get of run {run_id} answered {type(body).__name__}, not a JSON object")
+        return wire_run(body)
+
+    def _do_list(self, query: dict[str, Any]) -> dict[str, Any]:
+        """One runs/list page as the wire says it (with the answer's ``Date`` header)."""
+        body = self.client.api_client.do("GET", "/api/2.2/jobs/runs/list", query=query,
+                                         headers={"Accept": "application/json"}, response_headers=["Date"])
+        if not isinstance(body, dict):
+            raise JobsBackendError(f"runs/list answered {type(body).__name__}, not a JSON object")
+        return body
 
     def _limiter(self, endpoint: str) -> RateLimiter:
         with self._limiters_lock:
@@ -370,7 +418,7 @@ class _Listing:
     """Runs read from a listing, by run id; ``complete`` when every page was read."""
 
     complete: bool
-    runs: dict[int, BaseRun] = field(default_factory=dict)
+    runs: dict[int, WireRun] = field(default_factory=dict)
 
     #: the workspace's time (``Date`` of the first answer, ms) when the listing began; 0 when not known
     server_ms: int = 0
@@ -381,23 +429,24 @@ class _Listing:
         time it began (less the ``Date`` header's one-second resolution), else the newest start it saw."""
         if self.server_ms:
             return self.server_ms - 1000
-        return max((run.start_time or 0 for run in self.runs.values()), default=0)
+        return max((run.start_ms for run in self.runs.values()), default=0)
 
-    def get(self, run_id: str) -> BaseRun | None:
+    def get(self, run_id: str) -> WireRun | None:
         return self.runs.get(int(run_id)) if run_id.isdigit() else None
 
     def started_ms(self, run_id: str, known: dict[int, int]) -> int:
         """The run's start time as listed, else as ``known``; 0 when unknown."""
         run = self.get(run_id)
-        if run is not None and run.start_time:
-            return run.start_time
+        if run is not None and run.start_ms:
+            return run.start_ms
         return known.get(int(run_id), 0) if run_id.isdigit() else 0
 
 
 @dataclass
 class _RecoveryMemory:
-    """How far the previous look for successful runs of failed jobs reached (per process; bounded by the
-    failed jobs and their active runs)."""
+    """How far the previous look for successful runs of failed jobs reached (bounded by the failed jobs and
+    their active runs). Carried from process to process in the tick's run summary: a stale one (an older
+    tick's) only makes the listing of completed runs reach further back, never misses a run."""
 
     #: the workspace's time when the look's active listing began: every run that started before it was
     #: either read as completed or listed as active (and then watched)
@@ -406,6 +455,27 @@ class _RecoveryMemory:
     jobs: set[str]
     #: runs of failed jobs active at that look: run id -> job id
     watched: dict[int, str]
+    #: where the next turn of failed-run lookups begins (see REPAIR_CHECKS)
+    repair_turn: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"looked_at_ms": self.looked_at_ms, "jobs": sorted(self.jobs),
+                "watched": {str(run): job for run, job in sorted(self.watched.items())},
+                "repair_turn": self.repair_turn}
+
+    @classmethod
+    def from_dict(cls, memory: Mapping[str, Any]) -> _RecoveryMemory | None:
+        """The memory written by :meth:`as_dict`; None when it is not one (then the look starts afresh)."""
+        looked_at, jobs, watched = memory.get("looked_at_ms"), memory.get("jobs"), memory.get("watched")
+        if not isinstance(looked_at, int) or looked_at <= 0 or not isinstance(jobs, list) \
+                or not isinstance(watched, dict):
+            return None
+        try:
+            turn = memory.get("repair_turn", 0)
+            return cls(looked_at, {str(job) for job in jobs}, {int(run): str(job) for run, job in watched.items()},
+                       turn if isinstance(turn, int) and turn >= 0 else 0)
+        except (TypeError, ValueError):
+            return None
 
 
 class _Pages:
@@ -439,7 +509,49 @@ def _slices(starts: list[int], workers: int) -> list[_Slice]:
     return [_Slice(lo, (hi - 1) if hi is not None else None) for lo, hi in zip(edges, [*bounds, None])]
 
 
-def latest_success_after(runs: Iterable[Run | BaseRun], after: datetime) -> RunStatus | None:
+@dataclass(frozen=True)
+class WireRun:
+    """A run as the Jobs API's JSON says it, read field by field: no SDK enum stands between the wire and
+    the outcome (databricks-sdk 0.47 parses a code it does not know, e.g. SUCCESS_WITH_FAILURES, as None).
+
+    Invariant: ``state`` is the life cycle state (``status.state`` of API 2.2, else the legacy
+    ``state.life_cycle_state``), ``code`` the termination code (``status.termination_details.code``,
+    else the legacy ``state.result_state``); for a repaired run they are its last repair's, and ``end_ms``
+    the latest end of the run or any of its repairs."""
+
+    run_id: int
+    job_id: int
+    state: str | None
+    code: str | None
+    #: the legacy ``result_state`` (TIMEDOUT, CANCELED, ...): more specific than a code of CANCELED
+    result_state: str | None
+    message: str | None
+    start_ms: int
+    end_ms: int
+    queue_ms: int
+    page_url: str | None
+    repairs: int = 0
+
+
+def wire_run(body: Mapping[str, Any]) -> WireRun:
+    """Read one run of a runs/get or runs/list answer."""
+    status = _mapping(body.get("status"))
+    details = _mapping(status.get("termination_details"))
+    legacy = _mapping(body.get("state"))
+    state = _text(status.get("state")) or _text(legacy.get("life_cycle_state"))
+    if _text(legacy.get("life_cycle_state")) == "SKIPPED":
+        state = "SKIPPED"
+    code = _text(details.get("code")) or _text(legacy.get("result_state"))
+    message = _text(details.get("message")) or _text(legacy.get("state_message"))
+    repairs = [_mapping(item) for item in body.get("repair_history") or [] if _mapping(item).get("type") == "REPAIR"]
+    end_ms = max([_int(body.get("end_time")), *(_int(item.get("end_time")) for item in repairs)])
+    return WireRun(run_id=_int(body.get("run_id")), job_id=_int(body.get("job_id")), state=state, code=code,
+                   result_state=_text(legacy.get("result_state")), message=message,
+                   start_ms=_int(body.get("start_time")), end_ms=end_ms, queue_ms=_int(body.get("queue_duration")),
+                   page_url=_text(body.get("run_page_url")), repairs=len(repairs))
+
+
+def latest_success_after(runs: Iterable[WireRun], after: datetime) -> RunStatus | None:
     """The successful run among ``runs`` that ended last, after ``after``; None if none did."""
     best: RunStatus | None = None
     for run in runs:
@@ -451,40 +563,45 @@ def latest_success_after(runs: Iterable[Run | BaseRun], after: datetime) -> RunS
     return best
 
 
-def run_status_of(run: Run | BaseRun) -> RunStatus:
-    """Map a Databricks run (``status`` of API 2.2, else the older ``state``) to a RunStatus."""
-    lifecycle, code, message = _lifecycle(run)
+def run_status_of(run: WireRun) -> RunStatus:
+    """Map a run read from the wire to a RunStatus: QUEUED/PENDING/BLOCKED/WAITING are pending, RUNNING and
+    TERMINATING running; once over, SUCCESS and SUCCESS_WITH_FAILURES are success, a run that never executed
+    (SKIPPED, MAX_CONCURRENT_RUNS_EXCEEDED) is skipped, anything else (RUN_EXECUTION_ERROR, TIMEDOUT,
+    CANCELED, INTERNAL_ERROR) failed, with its reason."""
+    lifecycle, code = run.state, run.code
     if lifecycle in _PENDING_STATES:
         outcome = RunOutcome.PENDING
     elif lifecycle in _RUNNING_STATES:
         outcome = RunOutcome.RUNNING
     elif code in _SUCCESS_CODES:
         outcome = RunOutcome.SUCCESS
-    else:  # TERMINATED with a failure code, SKIPPED, INTERNAL_ERROR
+    elif lifecycle == "SKIPPED" or code in _SKIPPED_CODES or run.result_state in _SKIPPED_CODES:
+        outcome = RunOutcome.SKIPPED
+    else:  # TERMINATED with a failure code, INTERNAL_ERROR
         outcome = RunOutcome.FAILED
     text = None
-    if outcome is RunOutcome.FAILED or (outcome is RunOutcome.SUCCESS and code != "SUCCESS"):
-        text = ": ".join(p for p in (code or lifecycle, message) if p)
-        if run.run_page_url:
-            text += f" ({run.run_page_url})"
+    if outcome in (RunOutcome.FAILED, RunOutcome.SKIPPED) or (outcome is RunOutcome.SUCCESS and code != "SUCCESS"):
+        reason = code or lifecycle
+        if run.result_state and run.result_state not in (code, "FAILED"):
+            reason = f"{run.result_state} ({reason})" if reason else run.result_state
+        text = ": ".join(p for p in (reason, run.message) if p)
+        if run.page_url:
+            text += f" ({run.page_url})"
     return RunStatus(run_id=str(run.run_id), outcome=outcome, message=text,
-                     start_time=_from_ms(run.start_time), end_time=_from_ms(run.end_time) if outcome.finished else None,
-                     queue_s=run.queue_duration / 1000 if run.queue_duration else None)
+                     start_time=_from_ms(run.start_ms), end_time=_from_ms(run.end_ms) if outcome.finished else None,
+                     queue_s=run.queue_ms / 1000 if run.queue_ms else None)
 
 
-def _lifecycle(run: Run | BaseRun) -> tuple[str | None, str | None, str | None]:
-    """(lifecycle state, result code, message) of a run."""
-    status = run.status
-    if status is not None and status.state is not None:
-        details = status.termination_details
-        code = details.code.value if details and details.code else None
-        return status.state.value, code, details.message if details else None
-    state = run.state
-    if state is None:
-        return None, None, None
-    return (state.life_cycle_state.value if state.life_cycle_state else None,
-            state.result_state.value if state.result_state else None,
-            state.state_message or None)
+def _mapping(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _int(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def _run_number(run_id: str) -> int:

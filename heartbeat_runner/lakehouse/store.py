@@ -421,6 +421,28 @@ class TableStore:
         return {row["idempotency_token"]: job_parameters(json.loads(row["payload"]) if row["payload"] else {})
                 for row in found}
 
+    def latest_run_figures(self) -> dict[str, Any]:
+        """The figures (``stage_timings``) of the latest run summary; empty when none is readable."""
+        found = self.read(RUNS, order_by=["ended_ts DESC"], limit=1, columns=["stage_timings"])
+        try:
+            figures = json.loads(found[0]["stage_timings"]) if found and found[0]["stage_timings"] else {}
+        except ValueError:
+            return {}
+        return figures if isinstance(figures, dict) else {}
+
+    def any_skipped(self) -> bool:
+        """Whether the events hold a run the jobs service skipped (a RUN_SKIPPED event)."""
+        return bool(self.read(EVENTS, Cond("event_type", EventType.RUN_SKIPPED.value), limit=1,
+                              columns=["event_id"]))
+
+    def skipped_tokens(self, idempotency_tokens: list[str]) -> set[str]:
+        """Those of ``idempotency_tokens`` whose run the jobs service skipped (a RUN_SKIPPED event)."""
+        if not idempotency_tokens:
+            return set()
+        found = self.read(EVENTS, Cond("idempotency_token", idempotency_tokens, "in"),
+                          Cond("event_type", EventType.RUN_SKIPPED.value), columns=["idempotency_token"])
+        return {row["idempotency_token"] for row in found}
+
     def request_payload(self, idempotency_token: str) -> dict[str, Any]:
         """The whole payload of a trigger request: the job parameters and Heartbeat's own ``_`` keys
         (a catch-up sequence's plan)."""

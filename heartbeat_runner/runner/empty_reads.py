@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 ASKS = "trigger_asks"
 #: sequences whose latest run succeeded without the runner recording it (heartbeat_job_sequences)
 SEQUENCES = "next_windows_due"
+#: runs the jobs service skipped (any RUN_SKIPPED event)
+SKIPS = "skipped_requests"
 
 
 @dataclass

@@ -51,6 +51,7 @@ from heartbeat_runner.core.records import (
     new_data_event_id,
     new_run_id,
     random_event_id,
+    skipped_token,
     utcnow,
 )
 from heartbeat_runner.jobs.base import (
@@ -78,13 +79,17 @@ from heartbeat_runner.lakehouse.store import (
 from heartbeat_runner.policies.event_windows import source_grains
 from heartbeat_runner.policies.retry import RetryPolicies, overrun, retry_token
 from heartbeat_runner.policies.sequences import NextRun, Sequences
-from heartbeat_runner.runner.empty_reads import ASKS, SEQUENCES, EmptyReads
+from heartbeat_runner.runner.empty_reads import ASKS, SEQUENCES, SKIPS, EmptyReads
 from heartbeat_runner.sensing.parallel import SensingOutcome, sense_all
 from heartbeat_runner.sensing.sources.base import SenseContext
 
 log = logging.getLogger(__name__)
 
 #: figures of a run summary's stage_timings that are counts, not seconds of a stage
+#: the key of a run summary's figures that carries the jobs backend's memory to the next process
+BACKEND_MEMORY = "jobs_backend_memory"
+#: tokens of one request's chain (see skipped_token) read in one query
+SKIP_CHAIN = 8
 COUNT_FIGURES = ("idle_ticks", "sql_parses", "mean_sql_parses", "engine_recycles", "engine_wakes", "loop_restarts")
 
 @dataclass(frozen=True)
@@ -126,6 +131,8 @@ class TickResult:
     trigger_errors: list[JobProblem] = field(default_factory=list)
     retried: list[str] = field(default_factory=list)  # job ids re-run by their retry policy
     overdue: list[JobProblem] = field(default_factory=list)  # runs past their maximum duration
+    #: runs the jobs service skipped without executing them: their data is asked for again at a later tick
+    runs_skipped: list[JobProblem] = field(default_factory=list)
     #: job ids whose trigger request or run lookup did not fit the tick's API budget (done next tick, in order)
     carried: list[str] = field(default_factory=list)
     #: what the jobs backend said about how it read (e.g. a listing over its page budget)
@@ -164,6 +171,7 @@ class TickResult:
         """Nothing sensed, triggered, reconciled, written or failed: the run report coalesces such ticks."""
         return (self.events_written == 0 and self.sources_with_new_data == 0 and self.exit_code == 0
                 and not (self.triggered or self.completed or self.failed or self.retried or self.overdue
+                         or self.runs_skipped
                          or self.carried or self.api_notes or self.recovered)
                 and not any(s.note for s in self.sensed))
 
@@ -181,6 +189,7 @@ class TickResult:
             "trigger_errors": [p.as_dict() for p in self.trigger_errors],
             "retried": self.retried,
             "overdue": [p.as_dict("message") for p in self.overdue],
+            "runs_skipped": [p.as_dict("message") for p in self.runs_skipped],
             "carried": self.carried, "api_notes": self.api_notes, "recovered": self.recovered,
             "stage_timings": self.stage_timings, "sql_parses": self.sql_parses, "exit_code": self.exit_code,
             **({"maintenance": self.maintenance.as_dict()} if self.maintenance else {}),
@@ -218,7 +227,7 @@ class IdleStreak:
         self.sources_sensed = len(result.sensed)
         self.sql_parses += result.sql_parses
 
-    def summary(self, process: dict[str, int] | None = None) -> RunSummary:
+    def summary(self, process: dict[str, Any] | None = None) -> RunSummary:
         return RunSummary(
             run_id=self.first_run_id, snapshot_ts=self.first_snapshot, ended_ts=utcnow(),
             duration_s=round(self.duration_s, 4), sources_sensed=self.sources_sensed, sources_with_new_data=0,
@@ -301,6 +310,8 @@ class Heartbeat:
         self.loop_restarts = 0
         #: source keys whose latest recorded sensing failed (None: not read yet by this process)
         self._failing: set[str] | None = None
+        #: the jobs backend was handed the memory of the latest run summary (once per process)
+        self._backend_recalled = False
         #: the jobs in progress and the failed ones at this tick's triggering step (read once per tick)
         self._in_progress: list[ControlRow] = []
         self._failed: list[ControlRow] = []
@@ -371,7 +382,7 @@ class Heartbeat:
         fail_point(FaultPoint.CLOSING)
         self.observer.close()
         if self._idle is not None:
-            self.store.append_run(self._idle.summary(self._process_figures()), [])
+            self.store.append_run(self._idle.summary(self._summary_figures()), [])
             self._idle = None
 
     def _recoveries(self, sensed: list[SensingOutcome]) -> list[str]:
@@ -386,6 +397,21 @@ class Heartbeat:
         recovered = sorted((keys - failing_now) & self._failing)
         self._failing = (self._failing - keys) | failing_now
         return recovered
+
+    def _summary_figures(self) -> dict[str, Any]:
+        """The process figures, and the jobs backend's memory for the next process (see JobsBackend.memory)."""
+        memory = self.backend.memory()
+        return {**self._process_figures(), **({BACKEND_MEMORY: memory} if memory is not None else {})}
+
+    def _recall_backend(self) -> None:
+        """Once per process, when there are failed jobs to look after: hand the backend the memory the latest
+        run summary carries (a process per tick would otherwise start every look afresh)."""
+        if self._backend_recalled:
+            return
+        self._backend_recalled = True
+        memory = self.store.latest_run_figures().get(BACKEND_MEMORY)
+        if isinstance(memory, dict):
+            self.backend.remember(memory)
 
     def _process_figures(self) -> dict[str, int]:
         """What the run report tells about the process: engine recycles, starts after parking and loop
@@ -454,6 +480,7 @@ class Heartbeat:
         wanted = [Wanted(job_id, rows[0].trigger_job_name, rows, _consumed(rows[0].consumed_event_ids))
                   for job_id, rows in by_job.items()]
         wanted += self._manual_runs(set(by_job) | {request.job_id for request in carried})
+        wanted = self._past_skips(wanted)
         if not wanted:
             if carried:
                 self._request_runs(result, [], carried)
@@ -468,6 +495,35 @@ class Heartbeat:
         self._request_runs(result, [self._requested_event(result, req, payload, ",".join(want.consumed) or None,
                                                           want.message)
                                     for want, req, payload in planned], carried + [req for _, req, _ in planned])
+
+    def _past_skips(self, wanted: list[Wanted]) -> list[Wanted]:
+        """Each wanted run with the first token of its chain (``skipped_token``) whose run was not skipped: the
+        same data asked again after a skipped run gets a new token (the old one would hand back the skipped
+        run), derived from recorded events only, so a crash replays it."""
+        attempts = self._skip_attempts([want.first_token for want in wanted])
+        return [replace(want, attempt=attempts.get(want.first_token, 0)) for want in wanted]
+
+    def _skip_attempts(self, tokens: list[str]) -> dict[str, int]:
+        """For each first token, the first attempt of its chain whose run was not skipped (0: the token itself).
+        The chains are read ``SKIP_CHAIN`` tokens at a time, and only while the events hold a skipped run at all
+        (that is read again only when a process committed since the last read that found none: EmptyReads)."""
+        if not tokens or self._empty.still_empty(SKIPS):
+            return {}
+        any_skipped = self.store.any_skipped()
+        self._empty.found(SKIPS, empty=not any_skipped)
+        if not any_skipped:
+            return {}
+        attempts: dict[str, int] = {}
+        left, start = sorted(set(tokens)), 0
+        while left:
+            chains = {t: [skipped_token(t, n) for n in range(start, start + SKIP_CHAIN)] for t in left}
+            skipped = self.store.skipped_tokens(sorted({t for chain in chains.values() for t in chain}))
+            for token, chain in chains.items():
+                free = next((n for n, t in enumerate(chain) if t not in skipped), None)
+                if free is not None:
+                    attempts[token] = start + free
+            left, start = [t for t in left if t not in attempts], start + SKIP_CHAIN
+        return attempts
 
     def _manual_runs(self, exclude: set[str]) -> list[Wanted]:
         """The runs operators asked for (``trigger``) that no other request of this tick covers. The asks are
@@ -588,6 +644,8 @@ class Heartbeat:
         just_triggered = set(result.triggered_job_ids)
         tracked = [row for row in self._in_progress if row.trigger_job_id not in just_triggered and row.job_run_id]
         failed = self._failed
+        if failed:
+            self._recall_backend()
         found = self._reconciliation(tracked, failed, result)
         events: list[Event] = []
         next_runs = self._sequences_due(result)
@@ -602,6 +660,8 @@ class Heartbeat:
             recovered = self._recovery_events(row, found.recovered.get(row.trigger_job_id), result)
             ask = asks.get(row.trigger_job_id)
             retry = None if recovered or row.trigger_job_id in found.deferred else self._retry_request(row, ask)
+            if retry is not None:
+                (retry,) = self._past_skipped_retries([retry])
             events.extend(recovered)
             next_runs.extend(self._next_run(row, recovered, result))
             if retry is not None:
@@ -635,7 +695,7 @@ class Heartbeat:
         """Ask the backend, in one call, about the tracked runs and the failed jobs; note what it could not do."""
         found = self.backend.reconcile(
             [RunRef(row.trigger_job_id, row.job_run_id) for row in tracked if row.job_run_id],
-            [FailedJob(row.trigger_job_id, since) for row in failed
+            [FailedJob(row.trigger_job_id, since, row.job_run_id) for row in failed
              if (since := row.job_end_timestamp or row.status_change_timestamp) is not None],
             self._budget)
         result.trigger_errors += [JobProblem(p.job_id, p.message) for p in found.problems]
@@ -669,6 +729,14 @@ class Heartbeat:
         base = self._request(row, row.base_idempotency_token)
         return replace(base, idempotency_token=retry_token(base.idempotency_token, row.consecutive_failures))
 
+    def _past_skipped_retries(self, retries: list[TriggerRequest]) -> list[TriggerRequest]:
+        """A retry whose run was skipped is asked again with the next token of its chain, as a first request is
+        (the same token would hand back the skipped run)."""
+        attempts = self._skip_attempts([retry.idempotency_token for retry in retries])
+        return [replace(retry, idempotency_token=skipped_token(retry.idempotency_token,
+                                                               attempts.get(retry.idempotency_token, 0)))
+                for retry in retries]
+
     def _report_overrun(self, row: ControlRow, run_id: str, status: RunStatus, result: TickResult) -> None:
         """Report (and optionally cancel) run ``run_id`` of ``row`` going on for longer than the configured maximum."""
         limit = self.settings.max_run_duration_s
@@ -691,6 +759,14 @@ class Heartbeat:
         if not status.outcome.finished:
             self._report_overrun(row, run_id, status, result)
             return []
+        if status.outcome is RunOutcome.SKIPPED:
+            # the run never executed: its request is void (heartbeat_in_lifecycle), the data it consumed is
+            # pending again, and a later tick asks with a new token (_past_skips)
+            note = f"run {run_id} was skipped ({status.message}); its data is asked for again at a later tick"
+            result.runs_skipped.append(JobProblem(row.trigger_job_id, note))
+            return [self._event(result, EventType.RUN_SKIPPED, row.trigger_job_id, job_run_id=run_id,
+                                idempotency_token=row.last_idempotency_token, message=status.message,
+                                payload=_timing_payload(status))]
         success = status.outcome is RunOutcome.SUCCESS
         (result.completed if success else result.failed).append(row.trigger_job_id)
         return [self._event(result, EventType.COMPLETED if success else EventType.FAILED, row.trigger_job_id,
@@ -748,9 +824,9 @@ class Heartbeat:
             if not self._idle_row_due():
                 return
             streak, self._idle = self._idle, None
-            self.store.append_run(streak.summary(self._process_figures()), [])
+            self.store.append_run(streak.summary(self._summary_figures()), [])
             return
-        pending = [self._idle.summary(self._process_figures())] if self._idle is not None else []
+        pending = [self._idle.summary(self._summary_figures())] if self._idle is not None else []
         self._idle = None
         stages = {**result.stage_timings, "report": time.monotonic() - report_began}
         summaries = pending + [RunSummary(
@@ -761,11 +837,12 @@ class Heartbeat:
             jobs_completed=len(result.completed), jobs_failed=len(result.failed),
             trigger_errors=len(result.trigger_errors),
             status=result.status,
-            message="; ".join([*map(str, result.trigger_errors + result.overdue), *result.api_notes,
+            message="; ".join([*map(str, result.trigger_errors + result.overdue + result.runs_skipped),
+                               *result.api_notes,
                                *([f"carried to the next tick (jobs API budget): {', '.join(result.carried)}"]
                                  if result.carried else [])]) or None,
             stage_timings=json.dumps({**{k: round(v, 4) for k, v in stages.items()},
-                                      "sql_parses": result.sql_parses, **self._process_figures()}),
+                                      "sql_parses": result.sql_parses, **self._summary_figures()}),
         )]
         self.store.append_runs(summaries, [])
 
@@ -787,6 +864,8 @@ class Heartbeat:
             self._fold.appended(events)
         if events:
             self._empty.committed(self.store.events_version() if self._empty.carrying else None)
+        if any(e.event_type is EventType.RUN_SKIPPED for e in events):
+            self._empty.found(SKIPS, empty=False)
 
     @staticmethod
     def _event(result: TickResult, kind: EventType, job_id: str, **fields) -> Event:
@@ -803,11 +882,18 @@ class Wanted:
     rows: list[ReadyRow]      # the rows whose pending data it consumes (none: a manual run over nothing new)
     consumed: list[str]       # the NEW_DATA event ids it consumes
     ask: TriggerAsk | None = None
+    #: how many earlier asks of the same data had their runs skipped (see Heartbeat._past_skips)
+    attempt: int = 0
+
+    @property
+    def first_token(self) -> str:
+        """Job id + consumed events; a manual run adds its ask, so it never repeats another run's token."""
+        return idempotency_token(self.job_id, self.consumed + ([f"ask:{self.ask.ask_event_id}"] if self.ask else []))
 
     @property
     def token(self) -> str:
-        """Job id + consumed events; a manual run adds its ask, so it never repeats another run's token."""
-        return idempotency_token(self.job_id, self.consumed + ([f"ask:{self.ask.ask_event_id}"] if self.ask else []))
+        """The token of this ask: the first, or the next of its chain after skipped runs."""
+        return skipped_token(self.first_token, self.attempt)
 
     @property
     def message(self) -> str | None:
