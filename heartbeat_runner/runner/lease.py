@@ -30,17 +30,23 @@ different sets of events and trigger twice. See docs/guarantees.md.
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import json
 import os
 import socket
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import replace
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Protocol
 
 from heartbeat_runner.core.errors import ConflictError
+from heartbeat_runner.core.files import replace_whole
 from heartbeat_runner.lakehouse.store import FREE_LEASE, LeaseInfo, TableStore
 
-__all__ = ["DEFAULT_TTL_S", "TICK_LEASE", "Lease", "LeaseHeld", "LeaseInfo", "LeaseLost", "tick_lease"]
+__all__ = ["DEFAULT_TTL_S", "TICK_LEASE", "FileLeaseRecords", "Lease", "LeaseHeld", "LeaseInfo", "LeaseLost",
+           "TableLeaseRecords", "tick_lease"]
 
 #: Seconds a lease lasts unless renewed (longer than any tick should take).
 DEFAULT_TTL_S = 600.0
@@ -62,18 +68,86 @@ class LeaseLost(ConflictError):
     """The lease expired and another runner took it over: stop before touching the jobs API."""
 
 
-class Lease:
-    """A renewable lease with expiry: one row of the lakehouse's ``heartbeat_lease`` table."""
+class LeaseRecords(Protocol):
+    """Where a lease's row is kept: read it, and compare-and-swap it (write ``new`` only if the row still
+    has ``seen``'s owner and expiry)."""
 
-    def __init__(self, store: TableStore, *, name: str = TICK_LEASE, ttl_s: float = DEFAULT_TTL_S,
+    def read(self) -> LeaseInfo | None: ...
+
+    def swap(self, seen: LeaseInfo, new: LeaseInfo) -> None: ...
+
+
+class TableLeaseRecords:
+    """The row of ``heartbeat_lease`` named ``name``, in the lakehouse ``store`` writes to (every machine sees it)."""
+
+    def __init__(self, store: TableStore, name: str):
+        self.store, self.name = store, name
+        self._ready = False
+
+    def read(self) -> LeaseInfo | None:
+        if not self._ready:
+            self.store.ensure_lease(self.name)
+            self._ready = True
+        current = self.store.lease_row(self.name)
+        if current is None:  # someone deleted the row: put a free one back
+            self.store.ensure_lease(self.name)
+            current = self.store.lease_row(self.name)
+        return current
+
+    def swap(self, seen: LeaseInfo, new: LeaseInfo) -> None:
+        self.store.swap_lease(self.name, seen, new)
+
+
+class FileLeaseRecords:
+    """A JSON file on this machine, read and swapped under an ``flock`` on a sidecar file: for engines whose
+    tables are on this machine and whose commits are slow (``TableOps.lease_in_files``: local Apache Spark)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def read(self) -> LeaseInfo | None:
+        with self._guard():
+            return self._read()
+
+    def swap(self, seen: LeaseInfo, new: LeaseInfo) -> None:
+        with self._guard():
+            current = self._read() or FREE_LEASE
+            if (current.owner, current.expires_at) == (seen.owner, seen.expires_at):
+                replace_whole(self.path, json.dumps(asdict(new)))
+
+    @contextlib.contextmanager
+    def _guard(self) -> Iterator[None]:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path.with_name(self.path.name + ".guard"), "a") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+    def _read(self) -> LeaseInfo | None:
+        try:
+            data = json.loads(self.path.read_text())
+            return LeaseInfo(**{key: data[key] for key in asdict(FREE_LEASE) if key in data})
+        except FileNotFoundError:
+            return None
+        except (ValueError, KeyError, TypeError):
+            return None  # unreadable: written by no runner of ours; taken over as free
+
+
+class Lease:
+    """A renewable lease with expiry: one row of the lakehouse's ``heartbeat_lease`` table (``where`` a
+    store), or of a file on this machine (``where`` a path)."""
+
+    def __init__(self, where: TableStore | Path, *, name: str = TICK_LEASE, ttl_s: float = DEFAULT_TTL_S,
                  owner: str | None = None, clock: Callable[[], float] = time.time):
-        self.store = store
+        self.records: LeaseRecords = (FileLeaseRecords(where) if isinstance(where, Path)
+                                      else TableLeaseRecords(where, name))
         self.name = name
         self.ttl_s = ttl_s
         self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.host, self.pid = socket.gethostname(), os.getpid()
         self.clock = clock
-        self._ready = False
 
     def holder(self) -> LeaseInfo | None:
         """The current, unexpired holder (possibly us), if any."""
@@ -92,7 +166,7 @@ class Lease:
             if current.owner != self.owner and not current.stale(now):
                 return current
             ours = current.owner == self.owner
-            self.store.swap_lease(self.name, current, LeaseInfo(
+            self.records.swap(current, LeaseInfo(
                 owner=self.owner, acquired_at=current.acquired_at if ours else now, expires_at=now + self.ttl_s,
                 host=self.host, pid=self.pid,
                 wanted_by="" if current.wanted_by == self.owner else current.wanted_by,
@@ -134,7 +208,7 @@ class Lease:
         """Give the lease up (only if it is ours)."""
         current = self._read()
         if current.owner == self.owner:
-            self.store.swap_lease(self.name, current, FREE_LEASE)
+            self.records.swap(current, FREE_LEASE)
 
     def yield_if_wanted(self) -> bool:
         """Between two ticks of a loop: give the lease up if another runner waits for it (True), else keep
@@ -142,7 +216,7 @@ class Lease:
         current = self._read()
         wanted = current.wanted_by not in ("", self.owner) and self.clock() - current.wanted_at < self.ttl_s
         if current.owner == self.owner and wanted:
-            self.store.swap_lease(self.name, current, FREE_LEASE)
+            self.records.swap(current, FREE_LEASE)
             return True
         return False
 
@@ -167,21 +241,20 @@ class Lease:
     # -- the row ----------------------------------------------------------------------------
 
     def _read(self) -> LeaseInfo:
-        if not self._ready:
-            self.store.ensure_lease(self.name)
-            self._ready = True
-        current = self.store.lease_row(self.name)
-        if current is None:  # someone deleted the row: put a free one back
-            self.store.ensure_lease(self.name)
-            current = self.store.lease_row(self.name)
-        return current or FREE_LEASE
+        return self.records.read() or FREE_LEASE
 
     def _ask(self, holder: LeaseInfo) -> None:
         """Tell the holder we wait (the holder's renewals compare owner and expiry only, so they go on)."""
-        self.store.swap_lease(self.name, holder, replace(holder, wanted_by=self.owner, wanted_at=self.clock()))
+        self.records.swap(holder, replace(holder, wanted_by=self.owner, wanted_at=self.clock()))
 
 
 def tick_lease(store: TableStore, env: dict[str, str] | None = None) -> Lease:
-    """The tick lease of the lakehouse ``store`` writes to; ``HEARTBEAT_LEASE_TTL`` sets its lifetime in seconds."""
+    """The tick lease of the lakehouse ``store`` writes to: its row in ``heartbeat_lease``, or the file
+    ``<lakehouse>/locks/tick.lease`` where the engine says so (``TableOps.lease_in_files``).
+    ``HEARTBEAT_LEASE_TTL`` sets its lifetime in seconds."""
     env = dict(os.environ if env is None else env)
-    return Lease(store, ttl_s=float(env.get("HEARTBEAT_LEASE_TTL", DEFAULT_TTL_S)))
+    ttl_s = float(env.get("HEARTBEAT_LEASE_TTL", DEFAULT_TTL_S))
+    engine = store.engine
+    if engine.ops.lease_in_files:
+        return Lease(engine.settings.lakehouse_dir / "locks" / "tick.lease", ttl_s=ttl_s)
+    return Lease(store, ttl_s=ttl_s)
