@@ -79,9 +79,11 @@ def test_the_holder_renews_only_when_less_than_half_its_lifetime_is_left(store):
     lease.acquire()
     taken, before = store.lease_row("tick"), commits(store)
     clock.now += 20
+    queries = store.engine.sql_count
     lease.renew()
     lease.acquire()  # the next tick of a loop that kept it
     assert commits(store) == before  # more than half left: no commit
+    assert store.engine.sql_count == queries  # nor a query: the table's log shows nothing changed
     assert store.lease_row("tick") == taken
     clock.now += 15  # 25 s left of 60
     lease.renew()

@@ -32,6 +32,7 @@ from heartbeat_runner.core.records import (
     job_parameters,
 )
 from heartbeat_runner.core.settings import validate_identifier
+from heartbeat_runner.lakehouse import delta_log
 from heartbeat_runner.lakehouse.engine import Engine
 from heartbeat_runner.lakehouse.engine_errors import CommitConflictError, is_kind
 
@@ -303,6 +304,12 @@ class TableStore:
         at once may both insert a free row; the swap changes every row that matches, so they stay alike."""
         self._ensure_table(LEASE)
         self._merge_lease(LEASE_SEED_SQL, lease_name, FREE_LEASE, FREE_LEASE, "seeding the lease")
+
+    def lease_version(self) -> int | None:
+        """The lease table's Delta version from its log on this machine (a file listing, no engine call: a
+        parked engine stays parked); None where its files are elsewhere."""
+        folder = self.engine.delta_log_dir(self.name(LEASE))
+        return delta_log.latest_version(folder) if folder is not None else None
 
     def lease_row(self, lease_name: str) -> LeaseInfo | None:
         """The lease's row as last committed (read past every cache), None when it has none."""

@@ -83,15 +83,23 @@ class TableLeaseRecords:
     def __init__(self, store: TableStore, name: str):
         self.store, self.name = store, name
         self._ready = False
+        #: the row as read at a table version, where the version is a file listing on this machine: while the
+        #: version stays, the row is the same and the engine is not asked (a loop's idle tick leaves a parked
+        #: embedded engine parked)
+        self._known: tuple[int, LeaseInfo] | None = None
 
     def read(self) -> LeaseInfo | None:
         if not self._ready:
             self.store.ensure_lease(self.name)
             self._ready = True
+        version = self.store.lease_version()  # before the row: a commit in between shows as a newer version
+        if version is not None and self._known is not None and self._known[0] == version:
+            return self._known[1]
         current = self.store.lease_row(self.name)
         if current is None:  # someone deleted the row: put a free one back
             self.store.ensure_lease(self.name)
             current = self.store.lease_row(self.name)
+        self._known = (version, current) if version is not None and current is not None else None
         return current
 
     def swap(self, seen: LeaseInfo, new: LeaseInfo) -> None:
