@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -16,8 +17,10 @@ from harness import HEADER, CliLakehouse, marker_jobs_file
 from harness import config_row as row
 
 from heartbeat_runner.core.records import Event, utcnow
+from heartbeat_runner.core.settings import load_settings
 from heartbeat_runner.lakehouse.dbt_invoke import DbtError, DbtProject
-from heartbeat_runner.lakehouse.store import TableStore
+from heartbeat_runner.lakehouse.store import LeaseInfo, TableStore
+from heartbeat_runner.runner.app import open_app
 from heartbeat_runner.runner.lease import Lease, LeaseHeld, LeaseLost
 
 
@@ -74,7 +77,8 @@ class FakeClock:
         return self.now
 
 
-def test_lease_is_exclusive_until_it_expires_then_taken_over(tmp_path):
+def test_a_file_lease_is_exclusive_until_it_expires_then_taken_over(tmp_path):
+    """The lease in a file (engines with ``lease_in_files``: local Apache Spark) behaves as the lakehouse's."""
     clock = FakeClock()
     path = tmp_path / "locks" / "tick.lease"
     first, second = (Lease(path, ttl_s=60, owner=name, clock=clock) for name in ("first", "second"))
@@ -106,19 +110,20 @@ def test_lease_of_a_crashed_process_on_this_machine_is_taken_over_at_once(tmp_pa
 
 @pytest.mark.slow
 def test_a_held_lease_skips_the_tick_and_an_expired_one_is_taken_over(lake):
-    lease = lake.home / "locks" / "tick.lease"
-    live = {"owner": "other-runner", "acquired_at": 0, "expires_at": time.time() + 3600, "host": socket.gethostname(),
-            "pid": os.getpid()}
-    lease.write_text(json.dumps(live))
-    lake.drop_trigger_file("drop", "a.done")
-    skipped = lake.cli("run", "--wait-lease", "0")
-    assert "skipped: another runner holds the tick lease: other-runner" in skipped.stderr
-    assert lake.events("NEW_DATA") == []
+    live = LeaseInfo(owner="other-runner", acquired_at=0.0, expires_at=time.time() + 3600, host="another-machine", pid=1)
+    with open_app(load_settings(lakehouse_dir=str(lake.home))) as app:
+        store = app.store
+        store.ensure_lease("tick")
+        store.swap_lease("tick", store.lease_row("tick"), live)  # held in the lakehouse by another machine
+        lake.drop_trigger_file("drop", "a.done")
+        skipped = lake.cli("run", "--wait-lease", "0")
+        assert "skipped: another runner holds the tick lease: other-runner" in skipped.stderr
+        assert lake.events("NEW_DATA") == []
 
-    lease.write_text(json.dumps({**live, "expires_at": 1}))  # the other runner stopped renewing
-    taken = lake.cli("run", "--wait-lease", "0")
-    assert "triggered job 202" in taken.stdout
-    assert not lease.exists()  # released after the tick
+        store.swap_lease("tick", live, replace(live, expires_at=1.0))  # the other runner stopped renewing
+        taken = lake.cli("run", "--wait-lease", "0")
+        assert "triggered job 202" in taken.stdout
+        assert store.lease_row("tick").owner == ""  # released after the tick
 
 
 class _FlakyWriter:

@@ -378,7 +378,7 @@ def cmd_seed(args: argparse.Namespace, settings: Settings) -> int:
         progress(f"validating {settings.effective_config_csv.name}")
         config = load_config(settings.effective_config_csv)  # validate before touching anything
         progress(f"opening the lakehouse ({len(config.rows)} valid row(s))")
-        with tick_lease(settings.lakehouse_dir).held(_lease_wait(args)), open_app(settings) as app:
+        with open_app(settings) as app, tick_lease(app.store).held(_lease_wait(args)):
             normalized = config.to_csv()
             unchanged = app.dbt.has_seed and app.dbt.seed_csv.read_text(encoding="utf-8") == normalized \
                 and app.store.exists("heartbeat_control")
@@ -421,14 +421,14 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _run(args: argparse.Namespace, settings: Settings) -> int:
-    lease = tick_lease(settings.lakehouse_dir)
-    try:
-        lease.acquire(_lease_wait(args))  # held from start-up: building the views writes too
-    except LeaseHeld as exc:
-        _print_skipped(exc, args)
-        return 0
-    try:
-        with open_app(settings) as app:
+    with open_app(settings) as app:
+        lease = tick_lease(app.store)
+        try:
+            lease.acquire(_lease_wait(args))  # before the views are built: building them writes too
+        except LeaseHeld as exc:
+            _print_skipped(exc, args)
+            return 0
+        try:
             status = _LoopStatus(args) if getattr(args, "loop", False) else None
             steps = _progress(args)
             heartbeat = app.heartbeat(progress=status.progress if status else steps)
@@ -439,21 +439,31 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
                         result = heartbeat.tick()
                     _print_tick(result, args)
                     return result.exit_code
-                lease.release()
+                lease.yield_if_wanted()
                 app.dbt.manifest()  # parse the dbt project now, not when the first new data arrives
                 heartbeat.loop_restarts = loop_restarts()
                 return _loop(lambda: _leased_tick(lease, heartbeat.tick, args), args, app.lakehouse_problem, status,
                              after_tick=_memory_guard(app, settings))
             finally:
                 heartbeat.close()  # the summary of a pending streak of idle ticks
-    finally:
+        finally:
+            _release(lease)
+
+
+def _release(lease: Lease) -> None:
+    """Give the lease up at the end of a run; a lakehouse that cannot be reached then leaves it to expire
+    (the error that ended the run is the one to report)."""
+    try:
         lease.release()
+    except Exception as exc:  # noqa: BLE001 - any engine error: the lease expires by itself
+        logging.getLogger(__name__).warning("could not release the tick lease (it expires by itself): %s", describe(exc))
 
 
 def _leased_tick(lease: Lease, tick: Callable[[], TickResult], args: argparse.Namespace) -> TickResult | None:
-    """One tick under the lease, or None (skipped) when another runner holds it."""
+    """One tick of the loop under the lease (kept after it unless another runner waits for it), or None
+    (skipped) when another runner holds it."""
     try:
-        with lease.held(_lease_wait(args)):
+        with lease.ticking(_lease_wait(args)):
             return tick()
     except LeaseHeld as exc:
         _print_skipped(exc, args)
@@ -621,7 +631,7 @@ def _open_fresh(app: App, settings: Settings) -> None:
     """Ready to read the views: rebuilt unless a runner is ticking (then as of its last build)."""
     app.require_config()
     app.ensure_views()
-    if not refresh_if_idle(app, tick_lease(settings.lakehouse_dir)):
+    if not refresh_if_idle(app, tick_lease(app.store)):
         print("note: a runner is ticking; showing the control table as of its last build", file=sys.stderr)
 
 
@@ -662,7 +672,7 @@ def _watch_status(app: App, settings: Settings, args: argparse.Namespace) -> int
     """``status --watch``: the control table every ``args.watch`` seconds, rebuilt first unless a runner is ticking."""
     app.require_config()
     app.ensure_views()
-    lease = tick_lease(settings.lakehouse_dir)
+    lease = tick_lease(app.store)
 
     def read() -> Snapshot:
         fresh = refresh_if_idle(app, lease)
@@ -766,7 +776,7 @@ def cmd_explain(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_reset(args: argparse.Namespace, settings: Settings) -> int:
     since = parse_since(args.since) if args.since else None
-    with tick_lease(settings.lakehouse_dir).held(_lease_wait(args)), open_app(settings) as app:
+    with open_app(settings) as app, tick_lease(app.store).held(_lease_wait(args)):
         done = reset_job(app, args.job_id, since, args.reason)
     _print_reset(done.plan, done.running_run, args)
     return 0
@@ -794,7 +804,7 @@ def _print_reset(plan: ResetPlan, running_run: str | None, args: argparse.Namesp
 
 
 def cmd_maintain(args: argparse.Namespace, settings: Settings) -> int:
-    with tick_lease(settings.lakehouse_dir).held(_lease_wait(args)), open_app(settings) as app:
+    with open_app(settings) as app, tick_lease(app.store).held(_lease_wait(args)):
         app.require_config()
         app.ensure_views()
         app.dbt.refresh_control(app.store.events_version())  # the live set is judged on current state
@@ -815,7 +825,7 @@ def cmd_maintain(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_rebuild(args: argparse.Namespace, settings: Settings) -> int:
-    with tick_lease(settings.lakehouse_dir).held(_lease_wait(args)), open_app(settings) as app:
+    with open_app(settings) as app, tick_lease(app.store).held(_lease_wait(args)):
         app.require_config()
         app.ensure_views()
         with _progress(args) as progress:

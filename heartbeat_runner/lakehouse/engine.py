@@ -110,6 +110,10 @@ class TableOps:
     #: append of 10 events 0.70 -> 0.40 s on local Spark, one JVM alternating). Local Spark only: its
     #: PySpark is this package's (4.x takes a pyarrow Table); a Databricks Runtime's may be older
     frames_from_arrow: bool = False
+    #: the tick lease (runner/lease.py) is a file on this machine, not a row of the lakehouse: local Apache
+    #: Spark, whose tables are on this machine and whose MERGE commits cost seconds (a claim 4-6 s and a
+    #: release 2-3 s there, against 0.07 s each on Sail); every other engine keeps it in the lakehouse
+    lease_in_files: bool = False
 
     def location(self, name: str) -> Path | None:
         """Where ``schema.table`` lives on local disk, when the engine manages the files (else None)."""
@@ -784,7 +788,7 @@ def _open_spark_local(settings: Settings) -> Engine:
     if not running.shared:  # the holder made the schema when it opened the lakehouse
         running.spark.sql(f"CREATE SCHEMA IF NOT EXISTS {settings.schema}")
     local = {"stage_events": True, "local_files": True, "stages_merge_sources": True, "lists_relations_by_name": True,
-             "frames_from_arrow": True}
+             "frames_from_arrow": True, "lease_in_files": True}
     ops = DeltaSparkOps(**local) if running.delta_table_api else TableOps(**local)
     return Engine(session=running.spark, settings=settings, ops=ops, joined=running.shared)
 

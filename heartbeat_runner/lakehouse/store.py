@@ -8,16 +8,19 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from heartbeat_runner.core.errors import HeartbeatError
 from heartbeat_runner.core.names import sql_string
+from heartbeat_runner.core.processes import pid_alive
 from heartbeat_runner.core.records import (
     Event,
     EventType,
@@ -29,6 +32,7 @@ from heartbeat_runner.core.records import (
     job_parameters,
 )
 from heartbeat_runner.core.settings import validate_identifier
+from heartbeat_runner.lakehouse import delta_log
 from heartbeat_runner.lakehouse.engine import Engine
 from heartbeat_runner.lakehouse.engine_errors import CommitConflictError, is_kind
 
@@ -62,6 +66,8 @@ SEQUENCES_VIEW = "heartbeat_job_sequences"
 WINDOWS_VIEW = "heartbeat_job_windows"
 #: the event-time window policies, copied from the run-policy file for the SQL rule
 WINDOW_POLICIES = "heartbeat_window_policies"
+#: the tick lease (runner/lease.py): one row per lease name, changed only by a compare-and-swap MERGE
+LEASE = "heartbeat_lease"
 
 _TYPES = {
     "event_ts": "timestamp", "snapshot_ts": "timestamp", "ended_ts": "timestamp",
@@ -69,6 +75,8 @@ _TYPES = {
     "sources_sensed": "int", "sources_with_new_data": "int", "sensor_errors": "int", "jobs_triggered": "int",
     "jobs_completed": "int", "jobs_failed": "int", "trigger_errors": "int",
     "size_s": "bigint", "lateness_s": "bigint",
+    "pid": "bigint", "acquired_at": "double", "expires_at": "double", "wanted_at": "double",
+    "seen_expires_at": "double",
 }
 TABLE_COLUMNS: dict[str, list[str]] = {
     EVENTS: Event.columns(),
@@ -79,12 +87,13 @@ TABLE_COLUMNS: dict[str, list[str]] = {
     RUNS_ARCHIVE: RunSummary.columns(),
     ARCHIVE_BATCH: ["archive_key"],
     WINDOW_POLICIES: ["trigger_job_id", "size_s", "lateness_s", "late_data"],
+    LEASE: ["lease_name", "owner", "host", "pid", "acquired_at", "expires_at", "wanted_by", "wanted_at"],
 }
 #: the tables maintenance compacts: the runner's own and the control table (a MERGE per build)
 OWN_TABLES = (EVENTS, RUN_REPORT, RUNS, EVENTS_ARCHIVE, RUN_REPORT_ARCHIVE, RUNS_ARCHIVE, CONTROL)
 #: dbt-built tables that stay a few files: only vacuumed (the sensor state's MERGE rewrites the files it
 #: changes, the seed is replaced whole; either leaves old files for vacuum)
-REBUILT_TABLES = (SENSOR_STATE, "heartbeat_sensor_config")
+REBUILT_TABLES = (SENSOR_STATE, "heartbeat_sensor_config", LEASE)
 #: how a row of each archived table is identified (an SQL expression over its columns)
 ARCHIVE_KEYS = {EVENTS: "event_id", RUNS: "run_id", RUN_REPORT: "concat_ws('|', run_id, source_key)"}
 #: A write that lost a Delta commit race is retried this many times.
@@ -182,6 +191,51 @@ class SkippedSource:
 
 
 #: the events of a windowed job's plans (sequences.valid_plans): requests and skips, and what voids or restarts them
+#: The tick lease's SQL (runner/lease.py). ``{table}`` is ``heartbeat_lease``'s validated name, ``{source}`` a
+#: temporary view of one row holding every value (Sail takes no bound parameters in a command). The seed adds
+#: the lease's free row when it has none; the swap changes the row only when it still holds what the caller
+#: read (owner and expiry): a compare-and-swap, so of two writers that read the same row at most one changes
+#: it, and a commit that lost the Delta race may be run again as it is.
+LEASE_SEED_SQL = """MERGE INTO {table} t USING {source} s ON t.lease_name = s.lease_name
+WHEN NOT MATCHED THEN INSERT (lease_name, owner, host, pid, acquired_at, expires_at, wanted_by, wanted_at)
+VALUES (s.lease_name, s.owner, s.host, s.pid, s.acquired_at, s.expires_at, s.wanted_by, s.wanted_at)"""
+LEASE_SWAP_SQL = """MERGE INTO {table} t USING {source} s ON t.lease_name = s.lease_name
+WHEN MATCHED AND t.owner = s.seen_owner AND t.expires_at = s.seen_expires_at
+THEN UPDATE SET owner = s.owner, host = s.host, pid = s.pid, acquired_at = s.acquired_at,
+expires_at = s.expires_at, wanted_by = s.wanted_by, wanted_at = s.wanted_at"""
+LEASE_READ_SQL = """SELECT owner, host, pid, acquired_at, expires_at, wanted_by, wanted_at FROM {table}
+WHERE lease_name = :lease_name ORDER BY expires_at DESC, owner"""
+#: the columns of the swap's one-row source: the lease's row, and the owner and expiry the caller read
+LEASE_SOURCE_COLUMNS = [*TABLE_COLUMNS[LEASE], "seen_owner", "seen_expires_at"]
+
+
+@dataclass(frozen=True)
+class LeaseInfo:
+    """One lease's row: who holds it (``owner`` names host and process; ``""`` is nobody) and until when
+    (seconds since the epoch), and who asked for it while it was held (``wanted_by``, ``""`` nobody)."""
+
+    owner: str
+    acquired_at: float
+    expires_at: float
+    host: str = ""
+    pid: int = 0
+    wanted_by: str = ""
+    wanted_at: float = 0.0
+
+    def stale(self, now: float) -> bool:
+        """Free, expired, or its holder was a process of this machine that is gone."""
+        return (not self.owner or now >= self.expires_at
+                or (self.host == socket.gethostname() and not pid_alive(self.pid)))
+
+    def describe(self) -> str:
+        until = datetime.fromtimestamp(self.expires_at, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+        return f"{self.owner} (until {until})"
+
+
+#: the row of a lease nobody holds
+FREE_LEASE = LeaseInfo(owner="", acquired_at=0.0, expires_at=0.0)
+
+
 PLAN_EVENT_TYPES = [EventType.TRIGGER_REQUESTED.value, EventType.WINDOW_SKIPPED.value, EventType.TRIGGER_ERROR.value,
                     EventType.RESET.value]
 PLAN_COLUMNS = ["event_id", "event_ts", "event_type", "idempotency_token", "payload"]
@@ -205,15 +259,20 @@ class TableStore:
     # -- schema -----------------------------------------------------------------------------
 
     def ensure_tables(self) -> None:
-        """Create the runner's tables when missing (idempotent)."""
-        for table, columns in TABLE_COLUMNS.items():
-            fq = self.name(table)
-            if self.engine.table_exists(fq):
-                continue
-            cols = ", ".join(f"{c} {column_type(c)}" for c in columns)
-            location = self.engine.own_location(table)
-            where = f" LOCATION {sql_string(str(location))}" if location else ""
-            self.engine.sql(f"CREATE TABLE IF NOT EXISTS {fq} ({cols}) USING delta{where}")
+        """Create the runner's tables when missing (idempotent; two processes creating one table at
+        once: the one that lost the commit race finds it made)."""
+        for table in TABLE_COLUMNS:
+            self._ensure_table(table)
+
+    def _ensure_table(self, table: str) -> None:
+        fq = self.name(table)
+        if self.engine.table_exists(fq):
+            return
+        cols = ", ".join(f"{c} {column_type(c)}" for c in TABLE_COLUMNS[table])
+        location = self.engine.own_location(table)
+        where = f" LOCATION {sql_string(str(location))}" if location else ""
+        retry_lost_commits(lambda: self.engine.sql(f"CREATE TABLE IF NOT EXISTS {fq} ({cols}) USING delta{where}"),
+                           f"creating {table}")
 
     def exists(self, table: str) -> bool:
         return self.engine.table_exists(self.name(table))
@@ -237,6 +296,47 @@ class TableStore:
         """The per-source rows, then the summaries (a run summary means its report rows are complete)."""
         self._append(RUN_REPORT, SensorEvaluation.columns(), [e.as_tuple() for e in evaluations])
         self._append(RUNS, RunSummary.columns(), [s.as_tuple() for s in summaries])
+
+    # -- the tick lease (runner/lease.py) ----------------------------------------------------
+
+    def ensure_lease(self, lease_name: str) -> None:
+        """The lease table and the lease's row exist (a free row when it had none). Two processes seeding
+        at once may both insert a free row; the swap changes every row that matches, so they stay alike."""
+        self._ensure_table(LEASE)
+        self._merge_lease(LEASE_SEED_SQL, lease_name, FREE_LEASE, FREE_LEASE, "seeding the lease")
+
+    def lease_version(self) -> int | None:
+        """The lease table's Delta version from its log on this machine (a file listing, no engine call: a
+        parked engine stays parked); None where its files are elsewhere."""
+        folder = self.engine.delta_log_dir(self.name(LEASE))
+        return delta_log.latest_version(folder) if folder is not None else None
+
+    def lease_row(self, lease_name: str) -> LeaseInfo | None:
+        """The lease's row as last committed (read past every cache), None when it has none."""
+        rows = self.engine.sql(LEASE_READ_SQL.format(table=self.name(LEASE)),
+                               args={"lease_name": lease_name}).collect()
+        if not rows:
+            return None
+        r = rows[0]
+        return LeaseInfo(owner=str(r["owner"] or ""), acquired_at=float(r["acquired_at"] or 0.0),
+                         expires_at=float(r["expires_at"] or 0.0), host=str(r["host"] or ""), pid=int(r["pid"] or 0),
+                         wanted_by=str(r["wanted_by"] or ""), wanted_at=float(r["wanted_at"] or 0.0))
+
+    def swap_lease(self, lease_name: str, seen: LeaseInfo, new: LeaseInfo) -> None:
+        """Write ``new`` into the lease's row if the row still has ``seen``'s owner and expiry (one Delta
+        commit, or none when it changed meanwhile). The caller reads the row back to learn the outcome."""
+        self._merge_lease(LEASE_SWAP_SQL, lease_name, seen, new, "writing the lease")
+
+    def _merge_lease(self, statement: str, lease_name: str, seen: LeaseInfo, new: LeaseInfo, what: str) -> None:
+        row = (lease_name, new.owner, new.host, int(new.pid), float(new.acquired_at), float(new.expires_at),
+               new.wanted_by, float(new.wanted_at), seen.owner, float(seen.expires_at))
+        view = f"heartbeat_lease_source_{uuid.uuid4().hex}"
+        self.engine.frame([row], _struct(LEASE_SOURCE_COLUMNS)).createOrReplaceTempView(view)
+        try:
+            retry_lost_commits(lambda: self.engine.sql(statement.format(table=self.name(LEASE), source=view)).collect(),
+                               what)
+        finally:
+            self.spark.catalog.dropTempView(view)
 
     # -- reads ------------------------------------------------------------------------------
 

@@ -1,20 +1,30 @@
-"""The tick lease: at most one runner ticks a lakehouse at a time; a dead one blocks nobody for long.
+"""The tick lease: at most one runner ticks a lakehouse at a time, on any machine; a dead one blocks nobody for long.
 
-The lease is a small JSON file, ``<lakehouse>/locks/tick.lease``, naming its owner
-and when it expires. A runner takes it when it is absent, already its own,
-expired (its holder hung or died on another machine), or held by a process of
-this machine that no longer exists (it crashed); it renews the lease before
-calling the jobs API and removes it after the tick. Every read-check-write of the file happens under an
-``flock`` on a sidecar file, so two runners can never both take it.
+The lease lives in the lakehouse itself: a row of Heartbeat's table ``heartbeat_lease`` (one per lease
+name, ``tick``) with its owner (host:pid:random), host, pid, when it was taken and when it expires.
+Every engine uses it, so runners on two machines (two clusters, a laptop through Databricks Connect, a
+re-deploy running old and new side by side) exclude each other as two processes of one machine do.
 
-What it protects: the events a tick appends and the control table it rebuilds
-between sensing and triggering; ``seed`` and ``reset`` take it too. Exactly-once
-does not rest on it alone (the idempotency token does), but without it two runners
-sensing moments apart can consume different sets of events and trigger twice.
+Invariants:
 
-This is for one machine (the ``local`` target, or any runner whose lakehouse
-directory is on local disk). On Databricks run the heartbeat as a single job with
-``max_concurrent_runs = 1``; see docs/guarantees.md.
+- The row changes only by a compare-and-swap MERGE (``TableStore.swap_lease``): it writes only when the
+  row still has the owner and expiry the writer read. Two runners that read the same row and both try
+  to take it make two Delta commits on one file; Delta's optimistic concurrency lets one through, the
+  other's commit conflicts and, run again, no longer matches. Every change is read back, so a runner
+  holds the lease only when the committed row names it.
+- A runner takes the lease when the row is free, already its own, expired (its holder hung or died on
+  another machine), or held by a process of this machine that no longer exists (it crashed: taken at once).
+- Renewing writes only when less than half the lifetime is left; while the holder keeps it, taking it
+  again is a read, not a commit. So a loop that keeps the lease from tick to tick adds a commit about
+  every ``ttl / 2`` seconds, not one per tick.
+- A runner that waits for the lease writes its name into the row (``wanted_by``); a loop lets go between
+  two ticks when someone asked (:meth:`Lease.yield_if_wanted`), so ``seed`` and ``reset`` get in as they
+  did when the loop gave the lease up after every tick. A one-shot tick, ``seed`` and ``reset`` release it.
+
+What it protects: the events a tick appends and the control table it rebuilds between sensing and
+triggering; ``seed``, ``reset``, ``maintain`` and ``rebuild`` take it too. Exactly-once does not rest on it
+alone (the idempotency token does), but without it two runners sensing moments apart can consume
+different sets of events and trigger twice. See docs/guarantees.md.
 """
 
 from __future__ import annotations
@@ -27,35 +37,23 @@ import socket
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass
-from datetime import datetime, timezone
+from dataclasses import asdict, replace
 from pathlib import Path
+from typing import Protocol
 
 from heartbeat_runner.core.errors import ConflictError
 from heartbeat_runner.core.files import replace_whole
-from heartbeat_runner.core.processes import pid_alive
+from heartbeat_runner.lakehouse.store import FREE_LEASE, LeaseInfo, TableStore
+
+__all__ = ["DEFAULT_TTL_S", "TICK_LEASE", "FileLeaseRecords", "Lease", "LeaseHeld", "LeaseInfo", "LeaseLost",
+           "TableLeaseRecords", "tick_lease"]
 
 #: Seconds a lease lasts unless renewed (longer than any tick should take).
 DEFAULT_TTL_S = 600.0
-
-
-@dataclass(frozen=True)
-class LeaseInfo:
-    """Who holds the lease (owner names host and process) and until when (seconds since the epoch)."""
-
-    owner: str
-    acquired_at: float
-    expires_at: float
-    host: str = ""
-    pid: int = 0
-
-    def stale(self, now: float) -> bool:
-        """Expired, or its holder was a process of this machine that is gone."""
-        return now >= self.expires_at or (self.host == socket.gethostname() and not pid_alive(self.pid))
-
-    def describe(self) -> str:
-        until = datetime.fromtimestamp(self.expires_at, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-        return f"{self.owner} (until {until})"
+#: The name of the tick lease's row.
+TICK_LEASE = "tick"
+#: How often a claim whose row changed under it reads and tries again before reporting the holder.
+CLAIM_ATTEMPTS = 3
 
 
 class LeaseHeld(ConflictError):
@@ -70,72 +68,60 @@ class LeaseLost(ConflictError):
     """The lease expired and another runner took it over: stop before touching the jobs API."""
 
 
-class Lease:
-    """A renewable lease with expiry in one file."""
+class LeaseRecords(Protocol):
+    """Where a lease's row is kept: read it, and compare-and-swap it (write ``new`` only if the row still
+    has ``seen``'s owner and expiry)."""
 
-    def __init__(self, path: Path, *, ttl_s: float = DEFAULT_TTL_S, owner: str | None = None,
-                 clock: Callable[[], float] = time.time):
+    def read(self) -> LeaseInfo | None: ...
+
+    def swap(self, seen: LeaseInfo, new: LeaseInfo) -> None: ...
+
+
+class TableLeaseRecords:
+    """The row of ``heartbeat_lease`` named ``name``, in the lakehouse ``store`` writes to (every machine sees it)."""
+
+    def __init__(self, store: TableStore, name: str):
+        self.store, self.name = store, name
+        self._ready = False
+        #: the row as read at a table version, where the version is a file listing on this machine: while the
+        #: version stays, the row is the same and the engine is not asked (a loop's idle tick leaves a parked
+        #: embedded engine parked)
+        self._known: tuple[int, LeaseInfo] | None = None
+
+    def read(self) -> LeaseInfo | None:
+        if not self._ready:
+            self.store.ensure_lease(self.name)
+            self._ready = True
+        version = self.store.lease_version()  # before the row: a commit in between shows as a newer version
+        if version is not None and self._known is not None and self._known[0] == version:
+            return self._known[1]
+        current = self.store.lease_row(self.name)
+        if current is None:  # someone deleted the row: put a free one back
+            self.store.ensure_lease(self.name)
+            current = self.store.lease_row(self.name)
+        self._known = (version, current) if version is not None and current is not None else None
+        return current
+
+    def swap(self, seen: LeaseInfo, new: LeaseInfo) -> None:
+        self.store.swap_lease(self.name, seen, new)
+
+
+class FileLeaseRecords:
+    """A JSON file on this machine, read and swapped under an ``flock`` on a sidecar file: for engines whose
+    tables are on this machine and whose commits are slow (``TableOps.lease_in_files``: local Apache Spark)."""
+
+    def __init__(self, path: Path):
         self.path = path
-        self.ttl_s = ttl_s
-        self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
-        self.host, self.pid = socket.gethostname(), os.getpid()
-        self.clock = clock
 
-    def holder(self) -> LeaseInfo | None:
-        """The current, unexpired holder (possibly us), if any."""
+    def read(self) -> LeaseInfo | None:
         with self._guard():
-            current = self._read()
-        return current if current is not None and not current.stale(self.clock()) else None
+            return self._read()
 
-    def try_acquire(self) -> LeaseInfo | None:
-        """Take or renew the lease. Returns None on success, else the holder."""
+    def swap(self, seen: LeaseInfo, new: LeaseInfo) -> None:
         with self._guard():
-            current = self._read()
-            now = self.clock()
-            if current is not None and current.owner != self.owner and not current.stale(now):
-                return current
-            acquired = current.acquired_at if current is not None and current.owner == self.owner else now
-            self._write(LeaseInfo(self.owner, acquired, now + self.ttl_s, self.host, self.pid))
-            return None
-
-    def acquire(self, wait_s: float = 0.0, poll_s: float = 0.25) -> None:
-        """Take the lease, waiting up to ``wait_s`` seconds for its holder; raise LeaseHeld."""
-        deadline = time.monotonic() + wait_s
-        while True:
-            holder = self.try_acquire()
-            if holder is None:
-                return
-            if time.monotonic() >= deadline:
-                raise LeaseHeld(holder)
-            time.sleep(poll_s)
-
-    def renew(self) -> None:
-        """Extend our lease; raise LeaseLost if it is no longer ours (it expired and was taken over)."""
-        with self._guard():
-            current = self._read()
-            if current is None or current.owner != self.owner:
-                holder = current.describe() if current is not None else "another runner, since done"
-                raise LeaseLost(f"the tick lease expired and was taken over by {holder}; "
-                                "stopping before the jobs API (the other runner carries on)")
-            self._write(LeaseInfo(self.owner, current.acquired_at, self.clock() + self.ttl_s, self.host, self.pid))
-
-    def release(self) -> None:
-        """Give the lease up (only if it is ours)."""
-        with self._guard():
-            current = self._read()
-            if current is not None and current.owner == self.owner:
-                self.path.unlink(missing_ok=True)
-
-    @contextlib.contextmanager
-    def held(self, wait_s: float = 0.0) -> Iterator[Lease]:
-        """Hold the lease for a block (raise LeaseHeld if it cannot be had within ``wait_s``)."""
-        self.acquire(wait_s)
-        try:
-            yield self
-        finally:
-            self.release()
-
-    # -- the file ---------------------------------------------------------------------------
+            current = self._read() or FREE_LEASE
+            if (current.owner, current.expires_at) == (seen.owner, seen.expires_at):
+                replace_whole(self.path, json.dumps(asdict(new)))
 
     @contextlib.contextmanager
     def _guard(self) -> Iterator[None]:
@@ -150,18 +136,133 @@ class Lease:
     def _read(self) -> LeaseInfo | None:
         try:
             data = json.loads(self.path.read_text())
-            return LeaseInfo(str(data["owner"]), float(data["acquired_at"]), float(data["expires_at"]),
-                             str(data.get("host", "")), int(data.get("pid", 0)))
+            return LeaseInfo(**{key: data[key] for key in asdict(FREE_LEASE) if key in data})
         except FileNotFoundError:
             return None
         except (ValueError, KeyError, TypeError):
-            return None  # unreadable: written by no runner of ours; take it over
-
-    def _write(self, info: LeaseInfo) -> None:
-        replace_whole(self.path, json.dumps(asdict(info)))
+            return None  # unreadable: written by no runner of ours; taken over as free
 
 
-def tick_lease(lakehouse_dir: Path, env: dict[str, str] | None = None) -> Lease:
-    """The lease of one lakehouse; ``HEARTBEAT_LEASE_TTL`` sets its lifetime in seconds."""
+class Lease:
+    """A renewable lease with expiry: one row of the lakehouse's ``heartbeat_lease`` table (``where`` a
+    store), or of a file on this machine (``where`` a path)."""
+
+    def __init__(self, where: TableStore | Path, *, name: str = TICK_LEASE, ttl_s: float = DEFAULT_TTL_S,
+                 owner: str | None = None, clock: Callable[[], float] = time.time):
+        self.records: LeaseRecords = (FileLeaseRecords(where) if isinstance(where, Path)
+                                      else TableLeaseRecords(where, name))
+        self.name = name
+        self.ttl_s = ttl_s
+        self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        self.host, self.pid = socket.gethostname(), os.getpid()
+        self.clock = clock
+
+    def holder(self) -> LeaseInfo | None:
+        """The current, unexpired holder (possibly us), if any."""
+        current = self._read()
+        return None if current.stale(self.clock()) else current
+
+    def try_acquire(self) -> LeaseInfo | None:
+        """Take or renew the lease. Returns None on success, else the holder.
+
+        No commit when it is ours with more than half its lifetime left."""
+        for _ in range(CLAIM_ATTEMPTS):
+            current = self._read()
+            now = self.clock()
+            if current.owner == self.owner and current.expires_at - now > self.ttl_s / 2:
+                return None
+            if current.owner != self.owner and not current.stale(now):
+                return current
+            ours = current.owner == self.owner
+            self.records.swap(current, LeaseInfo(
+                owner=self.owner, acquired_at=current.acquired_at if ours else now, expires_at=now + self.ttl_s,
+                host=self.host, pid=self.pid,
+                wanted_by="" if current.wanted_by == self.owner else current.wanted_by,
+                wanted_at=0.0 if current.wanted_by == self.owner else current.wanted_at))
+            after = self._read()
+            if after.owner == self.owner:
+                return None
+            if after.owner and not after.stale(self.clock()):
+                return after  # another runner's commit went first
+        return after
+
+    def acquire(self, wait_s: float = 0.0, poll_s: float = 0.25) -> None:
+        """Take the lease, waiting up to ``wait_s`` seconds for its holder; raise LeaseHeld.
+
+        While waiting, the row says so (``wanted_by``): a loop holding it lets go after its tick."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            holder = self.try_acquire()
+            if holder is None:
+                return
+            if time.monotonic() >= deadline:
+                raise LeaseHeld(holder)
+            if holder.wanted_by != self.owner:
+                self._ask(holder)
+            time.sleep(poll_s)
+
+    def renew(self) -> None:
+        """Keep our lease (a commit only when less than half its lifetime is left); raise LeaseLost if it
+        is no longer ours (it expired and was taken over)."""
+        current = self._read()
+        if current.owner != self.owner:
+            holder = current.describe() if current.owner else "another runner, since done"
+            raise LeaseLost(f"the tick lease expired and was taken over by {holder}; "
+                            "stopping before the jobs API (the other runner carries on)")
+        if self.try_acquire() is not None:
+            raise LeaseLost("the tick lease was taken over while being renewed; stopping before the jobs API")
+
+    def release(self) -> None:
+        """Give the lease up (only if it is ours)."""
+        current = self._read()
+        if current.owner == self.owner:
+            self.records.swap(current, FREE_LEASE)
+
+    def yield_if_wanted(self) -> bool:
+        """Between two ticks of a loop: give the lease up if another runner waits for it (True), else keep
+        it without a commit (False)."""
+        current = self._read()
+        wanted = current.wanted_by not in ("", self.owner) and self.clock() - current.wanted_at < self.ttl_s
+        if current.owner == self.owner and wanted:
+            self.records.swap(current, FREE_LEASE)
+            return True
+        return False
+
+    @contextlib.contextmanager
+    def held(self, wait_s: float = 0.0) -> Iterator[Lease]:
+        """Hold the lease for a block (raise LeaseHeld if it cannot be had within ``wait_s``), then release it."""
+        self.acquire(wait_s)
+        try:
+            yield self
+        finally:
+            self.release()
+
+    @contextlib.contextmanager
+    def ticking(self, wait_s: float = 0.0) -> Iterator[Lease]:
+        """One tick of a loop: hold the lease for the block and keep it after, unless someone waits for it."""
+        self.acquire(wait_s)
+        try:
+            yield self
+        finally:
+            self.yield_if_wanted()
+
+    # -- the row ----------------------------------------------------------------------------
+
+    def _read(self) -> LeaseInfo:
+        return self.records.read() or FREE_LEASE
+
+    def _ask(self, holder: LeaseInfo) -> None:
+        """Tell the holder we wait (the holder's renewals compare owner and expiry only, so they go on)."""
+        self.records.swap(holder, replace(holder, wanted_by=self.owner, wanted_at=self.clock()))
+
+
+def tick_lease(store: TableStore, env: dict[str, str] | None = None) -> Lease:
+    """The tick lease of the lakehouse ``store`` writes to: its row in ``heartbeat_lease``, or the file
+    ``<lakehouse>/locks/tick.lease`` where the engine says so (``TableOps.lease_in_files``).
+    ``HEARTBEAT_LEASE_TTL`` sets its lifetime in seconds."""
     env = dict(os.environ if env is None else env)
-    return Lease(lakehouse_dir / "locks" / "tick.lease", ttl_s=float(env.get("HEARTBEAT_LEASE_TTL", DEFAULT_TTL_S)))
+    ttl_s = float(env.get("HEARTBEAT_LEASE_TTL", DEFAULT_TTL_S))
+    engine = store.engine
+    if engine.ops.lease_in_files:
+        return Lease(engine.settings.lakehouse_dir / "locks" / "tick.lease", ttl_s=ttl_s)
+    return Lease(store, ttl_s=ttl_s)

@@ -154,6 +154,6 @@ def perform(app: App, request: ActionRequest, by: str) -> str:
         ask_trigger(app, job, by=by, via="ui", reason=request.reason)
         return f"job {job}: manual run asked by {by}; the next tick requests it"
     since = parse_since(request.since) if request.since else None
-    with tick_lease(app.settings.lakehouse_dir).held(RESET_LEASE_WAIT_S):
+    with tick_lease(app.store).held(RESET_LEASE_WAIT_S):
         done = reset_job(app, job, since, request.reason or "", by=f"{by} (ui)")
     return f"job {job} reset by {by}; {len(done.plan.moves)} source cursor(s) moved back"

@@ -99,7 +99,7 @@ class StatusPage:
         """Perform an action, then rebuild the control table if no runner is ticking."""
         def run() -> str:
             done = perform(self.app, request, by)
-            refresh_if_idle(self.app, tick_lease(self.app.settings.lakehouse_dir))
+            refresh_if_idle(self.app, tick_lease(self.app.store))
             return done
 
         message = self.read(run)

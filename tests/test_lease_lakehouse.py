@@ -1,0 +1,187 @@
+"""The tick lease lives in the lakehouse: runners that share the tables exclude each other whatever
+machine (lock folder) they run on; an expired lease is taken over; the holder renews only when half its
+lifetime is gone; a one-shot tick releases; of two simultaneous claims exactly one wins."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from harness import HEADER, CliLakehouse, marker_jobs_file
+from harness import config_row as row
+
+from heartbeat_runner.core.settings import load_settings
+from heartbeat_runner.lakehouse.store import FREE_LEASE, LEASE, LeaseInfo, TableStore
+from heartbeat_runner.runner.app import open_app
+from heartbeat_runner.runner.lease import Lease, LeaseHeld, LeaseLost
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = time.time()
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture(scope="module")
+def stores(tmp_path_factory):
+    """Two engines (two Sail processes, as two runners have) on one lakehouse's tables."""
+    home = tmp_path_factory.mktemp("lease") / "lakehouse"
+    settings = load_settings(lakehouse_dir=str(home))
+    with open_app(settings) as first, open_app(settings) as second:
+        yield first.store, second.store
+
+
+@pytest.fixture
+def store(stores) -> TableStore:
+    """The first engine's store, with the lease free."""
+    first = stores[0]
+    lease = Lease(first)
+    lease.records.swap(lease._read(), FREE_LEASE)
+    return first
+
+
+def commits(store: TableStore) -> int:
+    return store.engine.table_version(store.name(LEASE)) or 0
+
+
+def as_other_machine(lease: Lease) -> Lease:
+    lease.host, lease.pid = "another-machine", 1
+    return lease
+
+
+def test_an_expired_lease_is_taken_over_and_the_old_holder_learns_it_lost_it(store):
+    clock = FakeClock()
+    first, second = (Lease(store, ttl_s=60, owner=name, clock=clock) for name in ("first", "second"))
+    as_other_machine(first).acquire()
+    with pytest.raises(LeaseHeld, match="first"):
+        second.acquire()
+    clock.now += 59
+    assert second.try_acquire() is not None  # not expired yet
+    clock.now += 2  # the first runner hung on its machine: its lease expired
+    second.acquire()
+    assert second.holder().owner == "second"
+    with pytest.raises(LeaseLost, match="second"):
+        first.renew()  # the old holder learns it lost the lease before it calls the jobs API
+    first.release()  # not its lease any more: a no-op
+    assert store.lease_row("tick").owner == "second"
+
+
+def test_the_holder_renews_only_when_less_than_half_its_lifetime_is_left(store):
+    clock = FakeClock()
+    lease = Lease(store, ttl_s=60, owner="holder", clock=clock)
+    lease.acquire()
+    taken, before = store.lease_row("tick"), commits(store)
+    clock.now += 20
+    queries = store.engine.sql_count
+    lease.renew()
+    lease.acquire()  # the next tick of a loop that kept it
+    assert commits(store) == before  # more than half left: no commit
+    assert store.engine.sql_count == queries  # nor a query: the table's log shows nothing changed
+    assert store.lease_row("tick") == taken
+    clock.now += 15  # 25 s left of 60
+    lease.renew()
+    renewed = store.lease_row("tick")
+    assert commits(store) == before + 1
+    assert renewed.expires_at == pytest.approx(clock.now + 60) and renewed.acquired_at == taken.acquired_at
+
+
+def test_a_held_block_releases_and_a_waiting_runner_gets_a_loops_lease_after_its_tick(store):
+    with Lease(store, owner="one-shot").held():
+        assert store.lease_row("tick").owner == "one-shot"
+    assert store.lease_row("tick").owner == ""
+
+    loop, waiter = Lease(store, owner="loop"), Lease(store, owner="reset")
+    with loop.ticking():
+        pass
+    assert store.lease_row("tick").owner == "loop"  # kept between ticks: nobody asked
+    waited = threading.Thread(target=waiter.acquire, kwargs={"wait_s": 30, "poll_s": 0.1})
+    waited.start()
+    deadline = time.monotonic() + 30
+    while store.lease_row("tick").wanted_by != "reset" and time.monotonic() < deadline:
+        time.sleep(0.1)
+    with loop.ticking():
+        pass  # the loop's next tick ends: it lets go for the waiter
+    waited.join(30)
+    assert store.lease_row("tick").owner == "reset"
+    with pytest.raises(LeaseHeld, match="reset"):
+        loop.acquire()
+
+
+def test_a_lease_of_a_crashed_process_on_this_machine_is_taken_over_at_once(store):
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    crashed = LeaseInfo(owner="crashed", acquired_at=0.0, expires_at=time.time() + 3600,
+                        host=socket.gethostname(), pid=int(dead.stdout))
+    store.swap_lease("tick", store.lease_row("tick"), crashed)
+    Lease(store, ttl_s=60).acquire()  # far from expiry, but its holder is gone
+
+
+def _claim_together(leases: list[Lease]) -> list[bool]:
+    """Each lease's try_acquire in its own thread, started at one moment; which of them won."""
+    start = threading.Barrier(len(leases))
+    won = [False] * len(leases)
+
+    def claim(i: int) -> None:
+        start.wait()
+        won[i] = leases[i].try_acquire() is None
+
+    threads = [threading.Thread(target=claim, args=(i,)) for i in range(len(leases))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    return won
+
+
+def test_simultaneous_claims_from_two_engines_leave_exactly_one_holder(stores, store):
+    for round_ in range(4):
+        leases = [as_other_machine(Lease(s, owner=f"runner-{i}-{round_}")) for i, s in enumerate(stores)]
+        won = _claim_together(leases)
+        assert won.count(True) == 1, won
+        winner = leases[won.index(True)]
+        assert stores[1].lease_row("tick").owner == winner.owner
+        winner.release()
+
+
+@pytest.fixture
+def lake(tmp_path) -> CliLakehouse:
+    config = tmp_path / "config.csv"
+    config.write_text("\n".join([HEADER, row("trigger_file", "drop", "202")]) + "\n")
+    lake = CliLakehouse(tmp_path / "lakehouse", config=config, jobs_file=marker_jobs_file(tmp_path / "jobs.yml", "202"))
+    lake.home.mkdir()
+    lake.cli("seed")
+    lake.cli("run")  # baseline
+    return lake
+
+
+def other_machine(lake: CliLakehouse, root: Path) -> CliLakehouse:
+    """A runner with its own folder (its own locks) whose tables are the lake's: another machine."""
+    home = root / "other-machine"
+    home.mkdir()
+    for entry in lake.home.iterdir():
+        if entry.is_dir() and entry.name != "locks":
+            (home / entry.name).symlink_to(entry)  # the tables, dbt's files, the trigger folders
+    return CliLakehouse(home, config=Path(lake.env["HEARTBEAT_CONFIG"]), jobs_file=Path(lake.env["HEARTBEAT_JOBS_FILE"]),
+                        env={"HEARTBEAT_TRIGGER_DIR": str(lake.home / "triggers")})  # the file sensor's cursor names it
+
+
+def test_runners_on_two_machines_sharing_the_tables_do_not_tick_at_once(lake, tmp_path):
+    other = other_machine(lake, tmp_path)
+    settings = load_settings(lakehouse_dir=str(lake.home))
+    lake.drop_trigger_file("drop", "a.done")
+    with open_app(settings) as app:
+        here = as_other_machine(Lease(app.store, owner="runner-on-machine-a"))
+        here.acquire()  # a runner on the first machine is ticking
+        skipped = other.cli("run", "--wait-lease", "0")
+        assert "skipped: another runner holds the tick lease: runner-on-machine-a" in skipped.stderr
+        assert "triggered" not in skipped.stdout
+        here.release()
+        taken = other.cli("run", "--wait-lease", "0")  # its turn now
+        assert "triggered job 202" in taken.stdout
+        assert app.store.lease_row("tick").owner == ""  # the one-shot tick released it
