@@ -93,6 +93,32 @@ def test_validate_names_every_bad_alert_field(tmp_path):
         "06:00 Europe/Berlin", "x")
 
 
+def test_a_destination_secret_is_a_reference_never_the_value_in_the_file(tmp_path):
+    """``url: {secret: scope/key}`` and ``{env: NAME}`` are accepted beside ``url_env``; a URL written in the
+    file, a secret without ``scope/key`` or both spellings at once are refused, naming the field."""
+    path = tmp_path / "p.yml"
+    path.write_text("alerts:\n  destinations:\n"
+                    "    a: {type: webhook, url: {secret: heartbeat/hook}}\n"
+                    "    b: {type: pagerduty, routing_key: {env: PD_KEY}}\n"
+                    "    c: {type: email, host: h, from: f@example.com, to: t@example.com, "
+                    "username: {secret: mail/user}, password_env: MAIL_PASSWORD}\n")
+    destinations = {d.name: d for d in load_run_policies(path).alerts.destinations}
+    assert str(destinations["a"].url_secret) == "{secret: heartbeat/hook}"
+    assert str(destinations["b"].routing_key_secret) == "{env: PD_KEY}"
+    assert (str(destinations["c"].username_secret), str(destinations["c"].password_secret)) == (
+        "{secret: mail/user}", "{env: MAIL_PASSWORD}")
+    path.write_text("alerts:\n  destinations:\n"
+                    "    w: {type: webhook, url: 'https://hooks.example.com/T0/B0/s3cr3t'}\n"
+                    "    s: {type: webhook, url: {secret: no-key}}\n"
+                    "    d: {type: pagerduty, routing_key: {env: A}, routing_key_env: B}\n")
+    with pytest.raises(ConfigError) as caught:
+        load_run_policies(path)
+    text = str(caught.value)
+    assert "alerts.destinations.w.url: a secret is never written in the file" in text and "s3cr3t" not in text
+    assert "alerts.destinations.s.url: {secret: no-key} must name a scope and a key" in text
+    assert "alerts.destinations.d.routing_key: give routing_key or routing_key_env, not both" in text
+
+
 def test_a_deadline_is_a_time_of_day_in_its_zone():
     deadline = Deadline.parse("06:00 Europe/Berlin", "d")
     # 05:30 UTC on a winter day is 06:30 in Berlin: today's deadline (05:00 UTC) has passed
