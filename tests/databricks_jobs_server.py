@@ -25,8 +25,10 @@ it every answer (headers and body written separately) waited ~47 ms for a delaye
 
 from __future__ import annotations
 
+import base64
 import itertools
 import json
+import re
 import threading
 import time
 from collections import Counter, deque
@@ -139,6 +141,7 @@ class JobsApiServer:
         self._lock = threading.RLock()
         self._ids = itertools.count(1001)
         self._httpd: ThreadingHTTPServer | None = None
+        self.workspace = WorkspaceApi()  # secrets and SCIM users: a separate block below
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -294,6 +297,8 @@ class JobsApiServer:
     def _apply(self, method: str, path: str, endpoint: str, params: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         if path == "/.well-known/databricks-config":
             return 200, {}
+        if path.startswith(WorkspaceApi.PREFIXES):
+            return self.workspace.answer(method, path, params)
         routes = {
             ("POST", "run-now"): self._run_now,
             ("GET", "get"): self._get_job,
@@ -455,6 +460,62 @@ class JobsApiServer:
 
 
 @dataclass
+# -- the workspace beside the Jobs API: secrets and SCIM users (kept apart from the jobs parts) -------
+
+
+class WorkspaceApi:
+    """Secret scopes (``GET /api/2.0/secrets/get``) and workspace users with their groups (``GET
+    /api/2.0/preview/scim/v2/Users`` filtered by ``userName eq "..."``), in the real API's shapes.
+
+    Tests put secrets and users here (``server.workspace.put_secret``, ``add_user``); ``reads`` counts
+    the secret reads per ``scope/key``."""
+
+    PREFIXES = ("/api/2.0/secrets/", "/api/2.0/preview/scim/v2/")
+
+    def __init__(self) -> None:
+        self.secrets: dict[tuple[str, str], bytes] = {}
+        self.users: dict[str, frozenset[str]] = {}  # userName (e-mail) -> group display names
+        self.reads: Counter[str] = Counter()
+        self._lock = threading.Lock()
+
+    def put_secret(self, scope: str, key: str, value: str) -> None:
+        with self._lock:
+            self.secrets[(scope, key)] = value.encode()
+
+    def add_user(self, email: str, groups: tuple[str, ...] = ()) -> None:
+        with self._lock:
+            self.users[email] = frozenset(groups)
+
+    def answer(self, method: str, path: str, params: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        with self._lock:
+            if (method, path) == ("GET", "/api/2.0/secrets/get"):
+                return self._get_secret(str(params.get("scope", "")), str(params.get("key", "")))
+            if (method, path) == ("GET", "/api/2.0/preview/scim/v2/Users"):
+                return self._list_users(params)
+        return 404, {"error_code": "ENDPOINT_NOT_FOUND", "message": f"No API found for '{method} {path}'"}
+
+    def _get_secret(self, scope: str, key: str) -> tuple[int, dict[str, Any]]:
+        if not any(s == scope for s, _ in self.secrets):
+            return 404, {"error_code": "RESOURCE_DOES_NOT_EXIST", "message": f"Scope {scope} does not exist!"}
+        if (scope, key) not in self.secrets:
+            return 404, {"error_code": "RESOURCE_DOES_NOT_EXIST",
+                         "message": f"Failed to get secret for key: {key} in scope: {scope}"}
+        self.reads[f"{scope}/{key}"] += 1
+        return 200, {"key": key, "value": base64.b64encode(self.secrets[(scope, key)]).decode()}
+
+    def _list_users(self, params: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        match = re.fullmatch(r'userName eq "(.*)"', str(params.get("filter", "")))
+        found = [{"id": str(abs(hash(name)) % 10**12), "userName": name,
+                  "groups": [{"display": g, "value": str(abs(hash(g)) % 10**12)} for g in sorted(groups)]}
+                 for name, groups in sorted(self.users.items())
+                 if match is None or name.lower() == match.group(1).lower()]
+        start = int(params.get("startIndex", 1))
+        count = int(params.get("count", 100))
+        page = found[start - 1:start - 1 + count]
+        return 200, {"schemas": ["urn:ietf:params:scim:api:messages:2.0:ListResponse"], "totalResults": len(found),
+                     "startIndex": start, "itemsPerPage": len(page), "Resources": page}
+
+
 class _Window:
     """A sliding one-second window of admitted calls (a rate limit)."""
 
@@ -558,5 +619,5 @@ def slow(delay_s: float) -> Fault:
     return Fault(None, delay_s=delay_s, after_effect=True)
 
 
-__all__ = ["JobsApiServer", "Fault", "FakeRun", "Fate", "FATES", "THROTTLED", "UNAVAILABLE", "UNAVAILABLE_AFTER_RUN",
+__all__ = ["JobsApiServer", "WorkspaceApi", "Fault", "FakeRun", "Fate", "FATES", "THROTTLED", "UNAVAILABLE", "UNAVAILABLE_AFTER_RUN",
            "SERVER_ERROR", "UNAUTHENTICATED", "slow", "TOKEN"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import signal
 import time
 from collections import Counter
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from alert_receivers import AlertReceiver, MailReceiver
-from databricks_jobs_server import UNAUTHENTICATED, JobsApiServer
+from databricks_jobs_server import TOKEN, UNAUTHENTICATED, JobsApiServer
 from harness import config_row as row
 
 from heartbeat_runner.core.errors import ConfigError
@@ -90,6 +91,32 @@ def test_validate_names_every_bad_alert_field(tmp_path):
     policies = load_run_policies(good)
     assert policies.retry.default.max_retries == 1 and policies.alerts.jobs["444"].deadline == Deadline.parse(
         "06:00 Europe/Berlin", "x")
+
+
+def test_a_destination_secret_is_a_reference_never_the_value_in_the_file(tmp_path):
+    """``url: {secret: scope/key}`` and ``{env: NAME}`` are accepted beside ``url_env``; a URL written in the
+    file, a secret without ``scope/key`` or both spellings at once are refused, naming the field."""
+    path = tmp_path / "p.yml"
+    path.write_text("alerts:\n  destinations:\n"
+                    "    a: {type: webhook, url: {secret: heartbeat/hook}}\n"
+                    "    b: {type: pagerduty, routing_key: {env: PD_KEY}}\n"
+                    "    c: {type: email, host: h, from: f@example.com, to: t@example.com, "
+                    "username: {secret: mail/user}, password_env: MAIL_PASSWORD}\n")
+    destinations = {d.name: d for d in load_run_policies(path).alerts.destinations}
+    assert str(destinations["a"].url_secret) == "{secret: heartbeat/hook}"
+    assert str(destinations["b"].routing_key_secret) == "{env: PD_KEY}"
+    assert (str(destinations["c"].username_secret), str(destinations["c"].password_secret)) == (
+        "{secret: mail/user}", "{env: MAIL_PASSWORD}")
+    path.write_text("alerts:\n  destinations:\n"
+                    "    w: {type: webhook, url: 'https://hooks.example.com/T0/B0/s3cr3t'}\n"
+                    "    s: {type: webhook, url: {secret: no-key}}\n"
+                    "    d: {type: pagerduty, routing_key: {env: A}, routing_key_env: B}\n")
+    with pytest.raises(ConfigError) as caught:
+        load_run_policies(path)
+    text = str(caught.value)
+    assert "alerts.destinations.w.url: a secret is never written in the file" in text and "s3cr3t" not in text
+    assert "alerts.destinations.s.url: {secret: no-key} must name a scope and a key" in text
+    assert "alerts.destinations.d.routing_key: give routing_key or routing_key_env, not both" in text
 
 
 def test_a_deadline_is_a_time_of_day_in_its_zone():
@@ -317,3 +344,42 @@ def test_check_allows_three_of_the_runners_intervals_plus_a_minute(tmp_path):
     path.write_text(json.dumps({"ticked_at": now - 100, "interval_s": 300}))  # cron every 5 minutes
     assert runner_liveness(tmp_path, AlertPolicies(), now).healthy
     assert not runner_liveness(tmp_path, AlertPolicies(not_ticking_after=timedelta(seconds=60)), now).healthy
+
+
+def test_a_webhook_url_from_a_databricks_secret_scope_delivers_and_is_never_shown(hb, tmp_path, monkeypatch, caplog,
+                                                                                 capsys):
+    """``url: {secret: scope/key}``: the runner reads the webhook URL through the workspace's secrets API (the
+    stand-in over HTTP, the SDK's auth chain) at send time and delivers; a destination whose key is missing
+    fails with the destination, setting, scope and key named. The URL is in no table, log or output."""
+    caplog.set_level(logging.DEBUG)
+    monkeypatch.delenv("DATABRICKS_CONFIG_PROFILE", raising=False)
+    with AlertReceiver() as receiver, JobsApiServer() as workspace:
+        canary = "canary-7c1e94d2"
+        workspace.workspace.put_secret("heartbeat", "alert-hook", f"{receiver.url}/hook/{canary}")
+        monkeypatch.setenv("DATABRICKS_HOST", workspace.host)
+        monkeypatch.setenv("DATABRICKS_TOKEN", TOKEN)
+        path = tmp_path / "run_policies.yml"
+        path.write_text("alerts:\n  group_interval: off\n  default:\n    source: {sensing_error_after: 0.1s}\n"
+                        "  destinations:\n    hook: {type: webhook, url: {secret: heartbeat/alert-hook}}\n"
+                        "    lost: {type: webhook, url: {secret: heartbeat/no-such-key}}\n")
+        hb.app.settings = hb.settings.with_(retry_policy_file=path)
+        hb.seed(row("delta_table", "sales.missing", "7"))
+        hb.tick()                                                   # failing since now
+        hb.tick()                                                   # raised: sent
+        deadline = time.monotonic() + 20
+        while not receiver.received and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)
+        hb.tick()                                                   # records what the sends came to
+        (delivered,) = receiver.received
+        assert delivered.path == f"/hook/{canary}"
+        assert [n["kind"] for n in delivered.body["alerts"]] == ["SENSING_ERROR"]
+        assert workspace.workspace.reads["heartbeat/alert-hook"] == 1
+    (alert,) = hb.app.store.read("heartbeat_alerts")
+    assert alert["raise_delivered_to"] == "hook"
+    assert alert["last_delivery_error"].startswith("alerts.destinations.lost.url: {secret: heartbeat/no-such-key}: "
+                                                   "secret scope 'heartbeat' has no key 'no-such-key'")
+    stored = json.dumps([hb.app.store.read(t) for t in ("heartbeat_events", "heartbeat_alerts")], default=str)
+    shown = capsys.readouterr()
+    for text in (stored, caplog.text, shown.out, shown.err):
+        assert canary not in text

@@ -66,19 +66,20 @@ def merge(base: Any, override: Any, key: str | None = None) -> Any:
     return override
 
 
-def resolved(kind: str, target: str, overrides: dict[str, str] | None = None) -> dict[str, dict[str, Any]]:
+def resolved(kind: str, target: str, variables: dict[str, str] | None = None) -> dict[str, dict[str, Any]]:
     """The resources of one kind (jobs, apps) for ``target``: overrides merged, variables substituted
-    (``overrides``: variables given at deploy, as ``--var name=value``)."""
+    (``variables``: values given at deploy time, ``--var name=value``)."""
     bundle, _ = load_bundle()
     specs = merge(bundle["resources"][kind], bundle["targets"][target].get("resources", {}).get(kind, {}))
     values = {name: spec.get("default", TEST_VALUES.get(name)) for name, spec in bundle["variables"].items()}
-    values.update(overrides or {})
+    values.update(bundle["targets"][target].get("variables", {}))
+    values.update(variables or {})
     text = VARIABLE.sub(lambda m: str(values[m.group(1)]), json.dumps(specs))
     return json.loads(text)
 
 
-def resolved_jobs(target: str, overrides: dict[str, str] | None = None) -> dict[str, dict[str, Any]]:
-    return resolved("jobs", target, overrides)
+def resolved_jobs(target: str, variables: dict[str, str] | None = None) -> dict[str, dict[str, Any]]:
+    return resolved("jobs", target, variables)
 
 
 BUNDLE, ORIGIN = load_bundle()
@@ -205,8 +206,12 @@ def test_example_plans_reads_from_the_structured_parameter_heartbeat_sends():
 APP_DIR = REPO / "app"
 
 
-def app_yaml() -> dict[str, Any]:
-    return yaml.safe_load((APP_DIR / "app.yaml").read_text())
+def app_config(target: str, variables: dict[str, str] | None = None) -> Any:
+    """The app's command and environment: the typed ``AppConfig`` of the bundle's app resource."""
+    apps_model = pytest.importorskip("databricks.bundles.apps", reason="pip install databricks-bundles")
+    app = apps_model.App.from_dict(copy.deepcopy(resolved("apps", target, variables)["heartbeat_ui"]))
+    assert app.config is not None, "the app's command and environment are the bundle's (config:)"
+    return app.config
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -219,22 +224,32 @@ def test_app_loads_as_a_typed_databricks_app_and_its_code_is_the_app_folder(targ
     assert all(p.group_name for p in app.permissions)
 
 
-def test_app_yaml_is_a_valid_app_config_running_the_ui_command():
-    apps_model = pytest.importorskip("databricks.bundles.apps", reason="pip install databricks-bundles")
-    config = apps_model.AppConfig.from_dict(copy.deepcopy(app_yaml()))  # command + env, typed
+@pytest.mark.parametrize("target", TARGETS)
+def test_app_config_is_a_valid_app_config_running_the_ui_command(target):
+    config = app_config(target)
     assert config.command[:3] == ["python", "-m", "heartbeat_runner"]
     parsed = build_parser().parse_args(config.command[3:])
     assert parsed.command == "ui" and parsed.target == "databricks"
     assert not getattr(parsed, "allow_actions", False), "the deployed page is read-only by default"
+    assert not (APP_DIR / "app.yaml").exists() and not (APP_DIR / "app.yml").exists(), \
+        "an app.yaml beside the bundle's config: Databricks Apps would not take both"
 
 
-def test_app_reads_the_schema_the_runner_writes_and_keeps_no_secret():
-    env = {e["name"]: e.get("value") for e in app_yaml()["env"]}
-    variables = BUNDLE["variables"]
-    assert env["HEARTBEAT_CATALOG"] == variables["catalog"]["default"]
-    assert env["HEARTBEAT_SCHEMA"] == variables["schema"]["default"]
+@pytest.mark.parametrize("target", TARGETS)
+def test_app_reads_the_catalog_and_schema_the_bundle_deploys_with_and_keeps_no_secret(target):
+    """``databricks bundle deploy --var catalog=... --var schema=...`` moves the app with the runner's job."""
+    deployed = {"catalog": "analytics", "schema": "heartbeat_prod"}
+    env = {e.name: e.value for e in app_config(target, deployed).env}
+    assert (env["HEARTBEAT_CATALOG"], env["HEARTBEAT_SCHEMA"]) == ("analytics", "heartbeat_prod")
+    job_env = json.dumps(resolved("jobs", target, deployed))
+    assert '"HEARTBEAT_CATALOG": "analytics"' in job_env and '"HEARTBEAT_SCHEMA": "heartbeat_prod"' in job_env
+    defaults = {e.name: e.value for e in app_config(target).env}
+    bundle_values = {**{k: v.get("default") for k, v in BUNDLE["variables"].items()},
+                     **BUNDLE["targets"][target].get("variables", {})}
+    assert (defaults["HEARTBEAT_CATALOG"], defaults["HEARTBEAT_SCHEMA"]) == (bundle_values["catalog"],
+                                                                             bundle_values["schema"])
     assert not any(k in env for k in ("DATABRICKS_TOKEN", "DATABRICKS_CLIENT_SECRET")), "the app's own identity only"
-    assert env["HEARTBEAT_UI_OPERATORS"] == ""
+    assert env["HEARTBEAT_UI_OPERATORS"] == "" and env["HEARTBEAT_UI_OPERATOR_GROUPS"] == ""
 
 
 def test_app_installs_heartbeat_from_the_wheel_the_artifact_build_copies():

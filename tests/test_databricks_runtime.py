@@ -118,7 +118,7 @@ class Workspace:
         return value
 
     def job(self, name: str, target: str = "prod") -> dict:
-        jobs = resolved_jobs(target, overrides={"catalog": CATALOG})
+        jobs = resolved_jobs(target, variables={"catalog": CATALOG})
         return jobs[name]
 
     def cluster_env(self, job: dict) -> dict[str, str]:
@@ -162,7 +162,7 @@ class Workspace:
 @pytest.fixture(scope="module")
 def task_python(tmp_path_factory):
     wheel = build_wheel(tmp_path_factory.mktemp("dist"))
-    job = resolved_jobs("prod", overrides={"catalog": CATALOG})["heartbeat_runner"]
+    job = resolved_jobs("prod", variables={"catalog": CATALOG})["heartbeat_runner"]
     (task,) = [t for t in job["tasks"] if t["task_key"] == "tick"]
     return task_environment(wheel, task_libraries(task))
 

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import base64
 import json
+import logging
 import time
 from dataclasses import replace
 from datetime import datetime, timezone
 
 import pytest
+from databricks_jobs_server import TOKEN, JobsApiServer
 from jdbc_orders import SOURCE, baseline_then_two_new_rows, insert, keys_as_event_times, sense, table  # noqa: F401 (fixture)
-from services import assert_config_check, engine, free_port, postgres, sense_context, sensing_target  # noqa: F401 (fixtures)
+from services import PG_READER_PASSWORD, assert_config_check, engine, free_port, postgres, sense_context, sensing_target  # noqa: F401 (fixtures)
 
 from heartbeat_runner.core.errors import SourceError
+from heartbeat_runner.jobs.databricks_workspace import DatabricksSecrets
 
 
 @pytest.fixture
@@ -112,6 +116,56 @@ def test_secret_from_the_environment(engine, postgres, table, monkeypatch):
     monkeypatch.delenv("TEST_WAREHOUSE_URL")
     with pytest.raises(SourceError, match="needs environment variable TEST_WAREHOUSE_URL"):
         sense(ctx, table)
+
+
+def test_secret_from_a_databricks_secret_scope_never_shows_its_value(engine, postgres, table, monkeypatch, caplog,
+                                                                    capsys):
+    """``url: {secret: scope/key}`` is read through the workspace's secrets API (the stand-in, over HTTP,
+    with the SDK's auth chain from DATABRICKS_HOST/DATABRICKS_TOKEN) each time the source connects. A missing
+    key, or no credentials, is one error naming the file, connection, setting, scope and key. The URL's
+    password appears in no error, no log line (the SDK's debug log included) and no output."""
+    canary = postgres.url()
+    monkeypatch.delenv("DATABRICKS_CONFIG_PROFILE", raising=False)
+    errors = []
+    caplog.set_level(logging.DEBUG)
+    with JobsApiServer() as workspace:
+        workspace.workspace.put_secret("heartbeat", "warehouse-url", canary)
+        monkeypatch.setenv("DATABRICKS_HOST", workspace.host)
+        monkeypatch.setenv("DATABRICKS_TOKEN", TOKEN)
+        entry: dict = {"url": {"secret": "heartbeat/warehouse-url"}}
+        ctx = sense_context(engine, {"jdbc": {"warehouse": entry}})
+        ctx.secrets = DatabricksSecrets()  # as App.sense_context wires it: the client from the auth chain
+        found = baseline_then_two_new_rows(ctx, postgres, table)  # three senses: baseline, nothing, two rows
+        assert found.new_data and found.rows == 2 and PG_READER_PASSWORD not in (found.cursor_to or "")
+        assert workspace.workspace.reads["heartbeat/warehouse-url"] == 3, "read at each connect, never kept"
+
+        entry["url"] = {"secret": "heartbeat/no-such-key"}
+        with pytest.raises(SourceError) as missing:
+            sense(ctx, table)
+        errors.append(str(missing.value))
+        assert str(missing.value).startswith("heartbeat_sources.yml: jdbc.warehouse, setting 'url': "
+                                             "{secret: heartbeat/no-such-key}: secret scope 'heartbeat' has no key "
+                                             "'no-such-key'")
+        entry["url"] = {"secret": "heartbeat/warehouse-url"}
+        monkeypatch.setenv("DATABRICKS_TOKEN", "dapi-wrong")
+        with pytest.raises(SourceError, match=r"\{secret: heartbeat/warehouse-url\}: secret heartbeat/warehouse-url: "
+                                              "Databricks refused our credentials") as refused:
+            sense(_with_secrets(sense_context(engine, {"jdbc": {"warehouse": entry}})), table)
+        errors.append(str(refused.value))
+    monkeypatch.delenv("DATABRICKS_HOST")
+    monkeypatch.delenv("DATABRICKS_TOKEN")
+    with pytest.raises(SourceError, match=r"setting 'url': \{secret: heartbeat/warehouse-url\}: Databricks "
+                                          "authentication is not configured"):
+        sense(_with_secrets(sense_context(engine, {"jdbc": {"warehouse": entry}})), table)
+    shown = capsys.readouterr()
+    encoded = base64.b64encode(canary.encode()).decode()
+    for text in (*errors, caplog.text, shown.out, shown.err):
+        assert PG_READER_PASSWORD not in text and encoded not in text
+
+
+def _with_secrets(ctx):
+    ctx.secrets = DatabricksSecrets()
+    return ctx
 
 
 def test_url_from_the_environment_fallback(engine, postgres, table, monkeypatch):

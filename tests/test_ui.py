@@ -17,11 +17,14 @@ from pathlib import Path
 
 import pytest
 from browser import CHROMEDRIVER, CHROMIUM, headless_chromium
+from databricks_jobs_server import JobsApiServer
 from harness import Harness
 from harness import config_row as row
 
+from heartbeat_runner.core.errors import InvalidInputError
 from heartbeat_runner.interfaces.ui.actions import ActionPolicy
 from heartbeat_runner.interfaces.ui.server import StatusPage, make_server
+from heartbeat_runner.jobs.databricks_workspace import WorkspaceGroups
 from heartbeat_runner.lakehouse.store import Cond
 
 # In CI (.ci/run installs them) a missing browser is a failure, not a skip.
@@ -423,3 +426,71 @@ def test_ui_command_serves_the_page_read_only_and_sees_what_another_process_writ
         server.terminate()
         server.wait(timeout=30)
 
+
+
+# -- the page as a Databricks App: who may act ----------------------------------------------------
+
+def post_action(url: str, action: str, job_id: str, headers: dict[str, str]) -> int:
+    """POST one action as the page does (with the confirm header); the HTTP status."""
+    request = urllib.request.Request(
+        f"{url}/api/actions/{action}", method="POST", data=json.dumps({"job_id": job_id}).encode(),
+        headers={"Content-Type": "application/json", "X-Heartbeat-Action": "confirm", **headers})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as answer:
+            return answer.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+@pytest.fixture
+def policy_page(lakehouse) -> Iterator:
+    """Serve the page with a given policy; every server is shut down after the test."""
+    servers = []
+
+    def start(policy: ActionPolicy) -> str:
+        url, server = serve(lakehouse, policy)
+        servers.append(server)
+        return url
+
+    yield start
+    for server in servers:
+        server.shutdown()
+
+
+def test_as_a_databricks_app_an_action_without_the_signed_in_user_is_refused_and_changes_nothing(policy_page,
+                                                                                                lakehouse):
+    """Databricks Apps sets DATABRICKS_APP_NAME/PORT; a request that did not come through its sign-in (no
+    X-Forwarded-Email) must not act as the user running the page: 403, nothing recorded."""
+    app_env = {"DATABRICKS_APP_NAME": "heartbeat-ui", "DATABRICKS_APP_PORT": "8000",
+               "HEARTBEAT_UI_OPERATORS": "ops@example.com"}
+    url = policy_page(ActionPolicy.from_environment(True, app_env))
+    paused_before = lakehouse.events("JOB_PAUSED")
+    assert post_action(url, "pause", "orders_etl", {}) == 403
+    assert lakehouse.events("JOB_PAUSED") == paused_before
+    assert {r["job_state"] for r in lakehouse.rows("orders_etl")} == {"UNPAUSED"}
+    assert get_json(url + "/api/meta")["can_act"] is False
+
+
+def test_operators_are_matched_by_email_never_by_the_forwarded_user_id(policy_page):
+    """X-Forwarded-User is the identity provider's user id, not an e-mail: listing it grants nothing; the
+    e-mail in X-Forwarded-Email does. (A job that does not exist answers 404 once the operator is let in,
+    so nothing changes either way.)"""
+    url = policy_page(ActionPolicy(enabled=True, operators=frozenset({"ops@example.com", "svc-ops"})))
+    assert post_action(url, "pause", "NOPE", {"X-Forwarded-User": "svc-ops"}) == 403
+    assert post_action(url, "pause", "NOPE", {"X-Forwarded-User": "ops@example.com"}) == 403
+    assert post_action(url, "pause", "NOPE", {"X-Forwarded-Email": "ops@example.com",
+                                              "X-Forwarded-User": "8467312190"}) == 404
+    with pytest.raises(InvalidInputError, match="svc-ops is not an e-mail address"):
+        ActionPolicy.from_environment(True, {"HEARTBEAT_UI_OPERATORS": "ops@example.com, svc-ops"})
+
+
+def test_members_of_an_operator_group_may_act_looked_up_in_the_workspace(policy_page):
+    """HEARTBEAT_UI_OPERATOR_GROUPS: membership comes from the workspace's SCIM users API (the stand-in)."""
+    with JobsApiServer() as workspace:
+        workspace.workspace.add_user("lead@example.com", ("heartbeat-operators", "users"))
+        workspace.workspace.add_user("analyst@example.com", ("users",))
+        env = {"DATABRICKS_APP_NAME": "heartbeat-ui", "HEARTBEAT_UI_OPERATOR_GROUPS": "heartbeat-operators"}
+        url = policy_page(ActionPolicy.from_environment(True, env, groups_of=WorkspaceGroups(workspace.client())))
+        assert post_action(url, "pause", "NOPE", {"X-Forwarded-Email": "lead@example.com"}) == 404
+        assert post_action(url, "pause", "NOPE", {"X-Forwarded-Email": "analyst@example.com"}) == 403
+        assert post_action(url, "pause", "NOPE", {"X-Forwarded-Email": "stranger@example.com"}) == 403

@@ -24,6 +24,9 @@ from datetime import datetime, time, timedelta, timezone
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from heartbeat_runner.core.errors import InvalidInputError
+from heartbeat_runner.core.secrets import SecretKind, SecretRef, parse_reference
+
 
 class AlertKind(str, enum.Enum):
     JOB_FAILED = "JOB_FAILED"
@@ -140,27 +143,31 @@ class SourceAlertPolicy:
 
 @dataclass(frozen=True)
 class Destination:
-    """Where alerts go. Secrets (URLs of webhooks, routing keys, passwords) are names of environment variables."""
+    """Where alerts go. Secrets (URLs of webhooks, routing keys, SMTP user and password) are references
+    (:class:`SecretRef`: an environment variable or a Databricks ``scope/key``), read at send time only."""
 
     name: str
     kind: DestinationKind
-    url_env: str | None = None        # webhook: the URL (a secret)
-    url: str = PAGERDUTY_URL          # pagerduty: the Events API endpoint
-    routing_key_env: str | None = None
-    host: str = ""                    # email
+    url_secret: SecretRef | None = None          # webhook: the URL (a secret)
+    url: str = PAGERDUTY_URL                     # pagerduty: the Events API endpoint
+    routing_key_secret: SecretRef | None = None
+    host: str = ""                               # email
     port: int = 587
     sender: str = ""
     to: tuple[str, ...] = ()
-    username_env: str | None = None
-    password_env: str | None = None
+    username_secret: SecretRef | None = None
+    password_secret: SecretRef | None = None
     starttls: bool = True
     ca_file: str | None = None
 
 
-_DESTINATION_FIELDS = {
-    DestinationKind.WEBHOOK: ({"url_env"}, set()),
-    DestinationKind.PAGERDUTY: ({"routing_key_env"}, {"url"}),
-    DestinationKind.EMAIL: ({"host", "from", "to"}, {"port", "username_env", "password_env", "starttls", "ca_file"}),
+#: per kind: (required settings, optional settings, secret settings with whether each is required).
+#: A secret setting ``s`` is written ``s: {secret: scope/key}``, ``s: {env: NAME}`` or ``s_env: NAME``.
+_DESTINATION_FIELDS: dict[DestinationKind, tuple[set[str], set[str], dict[str, bool]]] = {
+    DestinationKind.WEBHOOK: (set(), set(), {"url": True}),
+    DestinationKind.PAGERDUTY: (set(), {"url"}, {"routing_key": True}),
+    DestinationKind.EMAIL: ({"host", "from", "to"}, {"port", "starttls", "ca_file"},
+                            {"username": False, "password": False}),
 }
 
 
@@ -290,12 +297,16 @@ def _destination(name: str, values: Mapping[str, Any], problems: list[str]) -> D
         problems.append(f"{where}.type: {values.get('type')!r} is not one of "
                         f"{', '.join(k.value for k in DestinationKind)}")
         return None
-    required, optional = _DESTINATION_FIELDS[kind]
+    required, optional, secret_settings = _DESTINATION_FIELDS[kind]
     missing = sorted(required - set(values))
+    missing += [f"{s}_env or {s}: {{secret: scope/key}}" for s, needed in secret_settings.items()
+                if needed and s not in values and f"{s}_env" not in values]
     if missing:
         problems.append(f"{where}: a {kind.value} destination needs {', '.join(missing)}")
-    _unknown({k: v for k, v in values.items() if k != "type"}, required | optional, where, problems)
-    if missing:
+    allowed = required | optional | set(secret_settings) | {f"{s}_env" for s in secret_settings}
+    _unknown({k: v for k, v in values.items() if k != "type"}, allowed, where, problems)
+    secrets = {s: _secret_setting(values, s, where, problems) for s in secret_settings}
+    if missing or any(secrets[s] is None and (s in values or f"{s}_env" in values) for s in secrets):
         return None
     to = values.get("to", ())
     try:
@@ -303,11 +314,34 @@ def _destination(name: str, values: Mapping[str, Any], problems: list[str]) -> D
     except (TypeError, ValueError):
         problems.append(f"{where}.port: {values.get('port')!r} is not a port number")
         return None
-    return Destination(name=name, kind=kind, url_env=values.get("url_env"), url=str(values.get("url", PAGERDUTY_URL)),
-                       routing_key_env=values.get("routing_key_env"), host=str(values.get("host", "")), port=port,
+    endpoint = values.get("url", PAGERDUTY_URL) if kind is DestinationKind.PAGERDUTY else PAGERDUTY_URL
+    return Destination(name=name, kind=kind, url_secret=secrets.get("url"), url=str(endpoint),
+                       routing_key_secret=secrets.get("routing_key"), host=str(values.get("host", "")), port=port,
                        sender=str(values.get("from", "")), to=tuple([to] if isinstance(to, str) else to),
-                       username_env=values.get("username_env"), password_env=values.get("password_env"),
+                       username_secret=secrets.get("username"), password_secret=secrets.get("password"),
                        starttls=bool(values.get("starttls", True)), ca_file=values.get("ca_file"))
+
+
+def _secret_setting(values: Mapping[str, Any], setting: str, where: str, problems: list[str]) -> SecretRef | None:
+    """The reference a secret setting is written as (``s_env: NAME`` or ``s: {secret|env: ...}``); None when
+    absent or wrong (a problem is added: a secret written in the file itself is one)."""
+    field_name = f"{where}.{setting}"
+    if f"{setting}_env" in values:
+        if setting in values:
+            problems.append(f"{field_name}: give {setting} or {setting}_env, not both")
+            return None
+        values = {setting: {SecretKind.ENV.value: values[f"{setting}_env"]}}
+    if setting not in values:
+        return None
+    try:
+        ref = parse_reference(values[setting], field_name)
+    except InvalidInputError as exc:
+        problems.append(str(exc))
+        return None
+    if ref is None:
+        problems.append(f"{field_name}: a secret is never written in the file: write {setting}: "
+                        f"{{secret: scope/key}}, {setting}: {{env: NAME}} or {setting}_env: NAME")
+    return ref
 
 
 # -- the hot state and the conditions -----------------------------------------------------------

@@ -9,7 +9,8 @@ trigger; the root-cause grouping already makes one alert of a late source's many
 
 What happened to each attempt comes back through :meth:`Outbox.drain` for the tick to record
 (ALERT_SENT / ALERT_DELIVERY_FAILED). Secrets (webhook URLs, routing keys, SMTP passwords) are read
-from the environment at send time and never recorded.
+at send time, from the environment or a Databricks secret scope (``core/secrets.py``), for that one
+send: never kept, logged or recorded; a failure names the reference, never the value.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ import enum
 import hashlib
 import json
 import logging
-import os
 import smtplib
 import ssl
 import threading
@@ -31,6 +31,8 @@ from email.message import EmailMessage
 from email.utils import formatdate
 
 from heartbeat_runner.core.errors import HeartbeatError
+from heartbeat_runner.core.secrets import SecretError, SecretRef, SecretResolver, resolve
+from heartbeat_runner.jobs.databricks_workspace import DatabricksSecrets
 from heartbeat_runner.policies.alerts import Destination, DestinationKind
 
 log = logging.getLogger(__name__)
@@ -105,10 +107,17 @@ def message_id(notices: list[Notice]) -> str:
     return f"<digest.{hashlib.sha256(joined.encode()).hexdigest()[:32]}@{SOURCE}>"
 
 
-def _secret(name: str | None, what: str) -> str:
-    value = os.environ.get(name or "")
+def _secret(ref: SecretRef | None, destination: Destination, setting: str, secrets: SecretResolver) -> str:
+    """The value of one secret setting, read now; DeliveryError naming the destination, setting and reference."""
+    where = f"alerts.destinations.{destination.name}.{setting}"
+    if ref is None:
+        raise DeliveryError(f"{where}: not configured")
+    try:
+        value = resolve(ref, where, secrets)
+    except SecretError as exc:
+        raise DeliveryError(str(exc)) from exc
     if not value:
-        raise DeliveryError(f"{what}: environment variable {name} is not set")
+        raise DeliveryError(f"{where}: {ref} is empty")
     return value
 
 
@@ -124,17 +133,17 @@ def _post_json(url: str, body: dict[str, object], timeout_s: float, headers: dic
         raise DeliveryError(f"no answer: {exc}") from exc
 
 
-def send_webhook(destination: Destination, notices: list[Notice], timeout_s: float) -> None:
+def send_webhook(destination: Destination, notices: list[Notice], timeout_s: float, secrets: SecretResolver) -> None:
     """A JSON POST whose ``text`` Slack and Microsoft Teams incoming webhooks show; ``alerts`` has each notice."""
-    url = _secret(destination.url_env, f"webhook {destination.name}")
+    url = _secret(destination.url_secret, destination, "url", secrets)
     keys = ",".join(f"{n.key}.{n.action.value}" for n in notices)
     _post_json(url, {"text": digest_text(notices), "alerts": [n.as_dict() for n in notices]}, timeout_s,
                {"Idempotency-Key": hashlib.sha256(keys.encode()).hexdigest()[:32]})
 
 
-def send_pagerduty(destination: Destination, notices: list[Notice], timeout_s: float) -> None:
+def send_pagerduty(destination: Destination, notices: list[Notice], timeout_s: float, secrets: SecretResolver) -> None:
     """PagerDuty Events API v2: a trigger or resolve per notice, ``dedup_key`` = the alert's key."""
-    routing_key = _secret(destination.routing_key_env, f"pagerduty {destination.name}")
+    routing_key = _secret(destination.routing_key_secret, destination, "routing_key", secrets)
     for notice in notices:
         body: dict[str, object] = {"routing_key": routing_key, "dedup_key": notice.key,
                                    "event_action": "trigger" if notice.action is AlertAction.RAISE else "resolve"}
@@ -147,7 +156,7 @@ def send_pagerduty(destination: Destination, notices: list[Notice], timeout_s: f
         _post_json(destination.url, body, timeout_s)
 
 
-def send_email(destination: Destination, notices: list[Notice], timeout_s: float) -> None:
+def send_email(destination: Destination, notices: list[Notice], timeout_s: float, secrets: SecretResolver) -> None:
     """One email over SMTP, upgraded with STARTTLS (unless ``starttls: false``), Message-ID from the alert key."""
     message = EmailMessage()
     first = notices[0]
@@ -160,26 +169,32 @@ def send_email(destination: Destination, notices: list[Notice], timeout_s: float
     if len(notices) == 1 and first.action is AlertAction.RESOLVE:
         message["In-Reply-To"] = message["References"] = f"<{first.key}.{AlertAction.RAISE.value}@{SOURCE}>"
     message.set_content(digest_text(notices) + "\n\nAlert keys:\n" + "".join(f"{n.key}\n" for n in notices))
+    login = None
+    if destination.username_secret:
+        login = (_secret(destination.username_secret, destination, "username", secrets),
+                 _secret(destination.password_secret, destination, "password", secrets))
     try:
         with smtplib.SMTP(destination.host, destination.port, timeout=timeout_s) as smtp:
             if destination.starttls:
                 smtp.starttls(context=ssl.create_default_context(cafile=destination.ca_file))
-            if destination.username_env:
-                smtp.login(_secret(destination.username_env, f"email {destination.name}"),
-                           _secret(destination.password_env, f"email {destination.name}"))
+            if login:
+                smtp.login(*login)
             smtp.send_message(message)
     except (smtplib.SMTPException, OSError, ssl.SSLError) as exc:
         raise DeliveryError(f"SMTP: {exc}") from exc
 
 
-SENDERS: dict[DestinationKind, Callable[[Destination, list[Notice], float], None]] = {
+SENDERS: dict[DestinationKind, Callable[[Destination, list[Notice], float, SecretResolver], None]] = {
     DestinationKind.WEBHOOK: send_webhook, DestinationKind.PAGERDUTY: send_pagerduty, DestinationKind.EMAIL: send_email,
 }
 
 
-def send(destination: Destination, notices: list[Notice], timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
-    """Send ``notices`` to ``destination`` now (one message, or one PagerDuty event each); DeliveryError if refused."""
-    SENDERS[destination.kind](destination, notices, timeout_s)
+def send(destination: Destination, notices: list[Notice], timeout_s: float = DEFAULT_TIMEOUT_S,
+         secrets: SecretResolver | None = None) -> None:
+    """Send ``notices`` to ``destination`` now (one message, or one PagerDuty event each); DeliveryError if refused.
+
+    ``secrets`` reads ``{secret: scope/key}`` references (default: the workspace of the SDK's auth chain)."""
+    SENDERS[destination.kind](destination, notices, timeout_s, secrets or DatabricksSecrets())
 
 
 @dataclass
@@ -201,8 +216,10 @@ class Outbox:
 
     def __init__(self, destinations: Iterable[Destination], *, group_interval_s: float,
                  timeout_s: float = DEFAULT_TIMEOUT_S, backoff_base_s: float = BACKOFF_BASE_S,
-                 backoff_max_s: float = BACKOFF_MAX_S):
+                 backoff_max_s: float = BACKOFF_MAX_S, secrets: SecretResolver | None = None):
+        """``secrets`` reads ``{secret: scope/key}`` references at each send (default: the SDK's auth chain)."""
         self._queues = {d.name: _Queue(d) for d in destinations}
+        self.secrets: SecretResolver = secrets or DatabricksSecrets()
         self.group_interval_s = group_interval_s
         self.timeout_s = timeout_s
         self.backoff_base_s, self.backoff_max_s = backoff_base_s, backoff_max_s
@@ -289,7 +306,7 @@ class Outbox:
     def _send(self, queue: _Queue, notices: list[Notice]) -> Attempt:
         number = queue.failures + 1
         try:
-            send(queue.destination, notices, self.timeout_s)
+            send(queue.destination, notices, self.timeout_s, self.secrets)
         except DeliveryError as exc:
             log.warning("alert delivery to %s failed (attempt %d): %s", queue.destination.name, number, exc)
             return Attempt(queue.destination.name, tuple(notices), number, str(exc))

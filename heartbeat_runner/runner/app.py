@@ -81,6 +81,7 @@ class App:
         return build_backend(self.settings)
 
     def sense_context(self) -> SenseContext:
+        from heartbeat_runner.jobs.databricks_workspace import DatabricksSecrets
         from heartbeat_runner.sensing.connections import load_connections
 
         return SenseContext(
@@ -88,6 +89,7 @@ class App:
             trigger_dir=self.settings.effective_trigger_dir,
             replay_new_sensors=self.settings.replay_new_sensors,
             connections=load_connections(self.settings.effective_sources_file),
+            secrets=DatabricksSecrets(),  # a client only when a {secret: scope/key} is first read
         )
 
     def heartbeat(self, progress: Callable[[str], None] | None = None,

@@ -2,13 +2,15 @@
 
 ``heartbeat_sources.yml`` (or ``HEARTBEAT_SOURCES_FILE``) maps a connection name to its
 settings. Secrets are never written in it: a value ``{env: NAME}`` is read from the
-environment variable NAME when the source connects::
+environment variable NAME, a value ``{secret: scope/key}`` from the Databricks secret scope
+(``core/secrets.py``; the runner passes the resolver in ``SenseContext.secrets``), each time the
+source connects; the value is never kept::
 
     kafka:
       my_product:
         bootstrap.servers: broker:9092
         security.protocol: SASL_SSL
-        sasl.password: {env: MY_PRODUCT_KAFKA_PASSWORD}
+        sasl.password: {secret: heartbeat/kafka-password}
     sap:
       default: {url: {env: SAP_BW_URL}}
     jdbc:
@@ -25,8 +27,12 @@ import os
 from pathlib import Path
 from typing import Any
 
-from heartbeat_runner.core.errors import ConfigError, SourceError
+from heartbeat_runner.core.errors import ConfigError, HeartbeatError, SourceError
+from heartbeat_runner.core.secrets import NoSecretScopes, SecretResolver, parse_reference, resolve
 from heartbeat_runner.core.yaml_files import read_yaml_mapping
+
+#: how errors name the connections file (its path is HEARTBEAT_SOURCES_FILE's, if set)
+CONNECTIONS_FILE = "heartbeat_sources.yml:"
 
 
 def load_connections(path: Path | None) -> dict[str, dict[str, Any]]:
@@ -38,21 +44,26 @@ def load_connections(path: Path | None) -> dict[str, dict[str, Any]]:
     return data
 
 
-def resolve_secrets(settings: dict[str, Any], where: str) -> dict[str, Any]:
-    """Replace ``{env: NAME}`` values by the environment variable's value."""
+def resolve_secrets(settings: dict[str, Any], where: str, secrets: SecretResolver | None = None) -> dict[str, Any]:
+    """Replace each reference (``{env: NAME}``, ``{secret: scope/key}``) by the value it names, read now.
+
+    SourceError names the connection, the setting and the reference, never a value.
+    """
     resolved = {}
     for key, value in settings.items():
-        if isinstance(value, dict) and set(value) == {"env"}:
-            name = str(value["env"])
-            if name not in os.environ:
-                raise SourceError(f"{where}: setting {key!r} needs environment variable {name}, which is not set")
-            value = os.environ[name]
+        field = f"{CONNECTIONS_FILE} {where}, setting {key!r}"
+        try:
+            ref = parse_reference(value, field)
+            if ref is not None:
+                value = resolve(ref, field, secrets or NoSecretScopes())
+        except HeartbeatError as exc:
+            raise SourceError(str(exc)) from exc
         resolved[key] = value
     return resolved
 
 
 def connection_settings(connections: dict[str, dict[str, Any]], section: str, name: str,
-                        env_settings: dict[str, str]) -> dict[str, Any]:
+                        env_settings: dict[str, str], secrets: SecretResolver | None = None) -> dict[str, Any]:
     """Settings of connection ``name`` in ``section``, secrets resolved.
 
     The file's entry wins; ``HEARTBEAT_<SECTION>_<NAME>_<SETTING>`` environment variables
@@ -69,7 +80,7 @@ def connection_settings(connections: dict[str, dict[str, Any]], section: str, na
         hints = " or ".join(prefix + suffix for suffix in env_settings)
         raise SourceError(f"no connection settings for {section} {name!r}: add {section}.{name} to "
                           f"heartbeat_sources.yml or set {hints}")
-    return resolve_secrets({**from_env, **(configured or {})}, f"{section}.{name}")
+    return resolve_secrets({**from_env, **(configured or {})}, f"{section}.{name}", secrets)
 
 
 def env_name(name: str) -> str:

@@ -32,6 +32,7 @@ def run_ui(settings: Settings, *, host: str | None, port: int | None, allow_acti
     """Open the lakehouse and serve the page until ``stop`` is set, SIGINT or SIGTERM."""
     from heartbeat_runner.interfaces.ui.actions import ActionPolicy
     from heartbeat_runner.interfaces.ui.server import StatusPage, make_server
+    from heartbeat_runner.jobs.databricks_workspace import WorkspaceGroups
     from heartbeat_runner.runner.app import open_app
 
     bind_host, bind_port = listen_address(host, port)
@@ -39,7 +40,8 @@ def run_ui(settings: Settings, *, host: str | None, port: int | None, allow_acti
     with open_app(settings) as app:
         app.require_config()
         app.ensure_views()
-        page = StatusPage(app, ActionPolicy.from_environment(allow_actions, os.environ), refresh_s=refresh_s)
+        page = StatusPage(app, ActionPolicy.from_environment(allow_actions, os.environ, groups_of=WorkspaceGroups()),
+                          refresh_s=refresh_s)
         server = make_server(page, bind_host, bind_port)
         worker = threading.Thread(target=server.serve_forever, name="heartbeat-ui", daemon=True)
         worker.start()

@@ -2,11 +2,16 @@
 
 They are off unless the page was started with ``--allow-actions``. When they are on:
 
-- locally (no identity forwarded by a proxy) the operator is the user running the page,
-  which binds to 127.0.0.1 unless told otherwise;
-- as a Databricks App, the user is the one Databricks Apps forwards in
-  ``X-Forwarded-Email`` (or ``X-Forwarded-User``), and only the users listed in
-  ``HEARTBEAT_UI_OPERATORS`` (comma-separated) may act; with no list, nobody may.
+- locally (not a Databricks App, and no identity forwarded by a proxy) the operator is the user
+  running the page, which binds to 127.0.0.1 unless told otherwise;
+- as a Databricks App (``DATABRICKS_APP_NAME`` or ``DATABRICKS_APP_PORT`` in the environment, both
+  set by Databricks Apps), or whenever a request carries a forwarded identity, the operator is the
+  signed-in user's e-mail address in ``X-Forwarded-Email``. A request without it is refused: the
+  page fails closed, it never falls back to the user running it. ``X-Forwarded-User`` is the identity
+  provider's user id, not an e-mail, and is never matched. The user may act when the address is
+  listed in ``HEARTBEAT_UI_OPERATORS`` (comma-separated e-mail addresses) or belongs to a workspace
+  group listed in ``HEARTBEAT_UI_OPERATOR_GROUPS`` (looked up through the workspace's SCIM users
+  API); with neither, nobody may.
 
 Each action writes the same events as the CLI command of the same name, with the
 operator and ``"via": "ui"`` in the payload: the audit trail.
@@ -16,7 +21,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from heartbeat_runner.core.errors import HeartbeatError, InvalidInputError
@@ -32,8 +37,13 @@ from heartbeat_runner.interfaces.operations import (
 from heartbeat_runner.runner.app import App
 from heartbeat_runner.runner.lease import tick_lease
 
-#: Headers Databricks Apps sets on every request it forwards to the app, with the signed-in user.
-IDENTITY_HEADERS = ("X-Forwarded-Email", "X-Forwarded-User")
+#: Headers Databricks Apps sets on every request it forwards to the app: the signed-in user's e-mail
+#: address, and the identity provider's user id (not an e-mail: shown, never matched).
+EMAIL_HEADER = "X-Forwarded-Email"
+USER_HEADER = "X-Forwarded-User"
+IDENTITY_HEADERS = (EMAIL_HEADER, USER_HEADER)
+#: Set by Databricks Apps in the environment of every app it runs ("Databricks Apps system environment").
+APP_VARIABLES = ("DATABRICKS_APP_NAME", "DATABRICKS_APP_PORT")
 #: Seconds a reset from the page waits for a ticking runner to let go of the tick lease.
 RESET_LEASE_WAIT_S = 30.0
 
@@ -57,28 +67,66 @@ class ActionRefused(HeartbeatError):
     """The request may not perform the action (actions off, or the user is not an operator)."""
 
 
+class GroupLookup(Protocol):
+    """The workspace groups (display names) a user, named by e-mail address, is a member of."""
+
+    def __call__(self, email: str) -> frozenset[str]: ...
+
+
 @dataclass(frozen=True)
 class ActionPolicy:
-    """Who may act: nobody unless ``enabled``; behind a proxy, only the named operators."""
+    """Who may act: nobody unless ``enabled``; behind a proxy or as an App, only a named operator.
+
+    Invariants: ``operators`` are lower-case e-mail addresses; a request that carries a forwarded
+    identity, or any request when ``as_app``, acts only as the e-mail in ``X-Forwarded-Email`` and
+    only when that address is an operator or a member of one of ``operator_groups``.
+    """
 
     enabled: bool = False
     operators: frozenset[str] = frozenset()
+    operator_groups: frozenset[str] = frozenset()
+    as_app: bool = False
+    groups_of: GroupLookup | None = field(default=None, compare=False)
 
     @classmethod
-    def from_environment(cls, enabled: bool, env: Mapping[str, str]) -> ActionPolicy:
-        names = {n.strip().lower() for n in env.get("HEARTBEAT_UI_OPERATORS", "").split(",") if n.strip()}
-        return cls(enabled=enabled, operators=frozenset(names))
+    def from_environment(cls, enabled: bool, env: Mapping[str, str],
+                         groups_of: GroupLookup | None = None) -> ActionPolicy:
+        """The policy of a page started with ``--allow-actions`` (``enabled``) in environment ``env``.
+
+        InvalidInputError when ``HEARTBEAT_UI_OPERATORS`` names something that is not an e-mail address.
+        """
+        names = _listed(env.get("HEARTBEAT_UI_OPERATORS", ""))
+        not_emails = sorted(n for n in names if "@" not in n)
+        if not_emails:
+            raise InvalidInputError(f"HEARTBEAT_UI_OPERATORS: {', '.join(not_emails)} is not an e-mail address; "
+                                    "operators are matched on the signed-in user's e-mail (X-Forwarded-Email)")
+        groups = frozenset(g.strip() for g in env.get("HEARTBEAT_UI_OPERATOR_GROUPS", "").split(",") if g.strip())
+        return cls(enabled=enabled, operators=frozenset(n.lower() for n in names), operator_groups=groups,
+                   as_app=any(env.get(name) for name in APP_VARIABLES), groups_of=groups_of)
 
     def operator(self, headers: Headers) -> str:
         """Who the request acts as; ActionRefused when it may not act at all."""
         if not self.enabled:
             raise ActionRefused("operator actions are off: start the page with --allow-actions to enable them")
-        forwarded = forwarded_user(headers)
-        if forwarded is None:
-            return local_operator()
-        if forwarded.lower() not in self.operators:
-            raise ActionRefused(f"{forwarded} is not an operator of this deployment (HEARTBEAT_UI_OPERATORS)")
-        return forwarded
+        email = _header(headers, EMAIL_HEADER)
+        if email is None:
+            if not self.as_app and _header(headers, USER_HEADER) is None:
+                return local_operator()
+            raise ActionRefused(f"no signed-in user: the request carries no {EMAIL_HEADER} header (set by "
+                                "Databricks Apps); actions are refused without it")
+        if email.lower() in self.operators or self._in_operator_group(email):
+            return email
+        raise ActionRefused(f"{email} is not an operator of this deployment "
+                            "(HEARTBEAT_UI_OPERATORS, HEARTBEAT_UI_OPERATOR_GROUPS)")
+
+    def _in_operator_group(self, email: str) -> bool:
+        """Whether ``email`` is in an operator group; ActionRefused when the workspace cannot say (fail closed)."""
+        if not self.operator_groups or self.groups_of is None:
+            return False
+        try:
+            return bool(self.operator_groups & self.groups_of(email))
+        except HeartbeatError as exc:
+            raise ActionRefused(f"{email}: could not check membership of HEARTBEAT_UI_OPERATOR_GROUPS: {exc}") from exc
 
     def can_act(self, headers: Headers) -> bool:
         try:
@@ -88,12 +136,21 @@ class ActionPolicy:
         return True
 
 
+def _listed(text: str) -> set[str]:
+    return {n.strip() for n in text.split(",") if n.strip()}
+
+
+def _header(headers: Headers, name: str) -> str | None:
+    value = headers.get(name)
+    return value.strip() or None if value else None
+
+
 def forwarded_user(headers: Headers) -> str | None:
-    """The user a proxy (Databricks Apps) signed in, if the request came through one."""
+    """The user a proxy (Databricks Apps) signed in, if the request came through one (shown, not matched)."""
     for name in IDENTITY_HEADERS:
-        value = headers.get(name)
+        value = _header(headers, name)
         if value:
-            return value.strip()
+            return value
     return None
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from heartbeat_runner.core.records import SensingTarget
+from heartbeat_runner.core.secrets import NoSecretScopes, SecretResolver
 from heartbeat_runner.core.windows import CUT_POINTS_KEY, EventTimes, SourceWindow, WindowBounds, WindowLimit
 from heartbeat_runner.sensing.preprocess import render_preprocess_query
 
@@ -73,6 +74,8 @@ class SenseContext:
     trigger_dir: Path
     replay_new_sensors: bool = False
     connections: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: reads ``{secret: scope/key}`` references of the connections (the runner passes the Databricks one)
+    secrets: SecretResolver = field(default_factory=NoSecretScopes)
     #: source_key -> bucket (seconds) in which to count event times (sources read by windowed jobs)
     event_time_grains: dict[str, int] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)

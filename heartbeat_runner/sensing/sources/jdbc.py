@@ -185,7 +185,7 @@ def jdbc_reader(ctx: SenseContext, connection: str) -> JdbcReader:
     where = f"jdbc.{connection}"
     entry = ctx.connections.get("jdbc", {}).get(connection)
     if isinstance(entry, dict) and "reader" in entry:
-        kind = resolve_secrets({"reader": entry["reader"]}, where)["reader"]
+        kind = resolve_secrets({"reader": entry["reader"]}, where, ctx.secrets)["reader"]
     else:
         kind = os.environ.get(f"HEARTBEAT_JDBC_{env_name(connection)}_READER", DEFAULT_READER)
     if kind not in READERS:

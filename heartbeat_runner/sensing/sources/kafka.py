@@ -94,7 +94,7 @@ class KafkaSource(Source):
         product, topic = split_reference(target.sensor_id)
         if product is None:  # check_config refuses a sensor_id without a data product
             raise SourceError(f"{target.sensor_id!r} must be '<data product>: <topic>'")
-        settings = connection_settings(ctx.connections, "kafka", product, ENV_SETTINGS)
+        settings = connection_settings(ctx.connections, "kafka", product, ENV_SETTINGS, ctx.secrets)
         with _Broker(product, topic, settings) as broker:
             low, high = broker.watermarks()
             cursor = load_cursor(target.cursor)

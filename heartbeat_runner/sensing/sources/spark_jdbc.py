@@ -2,8 +2,8 @@
 
 On Apache Spark and Databricks the engine reads the relational table itself: no database
 driver in the runner, the cluster's network and the cluster's JDBC driver jars. The
-connection entry gives ``jdbc_url``, ``user``, ``password`` (from the environment only:
-``{env: NAME}`` or ``HEARTBEAT_<SECTION>_<NAME>_PASSWORD``), optional ``driver`` (default
+connection entry gives ``jdbc_url``, ``user``, ``password`` (a reference only:
+``{env: NAME}``, ``{secret: scope/key}`` or ``HEARTBEAT_<SECTION>_<NAME>_PASSWORD``), optional ``driver`` (default
 from the URL's sub-protocol), ``connect_timeout_s`` and ``options`` (more JDBC options).
 
 Names are validated like the SQLAlchemy reader's and quoted the way SQLAlchemy quotes them
@@ -22,6 +22,7 @@ from datetime import date, datetime, time
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from heartbeat_runner.core.errors import SourceError, first_line
+from heartbeat_runner.core.secrets import is_reference
 from heartbeat_runner.core.windows import EventTimes
 from heartbeat_runner.sensing.connections import connection_settings, env_name
 from heartbeat_runner.sensing.sources.base import SenseContext, SensingTarget
@@ -75,10 +76,11 @@ class SparkJdbcSettings:
         where = f"{section}.{name}"
         entry = ctx.connections.get(section, {}).get(name)
         password = entry.get("password") if isinstance(entry, dict) else None
-        if password is not None and not (isinstance(password, dict) and set(password) == {"env"}):
-            raise SourceError(f"{where}: the password must come from the environment: write password: {{env: NAME}} "
+        if password is not None and not is_reference(password):
+            raise SourceError(f"{where}: the password must come from the environment or a secret scope: write "
+                              "password: {env: NAME} or password: {secret: scope/key}, "
                               f"or set HEARTBEAT_{env_name(section)}_{env_name(name)}_PASSWORD")
-        settings = connection_settings(ctx.connections, section, name, cls.ENV_SETTINGS)
+        settings = connection_settings(ctx.connections, section, name, cls.ENV_SETTINGS, ctx.secrets)
         unknown = sorted(set(settings) - set(cls.KEYS) - set(extra_keys))
         if unknown:
             raise SourceError(f"{where}: unknown setting(s) {', '.join(unknown)}; "
@@ -88,7 +90,7 @@ class SparkJdbcSettings:
             raise SourceError(f"{where}: reader spark needs jdbc_url, a JDBC URL such as "
                               "jdbc:postgresql://host:5432/database")
         if _PASSWORD_IN_URL.search(url):
-            raise SourceError(f"{where}: the jdbc_url must not carry the password; give it as password: {{env: NAME}}")
+            raise SourceError(f"{where}: the jdbc_url must not carry the password; give it as password: {{env: NAME}} or {{secret: scope/key}}")
         options = settings.get("options") or {}
         if not isinstance(options, dict) or _OWN_OPTIONS & {str(k).lower() for k in options}:
             raise SourceError(f"{where}: options must map JDBC option names to values, other than "

@@ -68,7 +68,7 @@ _CONNECTION_KEYS = ("url", "connect_timeout_s", "connect_args")
 
 def sql_settings(ctx: SenseContext, section: str, name: str, extra_keys: tuple[str, ...] = ()) -> dict[str, Any]:
     """Connection settings with a ``url`` (file entry or ``HEARTBEAT_<SECTION>_<NAME>_URL``)."""
-    settings = connection_settings(ctx.connections, section, name, {"URL": "url"})
+    settings = connection_settings(ctx.connections, section, name, {"URL": "url"}, ctx.secrets)
     unknown = sorted(set(settings) - set(_CONNECTION_KEYS) - set(extra_keys))
     if unknown:
         raise SourceError(f"{section}.{name}: unknown setting(s) {', '.join(unknown)}; "
