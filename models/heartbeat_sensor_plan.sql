@@ -10,7 +10,7 @@
   The cursor comes straight from the events (the latest NEW_DATA, CURSOR or RESET of the
   source), so it is current even if the control table was not rebuilt after the last
   tick's events (e.g. after a crash); cursor_event_id is that event, the parent of the next
-  NEW_DATA event's id. heartbeat_sensors_due and heartbeat_sensors_skipped are its two halves.
+  NEW_DATA event's id; cursor_ts the start of the tick that recorded it. heartbeat_sensors_due and heartbeat_sensors_skipped are its two halves.
 #}
 {{ config(materialized='view') }}
 
@@ -62,6 +62,8 @@ select
   s.sensor_read_type,
   c.cursor_to as cursor,
   c.event_id as cursor_event_id,
+  {# when the tick that took the cursor began: every commit after the cursor's version was made after it #}
+  c.snapshot_ts as cursor_ts,
   s.trigger_job_ids,
   s.reason
 from by_source s

@@ -122,14 +122,17 @@ class Workspace:
         return jobs[name]
 
     def cluster_env(self, job: dict) -> dict[str, str]:
-        """The job cluster's spark_env_vars, with the workspace's values and its secrets resolved."""
+        """The job cluster's spark_env_vars, with the workspace's values and its secrets resolved; the
+        cluster's local disk (``/local_disk0``) is a folder of the test's, new for every cluster."""
         (cluster,) = job["job_clusters"]
-        env = {k: self.substitute(str(v)) for k, v in cluster["new_cluster"].get("spark_env_vars", {}).items()}
+        env = {k: self.substitute(str(v)).replace("/local_disk0", str(self.root / f"local_disk0-{self.calls}"))
+               for k, v in cluster["new_cluster"].get("spark_env_vars", {}).items()}
         assert not any("{{secrets/" in v for v in env.values()), "secret references need the secrets stand-in"
         return env
 
     def run(self, job_name: str, steps: list[dict], *, target: str = "prod") -> list[dict]:
         """One job cluster's life: start, run ``steps`` (tasks of ``job_name`` by task_key, or SQL), stop."""
+        self.calls += 1
         job = self.job(job_name, target)
         tasks = {t["task_key"]: t for t in job["tasks"]}
         plan_steps = []
@@ -148,7 +151,6 @@ class Workspace:
             "DATABRICKS_RUNTIME_VERSION": "16.4",
             "PYSPARK_PYTHON": str(self.python),
         }
-        self.calls += 1
         plan = self.root / f"plan-{self.calls}.json"
         plan.write_text(json.dumps({"env": env, "root": str(self.metastore), "jars": self.jars, "steps": plan_steps}))
         done = subprocess.run([str(self.python), str(REPO / "tests" / "databricks_runtime.py"), str(plan)],

@@ -245,6 +245,9 @@ class SensingTarget:
     preprocess_query: str | None
     sensor_read_type: str
     cursor: str | None
+    #: when the tick that recorded ``cursor`` began (None: no cursor yet): a commit after the cursor's
+    #: version was made after this moment, which lets a catalog's "last altered" rule a source out in bulk
+    cursor_ts: datetime | None = None
 
 
 def job_parameters(payload: Mapping[str, Any]) -> dict[str, str]:

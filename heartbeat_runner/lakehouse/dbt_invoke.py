@@ -8,7 +8,9 @@ writes (compiled SQL, logs, the loaded seed) goes under ``<lakehouse>/dbt/``.
 from __future__ import annotations
 
 import contextlib
+import csv
 import hashlib
+import io
 import json
 import logging
 import os
@@ -184,6 +186,8 @@ class DbtProject:
         Parsed again when a project file or the seed changes. ``--vars`` and the
         environment dbt reads are fixed per project, so they cannot go stale.
         """
+        if self._parsed is None:
+            self.restore_seed_file()
         fingerprint = self._fingerprint()
         if self._parsed is None or self._parsed[0] != fingerprint:
             self._parsed = (fingerprint, self.invoke(["parse"]).result)
@@ -193,6 +197,26 @@ class DbtProject:
         root = self.settings.project_dir
         files = [self.seed_csv, *(p for name in PROJECT_INPUTS for p in _files(root / name))]
         return tuple((str(p), s.st_mtime_ns, s.st_size) for p in files if (s := _stat(p)) is not None)
+
+    def restore_seed_file(self) -> bool:
+        """Write the local copy of the loaded config from the seed table when this machine has none (a runner
+        on Databricks starts on a new job cluster, with an empty local disk, at every scheduled run): the
+        models ``ref`` the seed, so dbt's project needs its file. The table is what was loaded; it is not
+        loaded again. True when a copy was written."""
+        if self.has_seed:
+            return False
+        name = self.engine.table(SEED_NAME)
+        if not self.engine.table_exists(name):
+            return False
+        frame = self.engine.spark.table(name)
+        out = io.StringIO()
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow(frame.columns)
+        writer.writerows(["" if value is None else value for value in row] for row in frame.collect())
+        self.seed_dir.mkdir(parents=True, exist_ok=True)
+        replace_whole(self.seed_csv, out.getvalue())
+        log.info("wrote the loaded config from %s to %s (a new machine)", name, self.seed_csv)
+        return True
 
     def load_seed(self, normalized_csv: str) -> None:
         """Load the (already validated) config as the seed table."""

@@ -12,8 +12,15 @@ import os
 from pathlib import Path
 
 #: operations that only reorganise files or change metadata: no new data for downstream
-_NO_DATA_OPERATIONS = {"OPTIMIZE", "VACUUM START", "VACUUM END", "SET TBLPROPERTIES", "UNSET TBLPROPERTIES",
-                       "ADD CONSTRAINT", "DROP CONSTRAINT", "CHANGE COLUMN", "FSCK", "UPGRADE PROTOCOL"}
+#: commits that never count as new data, whatever files they add (compaction rewrites, vacuum, table
+#: properties and comments, constraints, schema changes, an empty create or replace): the local
+#: ``_delta_log`` path and the table-history path (Databricks) apply the same set
+NO_DATA_OPERATIONS = frozenset({
+    "OPTIMIZE", "VACUUM START", "VACUUM END", "SET TBLPROPERTIES", "UNSET TBLPROPERTIES", "ADD CONSTRAINT",
+    "DROP CONSTRAINT", "CHANGE COLUMN", "ADD COLUMNS", "REPLACE COLUMNS", "RENAME COLUMN", "DROP COLUMNS",
+    "FSCK", "UPGRADE PROTOCOL", "REORG", "CLUSTER BY", "SET TAGS", "UNSET TAGS", "COMPUTE STATS",
+    "ROW TRACKING BACKFILL", "CREATE TABLE", "REPLACE TABLE", "CREATE OR REPLACE TABLE",
+})
 
 
 #: the newest version last found per ``_delta_log`` folder. The next look probes forward from it, a
@@ -85,6 +92,6 @@ def added_data_between(table_dir: Path, after_version: int, up_to_version: int) 
             action = json.loads(line)
             if "commitInfo" in action:
                 operation = action["commitInfo"].get("operation")
-            if action.get("add", {}).get("dataChange", False) and operation not in _NO_DATA_OPERATIONS:
+            if action.get("add", {}).get("dataChange", False) and operation not in NO_DATA_OPERATIONS:
                 return True
     return False

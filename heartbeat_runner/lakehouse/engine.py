@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from heartbeat_runner.core.names import is_table_name, qualify, sql_string
+from heartbeat_runner.core.records import as_utc
 from heartbeat_runner.core.settings import Settings, Target, validate_identifier
 from heartbeat_runner.lakehouse import delta_log, made_by
 from heartbeat_runner.lakehouse.engine_errors import ChangeFeedRangeMissingError, is_kind
@@ -122,6 +123,31 @@ class TableOps:
     def table_version(self, spark: SparkSession, name: str) -> int | None:
         rows = spark.sql(f"DESCRIBE HISTORY {name} LIMIT 1").collect()
         return int(rows[0]["version"]) if rows else None
+
+    def data_changed_between(self, spark: SparkSession, name: str, after: int, up_to: int) -> bool:
+        """Whether a commit after version ``after`` up to ``up_to`` changed data, from the table's history (one
+        query): any operation outside delta_log.NO_DATA_OPERATIONS does; a range the history no longer holds
+        whole counts as changed (the safe answer)."""
+        from pyspark.sql import functions as F
+
+        rows = (spark.sql(f"DESCRIBE HISTORY {name}")
+                .where((F.col("version") > int(after)) & (F.col("version") <= int(up_to)))
+                .select("operation").collect())
+        if len(rows) < up_to - after:
+            return True
+        return any(row["operation"] not in delta_log.NO_DATA_OPERATIONS for row in rows)
+
+    def tables_altered(self, spark: SparkSession, catalog: str, since: datetime) -> dict[tuple[str, str], datetime] | None:
+        """``(schema, table) -> last_altered`` of the tables of ``catalog`` altered after ``since``: one query of the
+        catalog's ``information_schema.tables`` (Unity Catalog). None where the engine's tables are on this
+        machine (a log listing is cheaper than any catalog). Raises what the engine raises where there is
+        no such schema (the caller then stops asking)."""
+        if self.local_files or self.manages_locations:
+            return None
+        rows = spark.sql(f"SELECT table_schema, table_name, last_altered FROM {catalog}.information_schema.tables "
+                         "WHERE last_altered > :since", args={"since": since}).collect()
+        return {(str(r["table_schema"]).lower(), str(r["table_name"]).lower()): as_utc(r["last_altered"])
+                for r in rows if r["last_altered"] is not None}
 
     def disk_location(self, spark: SparkSession, name: str) -> Path | None:
         """Where ``name`` keeps its files on this machine (None when not ``local_files``, or not a local
@@ -392,6 +418,8 @@ class Engine:
     _lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
     #: where tables of a ``local_files`` engine live, asked once per table (see delta_log_dir)
     _disk: dict[str, Path] = field(default_factory=dict, repr=False)
+    #: the engine's catalogs have no information_schema (see tables_altered_since): not asked again
+    _no_catalog_look: bool = field(default=False, repr=False)
 
     @property
     def spark(self) -> SparkSession:
@@ -646,6 +674,40 @@ class Engine:
                 return version
             self.forget_location(name)
         return self.ops.table_version(self.spark, name)
+
+    def data_changed_between(self, name: str, after: int, up_to: int) -> bool:
+        """Whether a commit of ``name`` after version ``after`` up to ``up_to`` changed data (its history; the
+        engine's adapter, see TableOps.data_changed_between)."""
+        return self.ops.data_changed_between(self.spark, name, after, up_to)
+
+    def tables_altered_since(self, names: Sequence[str], since: datetime) -> dict[str, datetime | None] | None:
+        """For each of ``names`` the catalog could answer for (``catalog.schema.table``, or ``schema.table`` in
+        Heartbeat's catalog), when it was last altered if that is after ``since``, else None; one query per
+        catalog. None when the engine has no such look (local engines), or its catalogs have no
+        ``information_schema`` (then never asked again by this engine)."""
+        if self._no_catalog_look:
+            return None
+        by_catalog: dict[str, dict[tuple[str, str], str]] = {}
+        for name in names:
+            if not is_table_name(name):
+                continue
+            parts = name.lower().split(".")
+            if len(parts) == 2 and self.settings.catalog:
+                parts.insert(0, self.settings.catalog.lower())
+            if len(parts) == 3:
+                by_catalog.setdefault(parts[0], {})[(parts[1], parts[2])] = name
+        out: dict[str, datetime | None] = {}
+        for catalog, wanted in by_catalog.items():
+            try:
+                altered = self.ops.tables_altered(self.spark, catalog, since)
+            except Exception as exc:  # noqa: BLE001 - no information_schema here: sense every table
+                log.info("no catalog look for changed tables in %s (%s): every table's history is read", catalog, exc)
+                self._no_catalog_look = True
+                return None
+            if altered is None:
+                return None
+            out.update({name: altered.get(key) for key, name in wanted.items()})
+        return out
 
     def file_count(self, name: str) -> int:
         """How many data files the current version of ``name`` references."""

@@ -419,6 +419,7 @@ class TableStore:
                     preprocess_query=r["preprocess_query"],
                     sensor_read_type=r["sensor_read_type"],
                     cursor=r["cursor"],
+                    cursor_ts=r.get("cursor_ts"),
                 ),
                 r["trigger_job_ids"] or "",
             )

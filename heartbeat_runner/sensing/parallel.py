@@ -7,6 +7,7 @@ others go on. A hung source's thread cannot be killed in Python, so it is abando
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import deque
@@ -17,6 +18,8 @@ from heartbeat_runner.core.errors import describe
 from heartbeat_runner.core.records import Outcome
 from heartbeat_runner.sensing.sources.base import SenseContext, SenseResult, SensingTarget, Source
 from heartbeat_runner.sensing.sources.registry import source_for as default_source_for
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,27 @@ class SensingOutcome:
         return Outcome.NEW_DATA if self.result and self.result.new_data else Outcome.NO_NEW_DATA
 
 
+def _unchanged(targets: list[SensingTarget], ctx: SenseContext,
+               source_for: Callable[[str], Source]) -> dict[str, str]:
+    """The targets their source classes rule out in bulk (``Source.unchanged``), by source key. A bulk look
+    that fails rules nothing out: every target is then sensed one by one, as without it."""
+    by_class: dict[type, tuple[Source, list[SensingTarget]]] = {}
+    for target in targets:
+        try:
+            source = source_for(target.sensor_source)
+        except Exception:  # noqa: BLE001 - an unknown type fails when it is sensed, with its own error
+            continue
+        by_class.setdefault(type(source), (source, []))[1].append(target)
+    out: dict[str, str] = {}
+    for source, group in by_class.values():
+        try:
+            out.update(source.unchanged(group, ctx))
+        except Exception as exc:  # noqa: BLE001 - see above
+            log.warning("%s: the bulk look for unchanged sources failed, sensing each (%s)",
+                        type(source).__name__, describe(exc))
+    return out
+
+
 def sense_all(
     targets: list[tuple[SensingTarget, str]],
     ctx: SenseContext,
@@ -62,7 +86,15 @@ def sense_all(
     started: dict[str, float] = {}  # source key -> when a worker began sensing it
     jobs_of = {t.source_key: jobs for t, jobs in targets}
     by_key = {t.source_key: t for t, _ in targets}
-    queue = deque(by_key.values())
+    ruled_out = _unchanged(list(by_key.values()), ctx, source_for)
+    for key, detail in ruled_out.items():
+        outcome = SensingOutcome(by_key[key], jobs_of[key], SenseResult(new_data=False, detail=detail), None, 0.0)
+        results[key] = outcome
+        if on_done is not None:
+            on_done(outcome)
+    queue = deque(t for key, t in by_key.items() if key not in ruled_out)
+    if not queue:
+        return [results[t.source_key] for t, _ in targets]
     changed = threading.Condition()
 
     def finish(outcome: SensingOutcome) -> bool:

@@ -17,6 +17,7 @@ import abc
 import json
 import threading
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -144,6 +145,14 @@ class Source(abc.ABC):
     @abc.abstractmethod
     def sense(self, target: SensingTarget, ctx: SenseContext) -> SenseResult:
         """Answer: is there new data after ``target.cursor``? Raise SourceError on failure."""
+
+    def unchanged(self, targets: Sequence[SensingTarget], ctx: SenseContext) -> dict[str, str]:
+        """Capability: the targets known to have nothing after their cursor without sensing each one (a
+        bulk look, e.g. one catalog query for many tables), by ``source_key``, with what the run report
+        says of them. Called once per tick with every due target of this class; sensing skips the ones
+        returned. Only a look that cannot miss a change may rule a target out: when in doubt, leave it in.
+        The default rules nothing out."""
+        return {}
 
     def split(self, window: SourceWindow, limit: WindowLimit, upstream_key: str | None) -> list[SourceWindow]:
         """Cut pending data (``window``, from the earliest pending cursor to the latest) into consecutive

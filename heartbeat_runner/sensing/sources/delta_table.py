@@ -15,11 +15,14 @@ Cursor: ``{"version": int}`` plus ``"value"`` (the key reached) when keyed.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 from heartbeat_runner.core.errors import SourceError
 from heartbeat_runner.core.names import check_table_reference, is_path
+from heartbeat_runner.core.records import as_utc
 from heartbeat_runner.core.windows import EventTimes, SourceWindow, WindowBounds, WindowLimit
 from heartbeat_runner.lakehouse import delta_log
 from heartbeat_runner.lakehouse.engine import Engine
@@ -36,6 +39,10 @@ from heartbeat_runner.sensing.sources.common import frame_event_times, keyed_res
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame
 
+#: how far the catalog's clock may be behind the runner's: a table altered up to this long before its
+#: cursor was taken is still sensed (a bulk look must never rule out a commit the cursor missed)
+CATALOG_CLOCK_MARGIN = timedelta(minutes=5)
+
 
 class DeltaTableSource(Source):
     source_types: ClassVar[tuple[str, ...]] = ("delta_table", "lmu_delta_table")
@@ -43,6 +50,28 @@ class DeltaTableSource(Source):
 
     def check_config(self, sensor_id: str, upstream_key: str | None) -> str | None:
         return check_table_reference(sensor_id)
+
+    def unchanged(self, targets: Sequence[SensingTarget], ctx: SenseContext) -> dict[str, str]:
+        """Tables the catalog says were not altered since their cursor was taken, in one catalog query per
+        catalog (Unity Catalog's ``information_schema.tables.last_altered``; engines whose tables are on
+        this machine have no such look, and need none). ``last_altered`` also moves on metadata changes, so
+        it only rules tables out: one it names is sensed (its history then tells data from maintenance)."""
+        taken = {t.source_key: (ctx.engine.upstream_table(t.sensor_id), as_utc(t.cursor_ts)) for t in targets
+                 if t.cursor is not None and t.cursor_ts is not None and not is_path(t.sensor_id)}
+        if not taken:
+            return {}
+        since = min(at for _, at in taken.values()) - CATALOG_CLOCK_MARGIN
+        looked = ctx.engine.tables_altered_since(sorted({name for name, _ in taken.values()}), since)
+        if looked is None:
+            return {}
+        out = {}
+        for key, (name, at) in taken.items():
+            if name not in looked:
+                continue  # the catalog could not answer for it: sensed
+            last = looked[name]
+            if last is None or last < at - CATALOG_CLOCK_MARGIN:
+                out[key] = "not altered since the cursor (catalog)"
+        return out
 
     def sense(self, target: SensingTarget, ctx: SenseContext) -> SenseResult:
         table = DeltaRef.resolve(target.sensor_id, ctx.engine)
@@ -217,9 +246,15 @@ class DeltaRef:
             raise SourceError(f"cannot read the history of {self.sql_name}: {exc}") from exc
 
     def added_data_between(self, after: int, up_to: int) -> bool:
-        if self.local_dir is None:
-            return True
-        return delta_log.added_data_between(self.local_dir, after, up_to)
+        """Whether a commit after version ``after`` up to ``up_to`` changed data: from the ``_delta_log`` on
+        this machine, else from the table's history; maintenance (OPTIMIZE, VACUUM, properties, comments,
+        schema changes) never counts, on either path."""
+        if self.local_dir is not None:
+            return delta_log.added_data_between(self.local_dir, after, up_to)
+        try:
+            return self.engine.data_changed_between(self.sql_name, after, up_to)
+        except Exception as exc:  # noqa: BLE001 - any engine error means we cannot read the history
+            raise SourceError(f"cannot read the history of {self.sql_name}: {exc}") from exc
 
     def read(self, version: int) -> DataFrame:
         return self.engine.sql(f"SELECT * FROM {self.sql_name} VERSION AS OF {int(version)}")
