@@ -231,3 +231,21 @@ def test_the_runner_job_seeds_ticks_and_starts_one_run_for_a_data_commit_and_non
     ])
     assert [s.get("exit", 0) for s in later] == [0, 0, 0, 0, 0], workspace.last_output[-3000:]
     assert len(api.runs_of(job)) == 1, workspace.last_output[-3000:]
+
+
+def test_sensing_on_databricks_asks_the_catalog_once_and_reads_history_only_for_altered_tables():
+    """The remote sensing path forced on local Spark (benchmarks/remote_sensing.py, small): a steady tick is
+    one catalog query; a tick after data commits reads the history of those tables only and finds their
+    data; a tick after OPTIMIZE commits finds no new data anywhere."""
+    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "remote_sensing.py"), "--tables", "8",
+                           "--changed", "2", "--optimized", "3", "--json"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    figures = json.loads(done.stdout.strip().splitlines()[-1])
+    assert figures["baseline"]["errors"] == 0 and figures["baseline"]["queries"] >= 8
+    assert figures["steady"] == {**figures["steady"], "queries": 1, "new_data": 0, "errors": 0}
+    changes = figures["with_changes"]
+    assert changes["new_data"] == 2 and changes["errors"] == 0 and changes["queries"] <= 1 + 2 * 2
+    optimize = figures["after_optimize"]
+    assert optimize["new_data"] == 0 and optimize["errors"] == 0
+    # the tables changed a tick ago are still within the catalog's clock margin: read again, nothing new
+    assert optimize["queries"] <= 1 + 2 * 3 + 2
