@@ -239,6 +239,33 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command and return its exit code.
+
+    Invariant: no command prints a traceback because its reader went away (``… | head -1``): when
+    stdout's pipe closes, the rest of the output goes to devnull and the command ends quietly with 0
+    (Python's documented SIGPIPE recipe; what ``head`` users expect).
+    """
+    try:
+        code = _main(argv)
+        sys.stdout.flush()  # inside the try: a pipe closed after the last write breaks here, not at exit
+        return code
+    except BrokenPipeError:
+        _discard_stdout()
+        return 0
+
+
+def _discard_stdout() -> None:
+    """Point stdout at devnull, so the interpreter's own flush at exit finds no closed pipe."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout is no real file (a test's capture): nothing is flushed to a pipe
+        pass
+    finally:
+        os.close(devnull)
+
+
+def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=_CurrentStderr(),
@@ -258,6 +285,8 @@ def main(argv: list[str] | None = None) -> int:
         for problem in exc.problems:
             print(f"  {problem}", file=sys.stderr)
         return outcome_of(exc).exit_code
+    except BrokenPipeError:
+        raise  # the reader went away: main ends quietly
     except (HeartbeatError, ValueError) as exc:
         if args.json:
             emit_json({"error": str(exc)})
@@ -508,8 +537,8 @@ def _loop(tick: Callable[[], TickResult | None], args: argparse.Namespace,
                     _print_tick(result, args)
                 failures, last_error = 0, ""
                 after_tick()
-            except RestartRequested:
-                raise
+            except (RestartRequested, BrokenPipeError):
+                raise  # a restart, or the reader of our output went away: the loop ends
             except Exception as exc:  # noqa: BLE001 - the loop survives any single tick
                 failures += 1
                 last_error = _report_failed_tick(exc, last_error, failures)
