@@ -23,6 +23,7 @@ from heartbeat_runner.runner.alert_delivery import AlertAction, Notice, message_
 
 ROOT = Path(__file__).resolve().parent.parent
 HOOK_ENV, PD_ENV = "HB_TEST_ALERT_HOOK", "HB_TEST_PD_KEY"
+PD_KEY = "R0UT1NGKEYFR0MENV000000000000000"  # a PagerDuty routing key's shape: 32 letters and digits
 
 
 def policy_file(tmp_path: Path, receiver: AlertReceiver, alerts: str, *, mail: MailReceiver | None = None,
@@ -42,7 +43,7 @@ def policy_file(tmp_path: Path, receiver: AlertReceiver, alerts: str, *, mail: M
 def receiver(monkeypatch):
     with AlertReceiver() as server:
         monkeypatch.setenv(HOOK_ENV, f"{server.url}/hook")
-        monkeypatch.setenv(PD_ENV, "routing-key-from-env")
+        monkeypatch.setenv(PD_ENV, PD_KEY)
         yield server
 
 
@@ -204,7 +205,7 @@ def test_each_condition_raises_one_alert_and_one_resolve(hb, receiver, tmp_path)
         pager = receiver.pagerduty()
         assert Counter((p["dedup_key"], p["event_action"]) for p in pager) == Counter(
             {(key, action): 1 for key in keys.values() for action in ("trigger", "resolve")})
-        assert {p["routing_key"] for p in pager} == {"routing-key-from-env"}
+        assert {p["routing_key"] for p in pager} == {PD_KEY}
         mailed = Counter(key for m in mail.messages for key in mail_keys(m))
         assert mailed == Counter({key: 2 for key in keys.values()})  # one raise, one resolve (maybe in a digest)
         single = [m for m in mail.messages if len(mail_keys(m)) == 1]
@@ -258,7 +259,7 @@ def test_late_source_for_50_jobs_is_one_message_delivered_across_kills_and_watch
                          f"  default:\n    job: {{deadline: '{passed} UTC'}}\n", group="1h")
     lake = CliLakehouse(tmp_path / "lakehouse", config=config, jobs_file=marker_jobs_file(tmp_path / "jobs.yml", *jobs),
                         env={"HEARTBEAT_RETRY_POLICY": str(policy), HOOK_ENV: f"{receiver.url}/hook",
-                             PD_ENV: "routing-key-from-env"})
+                             PD_ENV: PD_KEY})
     lake.home.mkdir()
     lake.cli("seed")
     runner = lake.start("run", "--loop", "--interval", "120")
@@ -317,3 +318,162 @@ def test_check_allows_three_of_the_runners_intervals_plus_a_minute(tmp_path):
     path.write_text(json.dumps({"ticked_at": now - 100, "interval_s": 300}))  # cron every 5 minutes
     assert runner_liveness(tmp_path, AlertPolicies(), now).healthy
     assert not runner_liveness(tmp_path, AlertPolicies(not_ticking_after=timedelta(seconds=60)), now).healthy
+
+
+# -- destinations: checked before any tick, and no secret anywhere ------------------------------------
+
+CANARY = "C4nary7Qx9"
+#: a routing key of the right shape that carries the canary
+CANARY_KEY = (CANARY + "0" * 32)[:32]
+
+
+def closed_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_validate_names_every_destination_it_could_not_send_to(tmp_path, monkeypatch):
+    """A URL that is not http(s) with a host (in the file, or in the webhook's variable), an unset variable, a
+    malformed e-mail address or routing key: each named by its field, none quoting the secret it read."""
+    from heartbeat_runner.policies.run_policies import alert_destination_problems
+
+    path = tmp_path / "p.yml"
+    path.write_text("alerts:\n  destinations:\n"
+                    "    chat: {type: webhook, url_env: HB_T_CHAT}\n"
+                    "    unset: {type: webhook, url_env: HB_T_UNSET}\n"
+                    f"    pasted: {{type: webhook, url_env: 'https://hooks.example.com/{CANARY}'}}\n"
+                    "    pager: {type: pagerduty, routing_key_env: HB_T_KEY, url: 'htp//events.example.com/v2'}\n"
+                    "    mail: {type: email, host: smtp.example.com, from: 'heartbeat at example', to: [ok@example.com,"
+                    " 'not an address'], username_env: HB_T_USER}\n")
+    with pytest.raises(ConfigError) as caught:
+        load_run_policies(path)
+    text = str(caught.value)
+    for field in ("alerts.destinations.pasted.url_env: must be the name of an environment variable",
+                  "alerts.destinations.pager.url: not an http or https URL with a host",
+                  "alerts.destinations.mail.from: 'heartbeat at example' is not an e-mail address",
+                  "alerts.destinations.mail.to: 'not an address' is not an e-mail address",
+                  "alerts.destinations.mail: username_env and password_env go together"):
+        assert field in text
+    assert str(path) in text and CANARY not in text
+
+    path.write_text("alerts:\n  destinations:\n"
+                    "    chat: {type: webhook, url_env: HB_T_CHAT}\n"
+                    "    unset: {type: webhook, url_env: HB_T_UNSET}\n"
+                    "    pager: {type: pagerduty, routing_key_env: HB_T_KEY}\n")
+    monkeypatch.setenv("HB_T_CHAT", f"hooks.example.com/services/{CANARY}?token={CANARY}")  # no scheme
+    monkeypatch.setenv("HB_T_KEY", f"key-{CANARY}")
+    monkeypatch.delenv("HB_T_UNSET", raising=False)
+    problems = alert_destination_problems(path, load_run_policies(path).alerts)
+    assert problems == [f"{path}: invalid alerts policy: {p}" for p in (
+        "alerts.destinations.chat.url_env: environment variable HB_T_CHAT does not hold an http or https URL with a "
+        "host (its value is a secret and not shown)",
+        "alerts.destinations.unset.url_env: environment variable HB_T_UNSET is not set",
+        "alerts.destinations.pager.routing_key_env: environment variable HB_T_KEY does not hold a PagerDuty routing "
+        "key (32 letters and digits; its value is a secret and not shown)")]
+    monkeypatch.setenv("HB_T_CHAT", "https://hooks.example.com/services/T/B/x")
+    monkeypatch.setenv("HB_T_UNSET", "http://127.0.0.1:8080/hook")
+    monkeypatch.setenv("HB_T_KEY", CANARY_KEY)
+    assert alert_destination_problems(path, load_run_policies(path).alerts) == []
+
+
+@pytest.mark.parametrize("url", [f"127.0.0.1:9/hook/{CANARY}?token={CANARY}",            # no scheme
+                                 f"htp//127.0.0.1/hook/{CANARY}?token={CANARY}",
+                                 f"http://127.0.0.1:{{port}}/hook/{CANARY} x?token={CANARY}",  # a space in the path
+                                 f"http://127.0.0.1:{{port}}/hook/{CANARY}?token={CANARY}"])  # nobody listening
+def test_a_failed_delivery_is_one_line_naming_the_destination_without_its_url(url, monkeypatch):
+    """Even a URL no check caught: the error is a DeliveryError of one line, naming the destination by its key,
+    with no path, query or token of the URL (the cause is kept)."""
+    from heartbeat_runner.runner.alert_delivery import DeliveryError
+
+    monkeypatch.setenv("HB_T_HOOK", url.format(port=closed_port()))
+    notice = Notice("k" * 32, AlertAction.RAISE, "JOB_FAILED", "job 1", "job 1 failed", "error", "2026-11-23")
+    with pytest.raises(DeliveryError) as caught:
+        send(Destination("team_chat", DestinationKind.WEBHOOK, url_env="HB_T_HOOK"), [notice], timeout_s=2)
+    text = str(caught.value)
+    assert text.startswith("webhook destination team_chat: ") and "\n" not in text
+    assert CANARY not in text and "/hook" not in text and caught.value.__cause__ is not None
+
+
+def canary_hits(home: Path, outputs: list[str]) -> list[str]:
+    """Where the canary is: every file under the lakehouse folder (raw bytes), every Delta table there
+    (decoded: a compressed Parquet column would hide it from a byte search) and every command output."""
+    from deltalake import DeltaTable
+
+    hits = [f"output {i}" for i, text in enumerate(outputs) if CANARY in text]
+    hits += [str(p) for p in home.rglob("*") if p.is_file() and CANARY.encode() in p.read_bytes()]
+    tables = {p.parent for p in home.rglob("_delta_log")}
+    assert any(t.name == "heartbeat_events" for t in tables)
+    for table in tables:
+        rows = DeltaTable(str(table)).to_pyarrow_table().to_pylist()
+        hits += [f"table {table.name}" for _ in range(1) if CANARY in json.dumps(rows, default=str)]
+    return hits
+
+
+def test_no_secret_reaches_a_file_a_table_or_an_output(tmp_path):
+    """Every destination kind, sent to and failing (refused, unreachable, SMTP login refused), with a canary in
+    every secret (webhook URL path and query, routing key, SMTP user and password): `validate` and `run` refuse a
+    webhook URL without a scheme before any tick, naming the field; then alerts go out and fail, each failure
+    recorded as one line naming the destination; the canary is in no file, table or output."""
+    from harness import HEADER, CliLakehouse, marker_jobs_file
+
+    with AlertReceiver() as up, AlertReceiver(mode="error") as down, MailReceiver(tmp_path) as mail:
+        config = tmp_path / "config.csv"
+        config.write_text("\n".join([HEADER, row("delta_table", "sales.missing", "404")]) + "\n")
+        policy = tmp_path / "run_policies.yml"
+        policy.write_text(
+            "alerts:\n  group_interval: off\n  default:\n    source: {sensing_error_after: 0.1s}\n  destinations:\n"
+            "    hook: {type: webhook, url_env: HB_C_HOOK}\n"
+            f"    pager: {{type: pagerduty, routing_key_env: HB_C_KEY, url: '{up.url}/v2/enqueue'}}\n"
+            "    down_hook: {type: webhook, url_env: HB_C_DOWN_HOOK}\n"
+            f"    down_pager: {{type: pagerduty, routing_key_env: HB_C_KEY, url: '{down.url}/v2/enqueue'}}\n"
+            "    gone_hook: {type: webhook, url_env: HB_C_GONE_HOOK}\n"
+            f"    mail: {{type: email, host: 127.0.0.1, port: {mail.port}, from: hb@example.com, to: [data@example.com],"
+            f" ca_file: '{mail.cert}', username_env: HB_C_USER, password_env: HB_C_PASSWORD}}\n")
+        secret_path = f"/hook/{CANARY}?token={CANARY}"
+        env = {"HEARTBEAT_RETRY_POLICY": str(policy), "HB_C_HOOK": f"{up.url}{secret_path}", "HB_C_KEY": CANARY_KEY,
+               "HB_C_DOWN_HOOK": f"{down.url}{secret_path}",
+               "HB_C_GONE_HOOK": f"http://127.0.0.1:{closed_port()}{secret_path}",
+               "HB_C_USER": f"user-{CANARY}", "HB_C_PASSWORD": f"pw-{CANARY}"}
+        lake = CliLakehouse(tmp_path / "lakehouse", config=config, jobs_file=marker_jobs_file(
+            tmp_path / "jobs.yml", "404"), env=env)
+        lake.home.mkdir()
+        outputs: list[str] = []
+
+        def cli(*args: str, code: int | None = 0, **more: str) -> str:
+            proc = lake.cli(*args, check=False, env=more)
+            text = proc.stdout + proc.stderr
+            outputs.append(text)
+            assert code is None or proc.returncode == code, (args, text)
+            assert "Traceback" not in text, (args, text)
+            return text
+
+        cli("seed")
+        bad = {"HB_C_HOOK": f"{up.url.removeprefix('http://')}{secret_path}"}  # pasted without its scheme
+        for command in ("validate", "run"):
+            said = cli(command, code=1, **bad)
+            assert "alerts.destinations.hook.url_env: environment variable HB_C_HOOK does not hold an http or " \
+                   "https URL with a host" in said
+        assert not lake.events("ALERT_RAISED") and not [e for e in lake.events() if e["event_type"] == "SENSED"]
+        assert "valid" in cli("validate")
+        cli("run", code=None)                                       # sales.missing fails sensing from now
+        cli("run", "--verbose", code=None)                          # raised; sent (and refused) on the way out
+        hooked = [r for r in up.received if r.path == secret_path]
+        assert [n["kind"] for r in hooked for n in r.body["alerts"]] == ["SENSING_ERROR"]  # the secrets did work
+        assert [p["routing_key"] for p in up.pagerduty()] == [CANARY_KEY]
+        lake.append_ids("sales.missing", 1)
+        cli("run", "--verbose", code=None)                          # resolved
+        for args in (("alerts", "--all"), ("alerts", "--all", "--json"), ("status",), ("status", "--json"),
+                     ("explain", "--job-id", "404"), ("explain", "--job-id", "404", "--json"), ("runs",),
+                     ("runs", "--json"), ("check",)):
+            cli(*args, code=None)
+
+        failed = lake.events("ALERT_DELIVERY_FAILED")
+        assert {json.loads(e["payload"])["destination"] for e in failed} == {"down_hook", "down_pager", "gone_hook",
+                                                                             "mail"}
+        for event in failed:
+            destination = json.loads(event["payload"])["destination"]
+            assert f" destination {destination}: " in event["message"] and "\n" not in event["message"]
+        assert canary_hits(lake.home, outputs) == []

@@ -51,7 +51,7 @@ from heartbeat_runner.interfaces.outcomes import outcome_of
 from heartbeat_runner.interfaces.output import STATUS_COLUMNS, LiveLine, Snapshot, Steps, emit, emit_json, watch
 from heartbeat_runner.policies.event_windows import source_grains
 from heartbeat_runner.policies.retry import load_retry_policies, policy_problem
-from heartbeat_runner.policies.run_policies import RunPolicies, load_run_policies
+from heartbeat_runner.policies.run_policies import RunPolicies, alert_destination_problems, load_run_policies
 from heartbeat_runner.runner.alerting import Liveness, idle_sensing
 from heartbeat_runner.runner.app import App, open_app
 from heartbeat_runner.runner.lease import Lease, LeaseHeld, tick_lease
@@ -385,6 +385,7 @@ def _checked_config(settings: Settings) -> tuple[LoadedConfig, RunPolicies]:
         problems += exc.problems
     try:
         policies = load_run_policies(settings.retry_policy_file)
+        problems += alert_destination_problems(settings.retry_policy_file, policies.alerts)
     except ConfigError as exc:
         problems += exc.problems
     if config is not None and policies is not None:

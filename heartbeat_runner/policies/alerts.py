@@ -21,7 +21,9 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, time, timedelta, timezone
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 
@@ -282,7 +284,38 @@ def _unknown(values: Mapping[str, Any], allowed: set[str], name: str, problems: 
                         f"(expected {', '.join(sorted(allowed))})")
 
 
+#: the name of an environment variable (what every ``*_env`` field holds)
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: an e-mail address: one ``@``, no spaces, a domain (``localhost`` too, for a relay)
+_ADDRESS = re.compile(r"^[^@\s<>,;\\\"]+@[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?$")
+#: a PagerDuty Events API v2 routing (integration) key: 32 letters and digits
+_ROUTING_KEY = re.compile(r"^[A-Za-z0-9]{32}$")
+_SECRET_ENV_FIELDS = ("url_env", "routing_key_env", "username_env", "password_env")
+
+
+def is_web_url(value: object) -> bool:
+    """An ``http``/``https`` URL with a host and no whitespace (what a webhook or the Events API needs)."""
+    if not isinstance(value, str) or not value or any(c.isspace() for c in value):
+        return False
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 - a port that is no number raises here, as urllib would at delivery
+    except ValueError:
+        return False
+    return parts.scheme in ("http", "https") and bool(parts.hostname)
+
+
+def _address_problem(value: object, field_name: str) -> str | None:
+    if isinstance(value, str) and _ADDRESS.match(value.strip()):
+        return None
+    return f"{field_name}: {value!r} is not an e-mail address (name@domain)"
+
+
 def _destination(name: str, values: Mapping[str, Any], problems: list[str]) -> Destination | None:
+    """One destination, checked as far as the file goes (``destination_problems`` checks the environment).
+
+    Invariant: no problem quotes the value of a ``*_env`` field or of ``url``: an operator who pasted a
+    secret there instead of a variable's name must not see it printed back."""
     where = f"alerts.destinations.{name}"
     try:
         kind = DestinationKind(str(values.get("type")))
@@ -297,17 +330,66 @@ def _destination(name: str, values: Mapping[str, Any], problems: list[str]) -> D
     _unknown({k: v for k, v in values.items() if k != "type"}, required | optional, where, problems)
     if missing:
         return None
+    before = len(problems)
+    for key in _SECRET_ENV_FIELDS:
+        if key in values and not (isinstance(values[key], str) and _ENV_NAME.match(values[key])):
+            problems.append(f"{where}.{key}: must be the name of an environment variable (letters, digits, _) "
+                            "that holds the secret, not the secret itself (the value is not shown)")
+    if "url" in values and not is_web_url(values["url"]):
+        problems.append(f"{where}.url: not an http or https URL with a host (the value is not shown)")
     to = values.get("to", ())
-    try:
-        port = int(values.get("port", 587))
-    except (TypeError, ValueError):
-        problems.append(f"{where}.port: {values.get('port')!r} is not a port number")
+    if kind is DestinationKind.EMAIL:
+        host = values.get("host")
+        if not isinstance(host, str) or not host.strip() or "/" in host or any(c.isspace() for c in host):
+            problems.append(f"{where}.host: {host!r} is not a host name or address")
+        problems.extend(p for p in [_address_problem(values.get("from"), f"{where}.from")] if p)
+        listed = [to] if isinstance(to, str) else to if isinstance(to, (list, tuple)) else None
+        if not listed:
+            problems.append(f"{where}.to: must be an e-mail address or a list of them")
+        else:
+            problems.extend(p for p in (_address_problem(a, f"{where}.to") for a in listed) if p)
+        if ("username_env" in values) != ("password_env" in values):
+            problems.append(f"{where}: username_env and password_env go together (SMTP login needs both)")
+        if "starttls" in values and not isinstance(values["starttls"], bool):
+            problems.append(f"{where}.starttls: must be true or false")
+    port = values.get("port", 587)
+    if isinstance(port, bool) or not isinstance(port, (int, str)) or not str(port).isdigit() \
+            or not 0 < int(port) < 65536:
+        problems.append(f"{where}.port: {values.get('port')!r} is not a port number (1-65535)")
+    if len(problems) > before:
         return None
+    port = int(port)
     return Destination(name=name, kind=kind, url_env=values.get("url_env"), url=str(values.get("url", PAGERDUTY_URL)),
                        routing_key_env=values.get("routing_key_env"), host=str(values.get("host", "")), port=port,
                        sender=str(values.get("from", "")), to=tuple([to] if isinstance(to, str) else to),
                        username_env=values.get("username_env"), password_env=values.get("password_env"),
                        starttls=bool(values.get("starttls", True)), ca_file=values.get("ca_file"))
+
+
+def destination_problems(destinations: Iterable[Destination], environ: Mapping[str, str]) -> list[str]:
+    """What the environment lacks for ``destinations`` to be sent to: every referenced variable set, a webhook's
+    URL an http(s) URL with a host, a PagerDuty routing key of the right shape, an email's CA file present.
+
+    Invariant: a problem names the destination's field and the variable, never the variable's value."""
+    problems = []
+    for destination in destinations:
+        where = f"alerts.destinations.{destination.name}"
+        for key in _SECRET_ENV_FIELDS:
+            name = getattr(destination, key)
+            if name is None:
+                continue
+            value = environ.get(name, "")
+            if not value:
+                problems.append(f"{where}.{key}: environment variable {name} is not set")
+            elif key == "url_env" and not is_web_url(value):
+                problems.append(f"{where}.{key}: environment variable {name} does not hold an http or https URL "
+                                "with a host (its value is a secret and not shown)")
+            elif key == "routing_key_env" and not _ROUTING_KEY.match(value):
+                problems.append(f"{where}.{key}: environment variable {name} does not hold a PagerDuty routing key "
+                                "(32 letters and digits; its value is a secret and not shown)")
+        if destination.ca_file is not None and not Path(destination.ca_file).is_file():
+            problems.append(f"{where}.ca_file: {destination.ca_file} is not a file")
+    return problems
 
 
 # -- the hot state and the conditions -----------------------------------------------------------

@@ -485,7 +485,7 @@ def watch_runner(lakehouse_dir: Path, policies: AlertPolicies, *, timeout_s: flo
             send(destination, [notice], timeout_s)
             state["sent"].append(mark)
         except DeliveryError as exc:
-            log.warning("sending %s to %s failed: %s", notice.action.value, destination.name, exc)
+            log.warning("sending the %s failed: %s", notice.action.value, exc)
     done = state["resolved"] and all(f"{d.name}:resolve" in state["sent"] for d in policies.destinations)
     path.parent.mkdir(parents=True, exist_ok=True)
     if done:
