@@ -477,3 +477,79 @@ def test_no_secret_reaches_a_file_a_table_or_an_output(tmp_path):
             destination = json.loads(event["payload"])["destination"]
             assert f" destination {destination}: " in event["message"] and "\n" not in event["message"]
         assert canary_hits(lake.home, outputs) == []
+
+
+# -- deadlines through real ticks -----------------------------------------------------------------------
+
+def deadline_in(seconds: float) -> datetime:
+    """A deadline ``seconds`` from now, to the second (never across midnight UTC: the day would change)."""
+    now = datetime.now(timezone.utc)
+    if (now + timedelta(seconds=seconds + 5)).date() != now.date():
+        time.sleep((datetime.combine(now.date() + timedelta(days=1), datetime.min.time(), timezone.utc) - now)
+                   .total_seconds() + 1)
+        now = datetime.now(timezone.utc)
+    return (now + timedelta(seconds=seconds)).replace(microsecond=0)
+
+
+def wait_past(moment: datetime) -> None:
+    time.sleep(max(0.0, (moment - datetime.now(timezone.utc)).total_seconds() + 0.5))
+
+
+def overdue_events(hb, kind: str) -> list[dict]:
+    return [e for e in hb.events(kind) if json.loads(e["payload"])["kind"] == "JOB_OVERDUE"]
+
+
+def test_a_deadline_is_first_checked_at_its_first_occurrence_after_it_was_configured(hb, receiver, tmp_path):
+    """A job configured a few seconds before its deadline is not "overdue since yesterday" at the first tick
+    (the deadline did not exist yesterday); once today's deadline passes, it is overdue since today's."""
+    hb.jobs(J1=0)
+    hb.create_table("sales.a", "id int")
+    hb.seed(row("delta_table", "sales.a", "J1"))
+    due = deadline_in(4)
+    hb.app.settings = hb.settings.with_(retry_policy_file=policy_file(
+        tmp_path, receiver, f"  jobs:\n    'J1': {{deadline: '{due:%H:%M:%S} UTC'}}\n"))
+    hb.tick()
+    assert not overdue_events(hb, "ALERT_RAISED")                  # yesterday's deadline predates it
+    wait_past(due)
+    hb.tick()
+    (raised,) = overdue_events(hb, "ALERT_RAISED")
+    assert f"job J1 overdue since {due:%H:%M} UTC ({due:%Y-%m-%d %H:%M} UTC): waiting on delta_table:sales.a" in \
+        raised["message"]
+    assert json.loads(raised["payload"])["since"] == due.isoformat()
+
+
+def test_an_overdue_alert_holds_its_jobs_until_they_complete(hb, receiver, tmp_path):
+    """J1 and J2 wait on two late sources, J3 on a third. Data reaching one of J1's sources, then the runs
+    starting, neither resolve nor re-raise anything: J1 and J2 stay one alert, J3 its own, each raised once and
+    resolved once, when its jobs have completed."""
+    hb.jobs(J1=0, J2=0, J3=0)
+    for table in ("sales.a", "sales.b", "sales.c"):
+        hb.create_table(table, "id int")
+    hb.seed(*(row("delta_table", f"sales.{t}", j) for t, j in (("a", "J1"), ("b", "J1"), ("a", "J2"), ("b", "J2"),
+                                                               ("c", "J3"))))
+    due = deadline_in(4)
+    hb.app.settings = hb.settings.with_(retry_policy_file=policy_file(
+        tmp_path, receiver, f"  default:\n    job: {{deadline: '{due:%H:%M:%S} UTC'}}\n"))
+    monitor = hb.heartbeat.observer
+    hb.tick()                                                       # baseline, before the deadline
+    wait_past(due)
+    hb.tick()                                                       # overdue: two alerts
+    raised = {json.loads(e["payload"])["subject"]: json.loads(e["payload"]) for e in overdue_events(
+        hb, "ALERT_RAISED")}
+    assert {s: r["jobs"] for s, r in raised.items()} == {"source delta_table:sales.a": ["J1", "J2"],
+                                                         "source delta_table:sales.c": ["J3"]}
+    hb.insert("sales.a", "(1)")
+    hb.tick()                                                       # J1, J2 still wait on sales.b
+    assert len(overdue_events(hb, "ALERT_RAISED")) == 2 and not overdue_events(hb, "ALERT_RESOLVED")
+    hb.insert("sales.b", "(1)")
+    hb.insert("sales.c", "(1)")
+    hb.tick()                                                       # the three runs start
+    assert hb.job_status("J1") == hb.job_status("J3") == {"IN_PROGRESS"}
+    assert len(overdue_events(hb, "ALERT_RAISED")) == 2 and not overdue_events(hb, "ALERT_RESOLVED")
+    hb.wait_for_jobs()                                              # completed: resolved
+    settle(monitor)
+    hb.tick()
+    resolved = overdue_events(hb, "ALERT_RESOLVED")
+    assert sorted(json.loads(e["payload"])["subject"] for e in resolved) == sorted(raised)
+    assert by_kind(notices(receiver)) == {"JOB_OVERDUE": Counter({"raise": 2, "resolve": 2})}
+    assert Counter(p["event_action"] for p in receiver.pagerduty()) == Counter({"trigger": 2, "resolve": 2})

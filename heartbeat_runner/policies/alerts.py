@@ -9,7 +9,11 @@ Invariants:
   identity and the time the condition began, so it is the same on every tick, in every process that
   sees the same facts, and a receiver can de-duplicate on it;
 - a source late for many jobs, and jobs overdue because of one late source, are one alert each
-  (grouped by the source), never one per job.
+  (grouped by the source), never one per job;
+- a deadline is first checked at its first occurrence after it was configured (or after the job was
+  added): never against a day it did not exist;
+- an overdue alert keeps the jobs it holds until each completes (or the next deadline replaces it):
+  another source getting data, or a run starting, changes its words, never its identity.
 """
 
 from __future__ import annotations
@@ -423,12 +427,19 @@ class JobFacts:
     output_link: str | None = None
     trigger_error_since: datetime | None = None
     trigger_error: str | None = None
+    #: when the job was added (its first control row) and when its current deadline was first seen by a
+    #: runner: a deadline is checked from its first occurrence after the later of the two (None: no bound)
+    added_at: datetime | None = None
+    deadline_since: datetime | None = None
 
 
 @dataclass
 class HotState:
     sources: dict[str, SourceFacts] = field(default_factory=dict)
     jobs: dict[str, JobFacts] = field(default_factory=dict)
+    #: (job, deadline period) -> the subject of the open JOB_OVERDUE alert holding the job: the job stays in
+    #: that alert until it completes, whatever its cause becomes (the monitor keeps this from its open alerts)
+    held: dict[tuple[str, str], str] = field(default_factory=dict)
 
     def source(self, key: str) -> SourceFacts:
         return self.sources.setdefault(key, SourceFacts(key))
@@ -546,6 +557,9 @@ def overdue_jobs(policies: AlertPolicies, state: HotState, now: datetime) -> lis
         due, start = periods[deadline]
         if job.last_completed is not None and job.last_completed >= start:
             continue
+        known = [t for t in (job.added_at, job.deadline_since) if t is not None]
+        if known and due < max(known):  # this occurrence came before the deadline (or the job) existed
+            continue
         late = tuple(sorted(k for k in job.hard_sources
                             if (f := state.sources.get(k)) is None or f.last_new_data is None or f.last_new_data < start
                             or f.failing_since is not None))
@@ -570,15 +584,22 @@ def _waiting_on(facts: SourceFacts | None, key: str) -> str:
     return f"waiting on {key}, which has had no new data since {_when(last)}"
 
 
+def deadline_period(due: datetime) -> str:
+    """The period of a JOB_OVERDUE alert: the deadline it is about."""
+    return f"{due:%Y-%m-%dT%H:%M}"
+
+
 def _deadline_alerts(policies: AlertPolicies, state: HotState, now: datetime) -> Iterable[Alert]:
-    """One alert per late source (naming every overdue job waiting on it), one per job overdue for another reason."""
+    """One alert per late source (naming every overdue job waiting on it), one per job overdue for another reason;
+    a job an open alert already holds (``state.held``) stays in it."""
     by_cause: dict[tuple[str, datetime], list[Overdue]] = defaultdict(list)
     for item in overdue_jobs(policies, state, now):
-        by_cause[(item.late_sources[0] if item.late_sources else f"job {item.job_id}", item.due)].append(item)
-    for (cause, due), items in sorted(by_cause.items()):
+        held = state.held.get((item.job_id, deadline_period(item.due)))
+        cause = held or (f"source {item.late_sources[0]}" if item.late_sources else f"job {item.job_id}")
+        by_cause[(cause, item.due)].append(item)
+    for (subject, due), items in sorted(by_cause.items()):
         jobs = tuple(sorted(i.job_id for i in items))
         first = items[0]
         who = f"job {jobs[0]}" if len(jobs) == 1 else f"{len(jobs)} jobs ({', '.join(jobs)})"
-        subject = cause if cause.startswith("job ") else f"source {cause}"
         yield Alert(AlertKind.JOB_OVERDUE, subject, f"{who} overdue since {first.deadline} ({_when(due)}): "
-                    f"{first.reason}", due, period=f"{due:%Y-%m-%dT%H:%M}", jobs=jobs)
+                    f"{first.reason}", due, period=deadline_period(due), jobs=jobs)
