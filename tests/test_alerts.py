@@ -254,14 +254,18 @@ def test_late_source_for_50_jobs_is_one_message_delivered_across_kills_and_watch
     jobs = [f"J{i:02d}" for i in range(1, 51)]
     config = tmp_path / "config.csv"
     config.write_text("\n".join([HEADER, *(row("trigger_file", "drop", job) for job in jobs)]) + "\n")
-    passed = (datetime.now(timezone.utc) - timedelta(minutes=1)).strftime("%H:%M")
-    policy = policy_file(tmp_path, receiver, f"  runner: {{not_ticking_after: 8s}}\n"
-                         f"  default:\n    job: {{deadline: '{passed} UTC'}}\n", group="1h")
+    policy = tmp_path / "run_policies.yml"
     lake = CliLakehouse(tmp_path / "lakehouse", config=config, jobs_file=marker_jobs_file(tmp_path / "jobs.yml", *jobs),
                         env={"HEARTBEAT_RETRY_POLICY": str(policy), HOOK_ENV: f"{receiver.url}/hook",
                              PD_ENV: PD_KEY})
     lake.home.mkdir()
     lake.cli("seed")
+    due = deadline_in(30)
+    policy_file(tmp_path, receiver, f"  runner: {{not_ticking_after: 8s}}\n"
+                f"  default:\n    job: {{deadline: '{due:%H:%M:%S} UTC'}}\n", group="1h")
+    lake.cli("run")                                                 # a runner sees the deadline before it passes
+    assert not lake.events("ALERT_RAISED")
+    wait_past(due)
     runner = lake.start("run", "--loop", "--interval", "120")
     try:
         found = receiver.wait(1, timeout=90)
