@@ -112,13 +112,8 @@ def deadline_delay() -> float:
         with open_app(settings) as app:
             app.load_config(load_config(settings.effective_config_csv))
             heartbeat = app.heartbeat()
-            heartbeat.tick()  # yesterday's deadline: never completed, so raised
-            completed_today(heartbeat)
-            heartbeat.tick()  # completed since: resolved
-            wait_until = time.monotonic() + 30
-            while len(arrived) < 2 and time.monotonic() < wait_until:
-                time.sleep(0.05)
-            arrived.clear()
+            heartbeat.tick()  # the runner sees the deadline before it passes: first checked at `due`
+            completed_today(heartbeat)  # before today's period began: still due at `due`
             while not arrived and time.time() < due.timestamp() + 30:
                 started = time.monotonic()
                 heartbeat.tick()

@@ -17,6 +17,7 @@ from databricks_jobs_server import TOKEN, UNAUTHENTICATED, JobsApiServer
 from harness import config_row as row
 
 from heartbeat_runner.core.errors import ConfigError
+from heartbeat_runner.core.secrets import SecretKind, SecretRef
 from heartbeat_runner.jobs.databricks import DatabricksJobsBackend
 from heartbeat_runner.policies.alerts import Deadline, Destination, DestinationKind
 from heartbeat_runner.policies.run_policies import load_run_policies
@@ -24,6 +25,7 @@ from heartbeat_runner.runner.alert_delivery import AlertAction, Notice, message_
 
 ROOT = Path(__file__).resolve().parent.parent
 HOOK_ENV, PD_ENV = "HB_TEST_ALERT_HOOK", "HB_TEST_PD_KEY"
+PD_KEY = "R0UT1NGKEYFR0MENV000000000000000"  # a PagerDuty routing key's shape: 32 letters and digits
 
 
 def policy_file(tmp_path: Path, receiver: AlertReceiver, alerts: str, *, mail: MailReceiver | None = None,
@@ -43,7 +45,7 @@ def policy_file(tmp_path: Path, receiver: AlertReceiver, alerts: str, *, mail: M
 def receiver(monkeypatch):
     with AlertReceiver() as server:
         monkeypatch.setenv(HOOK_ENV, f"{server.url}/hook")
-        monkeypatch.setenv(PD_ENV, "routing-key-from-env")
+        monkeypatch.setenv(PD_ENV, PD_KEY)
         yield server
 
 
@@ -115,7 +117,7 @@ def test_a_destination_secret_is_a_reference_never_the_value_in_the_file(tmp_pat
         load_run_policies(path)
     text = str(caught.value)
     assert "alerts.destinations.w.url: a secret is never written in the file" in text and "s3cr3t" not in text
-    assert "alerts.destinations.s.url: {secret: no-key} must name a scope and a key" in text
+    assert "alerts.destinations.s.url: {secret: ...} must name a scope and a key" in text and "no-key" not in text
     assert "alerts.destinations.d.routing_key: give routing_key or routing_key_env, not both" in text
 
 
@@ -231,7 +233,7 @@ def test_each_condition_raises_one_alert_and_one_resolve(hb, receiver, tmp_path)
         pager = receiver.pagerduty()
         assert Counter((p["dedup_key"], p["event_action"]) for p in pager) == Counter(
             {(key, action): 1 for key in keys.values() for action in ("trigger", "resolve")})
-        assert {p["routing_key"] for p in pager} == {"routing-key-from-env"}
+        assert {p["routing_key"] for p in pager} == {PD_KEY}
         mailed = Counter(key for m in mail.messages for key in mail_keys(m))
         assert mailed == Counter({key: 2 for key in keys.values()})  # one raise, one resolve (maybe in a digest)
         single = [m for m in mail.messages if len(mail_keys(m)) == 1]
@@ -280,14 +282,18 @@ def test_late_source_for_50_jobs_is_one_message_delivered_across_kills_and_watch
     jobs = [f"J{i:02d}" for i in range(1, 51)]
     config = tmp_path / "config.csv"
     config.write_text("\n".join([HEADER, *(row("trigger_file", "drop", job) for job in jobs)]) + "\n")
-    passed = (datetime.now(timezone.utc) - timedelta(minutes=1)).strftime("%H:%M")
-    policy = policy_file(tmp_path, receiver, f"  runner: {{not_ticking_after: 8s}}\n"
-                         f"  default:\n    job: {{deadline: '{passed} UTC'}}\n", group="1h")
+    policy = tmp_path / "run_policies.yml"
     lake = CliLakehouse(tmp_path / "lakehouse", config=config, jobs_file=marker_jobs_file(tmp_path / "jobs.yml", *jobs),
                         env={"HEARTBEAT_RETRY_POLICY": str(policy), HOOK_ENV: f"{receiver.url}/hook",
-                             PD_ENV: "routing-key-from-env"})
+                             PD_ENV: PD_KEY})
     lake.home.mkdir()
     lake.cli("seed")
+    due = deadline_in(30)
+    policy_file(tmp_path, receiver, f"  runner: {{not_ticking_after: 8s}}\n"
+                f"  default:\n    job: {{deadline: '{due:%H:%M:%S} UTC'}}\n", group="1h")
+    lake.cli("run")                                                 # a runner sees the deadline before it passes
+    assert not lake.events("ALERT_RAISED")
+    wait_past(due)
     runner = lake.start("run", "--loop", "--interval", "120")
     try:
         found = receiver.wait(1, timeout=90)
@@ -377,9 +383,348 @@ def test_a_webhook_url_from_a_databricks_secret_scope_delivers_and_is_never_show
         assert workspace.workspace.reads["heartbeat/alert-hook"] == 1
     (alert,) = hb.app.store.read("heartbeat_alerts")
     assert alert["raise_delivered_to"] == "hook"
-    assert alert["last_delivery_error"].startswith("alerts.destinations.lost.url: {secret: heartbeat/no-such-key}: "
-                                                   "secret scope 'heartbeat' has no key 'no-such-key'")
+    assert alert["last_delivery_error"].startswith(
+        "webhook destination lost: alerts.destinations.lost.url: {secret: heartbeat/no-such-key}: "
+        "secret scope 'heartbeat' has no key 'no-such-key'")
     stored = json.dumps([hb.app.store.read(t) for t in ("heartbeat_events", "heartbeat_alerts")], default=str)
     shown = capsys.readouterr()
     for text in (stored, caplog.text, shown.out, shown.err):
         assert canary not in text
+
+
+# -- destinations: checked before any tick, and no secret anywhere ------------------------------------
+
+CANARY = "C4nary7Qx9"
+#: a routing key of the right shape that carries the canary
+CANARY_KEY = (CANARY + "0" * 32)[:32]
+
+
+def closed_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_validate_names_every_destination_it_could_not_send_to(tmp_path, monkeypatch):
+    """A URL that is not http(s) with a host (in the file, or in the webhook's variable), an unset variable, a
+    malformed e-mail address or routing key: each named by its field, none quoting the secret it read."""
+    from heartbeat_runner.policies.run_policies import alert_destination_problems
+
+    path = tmp_path / "p.yml"
+    path.write_text("alerts:\n  destinations:\n"
+                    "    chat: {type: webhook, url_env: HB_T_CHAT}\n"
+                    "    unset: {type: webhook, url_env: HB_T_UNSET}\n"
+                    f"    pasted: {{type: webhook, url_env: 'https://hooks.example.com/{CANARY}'}}\n"
+                    "    pager: {type: pagerduty, routing_key_env: HB_T_KEY, url: 'htp//events.example.com/v2'}\n"
+                    "    mail: {type: email, host: smtp.example.com, from: 'heartbeat at example', to: [ok@example.com,"
+                    " 'not an address'], username_env: HB_T_USER}\n")
+    with pytest.raises(ConfigError) as caught:
+        load_run_policies(path)
+    text = str(caught.value)
+    for field in ("alerts.destinations.pasted.url_env: must be the name of an environment variable",
+                  "alerts.destinations.pager.url: not an http or https URL with a host",
+                  "alerts.destinations.mail.from: 'heartbeat at example' is not an e-mail address",
+                  "alerts.destinations.mail.to: 'not an address' is not an e-mail address",
+                  "alerts.destinations.mail: username and password go together"):
+        assert field in text
+    assert str(path) in text and CANARY not in text
+
+    path.write_text("alerts:\n  destinations:\n"
+                    "    chat: {type: webhook, url_env: HB_T_CHAT}\n"
+                    "    unset: {type: webhook, url_env: HB_T_UNSET}\n"
+                    "    pager: {type: pagerduty, routing_key_env: HB_T_KEY}\n")
+    monkeypatch.setenv("HB_T_CHAT", f"hooks.example.com/services/{CANARY}?token={CANARY}")  # no scheme
+    monkeypatch.setenv("HB_T_KEY", f"key-{CANARY}")
+    monkeypatch.delenv("HB_T_UNSET", raising=False)
+    problems = alert_destination_problems(path, load_run_policies(path).alerts)
+    assert problems == [f"{path}: invalid alerts policy: {p}" for p in (
+        "alerts.destinations.chat.url: environment variable HB_T_CHAT does not hold an http or https URL with a "
+        "host (its value is a secret and not shown)",
+        "alerts.destinations.unset.url: environment variable HB_T_UNSET is not set",
+        "alerts.destinations.pager.routing_key: environment variable HB_T_KEY does not hold a PagerDuty routing "
+        "key of 32 letters and digits (its value is a secret and not shown)")]
+    monkeypatch.setenv("HB_T_CHAT", "https://hooks.example.com/services/T/B/x")
+    monkeypatch.setenv("HB_T_UNSET", "http://127.0.0.1:8080/hook")
+    monkeypatch.setenv("HB_T_KEY", CANARY_KEY)
+    assert alert_destination_problems(path, load_run_policies(path).alerts) == []
+
+
+@pytest.mark.parametrize("url", [f"127.0.0.1:9/hook/{CANARY}?token={CANARY}",            # no scheme
+                                 f"htp//127.0.0.1/hook/{CANARY}?token={CANARY}",
+                                 f"http://127.0.0.1:{{port}}/hook/{CANARY} x?token={CANARY}",  # a space in the path
+                                 f"http://127.0.0.1:{{port}}/hook/{CANARY}?token={CANARY}"])  # nobody listening
+def test_a_failed_delivery_is_one_line_naming_the_destination_without_its_url(url, monkeypatch):
+    """Even a URL no check caught: the error is a DeliveryError of one line, naming the destination by its key,
+    with no path, query or token of the URL (the cause is kept)."""
+    from heartbeat_runner.runner.alert_delivery import DeliveryError
+
+    monkeypatch.setenv("HB_T_HOOK", url.format(port=closed_port()))
+    notice = Notice("k" * 32, AlertAction.RAISE, "JOB_FAILED", "job 1", "job 1 failed", "error", "2026-11-23")
+    with pytest.raises(DeliveryError) as caught:
+        send(Destination("team_chat", DestinationKind.WEBHOOK, url_secret=SecretRef(SecretKind.ENV, "HB_T_HOOK")),
+             [notice], timeout_s=2)
+    text = str(caught.value)
+    assert text.startswith("webhook destination team_chat: ") and "\n" not in text
+    assert CANARY not in text and "/hook" not in text and caught.value.__cause__ is not None
+
+
+def test_every_spelling_of_a_secret_reference_is_checked_without_quoting_it(tmp_path, monkeypatch):
+    """``url: {env: NAME}`` is checked as ``url_env: NAME`` is (a variable's name, set, holding a URL with a
+    host); ``{secret: ...}`` must be ``scope/key`` as written (its value is only read at send time); SMTP
+    username and password go together whichever way each is written. No problem quotes what was written."""
+    from heartbeat_runner.policies.run_policies import alert_destination_problems
+
+    path = tmp_path / "p.yml"
+    path.write_text("alerts:\n  destinations:\n"
+                    f"    pasted_env: {{type: webhook, url: {{env: 'https://hooks.example.com/{CANARY}'}}}}\n"
+                    f"    pasted_secret: {{type: webhook, url: {{secret: 'https://hooks.example.com/{CANARY}'}}}}\n"
+                    f"    pasted_key: {{type: pagerduty, routing_key: {{secret: 'pd/{CANARY} x'}}}}\n"
+                    "    mail: {type: email, host: smtp.example.com, from: hb@example.com, to: ok@example.com, "
+                    "username: {secret: mail/user}}\n")
+    with pytest.raises(ConfigError) as caught:
+        load_run_policies(path)
+    text = str(caught.value)
+    for problem in ("alerts.destinations.pasted_env.url: must be the name of an environment variable",
+                    "alerts.destinations.pasted_secret.url: {secret: ...} must name a scope and a key",
+                    "alerts.destinations.pasted_key.routing_key: {secret: ...} must name a scope and a key",
+                    "alerts.destinations.mail: username and password go together"):
+        assert problem in text
+    assert CANARY not in text and "hooks.example.com" not in text
+
+    path.write_text("alerts:\n  destinations:\n"
+                    "    chat: {type: webhook, url: {env: HB_T_CHAT}}\n"
+                    "    scoped: {type: webhook, url: {secret: heartbeat/hook}}\n"
+                    "    pager: {type: pagerduty, routing_key: {secret: heartbeat/pd-key}}\n"
+                    "    mail: {type: email, host: smtp.example.com, from: hb@example.com, to: ok@example.com, "
+                    "username: {secret: mail/user}, password: {env: HB_T_PASSWORD}}\n")
+    monkeypatch.setenv("HB_T_CHAT", f"hooks.example.com/{CANARY}")
+    monkeypatch.delenv("HB_T_PASSWORD", raising=False)
+    problems = alert_destination_problems(path, load_run_policies(path).alerts)  # no secret scope is read
+    assert problems == [f"{path}: invalid alerts policy: {p}" for p in (
+        "alerts.destinations.chat.url: environment variable HB_T_CHAT does not hold an http or https URL with a "
+        "host (its value is a secret and not shown)",
+        "alerts.destinations.mail.password: environment variable HB_T_PASSWORD is not set")]
+
+
+class ScopeSecrets:
+    """A secret resolver over a dict of ``scope/key`` -> value, counting reads."""
+
+    def __init__(self, values: dict[str, str]):
+        self.values, self.reads = values, Counter()
+
+    def secret(self, scope: str, key: str) -> str:
+        from heartbeat_runner.core.secrets import SecretNotFoundError
+
+        self.reads[f"{scope}/{key}"] += 1
+        if f"{scope}/{key}" not in self.values:
+            raise SecretNotFoundError(f"secret scope {scope!r} has no key {key!r}")
+        return self.values[f"{scope}/{key}"]
+
+
+def test_a_value_from_a_secret_scope_is_checked_at_send_time_and_redacted(monkeypatch):
+    """A ``{secret: scope/key}`` value of the wrong shape (a URL without scheme, a malformed routing key) fails
+    at send time as one line naming the destination and ``scope/key``; a failure whose text quotes the values
+    read from the scope (or the environment) has them redacted; ``secrets_of`` covers resolved values."""
+    from heartbeat_runner.runner import alert_delivery
+    from heartbeat_runner.runner.alert_delivery import DeliveryError, secrets_of
+
+    notice = Notice("k" * 32, AlertAction.RAISE, "JOB_FAILED", "job 1", "job 1 failed", "error", "2026-11-23")
+    scope = ScopeSecrets({"hb/hook": f"hooks.example.com/{CANARY}", "hb/pd": f"key-{CANARY}",
+                          "hb/user": f"user-{CANARY}", "hb/good-hook": f"https://hooks.example.com/{CANARY}/x"})
+    hook = Destination("team_chat", DestinationKind.WEBHOOK, url_secret=SecretRef(SecretKind.SECRET, "hb/hook"))
+    pager = Destination("oncall", DestinationKind.PAGERDUTY, url="http://127.0.0.1:9/v2/enqueue",
+                        routing_key_secret=SecretRef(SecretKind.SECRET, "hb/pd"))
+    for destination, setting, ref, shape in ((hook, "url", "hb/hook", "does not hold an http or https URL"),
+                                             (pager, "routing_key", "hb/pd", "does not hold a PagerDuty routing key")):
+        with pytest.raises(DeliveryError) as caught:
+            send(destination, [notice], timeout_s=2, secrets=scope)
+        text = str(caught.value)
+        assert text.startswith(f"{destination.kind.value} destination {destination.name}: "
+                               f"alerts.destinations.{destination.name}.{setting}: {{secret: {ref}}} {shape}")
+        assert CANARY not in text and "\n" not in text
+    lost = replace(hook, url_secret=SecretRef(SecretKind.SECRET, "hb/no-such-key"))
+    with pytest.raises(DeliveryError) as caught:
+        send(lost, [notice], timeout_s=2, secrets=scope)
+    assert "webhook destination team_chat: alerts.destinations.team_chat.url: {secret: hb/no-such-key}" in str(
+        caught.value)
+
+    monkeypatch.setenv("HB_T_PASSWORD", f"pw-{CANARY}")
+    mail = Destination("mail", DestinationKind.EMAIL, host="127.0.0.1", port=closed_port(), sender="hb@example.com",
+                       to=("data@example.com",), username_secret=SecretRef(SecretKind.SECRET, "hb/user"),
+                       password_secret=SecretRef(SecretKind.ENV, "HB_T_PASSWORD"))
+    chat = replace(hook, url_secret=SecretRef(SecretKind.SECRET, "hb/good-hook"))
+
+    def quoting(destination, notices, timeout_s, secrets):  # a library that quotes what it was given
+        read = [alert_delivery._secret(getattr(destination, f"{s}_secret"), destination, s, secrets)
+                for s in ("url", "username", "password") if getattr(destination, f"{s}_secret") is not None]
+        raise RuntimeError("refused " + " and ".join(f"'{v}'" for v in read))
+
+    for destination in (mail, chat):
+        monkeypatch.setitem(alert_delivery.SENDERS, destination.kind, quoting)
+        with pytest.raises(DeliveryError) as caught:
+            send(destination, [notice], timeout_s=2, secrets=scope)
+        text = str(caught.value)
+        assert text.startswith(f"{destination.kind.value} destination {destination.name}: RuntimeError: refused ")
+        assert CANARY not in text and "***" in text
+    assert f"user-{CANARY}" in secrets_of(mail, {"hb/user": f"user-{CANARY}"})
+    assert f"pw-{CANARY}" in secrets_of(mail) and f"user-{CANARY}" not in secrets_of(mail)  # a scope: never read
+
+
+def canary_hits(home: Path, outputs: list[str]) -> list[str]:
+    """Where the canary is: every file under the lakehouse folder (raw bytes), every Delta table there
+    (decoded: a compressed Parquet column would hide it from a byte search) and every command output."""
+    from deltalake import DeltaTable
+
+    hits = [f"output {i}" for i, text in enumerate(outputs) if CANARY in text]
+    hits += [str(p) for p in home.rglob("*") if p.is_file() and CANARY.encode() in p.read_bytes()]
+    tables = {p.parent for p in home.rglob("_delta_log")}
+    assert any(t.name == "heartbeat_events" for t in tables)
+    for table in tables:
+        rows = DeltaTable(str(table)).to_pyarrow_table().to_pylist()
+        hits += [f"table {table.name}" for _ in range(1) if CANARY in json.dumps(rows, default=str)]
+    return hits
+
+
+def test_no_secret_reaches_a_file_a_table_or_an_output(tmp_path):
+    """Every destination kind, sent to and failing (refused, unreachable, SMTP login refused), with a canary in
+    every secret (webhook URL path and query, routing key, SMTP user and password): `validate` and `run` refuse a
+    webhook URL without a scheme before any tick, naming the field; then alerts go out and fail, each failure
+    recorded as one line naming the destination; the canary is in no file, table or output."""
+    from harness import HEADER, CliLakehouse, marker_jobs_file
+
+    with AlertReceiver() as up, AlertReceiver(mode="error") as down, MailReceiver(tmp_path) as mail:
+        config = tmp_path / "config.csv"
+        config.write_text("\n".join([HEADER, row("delta_table", "sales.missing", "404")]) + "\n")
+        policy = tmp_path / "run_policies.yml"
+        policy.write_text(
+            "alerts:\n  group_interval: off\n  default:\n    source: {sensing_error_after: 0.1s}\n  destinations:\n"
+            "    hook: {type: webhook, url_env: HB_C_HOOK}\n"
+            f"    pager: {{type: pagerduty, routing_key_env: HB_C_KEY, url: '{up.url}/v2/enqueue'}}\n"
+            "    down_hook: {type: webhook, url_env: HB_C_DOWN_HOOK}\n"
+            f"    down_pager: {{type: pagerduty, routing_key_env: HB_C_KEY, url: '{down.url}/v2/enqueue'}}\n"
+            "    gone_hook: {type: webhook, url_env: HB_C_GONE_HOOK}\n"
+            f"    mail: {{type: email, host: 127.0.0.1, port: {mail.port}, from: hb@example.com, to: [data@example.com],"
+            f" ca_file: '{mail.cert}', username_env: HB_C_USER, password_env: HB_C_PASSWORD}}\n")
+        secret_path = f"/hook/{CANARY}?token={CANARY}"
+        env = {"HEARTBEAT_RETRY_POLICY": str(policy), "HB_C_HOOK": f"{up.url}{secret_path}", "HB_C_KEY": CANARY_KEY,
+               "HB_C_DOWN_HOOK": f"{down.url}{secret_path}",
+               "HB_C_GONE_HOOK": f"http://127.0.0.1:{closed_port()}{secret_path}",
+               "HB_C_USER": f"user-{CANARY}", "HB_C_PASSWORD": f"pw-{CANARY}"}
+        lake = CliLakehouse(tmp_path / "lakehouse", config=config, jobs_file=marker_jobs_file(
+            tmp_path / "jobs.yml", "404"), env=env)
+        lake.home.mkdir()
+        outputs: list[str] = []
+
+        def cli(*args: str, code: int | None = 0, **more: str) -> str:
+            proc = lake.cli(*args, check=False, env=more)
+            text = proc.stdout + proc.stderr
+            outputs.append(text)
+            assert code is None or proc.returncode == code, (args, text)
+            assert "Traceback" not in text, (args, text)
+            return text
+
+        cli("seed")
+        bad = {"HB_C_HOOK": f"{up.url.removeprefix('http://')}{secret_path}"}  # pasted without its scheme
+        for command in ("validate", "run"):
+            said = cli(command, code=1, **bad)
+            assert "alerts.destinations.hook.url: environment variable HB_C_HOOK does not hold an http or " \
+                   "https URL with a host" in said
+        assert not lake.events("ALERT_RAISED") and not [e for e in lake.events() if e["event_type"] == "SENSED"]
+        assert "valid" in cli("validate")
+        cli("run", code=None)                                       # sales.missing fails sensing from now
+        cli("run", "--verbose", code=None)                          # raised; sent (and refused) on the way out
+        hooked = [r for r in up.received if r.path == secret_path]
+        assert [n["kind"] for r in hooked for n in r.body["alerts"]] == ["SENSING_ERROR"]  # the secrets did work
+        assert [p["routing_key"] for p in up.pagerduty()] == [CANARY_KEY]
+        lake.append_ids("sales.missing", 1)
+        cli("run", "--verbose", code=None)                          # resolved
+        for args in (("alerts", "--all"), ("alerts", "--all", "--json"), ("status",), ("status", "--json"),
+                     ("explain", "--job-id", "404"), ("explain", "--job-id", "404", "--json"), ("runs",),
+                     ("runs", "--json"), ("check",)):
+            cli(*args, code=None)
+
+        failed = lake.events("ALERT_DELIVERY_FAILED")
+        assert {json.loads(e["payload"])["destination"] for e in failed} == {"down_hook", "down_pager", "gone_hook",
+                                                                             "mail"}
+        for event in failed:
+            destination = json.loads(event["payload"])["destination"]
+            assert f" destination {destination}: " in event["message"] and "\n" not in event["message"]
+        assert canary_hits(lake.home, outputs) == []
+
+
+# -- deadlines through real ticks -----------------------------------------------------------------------
+
+def deadline_in(seconds: float) -> datetime:
+    """A deadline ``seconds`` from now, to the second (never across midnight UTC: the day would change)."""
+    now = datetime.now(timezone.utc)
+    if (now + timedelta(seconds=seconds + 5)).date() != now.date():
+        time.sleep((datetime.combine(now.date() + timedelta(days=1), datetime.min.time(), timezone.utc) - now)
+                   .total_seconds() + 1)
+        now = datetime.now(timezone.utc)
+    return (now + timedelta(seconds=seconds)).replace(microsecond=0)
+
+
+def wait_past(moment: datetime) -> None:
+    time.sleep(max(0.0, (moment - datetime.now(timezone.utc)).total_seconds() + 0.5))
+
+
+def overdue_events(hb, kind: str) -> list[dict]:
+    return [e for e in hb.events(kind) if json.loads(e["payload"])["kind"] == "JOB_OVERDUE"]
+
+
+def test_a_deadline_is_first_checked_at_its_first_occurrence_after_it_was_configured(hb, receiver, tmp_path):
+    """A job configured a few seconds before its deadline is not "overdue since yesterday" at the first tick
+    (the deadline did not exist yesterday); once today's deadline passes, it is overdue since today's."""
+    hb.jobs(J1=0)
+    hb.create_table("sales.a", "id int")
+    hb.seed(row("delta_table", "sales.a", "J1"))
+    due = deadline_in(4)
+    hb.app.settings = hb.settings.with_(retry_policy_file=policy_file(
+        tmp_path, receiver, f"  jobs:\n    'J1': {{deadline: '{due:%H:%M:%S} UTC'}}\n"))
+    hb.tick()
+    assert not overdue_events(hb, "ALERT_RAISED")                  # yesterday's deadline predates it
+    wait_past(due)
+    hb.tick()
+    (raised,) = overdue_events(hb, "ALERT_RAISED")
+    assert f"job J1 overdue since {due:%H:%M} UTC ({due:%Y-%m-%d %H:%M} UTC): waiting on delta_table:sales.a" in \
+        raised["message"]
+    assert json.loads(raised["payload"])["since"] == due.isoformat()
+
+
+def test_an_overdue_alert_holds_its_jobs_until_they_complete(hb, receiver, tmp_path):
+    """J1 and J2 wait on two late sources, J3 on a third. Data reaching one of J1's sources, then the runs
+    starting, neither resolve nor re-raise anything: J1 and J2 stay one alert, J3 its own, each raised once and
+    resolved once, when its jobs have completed."""
+    hb.jobs(J1=0, J2=0, J3=0)
+    for table in ("sales.a", "sales.b", "sales.c"):
+        hb.create_table(table, "id int")
+    hb.seed(*(row("delta_table", f"sales.{t}", j) for t, j in (("a", "J1"), ("b", "J1"), ("a", "J2"), ("b", "J2"),
+                                                               ("c", "J3"))))
+    due = deadline_in(4)
+    hb.app.settings = hb.settings.with_(retry_policy_file=policy_file(
+        tmp_path, receiver, f"  default:\n    job: {{deadline: '{due:%H:%M:%S} UTC'}}\n"))
+    monitor = hb.heartbeat.observer
+    hb.tick()                                                       # baseline, before the deadline
+    wait_past(due)
+    hb.tick()                                                       # overdue: two alerts
+    raised = {json.loads(e["payload"])["subject"]: json.loads(e["payload"]) for e in overdue_events(
+        hb, "ALERT_RAISED")}
+    assert {s: r["jobs"] for s, r in raised.items()} == {"source delta_table:sales.a": ["J1", "J2"],
+                                                         "source delta_table:sales.c": ["J3"]}
+    hb.insert("sales.a", "(1)")
+    hb.tick()                                                       # J1, J2 still wait on sales.b
+    assert len(overdue_events(hb, "ALERT_RAISED")) == 2 and not overdue_events(hb, "ALERT_RESOLVED")
+    hb.insert("sales.b", "(1)")
+    hb.insert("sales.c", "(1)")
+    hb.tick()                                                       # the three runs start
+    assert hb.job_status("J1") == hb.job_status("J3") == {"IN_PROGRESS"}
+    assert len(overdue_events(hb, "ALERT_RAISED")) == 2 and not overdue_events(hb, "ALERT_RESOLVED")
+    hb.wait_for_jobs()                                              # completed: resolved
+    settle(monitor)
+    hb.tick()
+    resolved = overdue_events(hb, "ALERT_RESOLVED")
+    assert sorted(json.loads(e["payload"])["subject"] for e in resolved) == sorted(raised)
+    assert by_kind(notices(receiver)) == {"JOB_OVERDUE": Counter({"raise": 2, "resolve": 2})}
+    assert Counter(p["event_action"] for p in receiver.pagerduty()) == Counter({"trigger": 2, "resolve": 2})

@@ -10,6 +10,7 @@ import argparse
 import faulthandler
 import io
 import json
+import os
 import re
 import signal
 import subprocess
@@ -356,3 +357,55 @@ def test_run_loop_when_piped_logs_one_status_line_per_tick(lake):
     assert all(re.fullmatch(r"tick \d+ · OK · \d+\.\d s · sensed 1 · new 0 · triggered 0 · completed 0 · failed 0"
                             r" · next in \d+\.\d s", line) for line in status), status
     assert not ANSI.search("".join(lines))
+
+
+#: every command that prints to stdout, as a user runs it piped into ``head -1``
+PRINTING_COMMANDS = [("--help",), ("--version",), ("validate",), ("seed",), ("run",), ("status",), ("status", "--json"),
+                     ("runs",), ("runs", "--json"), ("explain", "--job-id", "J1"),
+                     ("explain", "--job-id", "J1", "--json"), ("alerts",), ("alerts", "--json"), ("check",),
+                     ("pause", "--job-id", "J1"), ("resume", "--job-id", "J1"),
+                     ("trigger", "--job-id", "J1", "--reason", "pipe"), ("complete", "--job-id", "J1"),
+                     ("reset", "--job-id", "J1", "--reason", "pipe"), ("maintain",), ("rebuild",)]
+
+
+def closed_pipe() -> int:
+    """The write end of a pipe whose reader has already gone, like ``head -1`` after its line."""
+    read, write = os.pipe()
+    os.close(read)
+    return write
+
+
+def test_no_command_prints_a_traceback_when_its_reader_goes_away(lake):
+    """`explain … | head -1`, `status | head -1` and every other printing command: the reader closing the pipe
+    ends the command quietly with exit status 0, no BrokenPipeError traceback, nothing printed about it."""
+    for args in PRINTING_COMMANDS:
+        write = closed_pipe()
+        try:
+            proc = subprocess.run(lake.command(*args), env=lake.env, stdout=write, stderr=subprocess.PIPE, text=True,
+                                  timeout=300, cwd=lake.home.parent)
+        finally:
+            os.close(write)
+        assert proc.returncode == 0, (args, proc.stderr)
+        assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr \
+            and "Exception ignored" not in proc.stderr, (args, proc.stderr)
+
+
+def test_a_loop_whose_reader_went_away_stops_quietly(lake):
+    write = closed_pipe()
+    try:
+        loop = subprocess.Popen(lake.command("run", "--loop", "--interval", "0.5"), env=lake.env, stdout=write,
+                                stderr=subprocess.PIPE, text=True, cwd=lake.home.parent)
+    finally:
+        os.close(write)
+    lines: list[str] = []
+    reading = threading.Thread(target=lambda: lines.extend(loop.stderr), daemon=True)
+    reading.start()
+    deadline = time.monotonic() + 120
+    while not any(re.match(r"tick \d", line) for line in lines) and loop.poll() is None:
+        assert time.monotonic() < deadline, "".join(lines)
+        time.sleep(0.2)
+    loop.send_signal(signal.SIGTERM)                                # "stopped after N tick(s)" finds the pipe closed
+    assert loop.wait(60) == 0
+    reading.join(10)
+    text = "".join(lines)
+    assert "Traceback" not in text and "BrokenPipe" not in text and "Exception ignored" not in text, text

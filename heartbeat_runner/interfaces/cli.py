@@ -51,7 +51,7 @@ from heartbeat_runner.interfaces.outcomes import outcome_of
 from heartbeat_runner.interfaces.output import STATUS_COLUMNS, LiveLine, Snapshot, Steps, emit, emit_json, watch
 from heartbeat_runner.policies.event_windows import source_grains
 from heartbeat_runner.policies.retry import load_retry_policies, policy_problem
-from heartbeat_runner.policies.run_policies import RunPolicies, load_run_policies
+from heartbeat_runner.policies.run_policies import RunPolicies, alert_destination_problems, load_run_policies
 from heartbeat_runner.runner.alerting import Liveness, idle_sensing
 from heartbeat_runner.runner.app import App, open_app
 from heartbeat_runner.runner.lease import Lease, LeaseHeld, tick_lease
@@ -239,6 +239,33 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command and return its exit code.
+
+    Invariant: no command prints a traceback because its reader went away (``… | head -1``): when
+    stdout's pipe closes, the rest of the output goes to devnull and the command ends quietly with 0
+    (Python's documented SIGPIPE recipe; what ``head`` users expect).
+    """
+    try:
+        code = _main(argv)
+        sys.stdout.flush()  # inside the try: a pipe closed after the last write breaks here, not at exit
+        return code
+    except BrokenPipeError:
+        _discard_stdout()
+        return 0
+
+
+def _discard_stdout() -> None:
+    """Point stdout at devnull, so the interpreter's own flush at exit finds no closed pipe."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout is no real file (a test's capture): nothing is flushed to a pipe
+        pass
+    finally:
+        os.close(devnull)
+
+
+def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=_CurrentStderr(),
@@ -258,6 +285,8 @@ def main(argv: list[str] | None = None) -> int:
         for problem in exc.problems:
             print(f"  {problem}", file=sys.stderr)
         return outcome_of(exc).exit_code
+    except BrokenPipeError:
+        raise  # the reader went away: main ends quietly
     except (HeartbeatError, ValueError) as exc:
         if args.json:
             emit_json({"error": str(exc)})
@@ -356,6 +385,7 @@ def _checked_config(settings: Settings) -> tuple[LoadedConfig, RunPolicies]:
         problems += exc.problems
     try:
         policies = load_run_policies(settings.retry_policy_file)
+        problems += alert_destination_problems(settings.retry_policy_file, policies.alerts)
     except ConfigError as exc:
         problems += exc.problems
     if config is not None and policies is not None:
@@ -518,8 +548,8 @@ def _loop(tick: Callable[[], TickResult | None], args: argparse.Namespace,
                     _print_tick(result, args)
                 failures, last_error = 0, ""
                 after_tick()
-            except RestartRequested:
-                raise
+            except (RestartRequested, BrokenPipeError):
+                raise  # a restart, or the reader of our output went away: the loop ends
             except Exception as exc:  # noqa: BLE001 - the loop survives any single tick
                 failures += 1
                 last_error = _report_failed_tick(exc, last_error, failures)
@@ -890,7 +920,8 @@ def _deadline_note(app: App, settings: Settings, job_id: str) -> str | None:
     from heartbeat_runner.runner.alerting import overdue_now
 
     policies = load_run_policies(settings.retry_policy_file).alerts
-    overdue = overdue_now(policies, app.store.control_rows(), job_id) if policies.enabled else None
+    overdue = (overdue_now(policies, app.store.control_rows(), job_id, settings.lakehouse_dir)
+               if policies.enabled else None)
     return None if overdue is None else f"overdue since {overdue.deadline} ({overdue.due:%Y-%m-%d %H:%M} UTC): " \
                                         f"{overdue.reason}"
 

@@ -9,7 +9,11 @@ Invariants:
   identity and the time the condition began, so it is the same on every tick, in every process that
   sees the same facts, and a receiver can de-duplicate on it;
 - a source late for many jobs, and jobs overdue because of one late source, are one alert each
-  (grouped by the source), never one per job.
+  (grouped by the source), never one per job;
+- a deadline is first checked at its first occurrence after it was configured (or after the job was
+  added): never against a day it did not exist;
+- an overdue alert keeps the jobs it holds until each completes (or the next deadline replaces it):
+  another source getting data, or a run starting, changes its words, never its identity.
 """
 
 from __future__ import annotations
@@ -21,7 +25,9 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, time, timedelta, timezone
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from heartbeat_runner.core.errors import InvalidInputError
@@ -289,7 +295,52 @@ def _unknown(values: Mapping[str, Any], allowed: set[str], name: str, problems: 
                         f"(expected {', '.join(sorted(allowed))})")
 
 
+#: the name of an environment variable (what every ``{env: NAME}`` / ``*_env`` reference holds)
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: a Databricks ``scope/key``: a scope of letters, digits, ``-_.@``, a key of letters, digits, ``-_.`` (128 at most)
+_SCOPE_KEY = re.compile(r"^[A-Za-z0-9_.@-]{1,128}/[A-Za-z0-9_.-]{1,128}$")
+#: an e-mail address: one ``@``, no spaces, a domain (``localhost`` too, for a relay)
+_ADDRESS = re.compile(r"^[^@\s<>,;\\\"]+@[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?$")
+#: a PagerDuty Events API v2 routing (integration) key: 32 letters and digits
+_ROUTING_KEY = re.compile(r"^[A-Za-z0-9]{32}$")
+#: the secret settings of a destination, each held as ``<setting>_secret``
+SECRET_SETTINGS = ("url", "routing_key", "username", "password")
+
+
+def is_web_url(value: object) -> bool:
+    """An ``http``/``https`` URL with a host and no whitespace (what a webhook or the Events API needs)."""
+    if not isinstance(value, str) or not value or any(c.isspace() for c in value):
+        return False
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 - a port that is no number raises here, as urllib would at delivery
+    except ValueError:
+        return False
+    return parts.scheme in ("http", "https") and bool(parts.hostname)
+
+
+def secret_shape_problem(setting: str, value: str) -> str | None:
+    """What is wrong with the shape of a secret's value for ``setting`` (None: nothing that can be seen without
+    sending): a webhook URL must be http(s) with a host, a routing key 32 letters and digits. Never quotes it."""
+    if setting == "url" and not is_web_url(value):
+        return "does not hold an http or https URL with a host"
+    if setting == "routing_key" and not _ROUTING_KEY.match(value):
+        return "does not hold a PagerDuty routing key of 32 letters and digits"
+    return None
+
+
+def _address_problem(value: object, field_name: str) -> str | None:
+    if isinstance(value, str) and _ADDRESS.match(value.strip()):
+        return None
+    return f"{field_name}: {value!r} is not an e-mail address (name@domain)"
+
+
 def _destination(name: str, values: Mapping[str, Any], problems: list[str]) -> Destination | None:
+    """One destination, checked as far as the file goes (``destination_problems`` checks the environment).
+
+    Invariant: no problem quotes a secret setting (``url``, ``routing_key``, ``username``, ``password``, each
+    ``*_env``), a reference's name when it is malformed, or a PagerDuty ``url``: an operator who pasted a
+    secret there instead of a reference must not see it printed back."""
     where = f"alerts.destinations.{name}"
     try:
         kind = DestinationKind(str(values.get("type")))
@@ -297,6 +348,7 @@ def _destination(name: str, values: Mapping[str, Any], problems: list[str]) -> D
         problems.append(f"{where}.type: {values.get('type')!r} is not one of "
                         f"{', '.join(k.value for k in DestinationKind)}")
         return None
+    before = len(problems)
     required, optional, secret_settings = _DESTINATION_FIELDS[kind]
     missing = sorted(required - set(values))
     missing += [f"{s}_env or {s}: {{secret: scope/key}}" for s, needed in secret_settings.items()
@@ -306,14 +358,34 @@ def _destination(name: str, values: Mapping[str, Any], problems: list[str]) -> D
     allowed = required | optional | set(secret_settings) | {f"{s}_env" for s in secret_settings}
     _unknown({k: v for k, v in values.items() if k != "type"}, allowed, where, problems)
     secrets = {s: _secret_setting(values, s, where, problems) for s in secret_settings}
-    if missing or any(secrets[s] is None and (s in values or f"{s}_env" in values) for s in secrets):
+    if missing:
         return None
+    if kind is DestinationKind.PAGERDUTY and "url" in values and not is_web_url(values["url"]):
+        problems.append(f"{where}.url: not an http or https URL with a host (the value is not shown)")
     to = values.get("to", ())
-    try:
-        port = int(values.get("port", 587))
-    except (TypeError, ValueError):
-        problems.append(f"{where}.port: {values.get('port')!r} is not a port number")
+    if kind is DestinationKind.EMAIL:
+        host = values.get("host")
+        if not isinstance(host, str) or not host.strip() or "/" in host or any(c.isspace() for c in host):
+            problems.append(f"{where}.host: {host!r} is not a host name or address")
+        problems.extend(p for p in [_address_problem(values.get("from"), f"{where}.from")] if p)
+        listed = [to] if isinstance(to, str) else to if isinstance(to, (list, tuple)) else None
+        if not listed:
+            problems.append(f"{where}.to: must be an e-mail address or a list of them")
+        else:
+            problems.extend(p for p in (_address_problem(a, f"{where}.to") for a in listed) if p)
+        given = {s for s in ("username", "password") if s in values or f"{s}_env" in values}
+        if len(given) == 1:
+            problems.append(f"{where}: username and password go together (SMTP login needs both; each written "
+                            "{secret: scope/key}, {env: NAME} or as username_env / password_env)")
+        if "starttls" in values and not isinstance(values["starttls"], bool):
+            problems.append(f"{where}.starttls: must be true or false")
+    port = values.get("port", 587)
+    if isinstance(port, bool) or not isinstance(port, (int, str)) or not str(port).isdigit() \
+            or not 0 < int(port) < 65536:
+        problems.append(f"{where}.port: {values.get('port')!r} is not a port number (1-65535)")
+    if len(problems) > before:
         return None
+    port = int(port)
     endpoint = values.get("url", PAGERDUTY_URL) if kind is DestinationKind.PAGERDUTY else PAGERDUTY_URL
     return Destination(name=name, kind=kind, url_secret=secrets.get("url"), url=str(endpoint),
                        routing_key_secret=secrets.get("routing_key"), host=str(values.get("host", "")), port=port,
@@ -324,24 +396,59 @@ def _destination(name: str, values: Mapping[str, Any], problems: list[str]) -> D
 
 def _secret_setting(values: Mapping[str, Any], setting: str, where: str, problems: list[str]) -> SecretRef | None:
     """The reference a secret setting is written as (``s_env: NAME`` or ``s: {secret|env: ...}``); None when
-    absent or wrong (a problem is added: a secret written in the file itself is one)."""
+    absent or wrong (a problem is added: a secret written in the file itself is one, so is a reference that
+    is no variable's name or no ``scope/key``; the problem never quotes what was written)."""
     field_name = f"{where}.{setting}"
     if f"{setting}_env" in values:
         if setting in values:
             problems.append(f"{field_name}: give {setting} or {setting}_env, not both")
             return None
+        field_name = f"{where}.{setting}_env"
         values = {setting: {SecretKind.ENV.value: values[f"{setting}_env"]}}
     if setting not in values:
         return None
     try:
         ref = parse_reference(values[setting], field_name)
-    except InvalidInputError as exc:
-        problems.append(str(exc))
-        return None
+    except InvalidInputError:
+        ref = SecretRef(SecretKind(next(iter(values[setting]))), "")
     if ref is None:
         problems.append(f"{field_name}: a secret is never written in the file: write {setting}: "
                         f"{{secret: scope/key}}, {setting}: {{env: NAME}} or {setting}_env: NAME")
+    elif ref.kind is SecretKind.ENV and not _ENV_NAME.match(ref.name):
+        problems.append(f"{field_name}: must be the name of an environment variable (letters, digits, _) "
+                        "that holds the secret, not the secret itself (the value is not shown)")
+        return None
+    elif ref.kind is SecretKind.SECRET and not _SCOPE_KEY.match(ref.name):
+        problems.append(f"{field_name}: {{secret: ...}} must name a scope and a key: {{secret: scope/key}}, "
+                        "each letters, digits, - _ . (the value is not shown)")
+        return None
     return ref
+
+
+def destination_problems(destinations: Iterable[Destination], environ: Mapping[str, str]) -> list[str]:
+    """What this machine lacks for ``destinations`` to be sent to, as far as it can tell without a network call:
+    every ``{env: NAME}`` reference set, a webhook's URL there an http(s) URL with a host, a PagerDuty routing
+    key there of the right shape, an email's CA file present. A ``{secret: scope/key}`` reference was checked
+    as written when the file loaded; its value is read, and its shape checked, at send time only.
+
+    Invariant: a problem names the destination's setting and the variable, never the variable's value."""
+    problems = []
+    for destination in destinations:
+        where = f"alerts.destinations.{destination.name}"
+        for setting in SECRET_SETTINGS:
+            ref: SecretRef | None = getattr(destination, f"{setting}_secret")
+            if ref is None or ref.kind is not SecretKind.ENV:
+                continue
+            value = environ.get(ref.name, "")
+            shape = secret_shape_problem(setting, value) if value else None
+            if not value:
+                problems.append(f"{where}.{setting}: environment variable {ref.name} is not set")
+            elif shape:
+                problems.append(f"{where}.{setting}: environment variable {ref.name} {shape} "
+                                "(its value is a secret and not shown)")
+        if destination.ca_file is not None and not Path(destination.ca_file).is_file():
+            problems.append(f"{where}.ca_file: {destination.ca_file} is not a file")
+    return problems
 
 
 # -- the hot state and the conditions -----------------------------------------------------------
@@ -375,12 +482,19 @@ class JobFacts:
     output_link: str | None = None
     trigger_error_since: datetime | None = None
     trigger_error: str | None = None
+    #: when the job was added (its first control row) and when its current deadline was first seen by a
+    #: runner: a deadline is checked from its first occurrence after the later of the two (None: no bound)
+    added_at: datetime | None = None
+    deadline_since: datetime | None = None
 
 
 @dataclass
 class HotState:
     sources: dict[str, SourceFacts] = field(default_factory=dict)
     jobs: dict[str, JobFacts] = field(default_factory=dict)
+    #: (job, deadline period) -> the subject of the open JOB_OVERDUE alert holding the job: the job stays in
+    #: that alert until it completes, whatever its cause becomes (the monitor keeps this from its open alerts)
+    held: dict[tuple[str, str], str] = field(default_factory=dict)
 
     def source(self, key: str) -> SourceFacts:
         return self.sources.setdefault(key, SourceFacts(key))
@@ -498,6 +612,9 @@ def overdue_jobs(policies: AlertPolicies, state: HotState, now: datetime) -> lis
         due, start = periods[deadline]
         if job.last_completed is not None and job.last_completed >= start:
             continue
+        known = [t for t in (job.added_at, job.deadline_since) if t is not None]
+        if known and due < max(known):  # this occurrence came before the deadline (or the job) existed
+            continue
         late = tuple(sorted(k for k in job.hard_sources
                             if (f := state.sources.get(k)) is None or f.last_new_data is None or f.last_new_data < start
                             or f.failing_since is not None))
@@ -522,15 +639,22 @@ def _waiting_on(facts: SourceFacts | None, key: str) -> str:
     return f"waiting on {key}, which has had no new data since {_when(last)}"
 
 
+def deadline_period(due: datetime) -> str:
+    """The period of a JOB_OVERDUE alert: the deadline it is about."""
+    return f"{due:%Y-%m-%dT%H:%M}"
+
+
 def _deadline_alerts(policies: AlertPolicies, state: HotState, now: datetime) -> Iterable[Alert]:
-    """One alert per late source (naming every overdue job waiting on it), one per job overdue for another reason."""
+    """One alert per late source (naming every overdue job waiting on it), one per job overdue for another reason;
+    a job an open alert already holds (``state.held``) stays in it."""
     by_cause: dict[tuple[str, datetime], list[Overdue]] = defaultdict(list)
     for item in overdue_jobs(policies, state, now):
-        by_cause[(item.late_sources[0] if item.late_sources else f"job {item.job_id}", item.due)].append(item)
-    for (cause, due), items in sorted(by_cause.items()):
+        held = state.held.get((item.job_id, deadline_period(item.due)))
+        cause = held or (f"source {item.late_sources[0]}" if item.late_sources else f"job {item.job_id}")
+        by_cause[(cause, item.due)].append(item)
+    for (subject, due), items in sorted(by_cause.items()):
         jobs = tuple(sorted(i.job_id for i in items))
         first = items[0]
         who = f"job {jobs[0]}" if len(jobs) == 1 else f"{len(jobs)} jobs ({', '.join(jobs)})"
-        subject = cause if cause.startswith("job ") else f"source {cause}"
         yield Alert(AlertKind.JOB_OVERDUE, subject, f"{who} overdue since {first.deadline} ({_when(due)}): "
-                    f"{first.reason}", due, period=f"{due:%Y-%m-%dT%H:%M}", jobs=jobs)
+                    f"{first.reason}", due, period=deadline_period(due), jobs=jobs)

@@ -9,16 +9,23 @@ Invariant: a file that loads here loads in each section's own loader too, and th
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 from heartbeat_runner.core.errors import ConfigError
-from heartbeat_runner.policies.alerts import AlertPolicies, alert_policies
+from heartbeat_runner.policies.alerts import AlertPolicies, alert_policies, destination_problems
 from heartbeat_runner.policies.catch_up import CatchUpPolicy, catch_up_policies
 from heartbeat_runner.policies.event_windows import WindowPolicy, window_policies
-from heartbeat_runner.policies.retry import RetryPolicies, build_section, read_policy_file, retry_policies
+from heartbeat_runner.policies.retry import (
+    RetryPolicies,
+    build_section,
+    policy_problem,
+    read_policy_file,
+    retry_policies,
+)
 
 T = TypeVar("T")
 
@@ -63,3 +70,19 @@ def load_run_policies(path: Path | None) -> RunPolicies:
     if problems:
         raise ConfigError(problems)
     return policies
+
+
+def alert_destination_problems(path: Path | None, alerts: AlertPolicies,
+                               environ: Mapping[str, str] | None = None) -> list[str]:
+    """What this machine's environment lacks to send to the alert destinations of the file at ``path`` (an
+    unset variable, a webhook URL without scheme or host, a malformed routing key), each naming the file and
+    the field, never a secret's value. ``validate`` reports them; ``run`` refuses to start a tick with one."""
+    found = destination_problems(alerts.destinations, os.environ if environ is None else environ)
+    return [policy_problem(path, "alerts", problem) for problem in found]
+
+
+def check_alert_destinations(path: Path | None, alerts: AlertPolicies) -> None:
+    """ConfigError with every problem of ``alert_destination_problems`` (nothing when there is none)."""
+    problems = alert_destination_problems(path, alerts)
+    if problems:
+        raise ConfigError(problems)

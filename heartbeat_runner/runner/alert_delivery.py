@@ -8,9 +8,15 @@ event per notice, because its ``dedup_key`` must be the alert's key for a resolv
 trigger; the root-cause grouping already makes one alert of a late source's many jobs.
 
 What happened to each attempt comes back through :meth:`Outbox.drain` for the tick to record
-(ALERT_SENT / ALERT_DELIVERY_FAILED). Secrets (webhook URLs, routing keys, SMTP passwords) are read
-at send time, from the environment or a Databricks secret scope (``core/secrets.py``), for that one
-send: never kept, logged or recorded; a failure names the reference, never the value.
+(ALERT_SENT / ALERT_DELIVERY_FAILED). Secrets (webhook URLs, routing keys, SMTP user names and
+passwords) are read at send time, from the environment or a Databricks secret scope
+(``core/secrets.py``), for that one send: never kept, logged or recorded; a failure names the
+reference, never the value.
+
+Invariant: a :class:`DeliveryError` is one line that names the destination by its key and holds no
+secret: no URL's path or query, no header, routing key, user name or password, whether it came from
+the environment or a secret scope. :func:`send` builds it from what went wrong and redacts it (with
+every value that send resolved) before anything can log, store or print it.
 """
 
 from __future__ import annotations
@@ -19,21 +25,24 @@ import enum
 import hashlib
 import json
 import logging
+import os
+import re
 import smtplib
 import ssl
 import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from email.message import EmailMessage
 from email.utils import formatdate
+from urllib.parse import urlsplit
 
 from heartbeat_runner.core.errors import HeartbeatError
-from heartbeat_runner.core.secrets import SecretError, SecretRef, SecretResolver, resolve
+from heartbeat_runner.core.secrets import SecretError, SecretKind, SecretRef, SecretResolver, resolve
 from heartbeat_runner.jobs.databricks_workspace import DatabricksSecrets
-from heartbeat_runner.policies.alerts import Destination, DestinationKind
+from heartbeat_runner.policies.alerts import SECRET_SETTINGS, Destination, DestinationKind, secret_shape_problem
 
 log = logging.getLogger(__name__)
 
@@ -107,8 +116,28 @@ def message_id(notices: list[Notice]) -> str:
     return f"<digest.{hashlib.sha256(joined.encode()).hexdigest()[:32]}@{SOURCE}>"
 
 
+#: a URL in a message: its scheme and host are kept, the rest (path, query, user info) is not
+_URL = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)(?:[^\s/@'\"<>]*@)?([^\s/?#'\"<>]*)[^\s'\"<>]*")
+REDACTED = "***"
+
+
+class _Remembering:
+    """A resolver that keeps the values it read for one send (``scope/key`` -> value), so that send's error can
+    be redacted of them too; dropped with the send."""
+
+    def __init__(self, inner: SecretResolver):
+        self.inner = inner
+        self.values: dict[str, str] = {}
+
+    def secret(self, scope: str, key: str) -> str:
+        value = self.inner.secret(scope, key)
+        self.values[f"{scope}/{key}"] = value
+        return value
+
+
 def _secret(ref: SecretRef | None, destination: Destination, setting: str, secrets: SecretResolver) -> str:
-    """The value of one secret setting, read now; DeliveryError naming the destination, setting and reference."""
+    """The value of one secret setting, read now; DeliveryError naming the destination, setting and reference
+    (never the value) when it cannot be read or its shape is wrong (``secret_shape_problem``)."""
     where = f"alerts.destinations.{destination.name}.{setting}"
     if ref is None:
         raise DeliveryError(f"{where}: not configured")
@@ -118,19 +147,61 @@ def _secret(ref: SecretRef | None, destination: Destination, setting: str, secre
         raise DeliveryError(str(exc)) from exc
     if not value:
         raise DeliveryError(f"{where}: {ref} is empty")
+    shape = secret_shape_problem(setting, value)
+    if shape:
+        raise DeliveryError(f"{where}: {ref} {shape} (its value is a secret and not shown)")
     return value
 
 
+def secrets_of(destination: Destination, resolved: Mapping[str, str] | None = None) -> list[str]:
+    """The secret values ``destination`` is sent with now (and a webhook URL's path and query on their own):
+    ``{env: NAME}`` references read from the environment, ``{secret: scope/key}`` ones from ``resolved``
+    (``scope/key`` -> the value a send read; never read here: that would be a network call)."""
+    found = []
+    for setting in SECRET_SETTINGS:
+        ref: SecretRef | None = getattr(destination, f"{setting}_secret")
+        if ref is None:
+            continue
+        value = os.environ.get(ref.name, "") if ref.kind is SecretKind.ENV else (resolved or {}).get(ref.name, "")
+        if value:
+            found.append(value)
+            if setting == "url":
+                parts = urlsplit(value if "://" in value else f"//{value}")  # no scheme: host, then the path
+                found += [p for p in (parts.path, parts.query, parts.fragment) if len(p) > 1]
+    return found
+
+
+def redact(text: str, secrets: Iterable[str] = ()) -> str:
+    """``text`` on one line with every secret replaced and every URL cut to its scheme and host."""
+    for secret in sorted((s for s in secrets if s), key=len, reverse=True):
+        text = text.replace(secret, REDACTED)
+    text = _URL.sub(lambda m: f"{m.group(1)}{m.group(2)}" + ("/" + REDACTED if len(m.group(0)) > len(
+        m.group(1) + m.group(2)) else ""), text)
+    return " ".join(text.split())
+
+
+def _where(url: str) -> str:
+    """A URL as a message may show it: scheme and host only."""
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}" if parts.scheme and parts.netloc else "the URL"
+
+
 def _post_json(url: str, body: dict[str, object], timeout_s: float, headers: dict[str, str] | None = None) -> None:
-    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
-                                     headers={"Content-Type": "application/json", **(headers or {})})
+    """POST ``body``; DeliveryError naming the URL by scheme and host only (its path and query may be a secret)."""
+    where = _where(url)
     try:
+        request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
+                                         headers={"Content-Type": "application/json", **(headers or {})})
         with urllib.request.urlopen(request, timeout=timeout_s) as answer:  # noqa: S310 - the operator's URL
             answer.read()
     except urllib.error.HTTPError as exc:
-        raise DeliveryError(f"HTTP {exc.code} {exc.reason}") from exc
+        raise DeliveryError(f"{where} answered HTTP {exc.code} {exc.reason}") from exc
+    except urllib.error.URLError as exc:
+        raise DeliveryError(f"no answer from {where}: {exc.reason}") from exc
     except (OSError, TimeoutError) as exc:
-        raise DeliveryError(f"no answer: {exc}") from exc
+        raise DeliveryError(f"no answer from {where}: {type(exc).__name__}: {exc}") from exc
+    except ValueError as exc:  # urllib's "unknown url type", http.client's InvalidURL: the text quotes the URL
+        raise DeliveryError(f"{where} is not a URL this can send to (http or https with a host)") from exc
 
 
 def send_webhook(destination: Destination, notices: list[Notice], timeout_s: float, secrets: SecretResolver) -> None:
@@ -181,7 +252,7 @@ def send_email(destination: Destination, notices: list[Notice], timeout_s: float
                 smtp.login(*login)
             smtp.send_message(message)
     except (smtplib.SMTPException, OSError, ssl.SSLError) as exc:
-        raise DeliveryError(f"SMTP: {exc}") from exc
+        raise DeliveryError(f"SMTP {destination.host}:{destination.port}: {type(exc).__name__}: {exc}") from exc
 
 
 SENDERS: dict[DestinationKind, Callable[[Destination, list[Notice], float, SecretResolver], None]] = {
@@ -191,10 +262,18 @@ SENDERS: dict[DestinationKind, Callable[[Destination, list[Notice], float, Secre
 
 def send(destination: Destination, notices: list[Notice], timeout_s: float = DEFAULT_TIMEOUT_S,
          secrets: SecretResolver | None = None) -> None:
-    """Send ``notices`` to ``destination`` now (one message, or one PagerDuty event each); DeliveryError if refused.
+    """Send ``notices`` to ``destination`` now (one message, or one PagerDuty event each).
 
-    ``secrets`` reads ``{secret: scope/key}`` references (default: the workspace of the SDK's auth chain)."""
-    SENDERS[destination.kind](destination, notices, timeout_s, secrets or DatabricksSecrets())
+    ``secrets`` reads ``{secret: scope/key}`` references (default: the workspace of the SDK's auth chain).
+    DeliveryError if refused or broken in any way: one line, ``<kind> destination <key>: <what>``,
+    redacted (see the module's invariant); the original error is its cause."""
+    remembering = _Remembering(secrets or DatabricksSecrets())
+    try:
+        SENDERS[destination.kind](destination, notices, timeout_s, remembering)
+    except Exception as exc:  # noqa: BLE001 - every failure becomes one redacted line; a bug's type is kept
+        what = str(exc) if isinstance(exc, DeliveryError) else f"{type(exc).__name__}: {exc}"
+        raise DeliveryError(redact(f"{destination.kind.value} destination {destination.name}: {what}",
+                                   secrets_of(destination, remembering.values))) from exc
 
 
 @dataclass
@@ -307,12 +386,13 @@ class Outbox:
         number = queue.failures + 1
         try:
             send(queue.destination, notices, self.timeout_s, self.secrets)
-        except DeliveryError as exc:
-            log.warning("alert delivery to %s failed (attempt %d): %s", queue.destination.name, number, exc)
+        except DeliveryError as exc:  # already one redacted line naming the destination
+            log.warning("alert delivery failed (attempt %d, retried): %s", number, exc)
             return Attempt(queue.destination.name, tuple(notices), number, str(exc))
-        except Exception as exc:  # noqa: BLE001 - a sender bug must not end the thread; the notice stays queued
-            log.exception("alert delivery to %s failed unexpectedly", queue.destination.name)
-            return Attempt(queue.destination.name, tuple(notices), number, f"{type(exc).__name__}: {exc}")
+        except Exception as exc:  # noqa: BLE001 - never reached (send wraps all); the thread must not end
+            message = f"{queue.destination.kind.value} destination {queue.destination.name}: {type(exc).__name__}"
+            log.warning("alert delivery failed (attempt %d, retried): %s", number, message)
+            return Attempt(queue.destination.name, tuple(notices), number, message)
         return Attempt(queue.destination.name, tuple(notices), number)
 
     def _settle(self, queue: _Queue, notices: list[Notice], attempt: Attempt) -> None:

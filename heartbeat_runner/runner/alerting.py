@@ -20,6 +20,7 @@ import os
 import socket
 import time
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -34,6 +35,7 @@ from heartbeat_runner.policies.alerts import (
     Alert,
     AlertKind,
     AlertPolicies,
+    Deadline,
     HotState,
     JobFacts,
     Overdue,
@@ -58,6 +60,44 @@ ALERTS_VIEW = "heartbeat_alerts"
 
 def liveness_path(lakehouse_dir: Path) -> Path:
     return lakehouse_dir / "locks" / "heartbeat.alive"
+
+
+def deadlines_path(lakehouse_dir: Path) -> Path:
+    """Since when each job's deadline has been configured: ``{job: {"deadline": ..., "since": ISO time}}``."""
+    return lakehouse_dir / "alerts" / "deadlines.json"
+
+
+def _deadline_text(deadline: Deadline) -> str:
+    return f"{deadline.by.isoformat()} {deadline.zone} after {deadline.after.isoformat()}"
+
+
+def read_deadlines(lakehouse_dir: Path) -> dict[str, dict[str, str]]:
+    """The recorded deadlines (empty when there is no readable file: then every deadline is new)."""
+    try:
+        found = json.loads(deadlines_path(lakehouse_dir).read_text())
+        return {str(job): {"deadline": str(v["deadline"]), "since": str(v["since"])} for job, v in found.items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return {}
+
+
+def deadlines_since(policies: AlertPolicies, job_ids: list[str], recorded: dict[str, dict[str, str]],
+                    now: datetime) -> dict[str, dict[str, str]]:
+    """Each job's deadline with since when it is configured: as recorded when it is the same deadline, else ``now``
+    (a deadline added or changed is first checked at its first occurrence after it was seen)."""
+    found = {}
+    for job_id in job_ids:
+        deadline = policies.for_job(job_id).deadline
+        if deadline is None:
+            continue
+        text, before = _deadline_text(deadline), recorded.get(job_id)
+        found[job_id] = before if before is not None and before["deadline"] == text else {
+            "deadline": text, "since": now.isoformat()}
+    return found
+
+
+def _apply_deadlines(state: HotState, deadlines: dict[str, dict[str, str]]) -> None:
+    for job_id, record in deadlines.items():
+        state.job(job_id).deadline_since = as_utc(datetime.fromisoformat(record["since"]))
 
 
 @dataclass
@@ -120,6 +160,7 @@ class AlertMonitor(TickObserver):
         assert self.outbox is not None
         attempts = self.outbox.drain()
         before = dict(self.open)
+        self.state.held = held_jobs(self.open.values())
         raised, resolved = self._changes(evaluate(self.policies, self.state, utcnow()))
         events = self._attempt_events(attempts, result.run_id)
         events += [self._raised_event(a, result.run_id) for a in raised]
@@ -199,9 +240,24 @@ class AlertMonitor(TickObserver):
     def _load(self, *, first: bool) -> None:
         """Which jobs read which sources (hard ones too) and, the first time, the times and open alerts."""
         fold_control_rows(self.state, self.store.control_rows(), times=first)
+        self._note_deadlines()
         if first:
             self._load_alerts()
         self._loaded_at = time.monotonic()
+
+    def _note_deadlines(self) -> None:
+        """Since when each job's deadline is configured, kept in ``deadlines_path`` across runner processes
+        (a tick per process too); the file is rewritten only when a deadline was added, changed or removed."""
+        path = deadlines_path(self.lakehouse_dir)
+        recorded = read_deadlines(self.lakehouse_dir)
+        found = deadlines_since(self.policies, sorted(self.state.jobs), recorded, utcnow())
+        _apply_deadlines(self.state, found)
+        if found != recorded:
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                replace_whole(path, json.dumps(found, sort_keys=True))
+            except OSError as exc:
+                log.warning("could not write %s: %s", path, exc)
 
     def _load_alerts(self) -> None:
         """Open alerts from the event log, and every notice recorded but not yet sent: queued again."""
@@ -355,6 +411,9 @@ def fold_control_rows(state: HotState, rows: list[dict], *, times: bool) -> HotS
     for row in rows:
         job, source = state.job(row["trigger_job_id"]), state.source(row["source_key"])
         source.jobs.add(job.job_id)
+        created = row.get("row_created_timestamp")
+        if created is not None and (job.added_at is None or created < job.added_at):
+            job.added_at = created
         if row["dependency_flag"] == "TRUE":
             job.hard_sources.add(source.source_key)
         if times:
@@ -362,10 +421,24 @@ def fold_control_rows(state: HotState, rows: list[dict], *, times: bool) -> HotS
     return state
 
 
-def overdue_now(policies: AlertPolicies, control_rows: list[dict], job_id: str) -> Overdue | None:
-    """The job's missed deadline and its cause as the control table tells it now (``explain``), or None."""
+def overdue_now(policies: AlertPolicies, control_rows: list[dict], job_id: str,
+                lakehouse_dir: Path) -> Overdue | None:
+    """The job's missed deadline and its cause as the control table tells it now (``explain``), or None.
+    A deadline no runner has seen yet counts from now, as the runner will count it (nothing is written)."""
     state = fold_control_rows(HotState(), control_rows, times=True)
-    return next((o for o in overdue_jobs(policies, state, utcnow()) if o.job_id == job_id), None)
+    now = utcnow()
+    _apply_deadlines(state, deadlines_since(policies, [job_id], read_deadlines(lakehouse_dir), now))
+    return next((o for o in overdue_jobs(policies, state, now) if o.job_id == job_id), None)
+
+
+def held_jobs(alerts: Iterable[OpenAlert]) -> dict[tuple[str, str], str]:
+    """(job, deadline period) -> subject of each open JOB_OVERDUE alert, for every job it names."""
+    held = {}
+    for alert in alerts:
+        if alert.notice.kind == AlertKind.JOB_OVERDUE.value:
+            period = alert.identity.rpartition("|")[2]
+            held.update({(job, period): alert.notice.subject for job in alert.notice.jobs})
+    return held
 
 
 def _seed_times(job: JobFacts, source: SourceFacts, row: dict) -> None:
@@ -485,7 +558,7 @@ def watch_runner(lakehouse_dir: Path, policies: AlertPolicies, *, timeout_s: flo
             send(destination, [notice], timeout_s)
             state["sent"].append(mark)
         except DeliveryError as exc:
-            log.warning("sending %s to %s failed: %s", notice.action.value, destination.name, exc)
+            log.warning("sending the %s failed: %s", notice.action.value, exc)
     done = state["resolved"] and all(f"{d.name}:resolve" in state["sent"] for d in policies.destinations)
     path.parent.mkdir(parents=True, exist_ok=True)
     if done:

@@ -96,11 +96,12 @@ class App:
                   backend: JobsBackend | None = None) -> Heartbeat:
         self.require_config()
         self.ensure_views()
-        from heartbeat_runner.policies.run_policies import load_run_policies
+        from heartbeat_runner.policies.run_policies import check_alert_destinations, load_run_policies
         from heartbeat_runner.policies.sequences import Sequences
         from heartbeat_runner.runner.alerting import AlertMonitor
 
         policies = load_run_policies(self.settings.retry_policy_file)
+        check_alert_destinations(self.settings.retry_policy_file, policies.alerts)  # before any tick
         jobs = backend or self.jobs_backend()
         heartbeat = Heartbeat(self.store, self.dbt, jobs, self.sense_context(),
                               progress=progress, policies=policies.retry,
