@@ -35,7 +35,7 @@ def start_runtime_session(root: Path, jars: list[str]):
     from pyspark.sql import SparkSession
 
     builder = (SparkSession.builder.appName("databricks-runtime")
-               .config("spark.master", "local[1]")
+               .config("spark.master", "local[2]")
                .config("spark.jars", ",".join(jars))
                .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
                .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
@@ -47,6 +47,12 @@ def start_runtime_session(root: Path, jars: list[str]):
                .config("spark.driver.extraJavaOptions", f"-Dderby.system.home={root} -Duser.timezone=UTC")
                .config("spark.sql.session.timeZone", "UTC")
                .config("spark.sql.shuffle.partitions", "1")
+               # a small machine's Spark pays more for compiling code than these small queries save (as the
+               # local engine measured, lakehouse/spark_local.py); the runtime's settings are not under test
+               .config("spark.sql.codegen.wholeStage", "false")
+               .config("spark.sql.codegen.factoryMode", "NO_CODEGEN")
+               .config("spark.sql.autoBroadcastJoinThreshold", "-1")
+               .config("spark.sql.adaptive.enabled", "false")
                .config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false")
                .config("spark.driver.host", "127.0.0.1")

@@ -920,7 +920,7 @@ def _deadline_note(app: App, settings: Settings, job_id: str) -> str | None:
     from heartbeat_runner.runner.alerting import overdue_now
 
     policies = load_run_policies(settings.retry_policy_file).alerts
-    overdue = (overdue_now(policies, app.store.control_rows(), job_id, settings.lakehouse_dir)
+    overdue = (overdue_now(policies, app.store.control_rows(), job_id, app.store.deadlines_seen())
                if policies.enabled else None)
     return None if overdue is None else f"overdue since {overdue.deadline} ({overdue.due:%Y-%m-%d %H:%M} UTC): " \
                                         f"{overdue.reason}"

@@ -68,6 +68,9 @@ WINDOWS_VIEW = "heartbeat_job_windows"
 WINDOW_POLICIES = "heartbeat_window_policies"
 #: the tick lease (runner/lease.py): one row per lease name, changed only by a compare-and-swap MERGE
 LEASE = "heartbeat_lease"
+#: since when each job's data deadline is configured (runner/alerting.py): in the lakehouse, so that a runner
+#: on a new machine at every tick (a scheduled Databricks job) knows it as a loop does
+DEADLINES = "heartbeat_deadlines"
 
 _TYPES = {
     "event_ts": "timestamp", "snapshot_ts": "timestamp", "ended_ts": "timestamp",
@@ -88,12 +91,13 @@ TABLE_COLUMNS: dict[str, list[str]] = {
     ARCHIVE_BATCH: ["archive_key"],
     WINDOW_POLICIES: ["trigger_job_id", "size_s", "lateness_s", "late_data"],
     LEASE: ["lease_name", "owner", "host", "pid", "acquired_at", "expires_at", "wanted_by", "wanted_at"],
+    DEADLINES: ["trigger_job_id", "deadline", "since"],
 }
 #: the tables maintenance compacts: the runner's own and the control table (a MERGE per build)
 OWN_TABLES = (EVENTS, RUN_REPORT, RUNS, EVENTS_ARCHIVE, RUN_REPORT_ARCHIVE, RUNS_ARCHIVE, CONTROL)
 #: dbt-built tables that stay a few files: only vacuumed (the sensor state's MERGE rewrites the files it
 #: changes, the seed is replaced whole; either leaves old files for vacuum)
-REBUILT_TABLES = (SENSOR_STATE, "heartbeat_sensor_config", LEASE)
+REBUILT_TABLES = (SENSOR_STATE, "heartbeat_sensor_config", LEASE, DEADLINES)
 #: how a row of each archived table is identified (an SQL expression over its columns)
 ARCHIVE_KEYS = {EVENTS: "event_id", RUNS: "run_id", RUN_REPORT: "concat_ws('|', run_id, source_key)"}
 #: A write that lost a Delta commit race is retried this many times.
@@ -572,6 +576,24 @@ class TableStore:
         frame = self.engine.frame(rows, _struct(TABLE_COLUMNS[WINDOW_POLICIES]))
         retry_lost_commits(lambda: frame.write.mode("overwrite").insertInto(self.name(WINDOW_POLICIES)),
                            "writing the window policies")
+        return True
+
+    def deadlines_seen(self) -> dict[str, dict[str, str]]:
+        """Since when each job's deadline is configured: ``{job: {"deadline": text, "since": ISO time}}`` (empty
+        before the table exists: a lakehouse made by an older Heartbeat, read by a command that creates nothing)."""
+        if not self.exists(DEADLINES):
+            return {}
+        return {r["trigger_job_id"]: {"deadline": r["deadline"], "since": r["since"]} for r in self.read(DEADLINES)}
+
+    def sync_deadlines(self, deadlines: dict[str, dict[str, str]]) -> bool:
+        """Make heartbeat_deadlines hold ``deadlines`` (as :meth:`deadlines_seen` gives them); True if it changed
+        (a commit only then: when a deadline was added, changed or removed)."""
+        if self.deadlines_seen() == deadlines:
+            return False
+        rows = [(job, d["deadline"], d["since"]) for job, d in sorted(deadlines.items())]
+        frame = self.engine.frame(rows, _struct(TABLE_COLUMNS[DEADLINES]))
+        retry_lost_commits(lambda: frame.write.mode("overwrite").insertInto(self.name(DEADLINES)),
+                           "writing the deadlines")
         return True
 
     def event_time_events(self, source_keys: list[str], *, archive: bool = True) -> list[dict]:

@@ -62,22 +62,8 @@ def liveness_path(lakehouse_dir: Path) -> Path:
     return lakehouse_dir / "locks" / "heartbeat.alive"
 
 
-def deadlines_path(lakehouse_dir: Path) -> Path:
-    """Since when each job's deadline has been configured: ``{job: {"deadline": ..., "since": ISO time}}``."""
-    return lakehouse_dir / "alerts" / "deadlines.json"
-
-
 def _deadline_text(deadline: Deadline) -> str:
     return f"{deadline.by.isoformat()} {deadline.zone} after {deadline.after.isoformat()}"
-
-
-def read_deadlines(lakehouse_dir: Path) -> dict[str, dict[str, str]]:
-    """The recorded deadlines (empty when there is no readable file: then every deadline is new)."""
-    try:
-        found = json.loads(deadlines_path(lakehouse_dir).read_text())
-        return {str(job): {"deadline": str(v["deadline"]), "since": str(v["since"])} for job, v in found.items()}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return {}
 
 
 def deadlines_since(policies: AlertPolicies, job_ids: list[str], recorded: dict[str, dict[str, str]],
@@ -246,18 +232,12 @@ class AlertMonitor(TickObserver):
         self._loaded_at = time.monotonic()
 
     def _note_deadlines(self) -> None:
-        """Since when each job's deadline is configured, kept in ``deadlines_path`` across runner processes
-        (a tick per process too); the file is rewritten only when a deadline was added, changed or removed."""
-        path = deadlines_path(self.lakehouse_dir)
-        recorded = read_deadlines(self.lakehouse_dir)
-        found = deadlines_since(self.policies, sorted(self.state.jobs), recorded, utcnow())
+        """Since when each job's deadline is configured, kept in the lakehouse (heartbeat_deadlines) across
+        runner processes and machines (a tick per process, a new job cluster per scheduled run); written
+        only when a deadline was added, changed or removed."""
+        found = deadlines_since(self.policies, sorted(self.state.jobs), self.store.deadlines_seen(), utcnow())
         _apply_deadlines(self.state, found)
-        if found != recorded:
-            try:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                replace_whole(path, json.dumps(found, sort_keys=True))
-            except OSError as exc:
-                log.warning("could not write %s: %s", path, exc)
+        self.store.sync_deadlines(found)
 
     def _load_alerts(self) -> None:
         """Open alerts from the event log, and every notice recorded but not yet sent: queued again."""
@@ -422,12 +402,12 @@ def fold_control_rows(state: HotState, rows: list[dict], *, times: bool) -> HotS
 
 
 def overdue_now(policies: AlertPolicies, control_rows: list[dict], job_id: str,
-                lakehouse_dir: Path) -> Overdue | None:
+                seen: dict[str, dict[str, str]]) -> Overdue | None:
     """The job's missed deadline and its cause as the control table tells it now (``explain``), or None.
     A deadline no runner has seen yet counts from now, as the runner will count it (nothing is written)."""
     state = fold_control_rows(HotState(), control_rows, times=True)
     now = utcnow()
-    _apply_deadlines(state, deadlines_since(policies, [job_id], read_deadlines(lakehouse_dir), now))
+    _apply_deadlines(state, deadlines_since(policies, [job_id], seen, now))
     return next((o for o in overdue_jobs(policies, state, now) if o.job_id == job_id), None)
 
 
