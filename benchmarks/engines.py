@@ -176,12 +176,31 @@ def _queries(summary: dict[str, Any]) -> str:
             f"{bench._median([r['version_queries'] for r in runs]):g}")
 
 
+def _remote_sensing(tables: int) -> dict[str, Any] | None:
+    """benchmarks/remote_sensing.py in a process of its own (a classic Spark JVM), its figures printed beside
+    their targets; None when it failed."""
+    import remote_sensing
+
+    print(f"measuring the remote (Databricks) sensing path at {tables} tables ...", file=sys.stderr, flush=True)
+    done = subprocess.run([sys.executable, str(Path(__file__).with_name("remote_sensing.py")), "--tables", str(tables),
+                           "--json"], capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        print(f"remote sensing failed: {done.stderr.strip().splitlines()[-3:]}")
+        return None
+    figures = json.loads(done.stdout.strip().splitlines()[-1])
+    remote_sensing.print_figures(figures)
+    return figures
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sensors", type=int, default=100)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--engines", default=",".join(ENGINES))
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--remote-sensing", type=int, default=0, metavar="TABLES",
+                        help="also measure the Databricks sensing path forced on local Spark at TABLES tables "
+                             "(benchmarks/remote_sensing.py: queries per steady tick, with 10 changed, after 100 OPTIMIZE)")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     parser.add_argument("--root", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -193,10 +212,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"measuring {engine} ({args.sensors} sensors, {args.repeats} repeats) ...", file=sys.stderr, flush=True)
         results.append(_in_subprocess(engine, args.sensors, args.repeats))
     print_table(results)
+    remote = _remote_sensing(args.remote_sensing) if args.remote_sensing else None
     args.out.parent.mkdir(parents=True, exist_ok=True)
     meta = {"machine": platform.platform(), "python": platform.python_version(),
             "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    args.out.write_text(json.dumps({"meta": meta, "results": results}, indent=2) + "\n")
+    args.out.write_text(json.dumps({"meta": meta, "results": results,
+                                    **({"remote_sensing": remote} if remote else {})}, indent=2) + "\n")
     return 0 if all("error" not in r for r in results) else 1
 
 

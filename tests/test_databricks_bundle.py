@@ -168,8 +168,53 @@ def test_runner_is_scheduled_or_continuous_by_target():
 def test_nothing_secret_in_the_bundle():
     text = (REPO / "databricks.yml").read_text() + "".join(p.read_text() for p in set(ORIGIN.values()))
     assert not re.search(r"dapi[0-9a-f]{8,}", text)
-    env = resolved_jobs("prod")["heartbeat_runner"]["job_clusters"][0]["new_cluster"]["spark_env_vars"]
-    assert env["DATABRICKS_TOKEN"].startswith("{{secrets/")
+    for target in TARGETS:  # the tick authenticates as the job's identity (run_as): no token, no warehouse
+        for name in ("heartbeat_runner", "heartbeat_seed"):
+            env = resolved_jobs(target)[name]["job_clusters"][0]["new_cluster"]["spark_env_vars"]
+            assert not {"DATABRICKS_TOKEN", "DATABRICKS_HTTP_PATH", "DATABRICKS_CLIENT_SECRET"} & set(env), (target, name)
+
+
+def run_as_of(target: str, variables: dict[str, str] | None = None) -> dict[str, Any] | None:
+    """The ``run_as`` the CLI gives the target's jobs: the target's own, else the bundle's top level."""
+    target_spec = BUNDLE["targets"][target]
+    spec = target_spec.get("run_as", BUNDLE.get("run_as"))
+    if spec is None:
+        return None
+    values = {name: s.get("default", TEST_VALUES.get(name)) for name, s in BUNDLE["variables"].items()}
+    values.update(target_spec.get("variables", {}))
+    values.update(variables or {})
+    return json.loads(VARIABLE.sub(lambda m: str(values[m.group(1)]), json.dumps(spec)))
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_production_targets_run_every_job_as_a_service_principal(target):
+    """The Databricks CLI refuses to deploy `mode: production` unless every job has `run_as` (or a service
+    principal deploys): bundle/config/mutator/process_target_mode.go, validateProductionMode. Heartbeat's
+    production targets name a service principal, given at deploy as --var service_principal=<id>."""
+    jobs_model = pytest.importorskip("databricks.bundles.jobs", reason="pip install databricks-bundles")
+    spec = run_as_of(target)
+    if BUNDLE["targets"][target].get("mode") != "production":
+        return
+    assert spec is not None, f"{target}: 'run_as' must be set for all jobs when using 'mode: production'"
+    run_as = jobs_model.JobRunAs.from_dict(copy.deepcopy(spec))
+    assert run_as.service_principal_name == TEST_VALUES["service_principal"] and not run_as.user_name
+    assert "service_principal" not in {n for n, v in BUNDLE["variables"].items() if "default" in v}, \
+        "no default: a production deploy names its service principal"
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_the_runner_job_skips_an_overrun_and_only_a_stuck_scheduled_tick_times_out(target):
+    """Queueing off (bundle jobs queue by default: overrunning runs would stack); one run at a time; a
+    scheduled tick ends after its timeout, the continuous runner's one long run has none."""
+    jobs_model = pytest.importorskip("databricks.bundles.jobs", reason="pip install databricks-bundles")
+    spec = resolved_jobs(target)["heartbeat_runner"]
+    job = jobs_model.Job.from_dict(copy.deepcopy(spec))
+    assert job.queue is not None and job.queue.enabled is False
+    assert job.max_concurrent_runs == 1
+    if "continuous" in spec:
+        assert spec["timeout_seconds"] == 0 and "schedule" not in spec
+    else:
+        assert 0 < spec["timeout_seconds"] <= 3600
 
 
 # -- the example downstream job ------------------------------------------------------------------
@@ -273,7 +318,8 @@ def test_the_example_sql_alert_is_a_typed_bundle_alert_that_fires_on_an_open_hea
     part = yaml.safe_load(EXAMPLE_ALERT.read_text())
     assert set(part) == {"variables", "resources"} and set(part["resources"]) == {"alerts"}
     variables = {**BUNDLE["variables"], **part["variables"]}
-    values = {name: spec.get("default", TEST_VALUES.get(name, "oncall@example.com")) for name, spec in variables.items()}
+    values = {name: spec.get("default", {**TEST_VALUES, "warehouse_id": "0123456789abcdef"}.get(name, "oncall@example.com"))
+              for name, spec in variables.items()}
     used = set(VARIABLE.findall(EXAMPLE_ALERT.read_text()))
     assert used <= set(variables), used - set(variables)
     spec = json.loads(VARIABLE.sub(lambda m: str(values[m.group(1)]), json.dumps(part["resources"]["alerts"])))

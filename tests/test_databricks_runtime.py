@@ -50,8 +50,12 @@ CATALOG = "spark_catalog"
 
 
 def build_wheel(out: Path) -> Path:
-    """The wheel of this repository, built as the bundle's artifact build does (``pip wheel --no-deps``)."""
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--wheel-dir", str(out), str(REPO)],
+    """The wheel of this repository, built as the bundle's artifact build does (``pip wheel --no-deps``), from
+    a copy of the checkout: a build in place leaves ``build/`` behind, whose stale files a later wheel takes."""
+    source = out / "source"
+    shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(".git", ".venv", "build", "dist", "*.egg-info",
+                                                                "__pycache__", ".heartbeat*", "target", "logs"))
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--wheel-dir", str(out), str(source)],
                    check=True, capture_output=True)
     (wheel,) = out.glob("heartbeat_runner-*.whl")
     return wheel
