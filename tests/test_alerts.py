@@ -680,7 +680,7 @@ def test_a_deadline_is_first_checked_at_its_first_occurrence_after_it_was_config
     hb.jobs(J1=0)
     hb.create_table("sales.a", "id int")
     hb.seed(row("delta_table", "sales.a", "J1"))
-    due = deadline_in(4)
+    due = deadline_in(8)  # the first tick ends before the deadline, even on a busy machine
     hb.app.settings = hb.settings.with_(retry_policy_file=policy_file(
         tmp_path, receiver, f"  jobs:\n    'J1': {{deadline: '{due:%H:%M:%S} UTC'}}\n"))
     hb.tick()
@@ -702,7 +702,7 @@ def test_an_overdue_alert_holds_its_jobs_until_they_complete(hb, receiver, tmp_p
         hb.create_table(table, "id int")
     hb.seed(*(row("delta_table", f"sales.{t}", j) for t, j in (("a", "J1"), ("b", "J1"), ("a", "J2"), ("b", "J2"),
                                                                ("c", "J3"))))
-    due = deadline_in(4)
+    due = deadline_in(8)  # the first tick ends before the deadline, even on a busy machine
     hb.app.settings = hb.settings.with_(retry_policy_file=policy_file(
         tmp_path, receiver, f"  default:\n    job: {{deadline: '{due:%H:%M:%S} UTC'}}\n"))
     monitor = hb.heartbeat.observer

@@ -141,7 +141,7 @@ class AlertMonitor(TickObserver):
 
     def _observe(self, result: TickResult) -> None:
         if self._loaded_at is None or time.monotonic() - self._loaded_at >= REFRESH_S:
-            self._load(first=self._loaded_at is None)
+            self._load(first=self._loaded_at is None, now=result.snapshot_ts)
         self.fold(result)
         assert self.outbox is not None
         attempts = self.outbox.drain()
@@ -223,19 +223,20 @@ class AlertMonitor(TickObserver):
             return None
         return output.url if output else None
 
-    def _load(self, *, first: bool) -> None:
+    def _load(self, *, first: bool, now: datetime) -> None:
         """Which jobs read which sources (hard ones too) and, the first time, the times and open alerts."""
         fold_control_rows(self.state, self.store.control_rows(), times=first)
-        self._note_deadlines()
+        self._note_deadlines(now)
         if first:
             self._load_alerts()
         self._loaded_at = time.monotonic()
 
-    def _note_deadlines(self) -> None:
+    def _note_deadlines(self, now: datetime) -> None:
         """Since when each job's deadline is configured, kept in the lakehouse (heartbeat_deadlines) across
         runner processes and machines (a tick per process, a new job cluster per scheduled run); written
-        only when a deadline was added, changed or removed."""
-        found = deadlines_since(self.policies, sorted(self.state.jobs), self.store.deadlines_seen(), utcnow())
+        only when a deadline was added, changed or removed. A deadline first seen counts from ``now``, the start
+        of the tick that saw it (however long that tick then took)."""
+        found = deadlines_since(self.policies, sorted(self.state.jobs), self.store.deadlines_seen(), now)
         _apply_deadlines(self.state, found)
         self.store.sync_deadlines(found)
 
