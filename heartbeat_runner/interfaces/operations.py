@@ -30,6 +30,13 @@ from heartbeat_runner.sensing.sources.base import dump_cursor
 CURSOR_HISTORY_VIEW = "heartbeat_cursor_history"
 RUN_OVERVIEW_VIEW = "heartbeat_run_overview"
 RUN_REPORT_ALL_VIEW = "heartbeat_run_report_all"
+JOB_RUNS_VIEW = "heartbeat_job_runs"
+#: what `runs --json` and `explain --json` give of each job run: its own start, end and duration as its jobs
+#: backend recorded them (never when a tick noticed the end), and its queue time where the service has one
+JOB_RUN_FIELDS = ("trigger_job_id", "job_run_id", "outcome", "requested_at", "triggered_at", "started_at",
+                  "ended_at", "duration_s", "queued_s", "message")
+#: how many of a job's latest runs `explain --json` gives
+EXPLAIN_RUNS = 5
 
 #: A cursor before the first item of any source: Delta version -1 (so version 0 is new);
 #: the other sources find none of their keys in it (no offset, file, key value or load
@@ -309,6 +316,28 @@ def with_sensing_errors(store: TableStore, rows: list[dict]) -> list[dict]:
 def recent_runs(store: TableStore, limit: int) -> list[dict]:
     """The latest runs, newest first (finished ticks and INCOMPLETE ones)."""
     return store.read(RUN_OVERVIEW_VIEW, order_by=["snapshot_ts DESC"], limit=limit)
+
+
+def job_runs(store: TableStore, *conditions: Cond, limit: int | None = None) -> list[dict]:
+    """Job runs Heartbeat requested (heartbeat_job_runs), newest request first, with JOB_RUN_FIELDS and
+    ``tick_run_id`` (the tick that requested the run)."""
+    rows = store.read(JOB_RUNS_VIEW, *conditions, order_by=["requested_at DESC"], limit=limit)
+    return [{**{name: row[name] for name in JOB_RUN_FIELDS}, "tick_run_id": row["tick_run_id"]} for row in rows]
+
+
+def latest_job_runs(store: TableStore, job_id: str) -> list[dict]:
+    """The latest EXPLAIN_RUNS runs of ``job_id`` (`explain --json`), newest first."""
+    return job_runs(store, Cond("trigger_job_id", job_id), limit=EXPLAIN_RUNS)
+
+
+def with_job_runs(store: TableStore, ticks: list[dict]) -> list[dict]:
+    """``ticks`` (rows of heartbeat_run_overview), each with ``job_runs``: the job runs it requested, with
+    their durations once they ended (one read for all the ticks)."""
+    ids = [tick["run_id"] for tick in ticks]
+    by_tick: dict[str, list[dict]] = {run_id: [] for run_id in ids}
+    for run in job_runs(store, Cond("tick_run_id", ids, "in")) if ids else []:
+        by_tick[run.pop("tick_run_id")].append(run)
+    return [{**tick, "job_runs": by_tick[tick["run_id"]]} for tick in ticks]
 
 
 def run_details(store: TableStore, run_id: str) -> tuple[dict, list[dict]]:
