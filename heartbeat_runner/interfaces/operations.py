@@ -100,20 +100,40 @@ def explain(store: TableStore, job_id: str, idle: IdleSensing | None = None) -> 
                       order_by=["is_active DESC", "dependency", "sensor_source", "sensor_id"])
     if not rows:
         raise unknown_job(job_id)
-    rows = [with_idle_sensing(row, idle) for row in rows]
+    rows = with_idle_sensing(rows, idle)
     return Explanation(job_id, rows[0]["verdict"], bool(rows[0]["is_ready"]), rows)
 
 
-def with_idle_sensing(row: dict, idle: IdleSensing | None) -> dict:
-    """``row`` with the idle tick's evaluation where that is newer than the recorded one. Only a recorded
-    evaluation that was clean (no error, no warning) is replaced: its row state stays true; one with an
-    error or warning was followed by a recorded tick anyway (a recovery or a lost warning is never idle).
-    ``last_evaluation_run_id`` still names the latest recorded evaluation."""
+def with_idle_sensing(rows: list[dict], idle: IdleSensing | None) -> list[dict]:
+    """One job's explanation ``rows`` with the idle tick's evaluation of each source where that is newer than the
+    recorded one: NO_NEW_DATA at the idle tick, and the recorded one's note (why it was skipped, e.g. "J1 in
+    progress", or a sensing warning) gone from ``row_state`` and the job's ``verdict``. True because an idle
+    tick sensed each of its sources with no new data, no error and no note; a tick per process and a loop leave
+    the same liveness file, so both tell the same. A recorded error is kept: a recovery is never idle (the
+    tick that senses a failing source again is recorded). ``last_evaluation_run_id`` still names the latest
+    recorded evaluation."""
+    fresh = [_with_idle_sensing(row, idle) for row in rows]
+    verdict = rows[0]["verdict"] if rows else None
+    for before, after in zip(rows, fresh):
+        detail = before.get("last_outcome_detail")
+        if after is not before and detail and verdict:
+            label = f"{before['sensor_source']}:{before['sensor_id']}"
+            verdict = verdict.replace(f"{label} (warning: {detail})", label)
+    return [{**row, "verdict": verdict} if row.get("verdict") != verdict else row for row in fresh]
+
+
+def _with_idle_sensing(row: dict, idle: IdleSensing | None) -> dict:
     recorded = row.get("last_evaluated_at")
-    if (idle is None or row.get("source_key") not in idle.source_keys or row.get("last_outcome_detail")
+    if (idle is None or row.get("source_key") not in idle.source_keys
             or row.get("last_outcome") == Outcome.ERROR.value or (recorded is not None and recorded >= idle.sensed_at)):
         return row
-    return {**row, "last_evaluated_at": idle.sensed_at, "last_outcome": Outcome.NO_NEW_DATA.value}
+    fresh = {**row, "last_evaluated_at": idle.sensed_at, "last_outcome": Outcome.NO_NEW_DATA.value}
+    detail = row.get("last_outcome_detail")
+    if detail:
+        state = row.get("row_state")
+        fresh.update(last_outcome_detail=None, sensing_warning=None,
+                     row_state=state.replace(f" (warning: {detail})", "") if isinstance(state, str) else state)
+    return fresh
 
 
 # -- job-level operator events (pause, resume, complete, retry) ---------------------------------------
