@@ -17,6 +17,8 @@ from heartbeat_runner.core.records import as_utc
 from heartbeat_runner.core.settings import JobsApiLimits
 from heartbeat_runner.jobs.databricks import DatabricksJobsBackend
 from heartbeat_runner.lakehouse.store import Cond
+from heartbeat_runner.policies.alerts import AlertPolicies, HotState
+from heartbeat_runner.runner.alerting import AlertMonitor, fold_control_rows
 from heartbeat_runner.runner.tick import TriggeredJob
 
 LIMITS = JobsApiLimits(concurrency=8, rate_per_s=10_000)
@@ -306,3 +308,12 @@ def test_job_end_timestamp_is_the_end_time_the_jobs_api_gives_not_the_tick_that_
     ended = datetime.fromtimestamp((run.start_ms + 1234) / 1000, timezone.utc)
     assert as_utc(control["job_end_timestamp"]) == ended < noticed.snapshot_ts
     assert requested.snapshot_ts < as_utc(control["job_start_timestamp"]) < ended
+    # the alert monitor of a loop (folding the tick) holds the time a new process loads from the table
+    looping = AlertMonitor(beat.app.store, beat.app.dbt, heartbeat.backend, AlertPolicies(), beat.root)
+    looping.fold(noticed)
+    loaded = fold_control_rows(HotState(), beat.rows(str(job)), times=True).job(str(job))
+    folded = looping.state.job(str(job))
+    if fate == "SUCCESS":
+        assert as_utc(folded.last_completed) == as_utc(loaded.last_completed) == ended
+    else:
+        assert as_utc(folded.failed_at) == as_utc(loaded.failed_at) == ended

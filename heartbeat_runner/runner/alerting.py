@@ -199,9 +199,10 @@ class AlertMonitor(TickObserver):
         for triggered in result.triggered:
             job = self.state.job(triggered.job_id)
             job.running_since, job.run_id = now, triggered.run_id
-        for job_id in result.completed:
+        for job_id in result.completed:  # when the run ended (the table's job_end_timestamp), else now
             job = self.state.job(job_id)
-            job.last_completed, job.running_since, job.failed_run, job.failed_at = now, None, None, None
+            job.last_completed = result.ended_at.get(job_id, now)
+            job.running_since, job.failed_run, job.failed_at = None, None, None
         if result.failed:
             self._fold_failures(result)
 
@@ -213,7 +214,7 @@ class AlertMonitor(TickObserver):
         for job_id in result.failed:
             job, event = self.state.job(job_id), events.get(job_id, {})
             job.failed_run = event.get("job_run_id") or job.run_id or "?"
-            job.failed_at, job.running_since = result.snapshot_ts, None
+            job.failed_at, job.running_since = result.ended_at.get(job_id, result.snapshot_ts), None
             job.failure, job.output_link = event.get("message"), self._output_link(job_id, job.failed_run)
 
     def _output_link(self, job_id: str, run_id: str) -> str | None:
