@@ -296,3 +296,28 @@ def test_a_failing_source_is_named_in_status_explain_and_on_the_page(errors_lake
     with _page(errors_lake) as page:
         (summary,) = [j for j in _get(f"{page}/api/overview")["jobs"] if j["job_id"] == "BROKEN"]
     assert summary["phase"] == "SENSING_ERROR"
+
+
+# -- alerts ------------------------------------------------------------------------------------------
+
+def test_a_tick_per_process_raises_a_sensing_error_alert_once_the_source_failed_longer_than_the_threshold(
+        tmp_path):
+    """`sensing_error_after` counts from the first failure in a tick per process as in a loop: each process
+    reads since when the source fails (the run report) instead of starting the count at its own tick."""
+    from alert_receivers import AlertReceiver
+
+    with AlertReceiver() as receiver:
+        policy = tmp_path / "run_policies.yml"
+        policy.write_text("alerts:\n  group_interval: off\n  default:\n    source: {sensing_error_after: 6s}\n"
+                          "  destinations:\n    hook: {type: webhook, url_env: HB_TRUTH_HOOK}\n")
+        lake = _lakehouse(tmp_path, row("delta_table", "nowhere.missing_table", "BROKEN"))
+        env = {"HEARTBEAT_RETRY_POLICY": str(policy), "HB_TRUTH_HOOK": f"{receiver.url}/hook"}
+        began = time.monotonic()
+        assert lake.cli("run", check=False, env=env).returncode == 2  # the first failure
+        while time.monotonic() - began < 8:
+            assert lake.cli("run", check=False, env=env).returncode == 2
+        assert lake.cli("run", check=False, env=env).returncode == 2  # more than 6 s after the first failure
+        raised = [json.loads(e["payload"]) for e in lake.events("ALERT_RAISED")]
+    assert [(a["kind"], a["subject"]) for a in raised] == [("SENSING_ERROR", "source delta_table:nowhere.missing_table")]
+    first = min(_ts(e["snapshot_ts"].isoformat()) for e in lake.table("heartbeat_run_report"))
+    assert _ts(raised[0]["since"]) == first

@@ -229,6 +229,7 @@ class AlertMonitor(TickObserver):
         fold_control_rows(self.state, self.store.control_rows(), times=first)
         self._note_deadlines()
         if first:
+            self._load_failing_sources()
             self._load_alerts()
         self._loaded_at = time.monotonic()
 
@@ -239,6 +240,16 @@ class AlertMonitor(TickObserver):
         found = deadlines_since(self.policies, sorted(self.state.jobs), self.store.deadlines_seen(), utcnow())
         _apply_deadlines(self.state, found)
         self.store.sync_deadlines(found)
+
+    def _load_failing_sources(self) -> None:
+        """Since when each failing source fails, from the run report: a runner that starts (a tick per process)
+        counts ``sensing_error_after`` from the same instant as a loop that saw the first failure."""
+        for row in self.store.sensing_failures():
+            source = self.state.source(row["source_key"])
+            since = row.get("failing_since")
+            if since is not None and (source.failing_since is None or as_utc(since) < source.failing_since):
+                source.failing_since = as_utc(since)
+            source.last_error = source.last_error or row.get("sensing_error")
 
     def _load_alerts(self) -> None:
         """Open alerts from the event log, and every notice recorded but not yet sent: queued again."""
