@@ -30,8 +30,8 @@ streaks as (
 select
   c.trigger_job_id,
   c.source_key,
-  r.error as sensing_error,
-  s.failing_since
+  s.failing_since,
+  r.error as sensing_error
 from {{ ref('heartbeat_control') }} c
 join {{ heartbeat_last_evaluations() }} r on r.source_key = c.source_key
 left join streaks s on s.source_key = c.source_key
