@@ -300,24 +300,32 @@ def test_a_failing_source_is_named_in_status_explain_and_on_the_page(errors_lake
 
 # -- alerts ------------------------------------------------------------------------------------------
 
-def test_a_tick_per_process_raises_a_sensing_error_alert_once_the_source_failed_longer_than_the_threshold(
-        tmp_path):
-    """`sensing_error_after` counts from the first failure in a tick per process as in a loop: each process
-    reads since when the source fails (the run report) instead of starting the count at its own tick."""
+def test_a_tick_per_process_raises_sensing_and_trigger_error_alerts_once_past_their_thresholds(tmp_path):
+    """`sensing_error_after` and `trigger_error_after` count from the first failure in a tick per process as
+    in a loop: each process reads since when the source fails (the run report) and since when the job's
+    trigger call is refused (its events), instead of starting the count at its own tick."""
     from alert_receivers import AlertReceiver
 
     with AlertReceiver() as receiver:
         policy = tmp_path / "run_policies.yml"
         policy.write_text("alerts:\n  group_interval: off\n  default:\n    source: {sensing_error_after: 6s}\n"
+                          "    job: {trigger_error_after: 6s}\n"
                           "  destinations:\n    hook: {type: webhook, url_env: HB_TRUTH_HOOK}\n")
-        lake = _lakehouse(tmp_path, row("delta_table", "nowhere.missing_table", "BROKEN"))
+        lake = _lakehouse(tmp_path, row("delta_table", "nowhere.missing_table", "BROKEN"),
+                          row("trigger_file", "ghost", "GHOST"))
         env = {"HEARTBEAT_RETRY_POLICY": str(policy), "HB_TRUTH_HOOK": f"{receiver.url}/hook"}
+        assert lake.cli("run", check=False, env=env).returncode == 2  # BROKEN's first failure
+        lake.drop_trigger_file("ghost", "a.ready")
         began = time.monotonic()
-        assert lake.cli("run", check=False, env=env).returncode == 2  # the first failure
+        assert lake.cli("run", check=False, env=env).returncode == 2  # GHOST's first refusal
         while time.monotonic() - began < 8:
             assert lake.cli("run", check=False, env=env).returncode == 2
-        assert lake.cli("run", check=False, env=env).returncode == 2  # more than 6 s after the first failure
-        raised = [json.loads(e["payload"]) for e in lake.events("ALERT_RAISED")]
-    assert [(a["kind"], a["subject"]) for a in raised] == [("SENSING_ERROR", "source delta_table:nowhere.missing_table")]
-    first = min(_ts(e["snapshot_ts"].isoformat()) for e in lake.table("heartbeat_run_report"))
-    assert _ts(raised[0]["since"]) == first
+        assert lake.cli("run", check=False, env=env).returncode == 2  # more than 6 s after both began
+        raised = {json.loads(e["payload"])["kind"]: json.loads(e["payload"]) for e in lake.events("ALERT_RAISED")}
+    assert set(raised) == {"SENSING_ERROR", "TRIGGER_ERROR"}, raised
+    assert raised["SENSING_ERROR"]["subject"] == "source delta_table:nowhere.missing_table"
+    assert raised["TRIGGER_ERROR"]["subject"] == "job GHOST"
+    first_failure = min(_ts(e["snapshot_ts"].isoformat()) for e in lake.table("heartbeat_run_report"))
+    assert _ts(raised["SENSING_ERROR"]["since"]) == first_failure
+    first_refusal = min(e["event_ts"] for e in lake.events("TRIGGER_ERROR"))
+    assert _ts(raised["TRIGGER_ERROR"]["since"]) == _ts(first_refusal.isoformat())
