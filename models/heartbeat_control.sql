@@ -153,8 +153,13 @@ job_events as (
 jobs as (
   select
     trigger_job_id,
-    {# the latest lifecycle event: the job's status #}
-    max_by(named_struct('event_type', event_type, 'event_ts', event_ts, 'message', message), recency)
+    {#
+      the latest lifecycle event: the job's status; a COMPLETED or FAILED event also carries when the run
+      itself ended, as the jobs backend recorded it (payload run_ended_at: a local process's exit, the
+      jobs service's end time), NULL where the backend does not know
+    #}
+    max_by(named_struct('event_type', event_type, 'event_ts', event_ts, 'message', message,
+                        'run_ended_at', cast(get_json_object(payload, '$.run_ended_at') as timestamp)), recency)
       filter (where in_lifecycle) as lifecycle,
     {# where the job last consumed its sources' data: its latest trigger request or reset #}
     max(event_ts) filter (where in_lifecycle and event_type in ('TRIGGER_REQUESTED', 'RESET')) as consumed_ts,
@@ -253,6 +258,8 @@ derived as (
     end as status,
     r.lifecycle.event_type as last_lifecycle_event,
     r.lifecycle.event_ts as lifecycle_ts,
+    {# when the job's last run ended: its own end time; the event's (the tick that noticed it, `complete`'s) if unknown #}
+    coalesce(r.lifecycle.run_ended_at, r.lifecycle.event_ts) as lifecycle_end_ts,
     r.first_pending_ts,
     r.request.event_ts as last_trigger_ts,
     case
@@ -301,7 +308,8 @@ active as (
       when status is not null then lifecycle_ts
     end as status_change_timestamp,
     case when status in ('IN_PROGRESS', 'COMPLETED', 'FAILED') then last_trigger_ts end as job_start_timestamp,
-    case when status in ('COMPLETED', 'FAILED') and last_lifecycle_event in ('COMPLETED', 'FAILED') then lifecycle_ts end
+    {# the spec: job_start_timestamp when the job was triggered, job_end_timestamp its completion time #}
+    case when status in ('COMPLETED', 'FAILED') and last_lifecycle_event in ('COMPLETED', 'FAILED') then lifecycle_end_ts end
       as job_end_timestamp,
     job_state,
     dependency_flag,

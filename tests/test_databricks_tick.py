@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import replace
+from datetime import datetime, timezone
 
 import pytest
 from databricks_jobs_server import TOKEN, UNAVAILABLE_AFTER_RUN, JobsApiServer
@@ -12,9 +13,12 @@ from harness import HEADER, CliLakehouse
 from harness import config_row as row
 
 from heartbeat_runner.core.faults import CRASH_EXIT_CODE
+from heartbeat_runner.core.records import as_utc
 from heartbeat_runner.core.settings import JobsApiLimits
 from heartbeat_runner.jobs.databricks import DatabricksJobsBackend
 from heartbeat_runner.lakehouse.store import Cond
+from heartbeat_runner.policies.alerts import AlertPolicies, HotState
+from heartbeat_runner.runner.alerting import AlertMonitor, fold_control_rows
 from heartbeat_runner.runner.tick import TriggeredJob
 
 LIMITS = JobsApiLimits(concurrency=8, rate_per_s=10_000)
@@ -284,3 +288,32 @@ def test_a_process_per_tick_carries_the_look_for_failed_jobs_in_the_run_summary(
     assert per_job_listings(api) == 3
     (done,) = [e for e in hb.events("COMPLETED") if e["trigger_job_id"] == str(jobs[1])]
     assert done["job_run_id"] == str(manual)
+
+
+@pytest.mark.parametrize("fate", ["SUCCESS", "FAILED"])
+def test_job_end_timestamp_is_the_end_time_the_jobs_api_gives_not_the_tick_that_noticed(beat, api, fate):
+    """The spec: job_start_timestamp when the job was triggered, job_end_timestamp its completion time. The
+    run ends 1.234 s after it started, by the Jobs API's clock; the tick that notices comes later."""
+    job = api.add_job()
+    beat.seed(row("delta_table", "sales.orders", str(job)))
+    heartbeat = heartbeat_for(beat, api)
+    heartbeat.tick()
+    requested = new_data_then_tick(beat, heartbeat, 2)
+    (run,) = api.runs_of(job)
+    api.finish_run(run.run_id, fate, end_ms=run.start_ms + 1234)
+    time.sleep(max(0.0, (run.start_ms + 1234) / 1000 - time.time()) + 0.5)  # noticed well after the end
+    noticed = heartbeat.tick()
+    assert (noticed.completed if fate == "SUCCESS" else noticed.failed) == [str(job)]
+    (control,) = beat.rows(str(job))
+    ended = datetime.fromtimestamp((run.start_ms + 1234) / 1000, timezone.utc)
+    assert as_utc(control["job_end_timestamp"]) == ended < noticed.snapshot_ts
+    assert requested.snapshot_ts < as_utc(control["job_start_timestamp"]) < ended
+    # the alert monitor of a loop (folding the tick) holds the time a new process loads from the table
+    looping = AlertMonitor(beat.app.store, beat.app.dbt, heartbeat.backend, AlertPolicies(), beat.root)
+    looping.fold(noticed)
+    loaded = fold_control_rows(HotState(), beat.rows(str(job)), times=True).job(str(job))
+    folded = looping.state.job(str(job))
+    if fate == "SUCCESS":
+        assert as_utc(folded.last_completed) == as_utc(loaded.last_completed) == ended
+    else:
+        assert as_utc(folded.failed_at) == as_utc(loaded.failed_at) == ended

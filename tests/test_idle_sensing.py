@@ -14,14 +14,15 @@ import os
 import shutil
 import subprocess
 import sys
+from datetime import datetime, timezone
 
 from harness import Harness
 from harness import config_row as row
 
 from heartbeat_runner.core.records import Outcome
-from heartbeat_runner.interfaces.operations import explain, with_sensing_errors
+from heartbeat_runner.interfaces.operations import explain, with_idle_sensing, with_sensing_errors
 from heartbeat_runner.interfaces.ui.data import job_page
-from heartbeat_runner.runner.alerting import idle_sensing
+from heartbeat_runner.runner.alerting import IdleSensing, idle_sensing
 
 
 def _cli_explain(hb: Harness, job_id: str) -> dict:
@@ -88,3 +89,26 @@ def test_a_source_that_senses_again_clears_its_error_at_once_though_nothing_else
             assert back.recovered == ["delta_table:shop.orders"] and not back.is_idle
             assert failing_sources() == []
             assert hb.tick().is_idle  # and only that tick is recorded
+
+
+def test_a_newer_idle_sensing_clears_a_recorded_warning_from_the_row_and_the_verdict():
+    """A sensing warning recorded at one tick, then an idle tick that sensed the source clean: `explain` and the
+    page show the idle tick's evaluation, and neither the row's state nor the job's verdict keeps the warning.
+    An error stays (a recovery is never idle: its tick is recorded)."""
+    recorded, later = datetime(2026, 1, 1, 12, 0, tzinfo=timezone.utc), datetime(2026, 1, 1, 12, 5, tzinfo=timezone.utc)
+    warning = "follow key 'x' matches no row"
+    verdict = f"waiting for new data on hard dependencies delta_table:a (warning: {warning}), delta_table:b"
+    rows = [
+        {"source_key": "delta_table:a", "sensor_source": "delta_table", "sensor_id": "a", "verdict": verdict,
+         "last_evaluated_at": recorded, "last_outcome": Outcome.NO_NEW_DATA.value, "last_outcome_detail": warning,
+         "sensing_warning": warning, "row_state": f"no new data yet (warning: {warning})"},
+        {"source_key": "delta_table:b", "sensor_source": "delta_table", "sensor_id": "b", "verdict": verdict,
+         "last_evaluated_at": recorded, "last_outcome": Outcome.ERROR.value, "last_outcome_detail": "boom",
+         "sensing_error": "boom", "row_state": "sensing failed: boom"},
+    ]
+    idle = IdleSensing(later, frozenset({"delta_table:a", "delta_table:b"}))
+    fresh, failing = with_idle_sensing(rows, idle)
+    assert fresh["last_evaluated_at"] == later and fresh["last_outcome"] == Outcome.NO_NEW_DATA.value
+    assert fresh["row_state"] == "no new data yet" and fresh["sensing_warning"] is None
+    assert fresh["verdict"] == failing["verdict"] == "waiting for new data on hard dependencies delta_table:a, delta_table:b"
+    assert failing["last_evaluated_at"] == recorded and failing["row_state"] == "sensing failed: boom"

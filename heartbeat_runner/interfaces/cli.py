@@ -35,6 +35,7 @@ from heartbeat_runner.interfaces.operations import (
     check_removals,
     explain,
     late_data,
+    latest_job_runs,
     parse_since,
     pending_ask,
     recent_runs,
@@ -44,6 +45,7 @@ from heartbeat_runner.interfaces.operations import (
     retry_outlook,
     run_details,
     runner_health,
+    with_job_runs,
     with_runner_health,
     with_sensing_errors,
 )
@@ -766,11 +768,16 @@ def cmd_runs(args: argparse.Namespace, settings: Settings) -> int:
         app.require_config()
         app.ensure_views()
         if not args.run_id:
-            emit(recent_runs(app.store, args.limit), RUNS_COLUMNS, as_json=args.json)
+            ticks = recent_runs(app.store, args.limit)
+            if args.json:  # each tick's columns, and the job runs it requested with their own durations
+                emit_json([{**{c: t.get(c) for c in RUNS_COLUMNS}, "job_runs": t["job_runs"]}
+                           for t in with_job_runs(app.store, ticks)])
+            else:
+                emit(ticks, RUNS_COLUMNS, as_json=False)
             return 0
         run, report = run_details(app.store, args.run_id)
         if args.json:
-            emit_json({"run": run, "sources": report})
+            emit_json({"run": with_job_runs(app.store, [run])[0], "sources": report})
             return 0
         print(f"run {run['run_id']} at {run['snapshot_ts']:%Y-%m-%d %H:%M:%S}: {run['status']}"
               + (f" ({run['message']})" if run["message"] else ""))
@@ -786,9 +793,11 @@ def cmd_explain(args: argparse.Namespace, settings: Settings) -> int:
         late = late_data(app.store, settings.retry_policy_file, args.job_id)
         deadline = _deadline_note(app, settings, args.job_id)
         asked = pending_ask(app.store, args.job_id)
+        runs = latest_job_runs(app.store, args.job_id) if args.json else []
     if args.json:
         emit_json({"job_id": found.job_id, "verdict": found.verdict, "ready": found.is_ready, "rows": found.rows,
-                   "automatic_retry": retry, "late_data": late, "deadline": deadline, "asked": asked})
+                   "automatic_retry": retry, "late_data": late, "deadline": deadline, "asked": asked,
+                   "runs": runs})
         return 0
     print(f"job {found.job_id}: {found.verdict}")
     if asked:

@@ -30,6 +30,13 @@ from heartbeat_runner.sensing.sources.base import dump_cursor
 CURSOR_HISTORY_VIEW = "heartbeat_cursor_history"
 RUN_OVERVIEW_VIEW = "heartbeat_run_overview"
 RUN_REPORT_ALL_VIEW = "heartbeat_run_report_all"
+JOB_RUNS_VIEW = "heartbeat_job_runs"
+#: what `runs --json` and `explain --json` give of each job run: its own start, end and duration as its jobs
+#: backend recorded them (never when a tick noticed the end), and its queue time where the service has one
+JOB_RUN_FIELDS = ("trigger_job_id", "job_run_id", "outcome", "requested_at", "triggered_at", "started_at",
+                  "ended_at", "duration_s", "queued_s", "message")
+#: how many of a job's latest runs `explain --json` gives
+EXPLAIN_RUNS = 5
 
 #: A cursor before the first item of any source: Delta version -1 (so version 0 is new);
 #: the other sources find none of their keys in it (no offset, file, key value or load
@@ -93,20 +100,40 @@ def explain(store: TableStore, job_id: str, idle: IdleSensing | None = None) -> 
                       order_by=["is_active DESC", "dependency", "sensor_source", "sensor_id"])
     if not rows:
         raise unknown_job(job_id)
-    rows = [with_idle_sensing(row, idle) for row in rows]
+    rows = with_idle_sensing(rows, idle)
     return Explanation(job_id, rows[0]["verdict"], bool(rows[0]["is_ready"]), rows)
 
 
-def with_idle_sensing(row: dict, idle: IdleSensing | None) -> dict:
-    """``row`` with the idle tick's evaluation where that is newer than the recorded one. Only a recorded
-    evaluation that was clean (no error, no warning) is replaced: its row state stays true; one with an
-    error or warning was followed by a recorded tick anyway (a recovery or a lost warning is never idle).
-    ``last_evaluation_run_id`` still names the latest recorded evaluation."""
+def with_idle_sensing(rows: list[dict], idle: IdleSensing | None) -> list[dict]:
+    """One job's explanation ``rows`` with the idle tick's evaluation of each source where that is newer than the
+    recorded one: NO_NEW_DATA at the idle tick, and the recorded one's note (why it was skipped, e.g. "J1 in
+    progress", or a sensing warning) gone from ``row_state`` and the job's ``verdict``. True because an idle
+    tick sensed each of its sources with no new data, no error and no note; a tick per process and a loop leave
+    the same liveness file, so both tell the same. A recorded error is kept: a recovery is never idle (the
+    tick that senses a failing source again is recorded). ``last_evaluation_run_id`` still names the latest
+    recorded evaluation."""
+    fresh = [_with_idle_sensing(row, idle) for row in rows]
+    verdict = rows[0]["verdict"] if rows else None
+    for before, after in zip(rows, fresh):
+        detail = before.get("last_outcome_detail")
+        if after is not before and detail and verdict:
+            label = f"{before['sensor_source']}:{before['sensor_id']}"
+            verdict = verdict.replace(f"{label} (warning: {detail})", label)
+    return [{**row, "verdict": verdict} if row.get("verdict") != verdict else row for row in fresh]
+
+
+def _with_idle_sensing(row: dict, idle: IdleSensing | None) -> dict:
     recorded = row.get("last_evaluated_at")
-    if (idle is None or row.get("source_key") not in idle.source_keys or row.get("last_outcome_detail")
+    if (idle is None or row.get("source_key") not in idle.source_keys
             or row.get("last_outcome") == Outcome.ERROR.value or (recorded is not None and recorded >= idle.sensed_at)):
         return row
-    return {**row, "last_evaluated_at": idle.sensed_at, "last_outcome": Outcome.NO_NEW_DATA.value}
+    fresh = {**row, "last_evaluated_at": idle.sensed_at, "last_outcome": Outcome.NO_NEW_DATA.value}
+    detail = row.get("last_outcome_detail")
+    if detail:
+        state = row.get("row_state")
+        fresh.update(last_outcome_detail=None, sensing_warning=None,
+                     row_state=state.replace(f" (warning: {detail})", "") if isinstance(state, str) else state)
+    return fresh
 
 
 # -- job-level operator events (pause, resume, complete, retry) ---------------------------------------
@@ -309,6 +336,28 @@ def with_sensing_errors(store: TableStore, rows: list[dict]) -> list[dict]:
 def recent_runs(store: TableStore, limit: int) -> list[dict]:
     """The latest runs, newest first (finished ticks and INCOMPLETE ones)."""
     return store.read(RUN_OVERVIEW_VIEW, order_by=["snapshot_ts DESC"], limit=limit)
+
+
+def job_runs(store: TableStore, *conditions: Cond, limit: int | None = None) -> list[dict]:
+    """Job runs Heartbeat requested (heartbeat_job_runs), newest request first, with JOB_RUN_FIELDS and
+    ``tick_run_id`` (the tick that requested the run)."""
+    rows = store.read(JOB_RUNS_VIEW, *conditions, order_by=["requested_at DESC"], limit=limit)
+    return [{**{name: row[name] for name in JOB_RUN_FIELDS}, "tick_run_id": row["tick_run_id"]} for row in rows]
+
+
+def latest_job_runs(store: TableStore, job_id: str) -> list[dict]:
+    """The latest EXPLAIN_RUNS runs of ``job_id`` (`explain --json`), newest first."""
+    return job_runs(store, Cond("trigger_job_id", job_id), limit=EXPLAIN_RUNS)
+
+
+def with_job_runs(store: TableStore, ticks: list[dict]) -> list[dict]:
+    """``ticks`` (rows of heartbeat_run_overview), each with ``job_runs``: the job runs it requested, with
+    their durations once they ended (one read for all the ticks)."""
+    ids = [tick["run_id"] for tick in ticks]
+    by_tick: dict[str, list[dict]] = {run_id: [] for run_id in ids}
+    for run in job_runs(store, Cond("tick_run_id", ids, "in")) if ids else []:
+        by_tick[run.pop("tick_run_id")].append(run)
+    return [{**tick, "job_runs": by_tick[tick["run_id"]]} for tick in ticks]
 
 
 def run_details(store: TableStore, run_id: str) -> tuple[dict, list[dict]]:

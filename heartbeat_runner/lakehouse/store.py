@@ -447,8 +447,9 @@ class TableStore:
 
     def sensing_failures(self) -> list[dict]:
         """Active control rows whose source's latest recorded sensing failed: ``trigger_job_id``,
-        ``source_key`` and the error (``sensing_error``)."""
-        return self.read(SENSING_ERRORS_VIEW, columns=["trigger_job_id", "source_key", "sensing_error"])
+        ``source_key``, the error (``sensing_error``) and since when the source fails (``failing_since``)."""
+        return self.read(SENSING_ERRORS_VIEW, columns=["trigger_job_id", "source_key", "sensing_error",
+                                                       "failing_since"])
 
     def current_cursors(self) -> dict[str, tuple[str | None, str | None]]:
         """Each due source's cursor now, and the event that set it (the parent of its next NEW_DATA event)."""

@@ -199,9 +199,10 @@ class AlertMonitor(TickObserver):
         for triggered in result.triggered:
             job = self.state.job(triggered.job_id)
             job.running_since, job.run_id = now, triggered.run_id
-        for job_id in result.completed:
+        for job_id in result.completed:  # when the run ended (the table's job_end_timestamp), else now
             job = self.state.job(job_id)
-            job.last_completed, job.running_since, job.failed_run, job.failed_at = now, None, None, None
+            job.last_completed = result.ended_at.get(job_id, now)
+            job.running_since, job.failed_run, job.failed_at = None, None, None
         if result.failed:
             self._fold_failures(result)
 
@@ -213,7 +214,7 @@ class AlertMonitor(TickObserver):
         for job_id in result.failed:
             job, event = self.state.job(job_id), events.get(job_id, {})
             job.failed_run = event.get("job_run_id") or job.run_id or "?"
-            job.failed_at, job.running_since = result.snapshot_ts, None
+            job.failed_at, job.running_since = result.ended_at.get(job_id, result.snapshot_ts), None
             job.failure, job.output_link = event.get("message"), self._output_link(job_id, job.failed_run)
 
     def _output_link(self, job_id: str, run_id: str) -> str | None:
@@ -225,9 +226,12 @@ class AlertMonitor(TickObserver):
 
     def _load(self, *, first: bool, now: datetime) -> None:
         """Which jobs read which sources (hard ones too) and, the first time, the times and open alerts."""
-        fold_control_rows(self.state, self.store.control_rows(), times=first)
+        rows = self.store.control_rows()
+        fold_control_rows(self.state, rows, times=first)
         self._note_deadlines(now)
         if first:
+            self._load_failing_sources()
+            self._load_trigger_errors(rows)
             self._load_alerts()
         self._loaded_at = time.monotonic()
 
@@ -239,6 +243,37 @@ class AlertMonitor(TickObserver):
         found = deadlines_since(self.policies, sorted(self.state.jobs), self.store.deadlines_seen(), now)
         _apply_deadlines(self.state, found)
         self.store.sync_deadlines(found)
+
+    def _load_failing_sources(self) -> None:
+        """Since when each failing source fails, from the run report: a runner that starts (a tick per process)
+        counts ``sensing_error_after`` from the same instant as a loop that saw the first failure."""
+        for row in self.store.sensing_failures():
+            source = self.state.source(row["source_key"])
+            since = row.get("failing_since")
+            if since is not None and (source.failing_since is None or as_utc(since) < source.failing_since):
+                source.failing_since = as_utc(since)
+            source.last_error = source.last_error or row.get("sensing_error")
+
+    def _load_trigger_errors(self, rows: list[dict]) -> None:
+        """Since when each job's trigger call is refused (its first TRIGGER_ERROR after its latest run or reset):
+        a runner that starts (a tick per process) counts ``trigger_error_after`` from the same instant as a loop.
+        Reads the events of those jobs only, and only when there are any."""
+        erring = {r["trigger_job_id"]: r["last_error"] for r in rows
+                  if r.get("status") == JobStatus.NEW_EVENT_AVAILABLE.value and r.get("last_error")}
+        if not erring:
+            return
+        ends = [EventType.TRIGGERED.value, EventType.COMPLETED.value, EventType.FAILED.value, EventType.RESET.value]
+        events = self.store.read(EVENTS, Cond("trigger_job_id", sorted(erring), "in"),
+                                 Cond("event_type", [EventType.TRIGGER_ERROR.value, *ends], "in"),
+                                 columns=["trigger_job_id", "event_type", "event_ts"])
+        for job_id, message in erring.items():
+            mine = [(as_utc(e["event_ts"]), e["event_type"]) for e in events if e["trigger_job_id"] == job_id]
+            after = max((ts for ts, kind in mine if kind in ends), default=None)
+            refused = [ts for ts, kind in mine if kind == EventType.TRIGGER_ERROR.value and (after is None or ts > after)]
+            if refused:
+                job = self.state.job(job_id)
+                job.trigger_error_since, job.trigger_error = min(refused), message
+                self._erring.add(job_id)
 
     def _load_alerts(self) -> None:
         """Open alerts from the event log, and every notice recorded but not yet sent: queued again."""

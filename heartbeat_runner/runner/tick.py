@@ -128,6 +128,10 @@ class TickResult:
     triggered: list[TriggeredJob] = field(default_factory=list)
     completed: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
+    #: job id -> when its run in ``completed`` or ``failed`` ended, as its jobs backend recorded it (absent where
+    #: the backend does not know): what the control table's job_end_timestamp says, so the alert monitor of a
+    #: loop holds the same times as one that a new process loads from the table
+    ended_at: dict[str, datetime] = field(default_factory=dict)
     trigger_errors: list[JobProblem] = field(default_factory=list)
     retried: list[str] = field(default_factory=list)  # job ids re-run by their retry policy
     overdue: list[JobProblem] = field(default_factory=list)  # runs past their maximum duration
@@ -769,6 +773,8 @@ class Heartbeat:
                                 payload=_timing_payload(status))]
         success = status.outcome is RunOutcome.SUCCESS
         (result.completed if success else result.failed).append(row.trigger_job_id)
+        if status.end_time is not None:
+            result.ended_at[row.trigger_job_id] = status.end_time
         return [self._event(result, EventType.COMPLETED if success else EventType.FAILED, row.trigger_job_id,
                             job_run_id=run_id, message=status.message, payload=_timing_payload(status))]
 
@@ -777,6 +783,8 @@ class Heartbeat:
         if run is None:
             return []
         result.completed.append(row.trigger_job_id)
+        if run.end_time is not None:
+            result.ended_at[row.trigger_job_id] = run.end_time
         return [self._event(result, EventType.COMPLETED, row.trigger_job_id, job_run_id=run.run_id,
                             message=f"successful run {run.run_id} found; job unblocked", payload=_timing_payload(run))]
 

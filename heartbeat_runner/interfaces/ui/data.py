@@ -18,7 +18,14 @@ from pathlib import Path
 from typing import Any
 
 from heartbeat_runner.core.records import JobState, JobStatus, Outcome
-from heartbeat_runner.interfaces.operations import RUN_REPORT_ALL_VIEW, explain, late_data, pending_ask, recent_runs
+from heartbeat_runner.interfaces.operations import (
+    RUN_REPORT_ALL_VIEW,
+    explain,
+    late_data,
+    pending_ask,
+    recent_runs,
+    with_idle_sensing,
+)
 from heartbeat_runner.jobs.base import JobsBackend, RunOutput
 from heartbeat_runner.lakehouse.store import EVENTS, EXPLANATION_VIEW, Cond, TableStore
 from heartbeat_runner.runner.alerting import idle_sensing, list_alerts
@@ -117,15 +124,18 @@ def as_json(value: Any) -> Any:
 
 # -- overview ----------------------------------------------------------------------------------
 
-def overview(store: TableStore) -> list[JobSummary]:
-    """Every active job with its phase, verdict, dependencies and last run, by job id."""
+def overview(store: TableStore, lakehouse_dir: Path | None = None) -> list[JobSummary]:
+    """Every active job with its phase, verdict, dependencies and last run, by job id; with ``lakehouse_dir``,
+    each source's last evaluation counts the runner's latest idle tick (as on the job page and in ``explain``)."""
+    idle = idle_sensing(lakehouse_dir) if lakehouse_dir else None
     rows = store.read(EXPLANATION_VIEW, Cond("is_active", True), order_by=["trigger_job_id", "dependency",
                                                                           "sensor_source", "sensor_id"])
     latest = {r["trigger_job_id"]: _run_record(r) for r in store.read(LATEST_RUN_VIEW)}
     by_job: dict[str, list[dict]] = defaultdict(list)
     for row in rows:
         by_job[row["trigger_job_id"]].append(row)
-    return [_summary(job_id, job_rows, latest.get(job_id)) for job_id, job_rows in sorted(by_job.items())]
+    return [_summary(job_id, with_idle_sensing(job_rows, idle), latest.get(job_id))
+            for job_id, job_rows in sorted(by_job.items())]
 
 
 def _summary(job_id: str, rows: list[dict], last_run: RunRecord | None) -> JobSummary:

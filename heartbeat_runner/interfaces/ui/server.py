@@ -87,7 +87,7 @@ class StatusPage:
     def jobs(self) -> list[data.JobSummary]:
         now = time.monotonic()
         if self._cache is None or now - self._cache[0] > OVERVIEW_CACHE_S:
-            self._cache = (now, self.read(lambda: data.overview(self.app.store)))
+            self._cache = (now, self.read(lambda: data.overview(self.app.store, self.app.settings.lakehouse_dir)))
         return self._cache[1]
 
     def backend(self) -> JobsBackend:
