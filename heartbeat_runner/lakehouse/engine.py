@@ -27,7 +27,7 @@ from heartbeat_runner.core.names import is_table_name, qualify, sql_string
 from heartbeat_runner.core.records import as_utc
 from heartbeat_runner.core.settings import Settings, Target, validate_identifier
 from heartbeat_runner.lakehouse import delta_log, made_by
-from heartbeat_runner.lakehouse.engine_errors import ChangeFeedRangeMissingError, is_kind
+from heartbeat_runner.lakehouse.engine_errors import ChangeFeedRangeMissingError, EngineUnavailableError, is_kind
 from heartbeat_runner.lakehouse.sail_process import SailProcess
 from heartbeat_runner.lakehouse.spark_local import keep_connect_release_pool, make_default_connect_session
 
@@ -701,6 +701,8 @@ class Engine:
             try:
                 altered = self.ops.tables_altered(self.spark, catalog, since)
             except Exception as exc:  # noqa: BLE001 - no information_schema here: sense every table
+                if is_kind(exc, EngineUnavailableError):  # the engine went away: ask again next tick
+                    raise
                 log.info("no catalog look for changed tables in %s (%s): every table's history is read", catalog, exc)
                 self._no_catalog_look = True
                 return None
