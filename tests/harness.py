@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import socket
 import subprocess
 import sys
 import textwrap
 import time
+import urllib.request
+from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -284,3 +288,26 @@ def sense_and_record(hb: Harness) -> TickResult:
     hb.app.store.append_events(hb.heartbeat.sensed_events(result))
     hb.heartbeat.refresh_models()
     return result
+
+
+@contextlib.contextmanager
+def serving_page(lake: CliLakehouse) -> Iterator[str]:
+    """The status page (`ui`) of ``lake`` on a free loopback port, once it answers; its base URL."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    process = lake.start("ui", "--port", str(port))
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    try:
+        while True:
+            try:
+                urllib.request.urlopen(base + "/api/meta", timeout=10)
+                break
+            except OSError:
+                assert process.poll() is None and time.monotonic() < deadline, "the page did not start"
+                time.sleep(0.5)
+        yield base
+    finally:
+        process.terminate()
+        process.wait(timeout=60)

@@ -19,7 +19,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from harness import HEADER, CliLakehouse
+from harness import HEADER, CliLakehouse, serving_page
 from harness import config_row as row
 
 SELF_TIMED = ("import json, os, pathlib, sys, time; start = time.time(); time.sleep(float(sys.argv[1])); "
@@ -59,22 +59,8 @@ def lake(tmp_path_factory) -> CliLakehouse:
 
 @pytest.fixture(scope="module")
 def page(lake):
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    process = lake.start("ui", "--port", str(port))
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            urllib.request.urlopen(base + "/api/meta", timeout=10)
-            break
-        except OSError:
-            assert process.poll() is None and time.monotonic() < deadline, "the page did not start"
-            time.sleep(0.5)
-    yield base
-    process.terminate()
-    process.wait(timeout=60)
+    with serving_page(lake) as base:
+        yield base
 
 
 def get(url: str):

@@ -28,7 +28,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
-from harness import HEADER, CliLakehouse
+from harness import HEADER, CliLakehouse, serving_page
 from harness import config_row as row
 
 from heartbeat_runner.runner.alerting import liveness_path
@@ -152,26 +152,6 @@ def errors_lake(mode, tmp_path_factory) -> CliLakehouse:
     return lake
 
 
-@contextlib.contextmanager
-def _page(lake: CliLakehouse) -> Iterator[str]:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    process = lake.start("ui", "--port", str(port))
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    try:
-        while True:
-            try:
-                urllib.request.urlopen(base + "/api/meta", timeout=10)
-                break
-            except OSError:
-                assert process.poll() is None and time.monotonic() < deadline, "the page did not start"
-                time.sleep(0.5)
-        yield base
-    finally:
-        process.terminate()
-        process.wait(timeout=60)
 
 
 def _get(url: str):
@@ -265,7 +245,7 @@ def test_after_idle_ticks_explain_tells_the_latest_sensing_not_a_finished_runs_s
 
 def test_after_idle_ticks_the_page_tells_the_latest_sensing(lake):
     latest = _latest_sensing(lake)
-    with _page(lake) as page:
+    with serving_page(lake) as page:
         overview = _get(f"{page}/api/overview")["jobs"]
         pages = {job: _get(f"{page}/api/jobs/{job}") for job in SECONDS}
     assert {j["job_id"] for j in overview} == set(SECONDS)
@@ -277,23 +257,23 @@ def test_after_idle_ticks_the_page_tells_the_latest_sensing(lake):
 
 # -- errors ------------------------------------------------------------------------------------------
 
-def test_a_refused_trigger_call_is_named_in_explain_and_on_the_page(errors_lake):
+def test_a_refused_trigger_call_is_named_in_explain_and_on_theserving_page(errors_lake):
     explained = json.loads(errors_lake.cli("explain", "--job-id", "GHOST", "--json").stdout)
     assert explained["verdict"].startswith("trigger call failed: ")
     assert "same idempotency token" in explained["verdict"]
     assert "trigger call failed: " in errors_lake.cli("explain", "--job-id", "GHOST").stdout
-    with _page(errors_lake) as page:
+    with serving_page(errors_lake) as page:
         assert _get(f"{page}/api/jobs/GHOST")["phase"] == "TRIGGER_ERROR"
 
 
-def test_a_failing_source_is_named_in_status_explain_and_on_the_page(errors_lake):
+def test_a_failing_source_is_named_in_status_explain_and_on_theserving_page(errors_lake):
     rows = json.loads(errors_lake.cli("status", "--json").stdout)
     (broken,) = [r for r in rows if r["trigger_job_id"] == "BROKEN"]
     assert broken["sensing_error"] and broken["last_error"].startswith("sensing failed: ")
     (shown,) = json.loads(errors_lake.cli("explain", "--job-id", "BROKEN", "--json").stdout)["rows"]
     assert shown["sensing_error"] and shown["last_outcome"] == "ERROR"
     assert "sensing failed" in errors_lake.cli("status").stdout
-    with _page(errors_lake) as page:
+    with serving_page(errors_lake) as page:
         (summary,) = [j for j in _get(f"{page}/api/overview")["jobs"] if j["job_id"] == "BROKEN"]
     assert summary["phase"] == "SENSING_ERROR"
 
