@@ -418,8 +418,8 @@ class Engine:
     _lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
     #: where tables of a ``local_files`` engine live, asked once per table (see delta_log_dir)
     _disk: dict[str, Path] = field(default_factory=dict, repr=False)
-    #: the engine's catalogs have no information_schema (see tables_altered_since): not asked again
-    _no_catalog_look: bool = field(default=False, repr=False)
+    #: catalogs found without an information_schema (see tables_altered_since): not asked again
+    _no_catalog_look: set[str] = field(default_factory=set, repr=False)
 
     @property
     def spark(self) -> SparkSession:
@@ -683,10 +683,9 @@ class Engine:
     def tables_altered_since(self, names: Sequence[str], since: datetime) -> dict[str, datetime | None] | None:
         """For each of ``names`` the catalog could answer for (``catalog.schema.table``, or ``schema.table`` in
         Heartbeat's catalog), when it was last altered if that is after ``since``, else None; one query per
-        catalog. None when the engine has no such look (local engines), or its catalogs have no
-        ``information_schema`` (then never asked again by this engine)."""
-        if self._no_catalog_look:
-            return None
+        catalog. None when the engine has no such look (local engines). A catalog without an
+        ``information_schema`` (Databricks' ``hive_metastore``, a plain Spark catalog) answers for none of its
+        tables, and is not asked again by this engine; the other catalogs still are."""
         by_catalog: dict[str, dict[tuple[str, str], str]] = {}
         for name in names:
             if not is_table_name(name):
@@ -694,7 +693,7 @@ class Engine:
             parts = name.lower().split(".")
             if len(parts) == 2 and self.settings.catalog:
                 parts.insert(0, self.settings.catalog.lower())
-            if len(parts) == 3:
+            if len(parts) == 3 and parts[0] not in self._no_catalog_look:
                 by_catalog.setdefault(parts[0], {})[(parts[1], parts[2])] = name
         out: dict[str, datetime | None] = {}
         for catalog, wanted in by_catalog.items():
@@ -704,8 +703,8 @@ class Engine:
                 if is_kind(exc, EngineUnavailableError):  # the engine went away: ask again next tick
                     raise
                 log.info("no catalog look for changed tables in %s (%s): every table's history is read", catalog, exc)
-                self._no_catalog_look = True
-                return None
+                self._no_catalog_look.add(catalog)
+                continue
             if altered is None:
                 return None
             out.update({name: altered.get(key) for key, name in wanted.items()})
