@@ -120,7 +120,11 @@ def test_a_held_lease_skips_the_tick_and_an_expired_one_is_taken_over(lake):
         assert "skipped: another runner holds the tick lease: other-runner" in skipped.stderr
         assert lake.events("NEW_DATA") == []
 
-        store.swap_lease("tick", live, replace(live, expires_at=1.0))  # the other runner stopped renewing
+        # the other runner stopped renewing. Read, then swap, as a runner does: the embedded engine's swap
+        # right after another process's commits can miss the row it just wrote without a read before it
+        assert store.lease_row("tick") == live
+        store.swap_lease("tick", live, replace(live, expires_at=1.0))
+        assert store.lease_row("tick").expires_at == 1.0
         taken = lake.cli("run", "--wait-lease", "0")
         assert "triggered job 202" in taken.stdout
         assert store.lease_row("tick").owner == ""  # released after the tick
