@@ -16,6 +16,7 @@ from alert_receivers import AlertReceiver, MailReceiver
 from databricks_jobs_server import TOKEN, UNAUTHENTICATED, JobsApiServer
 from harness import config_row as row
 
+from heartbeat_runner.core.backoff import Backoff
 from heartbeat_runner.core.errors import ConfigError
 from heartbeat_runner.core.secrets import SecretKind, SecretRef
 from heartbeat_runner.jobs.databricks import DatabricksJobsBackend
@@ -250,7 +251,7 @@ def test_a_receiver_that_is_down_or_hangs_gets_the_alert_once_it_is_back(hb, rec
         tmp_path, receiver, "  default:\n    source: {sensing_error_after: 0.1s}\n"))
     hb.seed(row("delta_table", "sales.missing", "7"))
     monitor = hb.heartbeat.observer
-    monitor.outbox.backoff_base_s = 0.2
+    monitor.outbox.backoff = Backoff(first_s=0.2, max_s=300.0)
     receiver.mode = "error"
     hb.tick()                                                       # failing since now
     hb.tick()                                                       # raised; the first send is refused

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from heartbeat_runner.core.backoff import Backoff
 from heartbeat_runner.core.errors import HeartbeatError
 from heartbeat_runner.core.names import sql_string
 from heartbeat_runner.core.processes import pid_alive
@@ -102,6 +103,8 @@ REBUILT_TABLES = (SENSOR_STATE, "heartbeat_sensor_config", LEASE, DEADLINES)
 ARCHIVE_KEYS = {EVENTS: "event_id", RUNS: "run_id", RUN_REPORT: "concat_ws('|', run_id, source_key)"}
 #: A write that lost a Delta commit race is retried this many times.
 WRITE_ATTEMPTS = 5
+#: the wait before writing again after the n-th lost commit race: 0.1 s, 0.2 s, 0.4 s, 0.8 s
+LOST_COMMIT_BACKOFF = Backoff(first_s=0.1, max_s=1.0)
 
 
 def column_type(name: str) -> str:
@@ -742,4 +745,4 @@ def retry_lost_commits(write: Callable[[], object], what: str,
             if attempt == WRITE_ATTEMPTS or not is_kind(exc, *retryable):
                 raise
             log.warning("%s failed (%s); retrying", what, str(exc).strip().splitlines()[-1])
-            time.sleep(0.05 * 2**attempt)
+            time.sleep(LOST_COMMIT_BACKOFF.after(attempt))

@@ -39,6 +39,7 @@ from email.message import EmailMessage
 from email.utils import formatdate
 from urllib.parse import urlsplit
 
+from heartbeat_runner.core.backoff import Backoff
 from heartbeat_runner.core.errors import HeartbeatError
 from heartbeat_runner.core.secrets import SecretError, SecretKind, SecretRef, SecretResolver, resolve
 from heartbeat_runner.jobs.databricks_workspace import DatabricksSecrets
@@ -48,7 +49,7 @@ log = logging.getLogger(__name__)
 
 #: seconds one attempt may take (connect + send + answer)
 DEFAULT_TIMEOUT_S = 5.0
-#: back-off after the n-th consecutive failure of a destination: BASE * 2^(n-1), at most MAX
+#: back-off after the n-th consecutive failure of a destination (core/backoff.py): BASE * 2^(n-1), at most MAX
 BACKOFF_BASE_S = 1.0
 BACKOFF_MAX_S = 300.0
 SOURCE = "heartbeat"
@@ -301,7 +302,7 @@ class Outbox:
         self.secrets: SecretResolver = secrets or DatabricksSecrets()
         self.group_interval_s = group_interval_s
         self.timeout_s = timeout_s
-        self.backoff_base_s, self.backoff_max_s = backoff_base_s, backoff_max_s
+        self.backoff = Backoff(backoff_base_s, backoff_max_s)
         self._done: list[Attempt] = []
         self._lock = threading.Condition()
         self._stopping = False
@@ -405,5 +406,5 @@ class Outbox:
             queue.not_before = now + (self.group_interval_s if grouped else 0.0)
         else:
             queue.failures += 1
-            queue.not_before = now + min(self.backoff_max_s, self.backoff_base_s * 2 ** (queue.failures - 1))
+            queue.not_before = now + self.backoff.after(queue.failures)
         self._lock.notify_all()
