@@ -58,8 +58,8 @@ def measure(tables: int, changed: int, optimized: int, root: Path) -> dict[str, 
 
     from heartbeat_runner.core.records import SensingTarget
     from heartbeat_runner.core.settings import Target, load_settings
-    from heartbeat_runner.lakehouse.engine import Engine, TableOps
-    from heartbeat_runner.lakehouse.spark_local import open_classic_session
+    from heartbeat_runner.engines.engine import Engine, TableOps
+    from heartbeat_runner.engines.spark_local import open_classic_session
     from heartbeat_runner.sensing.parallel import sense_all
     from heartbeat_runner.sensing.sources.base import SenseContext
 

@@ -51,7 +51,7 @@ def _operations(spark, location: str | None, rounds: int) -> dict:
 
 
 def run_classic(lakehouse: Path, rounds: int) -> dict:
-    from heartbeat_runner.lakehouse.spark_local import open_classic_session, stop_classic_session
+    from heartbeat_runner.engines.spark_local import open_classic_session, stop_classic_session
 
     started = time.monotonic()
     spark = open_classic_session(lakehouse)
@@ -66,7 +66,7 @@ def run_classic(lakehouse: Path, rounds: int) -> dict:
 def run_connect(lakehouse: Path, rounds: int) -> dict:
     from pyspark.sql import SparkSession
 
-    from heartbeat_runner.lakehouse.spark_local import SparkConnectProcess
+    from heartbeat_runner.engines.spark_local import SparkConnectProcess
 
     server = SparkConnectProcess(lakehouse)
     started = time.monotonic()
@@ -101,7 +101,7 @@ def run_sail(lakehouse: Path, rounds: int) -> dict:
 
 def run_jars() -> dict:
     """Resolution with nothing cached (fresh ~/.m2 stand-in), with a warm ~/.m2, and from the cache."""
-    from heartbeat_runner.lakehouse import spark_jars
+    from heartbeat_runner.engines import spark_jars
 
     timings = {}
     with tempfile.TemporaryDirectory() as m2, tempfile.TemporaryDirectory() as cache:

@@ -34,7 +34,7 @@ def _history(hours: int, source: dict[str, Any]) -> list[dict[str, Any]]:
     """``hours`` hourly windows before DAY, each planned, run and completed, with a late row and its
     correction every 24 hours."""
     from heartbeat_runner.policies.event_windows import Window, window_token
-    from heartbeat_runner.policies.sequences import UNTIL_KEY
+    from heartbeat_runner.runner.sequences import UNTIL_KEY
 
     day0 = datetime.fromisoformat(f"{DAY}T00:00:00+00:00")
     where = {"source_key": source["source_key"], "sensor_source": source["sensor_source"],

@@ -48,7 +48,7 @@ def start_runtime_session(root: Path, jars: list[str]):
                .config("spark.sql.session.timeZone", "UTC")
                .config("spark.sql.shuffle.partitions", "1")
                # a small machine's Spark pays more for compiling code than these small queries save (as the
-               # local engine measured, lakehouse/spark_local.py); the runtime's settings are not under test
+               # local engine measured, engines/spark_local.py); the runtime's settings are not under test
                .config("spark.sql.codegen.wholeStage", "false")
                .config("spark.sql.codegen.factoryMode", "NO_CODEGEN")
                .config("spark.sql.autoBroadcastJoinThreshold", "-1")

@@ -273,7 +273,7 @@ class _EngineService:
 
 def _start_engine() -> _EngineService:
     from heartbeat_runner.core.settings import load_settings
-    from heartbeat_runner.lakehouse.engine import open_engine
+    from heartbeat_runner.engines.engine import open_engine
 
     root = Path(tempfile.mkdtemp(prefix="hb-lakehouse-"))
     return _EngineService(open_engine(load_settings(lakehouse_dir=str(root / "lakehouse"))), root)

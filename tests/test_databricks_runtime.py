@@ -175,7 +175,7 @@ def task_python(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def jars():
-    from heartbeat_runner.lakehouse.spark_jars import spark_jars
+    from heartbeat_runner.engines.spark_jars import spark_jars
 
     return [str(j) for j in spark_jars()]
 

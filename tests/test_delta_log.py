@@ -10,7 +10,7 @@ import shutil
 import pandas as pd
 from deltalake import DeltaTable, write_deltalake
 
-from heartbeat_runner.lakehouse import delta_log
+from heartbeat_runner.engines import delta_log
 
 
 def _append(path, rows: int = 1, mode: str = "append") -> None:

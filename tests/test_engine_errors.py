@@ -1,11 +1,11 @@
-"""The engine's error table (lakehouse/engine_errors.py): the one place that reads engine error texts.
+"""The engine's error table (engines/engine_errors.py): the one place that reads engine error texts.
 A write that lost a Delta commit race is repeated; any other failure is raised at once, with its cause."""
 
 from __future__ import annotations
 
 import pytest
 
-from heartbeat_runner.lakehouse.engine_errors import (
+from heartbeat_runner.engines.engine_errors import (
     ChangeFeedRangeMissingError,
     CommitConflictError,
     EngineUnavailableError,
@@ -81,7 +81,7 @@ def test_a_dropped_spark_connect_session_leaves_the_other_clients_working(hb):
     from pyspark.sql import SparkSession
     from pyspark.sql.connect.client.reattach import ExecutePlanResponseReattachableIterator as Iterator
 
-    from heartbeat_runner.lakehouse.sail_process import SailProcess
+    from heartbeat_runner.engines.sail_process import SailProcess
 
     hb.create_table("up.t", "id int")
     hb.seed(row("delta_table", "up.t", "J1"))

@@ -196,7 +196,7 @@ def test_a_busy_loop_keeps_its_memory_bounded_by_recycling_the_engine(tmp_path):
 
 def _engine_count(loop: _Loop) -> int:
     """How many embedded engine processes the loop's tree holds (not counting job runs)."""
-    engine = b"heartbeat_runner.lakehouse.sail_process"
+    engine = b"heartbeat_runner.engines.sail_process"
     return sum(engine in process_command(pid) for pid in process_tree(loop.process.pid, prune=is_job_run))
 
 
@@ -368,7 +368,7 @@ def test_a_fresh_engine_commits_its_allocators_pages_as_it_uses_them(tmp_path, m
 
 def test_the_engine_child_dies_with_its_parent(tmp_path):
     """SIGKILL of the process that owns the embedded engine leaves no engine process behind."""
-    script = ("import sys, time; from heartbeat_runner.lakehouse.sail_process import SailProcess; "
+    script = ("import sys, time; from heartbeat_runner.engines.sail_process import SailProcess; "
               "p = SailProcess.start(); print(p.pid, flush=True); time.sleep(600)")
     owner = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
     try:

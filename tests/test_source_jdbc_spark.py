@@ -32,7 +32,7 @@ PASSWORD_VAR = "TEST_SPARK_JDBC_PASSWORD"
 def spark_engine(spark_dir, tmp_path_factory):
     """The spark-local target (classic), on the session's shared JVM (conftest's spark_dir)."""
     from heartbeat_runner.core.settings import load_settings
-    from heartbeat_runner.lakehouse.engine import open_engine
+    from heartbeat_runner.engines.engine import open_engine
 
     settings = load_settings(lakehouse_dir=str(tmp_path_factory.mktemp("jdbc-spark")),
                              env={"HEARTBEAT_TARGET": "spark-local", "HEARTBEAT_SPARK_MODE": "classic",

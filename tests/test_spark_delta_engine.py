@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from heartbeat_runner.lakehouse.engine_errors import CommitConflictError, kind_of
-from heartbeat_runner.lakehouse.spark_jars import (
+from heartbeat_runner.engines.engine_errors import CommitConflictError, kind_of
+from heartbeat_runner.engines.spark_jars import (
     FILE_SYSTEM_SOURCE,
     SparkJarsError,
     _artifact,
@@ -30,7 +30,7 @@ from heartbeat_runner.lakehouse.spark_jars import (
     pyspark_jar_artifacts,
     spark_jars,
 )
-from heartbeat_runner.lakehouse.spark_local import CHECKPOINT_INTERVAL, file_system_confs, local_spark
+from heartbeat_runner.engines.spark_local import CHECKPOINT_INTERVAL, file_system_confs, local_spark
 
 pytestmark = [
     pytest.mark.spark,

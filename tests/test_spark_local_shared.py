@@ -3,7 +3,7 @@ a sensor state table that followers can keep following (checked on the demo's la
 
 A Spark JVM takes 10-40 s to start here, so these tests reuse the session's JVM (``hb`` on the Spark
 shapes): the test process holds it, and the CLI processes the tests start join it through its Spark
-Connect address (lakehouse/spark_share.py) instead of starting their own.
+Connect address (engines/spark_share.py) instead of starting their own.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from harness import config_row as row
 
 from heartbeat_runner.core.records import JobStatus
 from heartbeat_runner.core.settings import load_settings
-from heartbeat_runner.lakehouse import made_by, spark_share
+from heartbeat_runner.engines import made_by, spark_share
 from heartbeat_runner.lakehouse.dbt_invoke import merge_stage_dir
 from heartbeat_runner.lakehouse.store import Cond
 from heartbeat_runner.runner.tick import COUNT_FIGURES

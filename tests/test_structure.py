@@ -61,7 +61,7 @@ def test_the_import_graph_has_no_cycle():
     assert cycle is None, " -> ".join(cycle or [])
 
 
-LAYERS = ("core", "lakehouse", "sensing", "jobs", "policies", "runner", "interfaces")
+LAYERS = ("core", "engines", "lakehouse", "sensing", "jobs", "policies", "runner", "interfaces")
 
 
 def layer_of(module: str) -> int | None:

@@ -24,6 +24,10 @@ class InvalidInputError(HeartbeatError):
     """The user's input is wrong (a flag, a file, a field): fix it and ask again; nothing was changed."""
 
 
+class ForbiddenError(HeartbeatError):
+    """The asker may not do this (actions are off, or the user is not an operator): nothing was changed."""
+
+
 class TransientError(HeartbeatError):
     """It may work if tried again as it is (a timeout, an unavailable service)."""
 

@@ -391,7 +391,7 @@ def late_data(store: TableStore, policy_file: Path | None, job_id: str) -> list[
     """Rows that arrived for already finalized event-time windows of ``job_id``, per source and window."""
     from heartbeat_runner.core.windows import iso
     from heartbeat_runner.policies.event_windows import load_window_policies
-    from heartbeat_runner.policies.sequences import Sequences
+    from heartbeat_runner.runner.sequences import Sequences
 
     found = Sequences(store, {}, load_window_policies(policy_file)).late_data(job_id)
     return [{"source_key": r.source_key, "window_start": iso(r.window_start_s), "rows": r.rows} for r in found]

@@ -8,13 +8,13 @@ from http import HTTPStatus
 
 from heartbeat_runner.core.errors import (
     ConflictError,
+    ForbiddenError,
     HeartbeatError,
     InvalidInputError,
     NotFoundError,
     TerminalError,
     TransientError,
 )
-from heartbeat_runner.interfaces.ui.actions import ActionRefused
 
 #: the exit code of a command that failed (README, "Commands"): nothing was changed
 EXIT_ERROR = 1
@@ -28,7 +28,7 @@ class Outcome:
 
 #: the first class an error is an instance of decides (most specific first); any other error is a bug: 500
 ERROR_OUTCOMES: tuple[tuple[type[BaseException], Outcome], ...] = (
-    (ActionRefused, Outcome(EXIT_ERROR, HTTPStatus.FORBIDDEN)),
+    (ForbiddenError, Outcome(EXIT_ERROR, HTTPStatus.FORBIDDEN)),
     (NotFoundError, Outcome(EXIT_ERROR, HTTPStatus.NOT_FOUND)),
     (InvalidInputError, Outcome(EXIT_ERROR, HTTPStatus.BAD_REQUEST)),
     (ValueError, Outcome(EXIT_ERROR, HTTPStatus.BAD_REQUEST)),

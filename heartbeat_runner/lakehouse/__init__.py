@@ -1,6 +1,5 @@
-"""Lakehouse: the engine and Heartbeat's own tables.
+"""Lakehouse: Heartbeat's own tables, on whatever engine ``engines`` opened.
 
-The engine adapter (Sail, Apache Spark + Delta, Databricks), the table store (events, run
-reports, sensor state), the dbt project the runner invokes, table maintenance and fast
-Delta-log reads. May import ``core`` only.
+The table store (events, run reports, sensor state, the lease), the dbt project the runner invokes, table
+maintenance and migrations. May import ``core`` and ``engines``.
 """

@@ -26,8 +26,8 @@ from heartbeat_runner.core.errors import HeartbeatError
 from heartbeat_runner.core.faults import FaultPoint, crash_point
 from heartbeat_runner.core.files import replace_whole
 from heartbeat_runner.core.settings import Settings
-from heartbeat_runner.lakehouse.engine import Engine
-from heartbeat_runner.lakehouse.engine_errors import EngineUnavailableError
+from heartbeat_runner.engines.engine import Engine
+from heartbeat_runner.engines.engine_errors import EngineUnavailableError
 from heartbeat_runner.lakehouse.migrations import add_missing_columns
 from heartbeat_runner.lakehouse.store import retry_lost_commits
 

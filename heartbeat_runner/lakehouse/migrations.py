@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from heartbeat_runner.lakehouse.engine import Column, Engine
+from heartbeat_runner.engines.engine import Column, Engine
 
 log = logging.getLogger(__name__)
 

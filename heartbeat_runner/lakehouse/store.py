@@ -33,9 +33,9 @@ from heartbeat_runner.core.records import (
     job_parameters,
 )
 from heartbeat_runner.core.settings import validate_identifier
-from heartbeat_runner.lakehouse import delta_log
-from heartbeat_runner.lakehouse.engine import Engine
-from heartbeat_runner.lakehouse.engine_errors import CommitConflictError, is_kind
+from heartbeat_runner.engines import delta_log
+from heartbeat_runner.engines.engine import Engine
+from heartbeat_runner.engines.engine_errors import CommitConflictError, is_kind
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame

@@ -9,10 +9,10 @@ from dataclasses import dataclass
 from heartbeat_runner.core.errors import HeartbeatError, describe
 from heartbeat_runner.core.records import Event, EventType, utcnow
 from heartbeat_runner.core.settings import Settings
+from heartbeat_runner.engines.engine import Engine, open_engine
 from heartbeat_runner.jobs.base import JobsBackend
 from heartbeat_runner.jobs.registry import build_backend
 from heartbeat_runner.lakehouse.dbt_invoke import DbtProject
-from heartbeat_runner.lakehouse.engine import Engine, open_engine
 from heartbeat_runner.lakehouse.maintenance import Maintenance
 from heartbeat_runner.lakehouse.store import CONTROL, TABLE_COLUMNS, TableStore
 from heartbeat_runner.runner.tick import Heartbeat
@@ -97,8 +97,8 @@ class App:
         self.require_config()
         self.ensure_views()
         from heartbeat_runner.policies.run_policies import check_alert_destinations, load_run_policies
-        from heartbeat_runner.policies.sequences import Sequences
         from heartbeat_runner.runner.alerting import AlertMonitor
+        from heartbeat_runner.runner.sequences import Sequences
 
         policies = load_run_policies(self.settings.retry_policy_file)
         check_alert_destinations(self.settings.retry_policy_file, policies.alerts)  # before any tick

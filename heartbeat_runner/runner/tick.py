@@ -78,8 +78,8 @@ from heartbeat_runner.lakehouse.store import (
 )
 from heartbeat_runner.policies.event_windows import source_grains
 from heartbeat_runner.policies.retry import RetryPolicies, overrun, retry_token
-from heartbeat_runner.policies.sequences import NextRun, Sequences
 from heartbeat_runner.runner.empty_reads import ASKS, SEQUENCES, SKIPS, EmptyReads
+from heartbeat_runner.runner.sequences import NextRun, Sequences
 from heartbeat_runner.sensing.parallel import SensingOutcome, sense_all
 from heartbeat_runner.sensing.sources.base import SenseContext
 

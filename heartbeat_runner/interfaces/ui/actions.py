@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from heartbeat_runner.core.errors import HeartbeatError, InvalidInputError
+from heartbeat_runner.core.errors import ForbiddenError, HeartbeatError, InvalidInputError
 from heartbeat_runner.core.records import EventType
 from heartbeat_runner.interfaces.operations import (
     ask_retry,
@@ -63,7 +63,7 @@ class Action(str, enum.Enum):
     RESET = "reset"
 
 
-class ActionRefused(HeartbeatError):
+class ActionRefused(ForbiddenError):
     """The request may not perform the action (actions off, or the user is not an operator)."""
 
 

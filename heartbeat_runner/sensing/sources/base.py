@@ -30,7 +30,7 @@ from heartbeat_runner.sensing.preprocess import render_preprocess_query
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame, SparkSession
 
-    from heartbeat_runner.lakehouse.engine import Engine
+    from heartbeat_runner.engines.engine import Engine
 
 
 @dataclass(frozen=True)

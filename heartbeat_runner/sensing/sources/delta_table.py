@@ -24,8 +24,8 @@ from heartbeat_runner.core.errors import SourceError
 from heartbeat_runner.core.names import check_table_reference, is_path
 from heartbeat_runner.core.records import as_utc
 from heartbeat_runner.core.windows import EventTimes, SourceWindow, WindowBounds, WindowLimit
-from heartbeat_runner.lakehouse import delta_log
-from heartbeat_runner.lakehouse.engine import Engine
+from heartbeat_runner.engines import delta_log
+from heartbeat_runner.engines.engine import Engine
 from heartbeat_runner.sensing.sources.base import (
     SenseContext,
     SenseResult,

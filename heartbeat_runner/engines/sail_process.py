@@ -65,7 +65,7 @@ class SailProcess:
         """Spawn the server (``port`` 0: any free port) and wait until it listens."""
         began = time.monotonic()
         env = {**CHILD_ENVIRONMENT, **os.environ}
-        process = _spawn([sys.executable, "-m", "heartbeat_runner.lakehouse.sail_process", str(port), str(os.getpid())],
+        process = _spawn([sys.executable, "-m", "heartbeat_runner.engines.sail_process", str(port), str(os.getpid())],
                          env)
         try:
             bound = _read_port(process, timeout_s)

@@ -34,8 +34,8 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, cast
 
 from heartbeat_runner.core.errors import HeartbeatError
-from heartbeat_runner.lakehouse import spark_share
-from heartbeat_runner.lakehouse.spark_jars import (
+from heartbeat_runner.engines import spark_share
+from heartbeat_runner.engines.spark_jars import (
     FILE_SYSTEM_CLASS,
     delta_connect_available,
     local_file_system_jar,

@@ -26,10 +26,10 @@ from typing import TYPE_CHECKING, Any
 from heartbeat_runner.core.names import is_table_name, qualify, sql_string
 from heartbeat_runner.core.records import as_utc
 from heartbeat_runner.core.settings import Settings, Target, validate_identifier
-from heartbeat_runner.lakehouse import delta_log, made_by
-from heartbeat_runner.lakehouse.engine_errors import ChangeFeedRangeMissingError, EngineUnavailableError, is_kind
-from heartbeat_runner.lakehouse.sail_process import SailProcess
-from heartbeat_runner.lakehouse.spark_local import keep_connect_release_pool, make_default_connect_session
+from heartbeat_runner.engines import delta_log, made_by
+from heartbeat_runner.engines.engine_errors import ChangeFeedRangeMissingError, EngineUnavailableError, is_kind
+from heartbeat_runner.engines.sail_process import SailProcess
+from heartbeat_runner.engines.spark_local import keep_connect_release_pool, make_default_connect_session
 
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
@@ -845,7 +845,7 @@ def _open_spark_local(settings: Settings) -> Engine:
 
     Closing the engine leaves the JVM running for the next engine of the process (it stops at exit).
     """
-    from heartbeat_runner.lakehouse.spark_local import local_spark
+    from heartbeat_runner.engines.spark_local import local_spark
 
     running = local_spark(settings.effective_spark_dir, settings.spark_mode)
     if not running.shared:  # the holder made the schema when it opened the lakehouse
