@@ -18,15 +18,15 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from datetime import datetime, timezone
 
 from rich.text import Text
 
 from heartbeat_runner import __version__
-from heartbeat_runner.core.errors import ConfigError, HeartbeatError, describe
+from heartbeat_runner.core.errors import ConfigError, HeartbeatError
 from heartbeat_runner.core.records import EventType
 from heartbeat_runner.core.settings import TARGETS, JobsBackendKind, Settings, load_settings
-from heartbeat_runner.core.stopping import StopRequest
 from heartbeat_runner.interfaces.operations import (
     DEFAULT_MAX_REMOVAL_SHARE,
     ResetPlan,
@@ -56,14 +56,8 @@ from heartbeat_runner.policies.retry import load_retry_policies, policy_problem
 from heartbeat_runner.policies.run_policies import RunPolicies, alert_destination_problems, load_run_policies
 from heartbeat_runner.runner.alerting import Liveness, idle_sensing
 from heartbeat_runner.runner.app import App, open_app
-from heartbeat_runner.runner.lease import Lease, LeaseHeld, tick_lease
-from heartbeat_runner.runner.memory import (
-    EngineRecycler,
-    MemoryCeiling,
-    RestartRequested,
-    loop_restarts,
-    restart_process,
-)
+from heartbeat_runner.runner.lease import LeaseHeld, tick_lease
+from heartbeat_runner.runner.loop import RunConfig, TickFailure, run_forever, run_once
 from heartbeat_runner.runner.tick import TickResult
 from heartbeat_runner.sensing.config import LoadedConfig, load_config
 from heartbeat_runner.sensing.sources.registry import source_for
@@ -77,11 +71,6 @@ REPORT_COLUMNS = ["source_key", "outcome", "window_from", "window_until", "rows"
                   "error"]
 #: Seconds a command waits for the tick lease before giving up (HEARTBEAT_LEASE_WAIT).
 DEFAULT_LEASE_WAIT_S = 30.0
-#: Exit code of ``run --loop`` when the lakehouse itself is unusable.
-EXIT_LAKEHOUSE_UNUSABLE = 3
-#: After failed ticks the loop waits interval x 2^(failures-1), at least this long and at most MAX_BACKOFF_S.
-MIN_BACKOFF_S = 1.0
-MAX_BACKOFF_S = 300.0
 #: Seconds between tables of ``status --watch`` without a value.
 DEFAULT_WATCH_S = 5.0
 #: The most rows a listing flag (``runs --limit``) asks for, and the longest wait a seconds flag takes (a day).
@@ -444,62 +433,11 @@ def _lease_wait(args: argparse.Namespace) -> float:
 
 
 def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
-    """One tick, or the loop; a loop past its memory ceiling closes everything, then restarts itself."""
-    try:
-        return _run(args, settings)
-    except RestartRequested as exc:
-        restart_process(str(exc))
-        return 0  # not reached: restart_process replaces the process
-
-
-def _run(args: argparse.Namespace, settings: Settings) -> int:
-    with open_app(settings) as app:
-        lease = tick_lease(app.store)
-        try:
-            lease.acquire(_lease_wait(args))  # before the views are built: building them writes too
-        except LeaseHeld as exc:
-            _print_skipped(exc, args)
-            return 0
-        try:
-            status = _LoopStatus(args) if getattr(args, "loop", False) else None
-            steps = _progress(args)
-            heartbeat = app.heartbeat(progress=status.progress if status else steps)
-            heartbeat.before_trigger = lease.renew
-            try:
-                if status is None:
-                    with steps:
-                        result = heartbeat.tick()
-                    _print_tick(result, args)
-                    return result.exit_code
-                lease.yield_if_wanted()
-                app.dbt.manifest()  # parse the dbt project now, not when the first new data arrives
-                heartbeat.loop_restarts = loop_restarts()
-                return _loop(lambda: _leased_tick(lease, heartbeat.tick, args), args, app.lakehouse_problem, status,
-                             after_tick=_memory_guard(app, settings))
-            finally:
-                heartbeat.close()  # the summary of a pending streak of idle ticks
-        finally:
-            _release(lease)
-
-
-def _release(lease: Lease) -> None:
-    """Give the lease up at the end of a run; a lakehouse that cannot be reached then leaves it to expire
-    (the error that ended the run is the one to report)."""
-    try:
-        lease.release()
-    except Exception as exc:  # noqa: BLE001 - any engine error: the lease expires by itself
-        logging.getLogger(__name__).warning("could not release the tick lease (it expires by itself): %s", describe(exc))
-
-
-def _leased_tick(lease: Lease, tick: Callable[[], TickResult], args: argparse.Namespace) -> TickResult | None:
-    """One tick of the loop under the lease (kept after it unless another runner waits for it), or None
-    (skipped) when another runner holds it."""
-    try:
-        with lease.ticking(_lease_wait(args)):
-            return tick()
-    except LeaseHeld as exc:
-        _print_skipped(exc, args)
-        return None
+    """One tick, or the loop (runner/loop.py); this command only builds its config and what it shows."""
+    config = RunConfig(interval_s=args.interval, lease_wait_s=_lease_wait(args))
+    if getattr(args, "loop", False):
+        return run_forever(settings, config, _LoopStatus(args))
+    return run_once(settings, config, _TickOutput(args))
 
 
 def _print_skipped(exc: LeaseHeld, args: argparse.Namespace) -> None:
@@ -509,77 +447,39 @@ def _print_skipped(exc: LeaseHeld, args: argparse.Namespace) -> None:
         print(f"skipped: {exc}", file=sys.stderr, flush=True)
 
 
-def _memory_guard(app: App, settings: Settings) -> Callable[[], None]:
-    """What the loop does after each tick: recycle the embedded engine when due, and raise
-    RestartRequested once the process tree holds more than HEARTBEAT_MAX_RSS_MB."""
-    recycler = EngineRecycler(app, settings.memory)
-    ceiling = MemoryCeiling(settings.memory.max_rss_mb)
-
-    def after_tick() -> None:
-        recycler.after_use()
-        rss = ceiling.passed()
-        if rss is not None:
-            raise RestartRequested(f"the process tree holds {rss:.0f} MiB, more than "
-                                   f"HEARTBEAT_MAX_RSS_MB={ceiling.max_rss_mb:g}")
-
-    return after_tick
-
-
-def _loop(tick: Callable[[], TickResult | None], args: argparse.Namespace,
-          lakehouse_problem: Callable[[], str | None], status: _LoopStatus | None = None,
-          after_tick: Callable[[], None] = lambda: None) -> int:
-    """Tick every ``args.interval`` seconds until SIGINT/SIGTERM.
-
-    A failing tick never ends the loop: its error is logged (with the traceback the first
-    time it is seen), the loop backs off and ticks again. It stops early only when the
-    lakehouse itself is unusable, with EXIT_LAKEHOUSE_UNUSABLE, or when ``after_tick`` (run
-    after every tick, between ticks) raises RestartRequested. After each tick ``status``
-    shows its figures and the time to the next one on stderr.
-    """
-    status = status or _LoopStatus(args)
-    stop = StopRequest().install()
-    ticks, failures, last_error = 0, 0, ""
-    with status.line:
-        while not stop.is_set():
-            started = time.monotonic()
-            status.starting(ticks + 1)
-            result: TickResult | None = None
-            try:
-                result = tick()
-                if result is not None:
-                    _print_tick(result, args)
-                failures, last_error = 0, ""
-                after_tick()
-            except (RestartRequested, BrokenPipeError):
-                raise  # a restart, or the reader of our output went away: the loop ends
-            except Exception as exc:  # noqa: BLE001 - the loop survives any single tick
-                failures += 1
-                last_error = _report_failed_tick(exc, last_error, failures)
-                problem = _safely(lakehouse_problem)
-                if problem is not None:
-                    print(f"stopping: the lakehouse is unusable ({problem}); exit code {EXIT_LAKEHOUSE_UNUSABLE}",
-                          file=sys.stderr, flush=True)
-                    return EXIT_LAKEHOUSE_UNUSABLE
-            ticks += 1
-            wait = args.interval if not failures else min(MAX_BACKOFF_S, max(MIN_BACKOFF_S, args.interval)
-                                                          * 2 ** (failures - 1))
-            status.finished(result, failures, time.monotonic() - started, started + wait)
-            stop.wait(max(0.0, wait - (time.monotonic() - started)))
-    stop.shutting_down()
-    if not args.json:
-        print(f"stopped after {ticks} tick(s)")
-    return 0
-
-
-class _LoopStatus:
-    """The status line of ``run --loop`` on stderr: what the running tick does, then its figures and a
-    countdown to the next one. Redrawn in place when stderr is a terminal; elsewhere one plain line per
-    tick (and the usual ``  … step`` lines), none of them with --json."""
+class _TickOutput:
+    """What ``run`` shows of one tick (a runner.loop.TickView): its steps on stderr (a spinner on a terminal,
+    else ``  … step`` lines, none with --json), then its result on stdout."""
 
     def __init__(self, args: argparse.Namespace):
-        self.line = LiveLine(quiet=args.json)
+        self.args = args
         self._steps = _progress(args)
+
+    def session(self) -> AbstractContextManager[object]:
+        return self._steps
+
+    def progress(self, message: str) -> None:
+        self._steps(message)
+
+    def ticked(self, result: TickResult) -> None:
+        _print_tick(result, self.args)
+
+    def skipped(self, held: LeaseHeld) -> None:
+        _print_skipped(held, self.args)
+
+
+class _LoopStatus(_TickOutput):
+    """The status line of ``run --loop`` on stderr (a runner.loop.LoopView): what the running tick does, then
+    its figures and a countdown to the next one. Redrawn in place when stderr is a terminal; elsewhere one
+    plain line per tick (and the usual ``  … step`` lines), none of them with --json."""
+
+    def __init__(self, args: argparse.Namespace):
+        super().__init__(args)
+        self.line = LiveLine(quiet=args.json)
         self._tick, self._started = 0, time.monotonic()
+
+    def session(self) -> AbstractContextManager[object]:
+        return self.line
 
     def starting(self, number: int) -> None:
         self._tick, self._started = number, time.monotonic()
@@ -595,10 +495,27 @@ class _LoopStatus:
         self.line.show(lambda: Text(f"tick {number} · {message} · {time.monotonic() - started:.1f} s", style="dim"),
                        plain=False)
 
-    def finished(self, result: TickResult | None, failures: int, took_s: float, next_at: float) -> None:
-        summary = _tick_summary(self._tick, result, failures, took_s)
+    def failed(self, failure: TickFailure) -> None:
+        """Log a failed tick: the whole traceback for a new error, one line when it repeats."""
+        if not failure.repeated:
+            print(f"tick failed: {failure.text}", file=sys.stderr)
+            if not isinstance(failure.error, HeartbeatError):
+                traceback.print_exception(failure.error)
+        else:
+            print(f"tick failed again ({failure.failures} in a row): {failure.text}", file=sys.stderr)
+        sys.stderr.flush()
+
+    def finished(self, number: int, result: TickResult | None, failures: int, took_s: float, next_at: float) -> None:
+        summary = _tick_summary(number, result, failures, took_s)
         backing_off = " (backing off)" if failures else ""
         self.line.show(lambda: summary + f" · next in {max(0.0, next_at - time.monotonic()):.1f} s{backing_off}")
+
+    def unusable(self, problem: str, exit_code: int) -> None:
+        print(f"stopping: the lakehouse is unusable ({problem}); exit code {exit_code}", file=sys.stderr, flush=True)
+
+    def stopped(self, ticks: int) -> None:
+        if not self.args.json:
+            print(f"stopped after {ticks} tick(s)")
 
 
 def _tick_summary(number: int, result: TickResult | None, failures: int, took_s: float) -> Text:
@@ -614,27 +531,6 @@ def _tick_summary(number: int, result: TickResult | None, failures: int, took_s:
     state = result.status.value
     return Text.assemble(f"tick {number} · ", (state, "green" if state == "OK" else "bold red"),
                          " · " + " · ".join(figures))
-
-
-def _report_failed_tick(exc: Exception, last_error: str, failures: int) -> str:
-    """Log a failed tick: the whole traceback for a new error, one line when it repeats. Returns its text."""
-    text = describe(exc)
-    if text != last_error:
-        print(f"tick failed: {text}", file=sys.stderr)
-        if not isinstance(exc, HeartbeatError):
-            traceback.print_exception(exc)
-    else:
-        print(f"tick failed again ({failures} in a row): {text}", file=sys.stderr)
-    sys.stderr.flush()
-    return text
-
-
-def _safely(check: Callable[[], str | None]) -> str | None:
-    """Run a health check; a check that itself fails is an answer too."""
-    try:
-        return check()
-    except Exception as exc:  # noqa: BLE001 - the engine may be gone
-        return describe(exc)
 
 
 def _print_tick(result: TickResult, args: argparse.Namespace) -> None:
