@@ -5,7 +5,8 @@ because another runner holds the tick lease); 1 error (bad config, engine or dbt
 failure: nothing was changed); 2 the tick ran but some source or job API call failed
 (the others were processed; see ``runs`` and the run report); 3 ``run --loop`` stopped
 because the lakehouse itself is unusable (Heartbeat's own tables are gone or unreadable).
-A loop survives any other failing tick: it logs the error, backs off and goes on.
+A loop survives any other failing tick: it logs the error, backs off and goes on. Every tick leaves
+a row in ``runs``, a failed one too (status FAILED, with its error).
 """
 
 from __future__ import annotations
