@@ -12,13 +12,16 @@ a row in ``runs``, a failed one too (status FAILED, with its error).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import enum
+import functools
 import logging
 import math
 import os
 import sys
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from datetime import datetime, timezone
 
@@ -77,6 +80,8 @@ DEFAULT_WATCH_S = 5.0
 #: The most rows a listing flag (``runs --limit``) asks for, and the longest wait a seconds flag takes (a day).
 MAX_LIMIT = 100_000
 MAX_SECONDS = 86_400.0
+#: a command: its exit code
+Command = Callable[[argparse.Namespace, Settings], int]
 #: Commands that may start a lakehouse in a folder that does not exist yet; every other command needs one.
 CREATING_COMMANDS = frozenset({"seed", "run", "demo", "serve", "dbt", "validate"})
 
@@ -263,7 +268,7 @@ def _main(argv: list[str] | None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=_CurrentStderr(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     command = args.command or "run"
-    handler: Callable[[argparse.Namespace, Settings], int] = COMMANDS[command]
+    handler: Command = COMMANDS[command]
     try:
         settings = _settings(args)
         if command == "run" and getattr(args, "replay_new_sensors", False):
@@ -400,7 +405,7 @@ def cmd_seed(args: argparse.Namespace, settings: Settings) -> int:
         progress(f"validating {settings.effective_config_csv.name}")
         config = load_config(settings.effective_config_csv)  # validate before touching anything
         progress(f"opening the lakehouse ({len(config.rows)} valid row(s))")
-        with open_app(settings) as app, tick_lease(app.store).held(_lease_wait(args)):
+        with _opened(args, settings, lease=True) as app:
             normalized = config.to_csv()
             unchanged = app.dbt.has_seed and app.dbt.seed_csv.read_text(encoding="utf-8") == normalized \
                 and app.store.exists("heartbeat_control")
@@ -556,25 +561,66 @@ def _print_tick(result: TickResult, args: argparse.Namespace) -> None:
         print(f"  jobs API: {note}", flush=True)
 
 
-def _open_fresh(app: App, settings: Settings) -> None:
-    """Ready to read the views: rebuilt unless a runner is ticking (then as of its last build)."""
+class Views(enum.Enum):
+    """What a command needs of the views before it runs."""
+
+    #: nothing (it reads no view, or prepares them itself)
+    NONE = "none"
+    #: the config is loaded and the views exist
+    BUILT = "built"
+    #: BUILT, and the control table rebuilt unless a runner is ticking (then as of its last build, noted)
+    FRESH = "fresh"
+
+
+@contextlib.contextmanager
+def _opened(args: argparse.Namespace, settings: Settings, *, lease: bool = False,
+            views: Views = Views.NONE) -> Iterator[App]:
+    """The app for one command: the engine opened, the tick lease held when ``lease`` (waiting --wait-lease
+    or $HEARTBEAT_LEASE_WAIT, else LeaseHeld), the ``views`` ready; all closed after (the lease first).
+    Errors are not caught here: ``_main`` maps every kind to its message and exit code."""
+    with open_app(settings) as app, (tick_lease(app.store).held(_lease_wait(args)) if lease
+                                     else contextlib.nullcontext()):
+        _prepare(app, views)
+        yield app
+
+
+def _prepare(app: App, views: Views) -> None:
+    """Make ``views`` ready (ConfigError when BUILT or FRESH and no config was loaded)."""
+    if views is Views.NONE:
+        return
     app.require_config()
     app.ensure_views()
-    if not refresh_if_idle(app, tick_lease(app.store)):
+    if views is Views.FRESH and not refresh_if_idle(app, tick_lease(app.store)):
         print("note: a runner is ticking; showing the control table as of its last build", file=sys.stderr)
 
 
-def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
-    with open_app(settings) as app:
-        if getattr(args, "watch", None) is not None:
-            return _watch_status(app, settings, args)
-        _open_fresh(app, settings)
-        health = runner_health(settings)
-        rows = with_sensing_errors(app.store, app.store.control_rows())
-        if args.json:
-            rows = with_runner_health(rows, health)
-        emit(rows, _status_columns(rows, args), as_json=args.json)
-        sequences = [] if args.json else app.store.open_sequences()
+#: a command that runs inside its app (``_app_command``): its exit code
+AppCommand = Callable[[argparse.Namespace, App], int]
+
+
+def _app_command(*, lease: bool = False, views: Views = Views.NONE) -> Callable[[AppCommand], Command]:
+    """A command whose whole body runs inside the app ``_opened`` gives it (``app.settings`` are its
+    settings); its output is printed before the engine closes."""
+    def decorate(command: AppCommand) -> Command:
+        @functools.wraps(command)
+        def run(args: argparse.Namespace, settings: Settings) -> int:
+            with _opened(args, settings, lease=lease, views=views) as app:
+                return command(args, app)
+        return run
+    return decorate
+
+
+@_app_command()
+def cmd_status(args: argparse.Namespace, app: App) -> int:
+    if getattr(args, "watch", None) is not None:
+        return _watch_status(app, args)
+    _prepare(app, Views.FRESH)
+    health = runner_health(app.settings)
+    rows = with_sensing_errors(app.store, app.store.control_rows())
+    if args.json:
+        rows = with_runner_health(rows, health)
+    emit(rows, _status_columns(rows, args), as_json=args.json)
+    sequences = [] if args.json else app.store.open_sequences()
     if sequences:
         emit(sequences, SEQUENCE_COLUMNS, as_json=False, title="\nCatch-up sequences (run k of n; windows of run k)")
     if not args.json:
@@ -597,7 +643,7 @@ def _status_columns(rows: list[dict], args: argparse.Namespace) -> list[str]:
     return STATUS_COLUMNS if not args.json else list(rows[0].keys()) if rows else STATUS_COLUMNS
 
 
-def _watch_status(app: App, settings: Settings, args: argparse.Namespace) -> int:
+def _watch_status(app: App, args: argparse.Namespace) -> int:
     """``status --watch``: the control table every ``args.watch`` seconds, rebuilt first unless a runner is ticking."""
     app.require_config()
     app.ensure_views()
@@ -605,7 +651,7 @@ def _watch_status(app: App, settings: Settings, args: argparse.Namespace) -> int
 
     def read() -> Snapshot:
         fresh = refresh_if_idle(app, lease)
-        health = runner_health(settings)
+        health = runner_health(app.settings)
         rows = with_sensing_errors(app.store, app.store.control_rows())
         if args.json:
             rows = with_runner_health(rows, health)
@@ -617,80 +663,72 @@ def _watch_status(app: App, settings: Settings, args: argparse.Namespace) -> int
     return 0
 
 
-def _record_job_event(settings: Settings, job_id: str, kind: EventType, *, job_run_id: str | None = None,
-                      message: str | None = None) -> None:
-    """Append one job-level event (audited with who ran the command), after checking the job exists."""
-    with open_app(settings) as app:
-        record_job_event(app, job_id, kind, job_run_id=job_run_id, message=message)
-
-
-def cmd_pause(args: argparse.Namespace, settings: Settings) -> int:
-    _record_job_event(settings, args.job_id, EventType.JOB_PAUSED)
+@_app_command()
+def cmd_pause(args: argparse.Namespace, app: App) -> int:
+    record_job_event(app, args.job_id, EventType.JOB_PAUSED)
     print(f"job {args.job_id} paused (until `resume` or the next seed)")
     return 0
 
 
-def cmd_resume(args: argparse.Namespace, settings: Settings) -> int:
-    _record_job_event(settings, args.job_id, EventType.JOB_RESUMED)
+@_app_command()
+def cmd_resume(args: argparse.Namespace, app: App) -> int:
+    record_job_event(app, args.job_id, EventType.JOB_RESUMED)
     print(f"job {args.job_id} resumed")
     return 0
 
 
-def cmd_complete(args: argparse.Namespace, settings: Settings) -> int:
+@_app_command()
+def cmd_complete(args: argparse.Namespace, app: App) -> int:
     kind = EventType.FAILED if args.failed else EventType.COMPLETED
     run_id = args.run_id or os.environ.get("HEARTBEAT_JOB_RUN_ID")
-    _record_job_event(settings, args.job_id, kind, job_run_id=run_id, message=args.message)
+    record_job_event(app, args.job_id, kind, job_run_id=run_id, message=args.message)
     print(f"job {args.job_id}: recorded {kind.value}")
     return 0
 
 
-def cmd_retry(args: argparse.Namespace, settings: Settings) -> int:
-    with open_app(settings) as app:
-        _open_fresh(app, settings)
-        ask_retry(app, args.job_id, reason=args.reason)
+@_app_command(views=Views.FRESH)
+def cmd_retry(args: argparse.Namespace, app: App) -> int:
+    ask_retry(app, args.job_id, reason=args.reason)
     print(f"job {args.job_id}: retry asked; the next tick re-runs it over the data of its failed run")
     return 0
 
 
-def cmd_trigger(args: argparse.Namespace, settings: Settings) -> int:
-    with open_app(settings) as app:
-        _open_fresh(app, settings)
-        ask_trigger(app, args.job_id, reason=args.reason)
+@_app_command(views=Views.FRESH)
+def cmd_trigger(args: argparse.Namespace, app: App) -> int:
+    ask_trigger(app, args.job_id, reason=args.reason)
     print(f"job {args.job_id}: manual run asked; the next tick requests it (exactly once)")
     return 0
 
 
-def cmd_runs(args: argparse.Namespace, settings: Settings) -> int:
-    with open_app(settings) as app:
-        app.require_config()
-        app.ensure_views()
-        if not args.run_id:
-            ticks = recent_runs(app.store, args.limit)
-            if args.json:  # each tick's columns, and the job runs it requested with their own durations
-                emit_json([{**{c: t.get(c) for c in RUNS_COLUMNS}, "job_runs": t["job_runs"]}
-                           for t in with_job_runs(app.store, ticks)])
-            else:
-                emit(ticks, RUNS_COLUMNS, as_json=False)
-            return 0
-        run, report = run_details(app.store, args.run_id)
-        if args.json:
-            emit_json({"run": with_job_runs(app.store, [run])[0], "sources": report})
-            return 0
-        print(f"run {run['run_id']} at {run['snapshot_ts']:%Y-%m-%d %H:%M:%S}: {run['status']}"
-              + (f" ({run['message']})" if run["message"] else ""))
-        emit(report, REPORT_COLUMNS, as_json=False)
+@_app_command(views=Views.BUILT)
+def cmd_runs(args: argparse.Namespace, app: App) -> int:
+    if not args.run_id:
+        ticks = recent_runs(app.store, args.limit)
+        if args.json:  # each tick's columns, and the job runs it requested with their own durations
+            emit_json([{**{c: t.get(c) for c in RUNS_COLUMNS}, "job_runs": t["job_runs"]}
+                       for t in with_job_runs(app.store, ticks)])
+        else:
+            emit(ticks, RUNS_COLUMNS, as_json=False)
+        return 0
+    run, report = run_details(app.store, args.run_id)
+    if args.json:
+        emit_json({"run": with_job_runs(app.store, [run])[0], "sources": report})
+        return 0
+    print(f"run {run['run_id']} at {run['snapshot_ts']:%Y-%m-%d %H:%M:%S}: {run['status']}"
+          + (f" ({run['message']})" if run["message"] else ""))
+    emit(report, REPORT_COLUMNS, as_json=False)
     return 0
 
 
-def cmd_explain(args: argparse.Namespace, settings: Settings) -> int:
-    with open_app(settings) as app:
-        _open_fresh(app, settings)
-        found = explain(app.store, args.job_id, idle_sensing(settings.lakehouse_dir))
-        retry = retry_outlook(app.store, load_retry_policies(settings.retry_policy_file), args.job_id)
-        late = late_data(app.store, settings.retry_policy_file, args.job_id)
-        deadline = _deadline_note(app, settings, args.job_id)
-        asked = pending_ask(app.store, args.job_id)
-        runs = latest_job_runs(app.store, args.job_id) if args.json else []
+@_app_command(views=Views.FRESH)
+def cmd_explain(args: argparse.Namespace, app: App) -> int:
+    settings = app.settings
+    found = explain(app.store, args.job_id, idle_sensing(settings.lakehouse_dir))
+    retry = retry_outlook(app.store, load_retry_policies(settings.retry_policy_file), args.job_id)
+    late = late_data(app.store, settings.retry_policy_file, args.job_id)
+    deadline = _deadline_note(app, settings, args.job_id)
+    asked = pending_ask(app.store, args.job_id)
+    runs = latest_job_runs(app.store, args.job_id) if args.json else []
     if args.json:
         emit_json({"job_id": found.job_id, "verdict": found.verdict, "ready": found.is_ready, "rows": found.rows,
                    "automatic_retry": retry, "late_data": late, "deadline": deadline, "asked": asked,
@@ -711,8 +749,8 @@ def cmd_explain(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_reset(args: argparse.Namespace, settings: Settings) -> int:
-    since = parse_since(args.since) if args.since else None
-    with open_app(settings) as app, tick_lease(app.store).held(_lease_wait(args)):
+    since = parse_since(args.since) if args.since else None  # before the engine starts
+    with _opened(args, settings, lease=True) as app:
         done = reset_job(app, args.job_id, since, args.reason)
     _print_reset(done.plan, done.running_run, args)
     return 0
@@ -740,9 +778,7 @@ def _print_reset(plan: ResetPlan, running_run: str | None, args: argparse.Namesp
 
 
 def cmd_maintain(args: argparse.Namespace, settings: Settings) -> int:
-    with open_app(settings) as app, tick_lease(app.store).held(_lease_wait(args)):
-        app.require_config()
-        app.ensure_views()
+    with _opened(args, settings, lease=True, views=Views.BUILT) as app:
         app.dbt.refresh_control(app.store.events_version())  # the live set is judged on current state
         with _progress(args) as progress, app.dbt.keeping_built_marker(app.store.events_version):
             done = app.maintenance(progress).run(compact_all=args.compact_all)
@@ -761,9 +797,7 @@ def cmd_maintain(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_rebuild(args: argparse.Namespace, settings: Settings) -> int:
-    with open_app(settings) as app, tick_lease(app.store).held(_lease_wait(args)):
-        app.require_config()
-        app.ensure_views()
+    with _opened(args, settings, lease=True, views=Views.BUILT) as app:
         with _progress(args) as progress:
             progress("re-deriving the control table from the hot log and the archive")
             app.dbt.rebuild_from_all_events()
@@ -776,7 +810,7 @@ def cmd_rebuild(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_dbt(args: argparse.Namespace, settings: Settings) -> int:
     if not args.dbt_args:
         raise HeartbeatError("usage: python -m heartbeat_runner dbt <dbt command and options>, e.g. `dbt test`")
-    with open_app(settings) as app:
+    with _opened(args, settings) as app:
         if app.store.exists("heartbeat_control"):
             app.ensure_views()
         app.dbt.invoke(list(args.dbt_args), quiet=False)
@@ -832,13 +866,11 @@ def _deadline_note(app: App, settings: Settings, job_id: str) -> str | None:
                                         f"{overdue.reason}"
 
 
-def cmd_alerts(args: argparse.Namespace, settings: Settings) -> int:
+@_app_command(views=Views.BUILT)
+def cmd_alerts(args: argparse.Namespace, app: App) -> int:
     from heartbeat_runner.runner.alerting import list_alerts
 
-    with open_app(settings) as app:
-        app.require_config()
-        app.ensure_views()
-        rows = list_alerts(app.store, include_resolved=args.all, limit=args.limit)
+    rows = list_alerts(app.store, include_resolved=args.all, limit=args.limit)
     if args.json:
         emit_json(rows)
     elif not rows:
@@ -859,7 +891,7 @@ def cmd_check(args: argparse.Namespace, settings: Settings) -> int:
     return 0 if found.healthy else EXIT_NOT_TICKING
 
 
-COMMANDS: dict[str, Callable[[argparse.Namespace, Settings], int]] = {
+COMMANDS: dict[str, Command] = {
     "run": cmd_run,
     "seed": cmd_seed,
     "validate": cmd_validate,
