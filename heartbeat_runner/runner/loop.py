@@ -18,10 +18,11 @@ Invariants:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Protocol
@@ -164,55 +165,52 @@ class LoopHooks:
 def run_once(settings: Settings, config: RunConfig, view: TickView) -> int:
     """``run``: one tick under the lease; its exit code (0 when skipped). A tick that raises is recorded,
     then its error is raised again (the caller's exit code for it is non-zero)."""
-    with open_app(settings) as app:
-        lease = tick_lease(app.store)
-        if not _acquired(lease, config, view):
-            return 0
-        try:
-            heartbeat = _heartbeat(app, lease, view)
-            try:
-                result = _recorded(app.store, lambda start: _in_session(view, heartbeat, start))
-                view.ticked(result)
-                return result.exit_code
-            finally:
-                heartbeat.close()  # the summary of a pending streak of idle ticks
-        finally:
-            _release(lease)
+    return _under_lease(settings, config, view, lambda app, lease: _one_tick(app, lease, view))
 
 
 def run_forever(settings: Settings, config: RunConfig, view: LoopView) -> int:
     """``run --loop``: tick every ``config.interval_s`` until SIGINT/SIGTERM (see the module's invariants).
     Past its memory ceiling it closes everything, then replaces its own process (never returns then)."""
     try:
-        with open_app(settings) as app:
-            lease = tick_lease(app.store)
-            if not _acquired(lease, config, view):
-                return 0
-            try:
-                return _loop_with(app, lease, config, view)
-            finally:
-                _release(lease)
+        return _under_lease(settings, config, view, lambda app, lease: _loop_with(app, lease, config, view))
     except RestartRequested as exc:
         restart_process(str(exc))
         return 0  # not reached: restart_process replaces the process
 
 
-def _acquired(lease: Lease, config: RunConfig, view: TickView) -> bool:
-    """Take the lease before the views are built (building them writes too); False (shown) when held."""
-    try:
-        lease.acquire(config.lease_wait_s)
-    except LeaseHeld as exc:
-        view.skipped(exc)
-        return False
-    return True
+def _under_lease(settings: Settings, config: RunConfig, view: TickView, body: Callable[[App, Lease], int]) -> int:
+    """Open the app, take the tick lease before the views are built (building them writes too), run ``body``,
+    then give the lease up and close; 0 (shown as skipped) when another runner keeps the lease."""
+    with open_app(settings) as app:
+        lease = tick_lease(app.store)
+        try:
+            lease.acquire(config.lease_wait_s)
+        except LeaseHeld as exc:
+            view.skipped(exc)
+            return 0
+        try:
+            return body(app, lease)
+        finally:
+            _release(lease)
 
 
-def _heartbeat(app: App, lease: Lease, view: TickView) -> Heartbeat:
+@contextlib.contextmanager
+def _heartbeat(app: App, lease: Lease, view: TickView) -> Iterator[Heartbeat]:
     """The heartbeat of this process: it shows its steps in ``view`` and renews the lease before any jobs API
-    call."""
+    call; closed after (it writes the summary of a pending streak of idle ticks)."""
     heartbeat = app.heartbeat(progress=view.progress)
     heartbeat.before_trigger = lease.renew
-    return heartbeat
+    try:
+        yield heartbeat
+    finally:
+        heartbeat.close()
+
+
+def _one_tick(app: App, lease: Lease, view: TickView) -> int:
+    with _heartbeat(app, lease, view) as heartbeat:
+        result = _recorded(app.store, lambda start: _in_session(view, heartbeat, start))
+        view.ticked(result)
+        return result.exit_code
 
 
 def _in_session(view: TickView, heartbeat: Heartbeat, start: RunStart) -> TickResult:
@@ -231,16 +229,13 @@ def _recorded(store: TableStore, tick: Callable[[RunStart], TickResult]) -> Tick
 
 
 def _loop_with(app: App, lease: Lease, config: RunConfig, view: LoopView) -> int:
-    heartbeat = _heartbeat(app, lease, view)
-    try:
+    with _heartbeat(app, lease, view) as heartbeat:
         lease.yield_if_wanted()
         app.dbt.manifest()  # parse the dbt project now, not when the first new data arrives
         heartbeat.loop_restarts = loop_restarts()
         hooks = LoopHooks(lakehouse_problem=app.lakehouse_problem, after_tick=memory_guard(app),
                           record_failure=lambda start, exc, took_s: record_failed_tick(app.store, start, exc, took_s))
         return run_loop(lambda start: _leased_tick(lease, heartbeat, start, config, view), config, view, hooks)
-    finally:
-        heartbeat.close()  # the summary of a pending streak of idle ticks
 
 
 def _leased_tick(lease: Lease, heartbeat: Heartbeat, start: RunStart, config: RunConfig,
