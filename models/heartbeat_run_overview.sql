@@ -1,6 +1,6 @@
 {#
-  Runs for `python -m heartbeat_runner runs`: every finished tick (heartbeat_runs and its archive;
-  a streak of idle ticks is one row)
+  Runs for `python -m heartbeat_runner runs`: every finished or FAILED tick (heartbeat_runs and its
+  archive; a streak of idle ticks is one row; a FAILED tick's row carries the run id of any events it wrote)
   with its number of skipped sources, plus ticks that wrote events but never
   finished (the runner stopped mid-tick, e.g. a crash) as status INCOMPLETE; the
   next tick carries on from what they wrote.

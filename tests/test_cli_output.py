@@ -37,6 +37,7 @@ from heartbeat_runner.interfaces.output import (
     rows_table,
     watch,
 )
+from heartbeat_runner.runner.loop import RunConfig, run_loop
 from heartbeat_runner.runner.tick import TickResult
 
 ANSI = re.compile(r"\x1b\[")
@@ -249,7 +250,7 @@ def test_the_watch_options():
 
 @pytest.fixture
 def restore_signals():
-    """``_loop`` installs SIGINT/SIGTERM handlers and, stopped by a signal, arms the shutdown watchdog:
+    """``run_loop`` installs SIGINT/SIGTERM handlers and, stopped by a signal, arms the shutdown watchdog:
     put pytest's handlers back and disarm it."""
     saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     yield
@@ -258,11 +259,16 @@ def restore_signals():
         signal.signal(sig, handler)
 
 
+def loop_of(tick, args: argparse.Namespace) -> int:
+    """The loop of ``run --loop`` over ``tick``, showing what the CLI shows for ``args``."""
+    return run_loop(tick, RunConfig(interval_s=args.interval, lease_wait_s=0.0), cli._LoopStatus(args))
+
+
 def ticks(*outcomes):
     """A tick function returning (or raising) each outcome in turn; after the last the loop is told to stop."""
     pending = list(outcomes)
 
-    def tick():
+    def tick(start):
         outcome = pending.pop(0)
         if not pending:
             signal.raise_signal(signal.SIGTERM)
@@ -278,7 +284,7 @@ def tick_result(**figures) -> TickResult:
 
 def test_the_loop_prints_one_status_line_per_tick_off_a_terminal(restore_signals, capsys):
     args = argparse.Namespace(interval=0.01, json=False)
-    code = cli._loop(ticks(tick_result(), None, HeartbeatError("engine gone")), args, lambda: None)
+    code = loop_of(ticks(tick_result(), None, HeartbeatError("engine gone")), args)
     out, err = capsys.readouterr()
     assert code == 0 and "stopped after 3 tick(s)" in out
     lines = [line for line in err.splitlines() if re.match(r"tick \d", line)]
@@ -290,7 +296,7 @@ def test_the_loop_prints_one_status_line_per_tick_off_a_terminal(restore_signals
 
 
 def test_the_loop_prints_nothing_on_stderr_with_json(restore_signals, capsys):
-    cli._loop(ticks(tick_result()), argparse.Namespace(interval=0.01, json=True), lambda: None)
+    loop_of(ticks(tick_result()), argparse.Namespace(interval=0.01, json=True))
     out, err = capsys.readouterr()
     assert err == "" and json.loads(out)["completed"] == ["J1"]
 
@@ -298,7 +304,7 @@ def test_the_loop_prints_nothing_on_stderr_with_json(restore_signals, capsys):
 def test_the_loop_redraws_its_status_line_on_a_terminal(restore_signals, capsys, monkeypatch):
     terminal = Tty()
     monkeypatch.setattr(sys, "stderr", terminal)
-    cli._loop(ticks(tick_result(), tick_result()), argparse.Namespace(interval=0.01, json=False), lambda: None)
+    loop_of(ticks(tick_result(), tick_result()), argparse.Namespace(interval=0.01, json=False))
     drawn = terminal.getvalue()
     assert "tick 2 · \x1b[32mOK\x1b[0m · 0.2 s" in drawn and "\x1b[2K" in drawn  # erased and drawn again
 

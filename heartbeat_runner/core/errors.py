@@ -64,6 +64,24 @@ class AuthError(JobsBackendError, TerminalError):
     """The backend rejected our credentials."""
 
 
+#: an error's kind as a record shows it: the first class it is an instance of (most specific first)
+ERROR_KINDS: tuple[tuple[type[BaseException], str], ...] = (
+    (NotFoundError, "not found"),
+    (InvalidInputError, "invalid input"),
+    (ConflictError, "conflict"),
+    (TransientError, "transient"),
+    (TerminalError, "terminal"),
+    (HeartbeatError, "error"),
+)
+#: the kind of any error that is not a HeartbeatError (an engine or library failure, or a bug)
+UNEXPECTED_KIND = "unexpected"
+
+
+def kind_of(exc: BaseException) -> str:
+    """``exc``'s kind (ERROR_KINDS), by its class; nothing reads its text."""
+    return next((name for kind, name in ERROR_KINDS if isinstance(exc, kind)), UNEXPECTED_KIND)
+
+
 def first_line(exc: BaseException) -> str:
     """The first non-blank line of an exception's text (its type name when it has none)."""
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]

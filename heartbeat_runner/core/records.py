@@ -61,11 +61,14 @@ class JobState(str, enum.Enum):
 
 
 class TickStatus(str, enum.Enum):
-    """A tick's status in ``heartbeat_runs`` (INCOMPLETE: it wrote events, then stopped; see heartbeat_run_overview)."""
+    """A tick's status in ``heartbeat_runs``: ERROR, it ended but some source or jobs API call failed;
+    FAILED, it raised (the row carries the error's kind and redacted message); INCOMPLETE, it wrote events,
+    then stopped without a row (a crash; see heartbeat_run_overview)."""
 
     OK = "OK"
     ERROR = "ERROR"
     INCOMPLETE = "INCOMPLETE"
+    FAILED = "FAILED"
 
 
 class Outcome(str, enum.Enum):
@@ -232,6 +235,20 @@ class RunSummary(TableRow):
 
 def new_run_id(snapshot: datetime) -> str:
     return f"{snapshot:%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
+
+
+@dataclass(frozen=True)
+class RunStart:
+    """A tick's identity, fixed before it starts: the row of a tick that fails carries the run id its
+    events (if it wrote any) carry too."""
+
+    run_id: str
+    snapshot_ts: datetime
+
+    @classmethod
+    def now(cls) -> RunStart:
+        snapshot = utcnow()
+        return cls(new_run_id(snapshot), snapshot)
 
 
 @dataclass(frozen=True)

@@ -5,28 +5,32 @@ because another runner holds the tick lease); 1 error (bad config, engine or dbt
 failure: nothing was changed); 2 the tick ran but some source or job API call failed
 (the others were processed; see ``runs`` and the run report); 3 ``run --loop`` stopped
 because the lakehouse itself is unusable (Heartbeat's own tables are gone or unreadable).
-A loop survives any other failing tick: it logs the error, backs off and goes on.
+A loop survives any other failing tick: it logs the error, backs off and goes on. Every tick leaves
+a row in ``runs``, a failed one too (status FAILED, with its error).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import enum
+import functools
 import logging
 import math
 import os
 import sys
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from datetime import datetime, timezone
 
 from rich.text import Text
 
 from heartbeat_runner import __version__
-from heartbeat_runner.core.errors import ConfigError, HeartbeatError, describe
+from heartbeat_runner.core.errors import ConfigError, HeartbeatError
 from heartbeat_runner.core.records import EventType
 from heartbeat_runner.core.settings import TARGETS, JobsBackendKind, Settings, load_settings
-from heartbeat_runner.core.stopping import StopRequest
 from heartbeat_runner.interfaces.operations import (
     DEFAULT_MAX_REMOVAL_SHARE,
     ResetPlan,
@@ -56,14 +60,8 @@ from heartbeat_runner.policies.retry import load_retry_policies, policy_problem
 from heartbeat_runner.policies.run_policies import RunPolicies, alert_destination_problems, load_run_policies
 from heartbeat_runner.runner.alerting import Liveness, idle_sensing
 from heartbeat_runner.runner.app import App, open_app
-from heartbeat_runner.runner.lease import Lease, LeaseHeld, tick_lease
-from heartbeat_runner.runner.memory import (
-    EngineRecycler,
-    MemoryCeiling,
-    RestartRequested,
-    loop_restarts,
-    restart_process,
-)
+from heartbeat_runner.runner.lease import LeaseHeld, tick_lease
+from heartbeat_runner.runner.loop import RunConfig, TickFailure, run_forever, run_once
 from heartbeat_runner.runner.tick import TickResult
 from heartbeat_runner.sensing.config import LoadedConfig, load_config
 from heartbeat_runner.sensing.sources.registry import source_for
@@ -77,16 +75,13 @@ REPORT_COLUMNS = ["source_key", "outcome", "window_from", "window_until", "rows"
                   "error"]
 #: Seconds a command waits for the tick lease before giving up (HEARTBEAT_LEASE_WAIT).
 DEFAULT_LEASE_WAIT_S = 30.0
-#: Exit code of ``run --loop`` when the lakehouse itself is unusable.
-EXIT_LAKEHOUSE_UNUSABLE = 3
-#: After failed ticks the loop waits interval x 2^(failures-1), at least this long and at most MAX_BACKOFF_S.
-MIN_BACKOFF_S = 1.0
-MAX_BACKOFF_S = 300.0
 #: Seconds between tables of ``status --watch`` without a value.
 DEFAULT_WATCH_S = 5.0
 #: The most rows a listing flag (``runs --limit``) asks for, and the longest wait a seconds flag takes (a day).
 MAX_LIMIT = 100_000
 MAX_SECONDS = 86_400.0
+#: a command: its exit code
+Command = Callable[[argparse.Namespace, Settings], int]
 #: Commands that may start a lakehouse in a folder that does not exist yet; every other command needs one.
 CREATING_COMMANDS = frozenset({"seed", "run", "demo", "serve", "dbt", "validate"})
 
@@ -273,7 +268,7 @@ def _main(argv: list[str] | None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=_CurrentStderr(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     command = args.command or "run"
-    handler: Callable[[argparse.Namespace, Settings], int] = COMMANDS[command]
+    handler: Command = COMMANDS[command]
     try:
         settings = _settings(args)
         if command == "run" and getattr(args, "replay_new_sensors", False):
@@ -410,7 +405,7 @@ def cmd_seed(args: argparse.Namespace, settings: Settings) -> int:
         progress(f"validating {settings.effective_config_csv.name}")
         config = load_config(settings.effective_config_csv)  # validate before touching anything
         progress(f"opening the lakehouse ({len(config.rows)} valid row(s))")
-        with open_app(settings) as app, tick_lease(app.store).held(_lease_wait(args)):
+        with _opened(args, settings, lease=True) as app:
             normalized = config.to_csv()
             unchanged = app.dbt.has_seed and app.dbt.seed_csv.read_text(encoding="utf-8") == normalized \
                 and app.store.exists("heartbeat_control")
@@ -444,62 +439,11 @@ def _lease_wait(args: argparse.Namespace) -> float:
 
 
 def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
-    """One tick, or the loop; a loop past its memory ceiling closes everything, then restarts itself."""
-    try:
-        return _run(args, settings)
-    except RestartRequested as exc:
-        restart_process(str(exc))
-        return 0  # not reached: restart_process replaces the process
-
-
-def _run(args: argparse.Namespace, settings: Settings) -> int:
-    with open_app(settings) as app:
-        lease = tick_lease(app.store)
-        try:
-            lease.acquire(_lease_wait(args))  # before the views are built: building them writes too
-        except LeaseHeld as exc:
-            _print_skipped(exc, args)
-            return 0
-        try:
-            status = _LoopStatus(args) if getattr(args, "loop", False) else None
-            steps = _progress(args)
-            heartbeat = app.heartbeat(progress=status.progress if status else steps)
-            heartbeat.before_trigger = lease.renew
-            try:
-                if status is None:
-                    with steps:
-                        result = heartbeat.tick()
-                    _print_tick(result, args)
-                    return result.exit_code
-                lease.yield_if_wanted()
-                app.dbt.manifest()  # parse the dbt project now, not when the first new data arrives
-                heartbeat.loop_restarts = loop_restarts()
-                return _loop(lambda: _leased_tick(lease, heartbeat.tick, args), args, app.lakehouse_problem, status,
-                             after_tick=_memory_guard(app, settings))
-            finally:
-                heartbeat.close()  # the summary of a pending streak of idle ticks
-        finally:
-            _release(lease)
-
-
-def _release(lease: Lease) -> None:
-    """Give the lease up at the end of a run; a lakehouse that cannot be reached then leaves it to expire
-    (the error that ended the run is the one to report)."""
-    try:
-        lease.release()
-    except Exception as exc:  # noqa: BLE001 - any engine error: the lease expires by itself
-        logging.getLogger(__name__).warning("could not release the tick lease (it expires by itself): %s", describe(exc))
-
-
-def _leased_tick(lease: Lease, tick: Callable[[], TickResult], args: argparse.Namespace) -> TickResult | None:
-    """One tick of the loop under the lease (kept after it unless another runner waits for it), or None
-    (skipped) when another runner holds it."""
-    try:
-        with lease.ticking(_lease_wait(args)):
-            return tick()
-    except LeaseHeld as exc:
-        _print_skipped(exc, args)
-        return None
+    """One tick, or the loop (runner/loop.py); this command only builds its config and what it shows."""
+    config = RunConfig(interval_s=args.interval, lease_wait_s=_lease_wait(args))
+    if getattr(args, "loop", False):
+        return run_forever(settings, config, _LoopStatus(args))
+    return run_once(settings, config, _TickOutput(args))
 
 
 def _print_skipped(exc: LeaseHeld, args: argparse.Namespace) -> None:
@@ -509,77 +453,39 @@ def _print_skipped(exc: LeaseHeld, args: argparse.Namespace) -> None:
         print(f"skipped: {exc}", file=sys.stderr, flush=True)
 
 
-def _memory_guard(app: App, settings: Settings) -> Callable[[], None]:
-    """What the loop does after each tick: recycle the embedded engine when due, and raise
-    RestartRequested once the process tree holds more than HEARTBEAT_MAX_RSS_MB."""
-    recycler = EngineRecycler(app, settings.memory)
-    ceiling = MemoryCeiling(settings.memory.max_rss_mb)
-
-    def after_tick() -> None:
-        recycler.after_use()
-        rss = ceiling.passed()
-        if rss is not None:
-            raise RestartRequested(f"the process tree holds {rss:.0f} MiB, more than "
-                                   f"HEARTBEAT_MAX_RSS_MB={ceiling.max_rss_mb:g}")
-
-    return after_tick
-
-
-def _loop(tick: Callable[[], TickResult | None], args: argparse.Namespace,
-          lakehouse_problem: Callable[[], str | None], status: _LoopStatus | None = None,
-          after_tick: Callable[[], None] = lambda: None) -> int:
-    """Tick every ``args.interval`` seconds until SIGINT/SIGTERM.
-
-    A failing tick never ends the loop: its error is logged (with the traceback the first
-    time it is seen), the loop backs off and ticks again. It stops early only when the
-    lakehouse itself is unusable, with EXIT_LAKEHOUSE_UNUSABLE, or when ``after_tick`` (run
-    after every tick, between ticks) raises RestartRequested. After each tick ``status``
-    shows its figures and the time to the next one on stderr.
-    """
-    status = status or _LoopStatus(args)
-    stop = StopRequest().install()
-    ticks, failures, last_error = 0, 0, ""
-    with status.line:
-        while not stop.is_set():
-            started = time.monotonic()
-            status.starting(ticks + 1)
-            result: TickResult | None = None
-            try:
-                result = tick()
-                if result is not None:
-                    _print_tick(result, args)
-                failures, last_error = 0, ""
-                after_tick()
-            except (RestartRequested, BrokenPipeError):
-                raise  # a restart, or the reader of our output went away: the loop ends
-            except Exception as exc:  # noqa: BLE001 - the loop survives any single tick
-                failures += 1
-                last_error = _report_failed_tick(exc, last_error, failures)
-                problem = _safely(lakehouse_problem)
-                if problem is not None:
-                    print(f"stopping: the lakehouse is unusable ({problem}); exit code {EXIT_LAKEHOUSE_UNUSABLE}",
-                          file=sys.stderr, flush=True)
-                    return EXIT_LAKEHOUSE_UNUSABLE
-            ticks += 1
-            wait = args.interval if not failures else min(MAX_BACKOFF_S, max(MIN_BACKOFF_S, args.interval)
-                                                          * 2 ** (failures - 1))
-            status.finished(result, failures, time.monotonic() - started, started + wait)
-            stop.wait(max(0.0, wait - (time.monotonic() - started)))
-    stop.shutting_down()
-    if not args.json:
-        print(f"stopped after {ticks} tick(s)")
-    return 0
-
-
-class _LoopStatus:
-    """The status line of ``run --loop`` on stderr: what the running tick does, then its figures and a
-    countdown to the next one. Redrawn in place when stderr is a terminal; elsewhere one plain line per
-    tick (and the usual ``  … step`` lines), none of them with --json."""
+class _TickOutput:
+    """What ``run`` shows of one tick (a runner.loop.TickView): its steps on stderr (a spinner on a terminal,
+    else ``  … step`` lines, none with --json), then its result on stdout."""
 
     def __init__(self, args: argparse.Namespace):
-        self.line = LiveLine(quiet=args.json)
+        self.args = args
         self._steps = _progress(args)
+
+    def session(self) -> AbstractContextManager[object]:
+        return self._steps
+
+    def progress(self, message: str) -> None:
+        self._steps(message)
+
+    def ticked(self, result: TickResult) -> None:
+        _print_tick(result, self.args)
+
+    def skipped(self, held: LeaseHeld) -> None:
+        _print_skipped(held, self.args)
+
+
+class _LoopStatus(_TickOutput):
+    """The status line of ``run --loop`` on stderr (a runner.loop.LoopView): what the running tick does, then
+    its figures and a countdown to the next one. Redrawn in place when stderr is a terminal; elsewhere one
+    plain line per tick (and the usual ``  … step`` lines), none of them with --json."""
+
+    def __init__(self, args: argparse.Namespace):
+        super().__init__(args)
+        self.line = LiveLine(quiet=args.json)
         self._tick, self._started = 0, time.monotonic()
+
+    def session(self) -> AbstractContextManager[object]:
+        return self.line
 
     def starting(self, number: int) -> None:
         self._tick, self._started = number, time.monotonic()
@@ -595,10 +501,27 @@ class _LoopStatus:
         self.line.show(lambda: Text(f"tick {number} · {message} · {time.monotonic() - started:.1f} s", style="dim"),
                        plain=False)
 
-    def finished(self, result: TickResult | None, failures: int, took_s: float, next_at: float) -> None:
-        summary = _tick_summary(self._tick, result, failures, took_s)
+    def failed(self, failure: TickFailure) -> None:
+        """Log a failed tick: the whole traceback for a new error, one line when it repeats."""
+        if not failure.repeated:
+            print(f"tick failed: {failure.text}", file=sys.stderr)
+            if not isinstance(failure.error, HeartbeatError):
+                traceback.print_exception(failure.error)
+        else:
+            print(f"tick failed again ({failure.failures} in a row): {failure.text}", file=sys.stderr)
+        sys.stderr.flush()
+
+    def finished(self, number: int, result: TickResult | None, failures: int, took_s: float, next_at: float) -> None:
+        summary = _tick_summary(number, result, failures, took_s)
         backing_off = " (backing off)" if failures else ""
         self.line.show(lambda: summary + f" · next in {max(0.0, next_at - time.monotonic()):.1f} s{backing_off}")
+
+    def unusable(self, problem: str, exit_code: int) -> None:
+        print(f"stopping: the lakehouse is unusable ({problem}); exit code {exit_code}", file=sys.stderr, flush=True)
+
+    def stopped(self, ticks: int) -> None:
+        if not self.args.json:
+            print(f"stopped after {ticks} tick(s)")
 
 
 def _tick_summary(number: int, result: TickResult | None, failures: int, took_s: float) -> Text:
@@ -614,27 +537,6 @@ def _tick_summary(number: int, result: TickResult | None, failures: int, took_s:
     state = result.status.value
     return Text.assemble(f"tick {number} · ", (state, "green" if state == "OK" else "bold red"),
                          " · " + " · ".join(figures))
-
-
-def _report_failed_tick(exc: Exception, last_error: str, failures: int) -> str:
-    """Log a failed tick: the whole traceback for a new error, one line when it repeats. Returns its text."""
-    text = describe(exc)
-    if text != last_error:
-        print(f"tick failed: {text}", file=sys.stderr)
-        if not isinstance(exc, HeartbeatError):
-            traceback.print_exception(exc)
-    else:
-        print(f"tick failed again ({failures} in a row): {text}", file=sys.stderr)
-    sys.stderr.flush()
-    return text
-
-
-def _safely(check: Callable[[], str | None]) -> str | None:
-    """Run a health check; a check that itself fails is an answer too."""
-    try:
-        return check()
-    except Exception as exc:  # noqa: BLE001 - the engine may be gone
-        return describe(exc)
 
 
 def _print_tick(result: TickResult, args: argparse.Namespace) -> None:
@@ -659,25 +561,66 @@ def _print_tick(result: TickResult, args: argparse.Namespace) -> None:
         print(f"  jobs API: {note}", flush=True)
 
 
-def _open_fresh(app: App, settings: Settings) -> None:
-    """Ready to read the views: rebuilt unless a runner is ticking (then as of its last build)."""
+class Views(enum.Enum):
+    """What a command needs of the views before it runs."""
+
+    #: nothing (it reads no view, or prepares them itself)
+    NONE = "none"
+    #: the config is loaded and the views exist
+    BUILT = "built"
+    #: BUILT, and the control table rebuilt unless a runner is ticking (then as of its last build, noted)
+    FRESH = "fresh"
+
+
+@contextlib.contextmanager
+def _opened(args: argparse.Namespace, settings: Settings, *, lease: bool = False,
+            views: Views = Views.NONE) -> Iterator[App]:
+    """The app for one command: the engine opened, the tick lease held when ``lease`` (waiting --wait-lease
+    or $HEARTBEAT_LEASE_WAIT, else LeaseHeld), the ``views`` ready; all closed after (the lease first).
+    Errors are not caught here: ``_main`` maps every kind to its message and exit code."""
+    with open_app(settings) as app, (tick_lease(app.store).held(_lease_wait(args)) if lease
+                                     else contextlib.nullcontext()):
+        _prepare(app, views)
+        yield app
+
+
+def _prepare(app: App, views: Views) -> None:
+    """Make ``views`` ready (ConfigError when BUILT or FRESH and no config was loaded)."""
+    if views is Views.NONE:
+        return
     app.require_config()
     app.ensure_views()
-    if not refresh_if_idle(app, tick_lease(app.store)):
+    if views is Views.FRESH and not refresh_if_idle(app, tick_lease(app.store)):
         print("note: a runner is ticking; showing the control table as of its last build", file=sys.stderr)
 
 
-def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
-    with open_app(settings) as app:
-        if getattr(args, "watch", None) is not None:
-            return _watch_status(app, settings, args)
-        _open_fresh(app, settings)
-        health = runner_health(settings)
-        rows = with_sensing_errors(app.store, app.store.control_rows())
-        if args.json:
-            rows = with_runner_health(rows, health)
-        emit(rows, _status_columns(rows, args), as_json=args.json)
-        sequences = [] if args.json else app.store.open_sequences()
+#: a command that runs inside its app (``_app_command``): its exit code
+AppCommand = Callable[[argparse.Namespace, App], int]
+
+
+def _app_command(*, lease: bool = False, views: Views = Views.NONE) -> Callable[[AppCommand], Command]:
+    """A command whose whole body runs inside the app ``_opened`` gives it (``app.settings`` are its
+    settings); its output is printed before the engine closes."""
+    def decorate(command: AppCommand) -> Command:
+        @functools.wraps(command)
+        def run(args: argparse.Namespace, settings: Settings) -> int:
+            with _opened(args, settings, lease=lease, views=views) as app:
+                return command(args, app)
+        return run
+    return decorate
+
+
+@_app_command()
+def cmd_status(args: argparse.Namespace, app: App) -> int:
+    if getattr(args, "watch", None) is not None:
+        return _watch_status(app, args)
+    _prepare(app, Views.FRESH)
+    health = runner_health(app.settings)
+    rows = with_sensing_errors(app.store, app.store.control_rows())
+    if args.json:
+        rows = with_runner_health(rows, health)
+    emit(rows, _status_columns(rows, args), as_json=args.json)
+    sequences = [] if args.json else app.store.open_sequences()
     if sequences:
         emit(sequences, SEQUENCE_COLUMNS, as_json=False, title="\nCatch-up sequences (run k of n; windows of run k)")
     if not args.json:
@@ -700,7 +643,7 @@ def _status_columns(rows: list[dict], args: argparse.Namespace) -> list[str]:
     return STATUS_COLUMNS if not args.json else list(rows[0].keys()) if rows else STATUS_COLUMNS
 
 
-def _watch_status(app: App, settings: Settings, args: argparse.Namespace) -> int:
+def _watch_status(app: App, args: argparse.Namespace) -> int:
     """``status --watch``: the control table every ``args.watch`` seconds, rebuilt first unless a runner is ticking."""
     app.require_config()
     app.ensure_views()
@@ -708,7 +651,7 @@ def _watch_status(app: App, settings: Settings, args: argparse.Namespace) -> int
 
     def read() -> Snapshot:
         fresh = refresh_if_idle(app, lease)
-        health = runner_health(settings)
+        health = runner_health(app.settings)
         rows = with_sensing_errors(app.store, app.store.control_rows())
         if args.json:
             rows = with_runner_health(rows, health)
@@ -720,80 +663,72 @@ def _watch_status(app: App, settings: Settings, args: argparse.Namespace) -> int
     return 0
 
 
-def _record_job_event(settings: Settings, job_id: str, kind: EventType, *, job_run_id: str | None = None,
-                      message: str | None = None) -> None:
-    """Append one job-level event (audited with who ran the command), after checking the job exists."""
-    with open_app(settings) as app:
-        record_job_event(app, job_id, kind, job_run_id=job_run_id, message=message)
-
-
-def cmd_pause(args: argparse.Namespace, settings: Settings) -> int:
-    _record_job_event(settings, args.job_id, EventType.JOB_PAUSED)
+@_app_command()
+def cmd_pause(args: argparse.Namespace, app: App) -> int:
+    record_job_event(app, args.job_id, EventType.JOB_PAUSED)
     print(f"job {args.job_id} paused (until `resume` or the next seed)")
     return 0
 
 
-def cmd_resume(args: argparse.Namespace, settings: Settings) -> int:
-    _record_job_event(settings, args.job_id, EventType.JOB_RESUMED)
+@_app_command()
+def cmd_resume(args: argparse.Namespace, app: App) -> int:
+    record_job_event(app, args.job_id, EventType.JOB_RESUMED)
     print(f"job {args.job_id} resumed")
     return 0
 
 
-def cmd_complete(args: argparse.Namespace, settings: Settings) -> int:
+@_app_command()
+def cmd_complete(args: argparse.Namespace, app: App) -> int:
     kind = EventType.FAILED if args.failed else EventType.COMPLETED
     run_id = args.run_id or os.environ.get("HEARTBEAT_JOB_RUN_ID")
-    _record_job_event(settings, args.job_id, kind, job_run_id=run_id, message=args.message)
+    record_job_event(app, args.job_id, kind, job_run_id=run_id, message=args.message)
     print(f"job {args.job_id}: recorded {kind.value}")
     return 0
 
 
-def cmd_retry(args: argparse.Namespace, settings: Settings) -> int:
-    with open_app(settings) as app:
-        _open_fresh(app, settings)
-        ask_retry(app, args.job_id, reason=args.reason)
+@_app_command(views=Views.FRESH)
+def cmd_retry(args: argparse.Namespace, app: App) -> int:
+    ask_retry(app, args.job_id, reason=args.reason)
     print(f"job {args.job_id}: retry asked; the next tick re-runs it over the data of its failed run")
     return 0
 
 
-def cmd_trigger(args: argparse.Namespace, settings: Settings) -> int:
-    with open_app(settings) as app:
-        _open_fresh(app, settings)
-        ask_trigger(app, args.job_id, reason=args.reason)
+@_app_command(views=Views.FRESH)
+def cmd_trigger(args: argparse.Namespace, app: App) -> int:
+    ask_trigger(app, args.job_id, reason=args.reason)
     print(f"job {args.job_id}: manual run asked; the next tick requests it (exactly once)")
     return 0
 
 
-def cmd_runs(args: argparse.Namespace, settings: Settings) -> int:
-    with open_app(settings) as app:
-        app.require_config()
-        app.ensure_views()
-        if not args.run_id:
-            ticks = recent_runs(app.store, args.limit)
-            if args.json:  # each tick's columns, and the job runs it requested with their own durations
-                emit_json([{**{c: t.get(c) for c in RUNS_COLUMNS}, "job_runs": t["job_runs"]}
-                           for t in with_job_runs(app.store, ticks)])
-            else:
-                emit(ticks, RUNS_COLUMNS, as_json=False)
-            return 0
-        run, report = run_details(app.store, args.run_id)
-        if args.json:
-            emit_json({"run": with_job_runs(app.store, [run])[0], "sources": report})
-            return 0
-        print(f"run {run['run_id']} at {run['snapshot_ts']:%Y-%m-%d %H:%M:%S}: {run['status']}"
-              + (f" ({run['message']})" if run["message"] else ""))
-        emit(report, REPORT_COLUMNS, as_json=False)
+@_app_command(views=Views.BUILT)
+def cmd_runs(args: argparse.Namespace, app: App) -> int:
+    if not args.run_id:
+        ticks = recent_runs(app.store, args.limit)
+        if args.json:  # each tick's columns, and the job runs it requested with their own durations
+            emit_json([{**{c: t.get(c) for c in RUNS_COLUMNS}, "job_runs": t["job_runs"]}
+                       for t in with_job_runs(app.store, ticks)])
+        else:
+            emit(ticks, RUNS_COLUMNS, as_json=False)
+        return 0
+    run, report = run_details(app.store, args.run_id)
+    if args.json:
+        emit_json({"run": with_job_runs(app.store, [run])[0], "sources": report})
+        return 0
+    print(f"run {run['run_id']} at {run['snapshot_ts']:%Y-%m-%d %H:%M:%S}: {run['status']}"
+          + (f" ({run['message']})" if run["message"] else ""))
+    emit(report, REPORT_COLUMNS, as_json=False)
     return 0
 
 
-def cmd_explain(args: argparse.Namespace, settings: Settings) -> int:
-    with open_app(settings) as app:
-        _open_fresh(app, settings)
-        found = explain(app.store, args.job_id, idle_sensing(settings.lakehouse_dir))
-        retry = retry_outlook(app.store, load_retry_policies(settings.retry_policy_file), args.job_id)
-        late = late_data(app.store, settings.retry_policy_file, args.job_id)
-        deadline = _deadline_note(app, settings, args.job_id)
-        asked = pending_ask(app.store, args.job_id)
-        runs = latest_job_runs(app.store, args.job_id) if args.json else []
+@_app_command(views=Views.FRESH)
+def cmd_explain(args: argparse.Namespace, app: App) -> int:
+    settings = app.settings
+    found = explain(app.store, args.job_id, idle_sensing(settings.lakehouse_dir))
+    retry = retry_outlook(app.store, load_retry_policies(settings.retry_policy_file), args.job_id)
+    late = late_data(app.store, settings.retry_policy_file, args.job_id)
+    deadline = _deadline_note(app, settings, args.job_id)
+    asked = pending_ask(app.store, args.job_id)
+    runs = latest_job_runs(app.store, args.job_id) if args.json else []
     if args.json:
         emit_json({"job_id": found.job_id, "verdict": found.verdict, "ready": found.is_ready, "rows": found.rows,
                    "automatic_retry": retry, "late_data": late, "deadline": deadline, "asked": asked,
@@ -814,8 +749,8 @@ def cmd_explain(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_reset(args: argparse.Namespace, settings: Settings) -> int:
-    since = parse_since(args.since) if args.since else None
-    with open_app(settings) as app, tick_lease(app.store).held(_lease_wait(args)):
+    since = parse_since(args.since) if args.since else None  # before the engine starts
+    with _opened(args, settings, lease=True) as app:
         done = reset_job(app, args.job_id, since, args.reason)
     _print_reset(done.plan, done.running_run, args)
     return 0
@@ -843,9 +778,7 @@ def _print_reset(plan: ResetPlan, running_run: str | None, args: argparse.Namesp
 
 
 def cmd_maintain(args: argparse.Namespace, settings: Settings) -> int:
-    with open_app(settings) as app, tick_lease(app.store).held(_lease_wait(args)):
-        app.require_config()
-        app.ensure_views()
+    with _opened(args, settings, lease=True, views=Views.BUILT) as app:
         app.dbt.refresh_control(app.store.events_version())  # the live set is judged on current state
         with _progress(args) as progress, app.dbt.keeping_built_marker(app.store.events_version):
             done = app.maintenance(progress).run(compact_all=args.compact_all)
@@ -864,9 +797,7 @@ def cmd_maintain(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_rebuild(args: argparse.Namespace, settings: Settings) -> int:
-    with open_app(settings) as app, tick_lease(app.store).held(_lease_wait(args)):
-        app.require_config()
-        app.ensure_views()
+    with _opened(args, settings, lease=True, views=Views.BUILT) as app:
         with _progress(args) as progress:
             progress("re-deriving the control table from the hot log and the archive")
             app.dbt.rebuild_from_all_events()
@@ -879,7 +810,7 @@ def cmd_rebuild(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_dbt(args: argparse.Namespace, settings: Settings) -> int:
     if not args.dbt_args:
         raise HeartbeatError("usage: python -m heartbeat_runner dbt <dbt command and options>, e.g. `dbt test`")
-    with open_app(settings) as app:
+    with _opened(args, settings) as app:
         if app.store.exists("heartbeat_control"):
             app.ensure_views()
         app.dbt.invoke(list(args.dbt_args), quiet=False)
@@ -935,13 +866,11 @@ def _deadline_note(app: App, settings: Settings, job_id: str) -> str | None:
                                         f"{overdue.reason}"
 
 
-def cmd_alerts(args: argparse.Namespace, settings: Settings) -> int:
+@_app_command(views=Views.BUILT)
+def cmd_alerts(args: argparse.Namespace, app: App) -> int:
     from heartbeat_runner.runner.alerting import list_alerts
 
-    with open_app(settings) as app:
-        app.require_config()
-        app.ensure_views()
-        rows = list_alerts(app.store, include_resolved=args.all, limit=args.limit)
+    rows = list_alerts(app.store, include_resolved=args.all, limit=args.limit)
     if args.json:
         emit_json(rows)
     elif not rows:
@@ -962,7 +891,7 @@ def cmd_check(args: argparse.Namespace, settings: Settings) -> int:
     return 0 if found.healthy else EXIT_NOT_TICKING
 
 
-COMMANDS: dict[str, Callable[[argparse.Namespace, Settings], int]] = {
+COMMANDS: dict[str, Command] = {
     "run": cmd_run,
     "seed": cmd_seed,
     "validate": cmd_validate,

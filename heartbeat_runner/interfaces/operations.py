@@ -334,7 +334,7 @@ def with_sensing_errors(store: TableStore, rows: list[dict]) -> list[dict]:
 # -- runs ------------------------------------------------------------------------------------
 
 def recent_runs(store: TableStore, limit: int) -> list[dict]:
-    """The latest runs, newest first (finished ticks and INCOMPLETE ones)."""
+    """The latest runs, newest first (finished ticks, FAILED ones and INCOMPLETE ones)."""
     return store.read(RUN_OVERVIEW_VIEW, order_by=["snapshot_ts DESC"], limit=limit)
 
 

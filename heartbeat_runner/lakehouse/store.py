@@ -29,6 +29,7 @@ from heartbeat_runner.core.records import (
     RunSummary,
     SensingTarget,
     SensorEvaluation,
+    TickStatus,
     as_utc,
     job_parameters,
 )
@@ -531,8 +532,10 @@ class TableStore:
                 for row in found}
 
     def latest_run_figures(self) -> dict[str, Any]:
-        """The figures (``stage_timings``) of the latest run summary; empty when none is readable."""
-        found = self.read(RUNS, order_by=["ended_ts DESC"], limit=1, columns=["stage_timings"])
+        """The figures (``stage_timings``) of the latest run summary of a tick that ended (a FAILED tick's row
+        carries none); empty when none is readable."""
+        found = self.read(RUNS, Cond("status", TickStatus.FAILED.value, "<>"), order_by=["ended_ts DESC"], limit=1,
+                          columns=["stage_timings"])
         try:
             figures = json.loads(found[0]["stage_timings"]) if found and found[0]["stage_timings"] else {}
         except ValueError:

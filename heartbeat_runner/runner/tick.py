@@ -43,13 +43,13 @@ from heartbeat_runner.core.records import (
     EventType,
     JobStatus,
     Outcome,
+    RunStart,
     RunSummary,
     SensorEvaluation,
     TickStatus,
     idempotency_token,
     job_parameters,
     new_data_event_id,
-    new_run_id,
     random_event_id,
     skipped_token,
     utcnow,
@@ -326,11 +326,13 @@ class Heartbeat:
 
     # -- the tick ---------------------------------------------------------------------------
 
-    def tick(self) -> TickResult:
+    def tick(self, start: RunStart | None = None) -> TickResult:
+        """One tick; ``start`` (default: now) is its run id and snapshot, fixed by a caller that records
+        the tick's failure under that id (runner/loop.py)."""
         began = time.monotonic()
         parses_before = self.store.engine.sql_count
-        snapshot = utcnow()
-        result = TickResult(run_id=new_run_id(snapshot), snapshot_ts=snapshot)
+        start = start or RunStart.now()
+        result = TickResult(run_id=start.run_id, snapshot_ts=start.snapshot_ts)
         timings = result.stage_timings
         self._fold = None  # a tick that failed part-way left its watch behind
 

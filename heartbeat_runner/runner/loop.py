@@ -1,0 +1,380 @@
+"""A runner process's ticks: one (``run``: cron, a scheduled job, a tick per process) or a loop
+(``run --loop``) until SIGINT/SIGTERM.
+
+Invariants:
+
+- every tick leaves a row in ``heartbeat_runs``: a tick that raises is recorded as FAILED under its own
+  run id (:func:`record_failed_tick`) with its error's kind and redacted message; when even that row
+  cannot be written, the failure to record is logged and the run goes on (the one-shot ``run`` still
+  raises the tick's own error, so its exit code is non-zero);
+- a loop survives any single tick: it backs off (:meth:`RunConfig.wait_s`) and ticks again; it stops
+  early only when the lakehouse itself is unusable (EXIT_LAKEHOUSE_UNUSABLE) or past its memory
+  ceiling (it closes everything, then re-executes itself: runner/memory.py);
+- what the loop carries from one tick to the next is a value (:class:`LoopState`), returned by each
+  tick; nothing per tick is kept on a long-lived object;
+- nothing here prints: what a run shows goes through its view (:class:`TickView`, :class:`LoopView`),
+  which the interface supplies.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Protocol
+
+from heartbeat_runner.core.errors import describe, kind_of
+from heartbeat_runner.core.records import RunStart, RunSummary, TickStatus, utcnow
+from heartbeat_runner.core.settings import Settings
+from heartbeat_runner.core.stopping import StopRequest
+from heartbeat_runner.lakehouse.store import TableStore
+from heartbeat_runner.runner.alert_delivery import redact
+from heartbeat_runner.runner.app import App, open_app
+from heartbeat_runner.runner.lease import Lease, LeaseHeld, tick_lease
+from heartbeat_runner.runner.memory import (
+    EngineRecycler,
+    MemoryCeiling,
+    RestartRequested,
+    loop_restarts,
+    restart_process,
+)
+from heartbeat_runner.runner.tick import Heartbeat, TickResult
+
+log = logging.getLogger(__name__)
+
+#: Exit code of ``run --loop`` when the lakehouse itself is unusable.
+EXIT_LAKEHOUSE_UNUSABLE = 3
+#: After failed ticks the loop waits interval x 2^(failures-1), at least this long and at most MAX_BACKOFF_S.
+MIN_BACKOFF_S = 1.0
+MAX_BACKOFF_S = 300.0
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """How a run ticks (from the command's flags)."""
+
+    #: seconds between tick starts of a loop
+    interval_s: float
+    #: seconds a tick waits for another runner's lease before it is skipped
+    lease_wait_s: float
+
+    def wait_s(self, failures: int) -> float:
+        """Seconds from a tick's start to the next one's: the interval, or after ``failures`` failed ticks in
+        a row interval x 2^(failures-1), within MIN_BACKOFF_S and MAX_BACKOFF_S."""
+        if not failures:
+            return self.interval_s
+        return min(MAX_BACKOFF_S, max(MIN_BACKOFF_S, self.interval_s) * 2 ** (failures - 1))
+
+
+@dataclass(frozen=True)
+class LoopState:
+    """What the loop carries from one tick to the next; each tick returns the next state."""
+
+    #: ticks done
+    ticks: int = 0
+    #: ticks failed in a row (0 after a tick that went through)
+    failures: int = 0
+    #: the latest failure's text ("" after a tick that went through): a repeated error is logged in one line
+    last_error: str = ""
+
+
+@dataclass(frozen=True)
+class TickFailure:
+    """A tick (or what the loop does after it) that raised."""
+
+    error: Exception
+    #: ``describe(error)``
+    text: str
+    #: failed ticks in a row, this one included
+    failures: int
+    #: the previous tick failed with the same text
+    repeated: bool
+
+
+@dataclass(frozen=True)
+class TickEnd:
+    """How one tick of the loop ended: the state for the next tick and when it starts (monotonic), or the
+    loop's exit code when it must stop."""
+
+    state: LoopState
+    next_at: float
+    exit_code: int | None = None
+
+
+class TickView(Protocol):
+    """What one tick shows (the interface draws it; the runner decides nothing by it)."""
+
+    def session(self) -> AbstractContextManager[object]:
+        """Around the tick (one-shot) or the whole loop: a progress display, a status line."""
+
+    def progress(self, message: str) -> None:
+        """A step of the running tick."""
+
+    def ticked(self, result: TickResult) -> None:
+        """A tick went through."""
+
+    def skipped(self, held: LeaseHeld) -> None:
+        """Another runner holds the tick lease: this tick is skipped."""
+
+
+class LoopView(TickView, Protocol):
+    """What a loop shows besides its ticks."""
+
+    def starting(self, number: int) -> None:
+        """Tick ``number`` (from 1) starts."""
+
+    def failed(self, failure: TickFailure) -> None:
+        """A tick (or what follows it) raised; the loop goes on unless the lakehouse is unusable."""
+
+    def finished(self, number: int, result: TickResult | None, failures: int, took_s: float, next_at: float) -> None:
+        """Tick ``number`` ended (``result`` None: skipped or failed); the next starts at ``next_at``."""
+
+    def unusable(self, problem: str, exit_code: int) -> None:
+        """The loop stops: the lakehouse is unusable."""
+
+    def stopped(self, ticks: int) -> None:
+        """The loop stopped on a signal after ``ticks`` ticks."""
+
+
+def _nothing() -> None:
+    return None
+
+
+def _record_nothing(start: RunStart, error: Exception, took_s: float) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class LoopHooks:
+    """What the loop asks of the lakehouse around its ticks (defaults: nothing, for tests)."""
+
+    #: why the lakehouse is unusable, or None; asked after a failed tick
+    lakehouse_problem: Callable[[], str | None] = _nothing
+    #: after every tick that went through, between ticks (may raise RestartRequested)
+    after_tick: Callable[[], None] = _nothing
+    #: record a tick that raised (must not raise; what it returns is not used)
+    record_failure: Callable[[RunStart, Exception, float], object] = _record_nothing
+
+
+# -- one process ----------------------------------------------------------------------------------
+
+def run_once(settings: Settings, config: RunConfig, view: TickView) -> int:
+    """``run``: one tick under the lease; its exit code (0 when skipped). A tick that raises is recorded,
+    then its error is raised again (the caller's exit code for it is non-zero)."""
+    return _under_lease(settings, config, view, lambda app, lease: _one_tick(app, lease, view))
+
+
+def run_forever(settings: Settings, config: RunConfig, view: LoopView) -> int:
+    """``run --loop``: tick every ``config.interval_s`` until SIGINT/SIGTERM (see the module's invariants).
+    Past its memory ceiling it closes everything, then replaces its own process (never returns then)."""
+    try:
+        return _under_lease(settings, config, view, lambda app, lease: _loop_with(app, lease, config, view))
+    except RestartRequested as exc:
+        restart_process(str(exc))
+        return 0  # not reached: restart_process replaces the process
+
+
+def _under_lease(settings: Settings, config: RunConfig, view: TickView, body: Callable[[App, Lease], int]) -> int:
+    """Open the app, take the tick lease before the views are built (building them writes too), run ``body``,
+    then give the lease up and close; 0 (shown as skipped) when another runner keeps the lease."""
+    with open_app(settings) as app:
+        lease = tick_lease(app.store)
+        try:
+            lease.acquire(config.lease_wait_s)
+        except LeaseHeld as exc:
+            view.skipped(exc)
+            return 0
+        try:
+            return body(app, lease)
+        finally:
+            _release(lease)
+
+
+@contextlib.contextmanager
+def _heartbeat(app: App, lease: Lease, view: TickView) -> Iterator[Heartbeat]:
+    """The heartbeat of this process: it shows its steps in ``view`` and renews the lease before any jobs API
+    call; closed after (it writes the summary of a pending streak of idle ticks)."""
+    heartbeat = app.heartbeat(progress=view.progress)
+    heartbeat.before_trigger = lease.renew
+    try:
+        yield heartbeat
+    finally:
+        heartbeat.close()
+
+
+def _one_tick(app: App, lease: Lease, view: TickView) -> int:
+    with _heartbeat(app, lease, view) as heartbeat:
+        result = _recorded(app.store, lambda start: _in_session(view, heartbeat, start))
+        view.ticked(result)
+        return result.exit_code
+
+
+def _in_session(view: TickView, heartbeat: Heartbeat, start: RunStart) -> TickResult:
+    with view.session():
+        return heartbeat.tick(start)
+
+
+def _recorded(store: TableStore, tick: Callable[[RunStart], TickResult]) -> TickResult:
+    """``tick`` run under a fresh RunStart; when it raises, its failure is recorded, then raised again."""
+    start, began = RunStart.now(), time.monotonic()
+    try:
+        return tick(start)
+    except Exception as exc:
+        record_failed_tick(store, start, exc, time.monotonic() - began)
+        raise
+
+
+def _loop_with(app: App, lease: Lease, config: RunConfig, view: LoopView) -> int:
+    with _heartbeat(app, lease, view) as heartbeat:
+        lease.yield_if_wanted()
+        app.dbt.manifest()  # parse the dbt project now, not when the first new data arrives
+        heartbeat.loop_restarts = loop_restarts()
+        hooks = LoopHooks(lakehouse_problem=app.lakehouse_problem, after_tick=memory_guard(app),
+                          record_failure=lambda start, exc, took_s: record_failed_tick(app.store, start, exc, took_s))
+        return run_loop(lambda start: _leased_tick(lease, heartbeat, start, config, view), config, view, hooks)
+
+
+def _leased_tick(lease: Lease, heartbeat: Heartbeat, start: RunStart, config: RunConfig,
+                 view: TickView) -> TickResult | None:
+    """One tick of the loop under the lease (kept after it unless another runner waits for it), or None
+    (skipped, shown) when another runner holds it."""
+    try:
+        with lease.ticking(config.lease_wait_s):
+            return heartbeat.tick(start)
+    except LeaseHeld as exc:
+        view.skipped(exc)
+        return None
+
+
+def _release(lease: Lease) -> None:
+    """Give the lease up at the end of a run; a lakehouse that cannot be reached then leaves it to expire
+    (the error that ended the run is the one to report)."""
+    try:
+        lease.release()
+    except Exception as exc:  # noqa: BLE001 - any engine error: the lease expires by itself
+        log.warning("could not release the tick lease (it expires by itself): %s", describe(exc))
+
+
+def memory_guard(app: App) -> Callable[[], None]:
+    """What the loop does after each tick: recycle the embedded engine when due, and raise
+    RestartRequested once the process tree holds more than HEARTBEAT_MAX_RSS_MB."""
+    recycler = EngineRecycler(app, app.settings.memory)
+    ceiling = MemoryCeiling(app.settings.memory.max_rss_mb)
+
+    def after_tick() -> None:
+        recycler.after_use()
+        rss = ceiling.passed()
+        if rss is not None:
+            raise RestartRequested(f"the process tree holds {rss:.0f} MiB, more than "
+                                   f"HEARTBEAT_MAX_RSS_MB={ceiling.max_rss_mb:g}")
+
+    return after_tick
+
+
+# -- the loop -------------------------------------------------------------------------------------
+
+def run_loop(tick: Callable[[RunStart], TickResult | None], config: RunConfig, view: LoopView,
+             hooks: LoopHooks = LoopHooks()) -> int:
+    """Tick every ``config.interval_s`` seconds until SIGINT/SIGTERM; 0, or EXIT_LAKEHOUSE_UNUSABLE.
+
+    ``tick`` returns None when it was skipped. RestartRequested (from ``hooks.after_tick``) and
+    BrokenPipeError (the reader of the output went away) end the loop by propagating."""
+    stop = StopRequest().install()
+    state = LoopState()
+    with view.session():
+        while not stop.is_set():
+            end = _loop_tick(tick, config, view, hooks, state)
+            if end.exit_code is not None:
+                return end.exit_code
+            state = end.state
+            stop.wait(max(0.0, end.next_at - time.monotonic()))
+    stop.shutting_down()
+    view.stopped(state.ticks)
+    return 0
+
+
+def _loop_tick(tick: Callable[[RunStart], TickResult | None], config: RunConfig, view: LoopView,
+               hooks: LoopHooks, state: LoopState) -> TickEnd:
+    """One tick of the loop and what follows it; the state after it."""
+    started = time.monotonic()
+    number = state.ticks + 1
+    view.starting(number)
+    start = RunStart.now()
+    result: TickResult | None = None
+    failure: TickFailure | None = None
+    try:
+        result = tick(start)
+    except (RestartRequested, BrokenPipeError):
+        raise
+    except Exception as exc:  # noqa: BLE001 - the loop survives any single tick
+        failure = _failure(exc, state)
+        view.failed(failure)
+        hooks.record_failure(start, exc, time.monotonic() - started)
+    if failure is None:
+        if result is not None:
+            view.ticked(result)
+        failure = _after_tick(hooks, LoopState(state.ticks))
+        if failure is not None:
+            view.failed(failure)
+    if failure is not None and (problem := _safely(hooks.lakehouse_problem)) is not None:
+        view.unusable(problem, EXIT_LAKEHOUSE_UNUSABLE)
+        return TickEnd(state, started, EXIT_LAKEHOUSE_UNUSABLE)
+    failures = failure.failures if failure else 0
+    next_at = started + config.wait_s(failures)
+    view.finished(number, result, failures, time.monotonic() - started, next_at)
+    return TickEnd(LoopState(number, failures, failure.text if failure else ""), next_at)
+
+
+def _after_tick(hooks: LoopHooks, state: LoopState) -> TickFailure | None:
+    """Run ``hooks.after_tick`` after a tick that went through; its failure counts as the tick's."""
+    try:
+        hooks.after_tick()
+    except (RestartRequested, BrokenPipeError):
+        raise
+    except Exception as exc:  # noqa: BLE001 - the loop survives it too
+        return _failure(exc, state)
+    return None
+
+
+def _failure(exc: Exception, state: LoopState) -> TickFailure:
+    text = describe(exc)
+    return TickFailure(exc, text, state.failures + 1, repeated=text == state.last_error)
+
+
+def _safely(check: Callable[[], str | None]) -> str | None:
+    """Run a health check; a check that itself fails is an answer too."""
+    try:
+        return check()
+    except Exception as exc:  # noqa: BLE001 - the engine may be gone
+        return describe(exc)
+
+
+# -- a failed tick's row --------------------------------------------------------------------------
+
+def failed_tick_summary(start: RunStart, error: BaseException, took_s: float) -> RunSummary:
+    """The ``heartbeat_runs`` row of a tick that raised: status FAILED, nothing counted, the message
+    ``tick failed (<kind>): <type>: <first line>`` redacted (one line, URLs cut to their host), and the
+    kind in ``stage_timings`` as ``error_kind``."""
+    kind = kind_of(error)
+    return RunSummary(
+        run_id=start.run_id, snapshot_ts=start.snapshot_ts, ended_ts=utcnow(), duration_s=round(took_s, 4),
+        sources_sensed=0, sources_with_new_data=0, sensor_errors=0, jobs_triggered=0, jobs_completed=0,
+        jobs_failed=0, trigger_errors=0, status=TickStatus.FAILED,
+        message=redact(f"tick failed ({kind}): {describe(error)}"),
+        stage_timings=json.dumps({"error_kind": kind}),
+    )
+
+
+def record_failed_tick(store: TableStore, start: RunStart, error: BaseException, took_s: float) -> bool:
+    """Append the FAILED row of a tick that raised; never raises. False (logged) when the row could not be
+    written (the store is unreachable: the error that failed the tick is the one to report)."""
+    try:
+        store.append_run(failed_tick_summary(start, error, took_s), [])
+    except Exception as exc:  # noqa: BLE001 - any engine error: the run goes on
+        log.warning("could not record failed tick %s in heartbeat_runs: %s", start.run_id, describe(exc))
+        return False
+    return True
