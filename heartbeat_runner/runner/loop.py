@@ -27,6 +27,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Protocol
 
+from heartbeat_runner.core.backoff import Backoff
 from heartbeat_runner.core.errors import describe, kind_of
 from heartbeat_runner.core.records import RunStart, RunSummary, TickStatus, utcnow
 from heartbeat_runner.core.settings import Settings
@@ -67,7 +68,7 @@ class RunConfig:
         a row interval x 2^(failures-1), within MIN_BACKOFF_S and MAX_BACKOFF_S."""
         if not failures:
             return self.interval_s
-        return min(MAX_BACKOFF_S, max(MIN_BACKOFF_S, self.interval_s) * 2 ** (failures - 1))
+        return Backoff(first_s=max(MIN_BACKOFF_S, self.interval_s), max_s=MAX_BACKOFF_S).after(failures)
 
 
 @dataclass(frozen=True)
