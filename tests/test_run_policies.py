@@ -133,7 +133,7 @@ def test_the_run_policy_file_is_read_once_with_every_section_and_every_problem(t
         load_run_policies(path)
 
 
-def test_retry_policy_file_is_read_and_bad_files_name_themselves(tmp_path):
+def test_run_policy_file_is_read_and_bad_files_name_themselves(tmp_path):
     from heartbeat_runner.core.errors import ConfigError
     from heartbeat_runner.policies.retry import load_retry_policies
 

@@ -42,8 +42,6 @@ EXPLAIN_RUNS = 5
 #: the other sources find none of their keys in it (no offset, file, key value or load
 #: date) and read from their start. NULL would mean "new sensor": a baseline at the end.
 BEGINNING_CURSOR = dump_cursor({"version": -1})
-#: ``seed`` refuses a config that would retire more than this share of the active rows.
-DEFAULT_MAX_REMOVAL_SHARE = 0.5
 
 ConfigKey = tuple[str, str, str]
 
@@ -57,7 +55,7 @@ def runner_health(settings: Settings) -> Liveness:
     """Is a runner ticking on this lakehouse? From the liveness file every tick rewrites (no table is
     read): the last tick's end, its interval, and "runner not ticking" past ``alerts.runner.not_ticking_after``
     (default: three intervals plus a minute). The same answer for ``check``, ``status`` and the page."""
-    return runner_liveness(settings.lakehouse_dir, load_run_policies(settings.retry_policy_file).alerts)
+    return runner_liveness(settings.lakehouse_dir, load_run_policies(settings.run_policy_file).alerts)
 
 
 #: the runner's health in each row of ``status --json`` (the rows stay the control table's)
@@ -192,7 +190,7 @@ def ask_trigger(app: App, job_id: str, *, by: str | None = None, via: str = "cli
     if JobStatus.FAILED.value in statuses:
         raise InvalidInputError(f"job {job_id} has failed: `retry --job-id {job_id}` re-runs it over the data "
                                 "its failed run had")
-    if job_id in load_window_policies(app.settings.retry_policy_file):
+    if job_id in load_window_policies(app.settings.run_policy_file):
         raise InvalidInputError(f"job {job_id} runs once per final event-time window (its run policy); "
                                 "it cannot be run by hand")
     return record_job_event(app, job_id, EventType.TRIGGER_ASKED, by=by, via=via, reason=reason,
