@@ -654,3 +654,21 @@ def _shown_default(info: FieldInfo) -> str:
     if isinstance(default, float) and default.is_integer():
         return f"`{int(default)}`"
     return f"`{default}`"
+
+
+def with_settings_table(text: str) -> str:
+    """``text`` (the README) with the generated table between TABLE_START and TABLE_END;
+    ValueError when the markers are missing."""
+    start, end = text.find(TABLE_START), text.find(TABLE_END)
+    if start < 0 or end < start:
+        raise ValueError(f"the markers {TABLE_START!r} and {TABLE_END!r} are missing")
+    return text[:start] + TABLE_START + "\n" + settings_table() + "\n" + text[end:]
+
+
+def rewrite_settings_table(readme: Path) -> bool:
+    """Regenerate the table in ``readme``; True when it changed."""
+    before = readme.read_text(encoding="utf-8")
+    after = with_settings_table(before)
+    if after != before:
+        readme.write_text(after, encoding="utf-8")
+    return after != before
