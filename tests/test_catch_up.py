@@ -30,7 +30,8 @@ from heartbeat_runner.core.faults import CRASH_EXIT_CODE
 from heartbeat_runner.core.records import EventType
 from heartbeat_runner.core.windows import SourceWindow, WindowLimit
 from heartbeat_runner.interfaces.operations import explain, record_job_event
-from heartbeat_runner.policies.catch_up import CatchUpPolicy, load_catch_up_policies
+from heartbeat_runner.policies.catch_up import CatchUpPolicy
+from heartbeat_runner.policies.run_policies import load_run_policies
 from heartbeat_runner.sensing.sources.delta_table import DeltaTableSource
 from heartbeat_runner.sensing.sources.kafka import KafkaSource
 from heartbeat_runner.sensing.sources.sap_chain import SapChainSource
@@ -108,13 +109,13 @@ def test_sources_cut_a_backlog_into_windows_in_their_own_terms():
 def test_a_bad_policy_is_a_clear_error_naming_the_file(tmp_path):
     from heartbeat_runner.core.errors import ConfigError
 
-    assert load_catch_up_policies(policy_file(tmp_path, 'jobs: {"7": {catch_up: {max_window: 7d}}}'))["7"] == \
+    assert load_run_policies(policy_file(tmp_path, 'jobs: {"7": {catch_up: {max_window: 7d}}}')).catch_up["7"] == \
         CatchUpPolicy(WindowLimit.parse("7d"))
     for text, words in [('jobs: {"7": {catch_up: {max_window: soon}}}', "max_window 'soon'"),
                         ('jobs: {"7": {catch_up: {max_window: 3, max_in_flight: 2}}}', "only 1 is supported"),
                         ('jobs: {"7": {catch_up: {size: 3}}}', "unknown catch_up setting")]:
         with pytest.raises(ConfigError, match="policies.yml") as raised:
-            load_catch_up_policies(policy_file(tmp_path, text))
+            load_run_policies(policy_file(tmp_path, text))
         assert words in str(raised.value)
 
 

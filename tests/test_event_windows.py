@@ -342,18 +342,19 @@ def test_a_crash_around_a_window_trigger_neither_skips_nor_repeats_it(tmp_path):
 
 def test_a_bad_window_policy_is_a_clear_error_naming_the_file(tmp_path):
     from heartbeat_runner.core.errors import ConfigError
-    from heartbeat_runner.policies.event_windows import LateData, WindowPolicy, load_window_policies, source_grains
+    from heartbeat_runner.policies.event_windows import LateData, WindowPolicy, source_grains
+    from heartbeat_runner.policies.run_policies import load_run_policies
 
     path = tmp_path / "policies.yml"
     path.write_text('jobs: {"H": {window: {size: 1h, lateness: 10m, late_data: rerun}}}')
-    assert load_window_policies(path) == {"H": WindowPolicy(3600, 600, LateData.RERUN)}
+    assert load_run_policies(path).windows == {"H": WindowPolicy(3600, 600, LateData.RERUN)}
     for text, words in [('jobs: {"H": {window: {size: 10}}}', "expected a span"),
                         ('jobs: {"H": {window: {size: 1h, late_data: drop}}}', "expected report or rerun"),
                         ('jobs: {"H": {window: {lateness: 1m}}}', "window needs size"),
                         ('jobs: {"H": {window: {size: 1h}, catch_up: {max_window: 3}}}', "one or the other")]:
         path.write_text(text)
         with pytest.raises(ConfigError, match="policies.yml") as raised:
-            load_window_policies(path)
+            load_run_policies(path)
         assert words in str(raised.value)
     hourly, quarter, tens = WindowPolicy(3600), WindowPolicy(900), WindowPolicy(600)
     assert source_grains({"a": hourly, "b": quarter}, [("a", "s"), ("b", "s"), ("c", "s")]) == {"s": 900}

@@ -51,8 +51,8 @@ from heartbeat_runner.interfaces.operations import (
 from heartbeat_runner.interfaces.outcomes import outcome_of
 from heartbeat_runner.interfaces.output import STATUS_COLUMNS, LiveLine, Snapshot, Steps, emit, emit_json, watch
 from heartbeat_runner.policies.event_windows import source_grains
-from heartbeat_runner.policies.retry import load_retry_policies, policy_problem
 from heartbeat_runner.policies.run_policies import RunPolicies, alert_destination_problems, load_run_policies
+from heartbeat_runner.policies.run_policy_file import policy_problem
 from heartbeat_runner.runner.alerting import Liveness, idle_sensing
 from heartbeat_runner.runner.app import App, open_app
 from heartbeat_runner.runner.lease import Lease, LeaseHeld, tick_lease
@@ -786,7 +786,7 @@ def cmd_explain(args: argparse.Namespace, settings: Settings) -> int:
     with open_app(settings) as app:
         _open_fresh(app, settings)
         found = explain(app.store, args.job_id, idle_sensing(settings.lakehouse_dir))
-        retry = retry_outlook(app.store, load_retry_policies(settings.run_policy_file), args.job_id)
+        retry = retry_outlook(app.store, load_run_policies(settings.run_policy_file).retry, args.job_id)
         late = late_data(app.store, settings.run_policy_file, args.job_id)
         deadline = _deadline_note(app, settings, args.job_id)
         asked = pending_ask(app.store, args.job_id)
