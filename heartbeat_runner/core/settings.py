@@ -538,16 +538,17 @@ def accepts_text(info: FieldInfo) -> str:
     return ", ".join(parts) or "text"
 
 
-def _warn_deprecated(env: HeartbeatEnvironment) -> Path | None:
-    """The run-policy file, from HEARTBEAT_RUN_POLICY or (deprecated, one warning per process) HEARTBEAT_RETRY_POLICY."""
-    if env.retry_policy is not None and not _warned:
+#: deprecated names already warned about in this process (one line each, not one per load)
+_warned: list[str] = []
+
+
+def _run_policy_file(env: HeartbeatEnvironment) -> Path | None:
+    """HEARTBEAT_RUN_POLICY, else its deprecated name HEARTBEAT_RETRY_POLICY (one warning per process
+    whenever the old name is set, also when the new one wins)."""
+    if env.retry_policy is not None and "HEARTBEAT_RETRY_POLICY" not in _warned:
         _warned.append("HEARTBEAT_RETRY_POLICY")
         log.warning("HEARTBEAT_RETRY_POLICY is deprecated; use HEARTBEAT_RUN_POLICY")
     return env.run_policy or env.retry_policy
-
-
-#: deprecated names already warned about in this process (one line each, not one per load)
-_warned: list[str] = []
 
 
 def load_settings(
@@ -594,7 +595,7 @@ def settings_from(env: HeartbeatEnvironment) -> Settings:
         spark_dir=env.spark_dir,
         max_run_duration_s=env.max_run_duration,
         cancel_overdue_runs=env.cancel_overdue_runs,
-        run_policy_file=_warn_deprecated(env),
+        run_policy_file=_run_policy_file(env),
         idle_flush_s=env.idle_flush,
         maintenance=MaintenancePolicy(
             compact_min_files=env.maintenance_max_files, vacuum_retention_hours=env.vacuum_retention_hours,
