@@ -238,3 +238,8 @@ def test_the_cli_says_once_that_the_old_policy_name_is_deprecated(tmp_path):
     proc = _cli(tmp_path, "status", HEARTBEAT_RETRY_POLICY=str(tmp_path / "policies.yml"))
     assert proc.stderr.count("HEARTBEAT_RETRY_POLICY is deprecated; use HEARTBEAT_RUN_POLICY") == 1, proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_lists_are_comma_separated():
+    chosen = load_settings(env={"HEARTBEAT_UI_OPERATORS": "ops@example.com, svc-ops", "HEARTBEAT_UI_OPERATOR_GROUPS": ""})
+    assert chosen.ui_operators == ("ops@example.com", "svc-ops") and chosen.ui_operator_groups == ()

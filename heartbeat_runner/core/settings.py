@@ -18,7 +18,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, ValidationError
 from pydantic.fields import FieldInfo
-from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import BaseSettings, EnvSettingsSource, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
 from heartbeat_runner.core.durations import parse_seconds
 from heartbeat_runner.core.errors import InvalidInputError
@@ -344,7 +344,8 @@ OptionalIdentifier = Annotated[str | None, BeforeValidator(_optional_identifier)
                                _Accepts("an identifier (letters, digits, underscore)")]
 QualifiedSchema = Annotated[str | None, BeforeValidator(_qualified_schema),
                             _Accepts("`schema` or `catalog.schema` (identifiers)")]
-Names = Annotated[tuple[str, ...], BeforeValidator(_listed), _Accepts("comma-separated names")]
+#: NoDecode: a comma-separated text, not the JSON pydantic-settings would otherwise expect for a tuple
+Names = Annotated[tuple[str, ...], NoDecode, BeforeValidator(_listed), _Accepts("comma-separated names")]
 Text = Annotated[str | None, _Accepts("text")]
 
 
