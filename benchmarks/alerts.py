@@ -48,7 +48,7 @@ def lakehouse(root: Path, n: int, policy: str) -> tuple:
     (root / "policy.yml").write_text(policy)
     return load_settings(lakehouse_dir=str(root / "lakehouse"), config_csv=str(config),
                          jobs_file=str(root / "jobs.yml"), jobs_backend="local",
-                         env={"HEARTBEAT_RETRY_POLICY": str(root / "policy.yml")})
+                         env={"HEARTBEAT_RUN_POLICY": str(root / "policy.yml")})
 
 
 def measure_size(n: int, repeats: int) -> dict:

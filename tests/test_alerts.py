@@ -185,7 +185,7 @@ def test_each_condition_raises_one_alert_and_one_resolve(hb, receiver, tmp_path)
     reaches the webhook, PagerDuty and email once when it begins and once when it clears, with one key."""
     with JobsApiServer() as api, MailReceiver(tmp_path) as mail:
         job, quiet = str(api.add_job()), str(api.add_job())
-        hb.app.settings = hb.settings.with_(retry_policy_file=policy_file(tmp_path, receiver, (
+        hb.app.settings = hb.settings.with_(run_policy_file=policy_file(tmp_path, receiver, (
             "  default:\n    job: {failed: true, trigger_error_after: 1s}\n    source: {sensing_error_after: 1s}\n"
             f"  jobs:\n    '{job}': {{run_longer_than: 3s}}\n"
             "  sources:\n    'delta_table:sales.quiet': {new_data_every: 2s}\n"), mail=mail))
@@ -247,7 +247,7 @@ def test_each_condition_raises_one_alert_and_one_resolve(hb, receiver, tmp_path)
 def test_a_receiver_that_is_down_or_hangs_gets_the_alert_once_it_is_back(hb, receiver, tmp_path):
     """Refused (500) and hanging deliveries are retried with back-off and recorded; the tick never waits for
     them; once the receiver answers, each destination has the alert exactly once."""
-    hb.app.settings = hb.settings.with_(retry_policy_file=policy_file(
+    hb.app.settings = hb.settings.with_(run_policy_file=policy_file(
         tmp_path, receiver, "  default:\n    source: {sensing_error_after: 0.1s}\n"))
     hb.seed(row("delta_table", "sales.missing", "7"))
     monitor = hb.heartbeat.observer
@@ -285,7 +285,7 @@ def test_late_source_for_50_jobs_is_one_message_delivered_across_kills_and_watch
     config.write_text("\n".join([HEADER, *(row("trigger_file", "drop", job) for job in jobs)]) + "\n")
     policy = tmp_path / "run_policies.yml"
     lake = CliLakehouse(tmp_path / "lakehouse", config=config, jobs_file=marker_jobs_file(tmp_path / "jobs.yml", *jobs),
-                        env={"HEARTBEAT_RETRY_POLICY": str(policy), HOOK_ENV: f"{receiver.url}/hook",
+                        env={"HEARTBEAT_RUN_POLICY": str(policy), HOOK_ENV: f"{receiver.url}/hook",
                              PD_ENV: PD_KEY})
     lake.home.mkdir()
     lake.cli("seed")
@@ -369,7 +369,7 @@ def test_a_webhook_url_from_a_databricks_secret_scope_delivers_and_is_never_show
         path.write_text("alerts:\n  group_interval: off\n  default:\n    source: {sensing_error_after: 0.1s}\n"
                         "  destinations:\n    hook: {type: webhook, url: {secret: heartbeat/alert-hook}}\n"
                         "    lost: {type: webhook, url: {secret: heartbeat/no-such-key}}\n")
-        hb.app.settings = hb.settings.with_(retry_policy_file=path)
+        hb.app.settings = hb.settings.with_(run_policy_file=path)
         hb.seed(row("delta_table", "sales.missing", "7"))
         hb.tick()                                                   # failing since now
         hb.tick()                                                   # raised: sent
@@ -609,7 +609,7 @@ def test_no_secret_reaches_a_file_a_table_or_an_output(tmp_path):
             f"    mail: {{type: email, host: 127.0.0.1, port: {mail.port}, from: hb@example.com, to: [data@example.com],"
             f" ca_file: '{mail.cert}', username_env: HB_C_USER, password_env: HB_C_PASSWORD}}\n")
         secret_path = f"/hook/{CANARY}?token={CANARY}"
-        env = {"HEARTBEAT_RETRY_POLICY": str(policy), "HB_C_HOOK": f"{up.url}{secret_path}", "HB_C_KEY": CANARY_KEY,
+        env = {"HEARTBEAT_RUN_POLICY": str(policy), "HB_C_HOOK": f"{up.url}{secret_path}", "HB_C_KEY": CANARY_KEY,
                "HB_C_DOWN_HOOK": f"{down.url}{secret_path}",
                "HB_C_GONE_HOOK": f"http://127.0.0.1:{closed_port()}{secret_path}",
                "HB_C_USER": f"user-{CANARY}", "HB_C_PASSWORD": f"pw-{CANARY}"}
@@ -682,7 +682,7 @@ def test_a_deadline_is_first_checked_at_its_first_occurrence_after_it_was_config
     hb.create_table("sales.a", "id int")
     hb.seed(row("delta_table", "sales.a", "J1"))
     due = deadline_in(8)  # the first tick ends before the deadline, even on a busy machine
-    hb.app.settings = hb.settings.with_(retry_policy_file=policy_file(
+    hb.app.settings = hb.settings.with_(run_policy_file=policy_file(
         tmp_path, receiver, f"  jobs:\n    'J1': {{deadline: '{due:%H:%M:%S} UTC'}}\n"))
     hb.tick()
     assert not overdue_events(hb, "ALERT_RAISED")                  # yesterday's deadline predates it
@@ -704,7 +704,7 @@ def test_an_overdue_alert_holds_its_jobs_until_they_complete(hb, receiver, tmp_p
     hb.seed(*(row("delta_table", f"sales.{t}", j) for t, j in (("a", "J1"), ("b", "J1"), ("a", "J2"), ("b", "J2"),
                                                                ("c", "J3"))))
     due = deadline_in(8)  # the first tick ends before the deadline, even on a busy machine
-    hb.app.settings = hb.settings.with_(retry_policy_file=policy_file(
+    hb.app.settings = hb.settings.with_(run_policy_file=policy_file(
         tmp_path, receiver, f"  default:\n    job: {{deadline: '{due:%H:%M:%S} UTC'}}\n"))
     monitor = hb.heartbeat.observer
     hb.tick()                                                       # baseline, before the deadline

@@ -30,7 +30,8 @@ from heartbeat_runner.core.faults import CRASH_EXIT_CODE
 from heartbeat_runner.core.records import EventType
 from heartbeat_runner.core.windows import SourceWindow, WindowLimit
 from heartbeat_runner.interfaces.operations import explain, record_job_event
-from heartbeat_runner.policies.catch_up import CatchUpPolicy, load_catch_up_policies
+from heartbeat_runner.policies.catch_up import CatchUpPolicy
+from heartbeat_runner.policies.run_policies import load_run_policies
 from heartbeat_runner.sensing.sources.delta_table import DeltaTableSource
 from heartbeat_runner.sensing.sources.kafka import KafkaSource
 from heartbeat_runner.sensing.sources.sap_chain import SapChainSource
@@ -108,13 +109,13 @@ def test_sources_cut_a_backlog_into_windows_in_their_own_terms():
 def test_a_bad_policy_is_a_clear_error_naming_the_file(tmp_path):
     from heartbeat_runner.core.errors import ConfigError
 
-    assert load_catch_up_policies(policy_file(tmp_path, 'jobs: {"7": {catch_up: {max_window: 7d}}}'))["7"] == \
+    assert load_run_policies(policy_file(tmp_path, 'jobs: {"7": {catch_up: {max_window: 7d}}}')).catch_up["7"] == \
         CatchUpPolicy(WindowLimit.parse("7d"))
     for text, words in [('jobs: {"7": {catch_up: {max_window: soon}}}', "max_window 'soon'"),
                         ('jobs: {"7": {catch_up: {max_window: 3, max_in_flight: 2}}}', "only 1 is supported"),
                         ('jobs: {"7": {catch_up: {size: 3}}}', "unknown catch_up setting")]:
         with pytest.raises(ConfigError, match="policies.yml") as raised:
-            load_catch_up_policies(policy_file(tmp_path, text))
+            load_run_policies(policy_file(tmp_path, text))
         assert words in str(raised.value)
 
 
@@ -123,7 +124,7 @@ def test_a_bad_policy_is_a_clear_error_naming_the_file(tmp_path):
 @contextlib.contextmanager
 def events_lakehouse(tmp_path: Path, policy: str) -> Iterator[Harness]:
     """Job J reads the Delta table up.events under ``policy``; its runs are recorded in <tmp>/out/J."""
-    with Harness(tmp_path, HEARTBEAT_RETRY_POLICY=str(policy_file(tmp_path, policy))) as hb:
+    with Harness(tmp_path, HEARTBEAT_RUN_POLICY=str(policy_file(tmp_path, policy))) as hb:
         hb.create_table("up.events", "id INT")
         hb.seed(row("delta_table", "up.events", "J"))
         recorder_jobs(hb.jobs_path, tmp_path / "out", "J")
@@ -197,7 +198,7 @@ def test_a_failure_stops_the_sequence_until_the_window_succeeds(tmp_path):
 def test_a_date_key_backlog_runs_in_spans_of_seven_days(tmp_path):
     out = tmp_path / "out"
     policy = policy_file(tmp_path, 'jobs: {"D": {catch_up: {max_window: 7d}}}')
-    with Harness(tmp_path, HEARTBEAT_RETRY_POLICY=str(policy)) as hb:
+    with Harness(tmp_path, HEARTBEAT_RUN_POLICY=str(policy)) as hb:
         hb.create_table("up.daily", "day DATE, amount INT")
         hb.insert("up.daily", "(DATE'2026-05-01', 1)")
         hb.seed(row("delta_table", "up.daily", "D", key="day"))
@@ -218,7 +219,7 @@ def test_an_sap_chain_backlog_runs_green_run_by_green_run(tmp_path, postgres, ch
     sources.write_text("sap:\n  default: {url: {env: TEST_SAP_URL}, schema: SAPABAP1}\n")
     monkeypatch.setenv("TEST_SAP_URL", postgres.url())
     policy = policy_file(tmp_path, 'jobs: {"S": {catch_up: {max_window: 1}}}')
-    with Harness(tmp_path, HEARTBEAT_RETRY_POLICY=str(policy), HEARTBEAT_SOURCES_FILE=str(sources)) as hb:
+    with Harness(tmp_path, HEARTBEAT_RUN_POLICY=str(policy), HEARTBEAT_SOURCES_FILE=str(sources)) as hb:
         hb.seed(row("sap_b4", chain, "S"))
         recorder_jobs(hb.jobs_path, out, "S")
         hb.tick()  # baseline: the 23:00 run
@@ -263,7 +264,7 @@ def crash_scenario(root: Path, point: str) -> CrashOutcome:
     config.write_text("\n".join([HEADER, row("delta_table", "up.orders", "101")]) + "\n")
     recorder_jobs(jobs, out, "101")
     policy = policy_file(root, 'jobs: {"101": {catch_up: {max_window: 1}}}')
-    lake = CliLakehouse(root / "lakehouse", config=config, jobs_file=jobs, env={"HEARTBEAT_RETRY_POLICY": str(policy)})
+    lake = CliLakehouse(root / "lakehouse", config=config, jobs_file=jobs, env={"HEARTBEAT_RUN_POLICY": str(policy)})
     lake.home.mkdir(parents=True)
     lake.append_ids("up.orders", 1)
     lake.cli("seed")

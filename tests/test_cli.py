@@ -56,7 +56,7 @@ def test_validate_checks_the_config_and_the_run_policies_together_and_reports_ev
     """One run of ``validate`` names every problem of both files (the CSV's row and field, the policy's job
     and setting), warns about a policy for a job no row triggers, and lists the policies in --json."""
     config, policies = tmp_path / "cfg.csv", tmp_path / "policies.yml"
-    env = {"HEARTBEAT_RETRY_POLICY": str(policies)}
+    env = {"HEARTBEAT_RUN_POLICY": str(policies)}
     config.write_text("\n".join([HEADER, row("delta_table", "db.t", "J1"), row("delta_table", "db.t", "J2"),
                                  row("delta_table", "db.u", "J3", state="MAYBE")]) + "\n")
     policies.write_text("jobs:\n  J1: {window: {size: 1h}}\n  J2: {window: {size: 90m}, max_retries: 2}\n"
@@ -79,8 +79,8 @@ def test_validate_checks_the_config_and_the_run_policies_together_and_reports_ev
     assert "job J9, which no config row triggers" in proc.stdout
     found = json.loads(cli(tmp_path, "validate", "--json", env=env).stdout)["run_policies"]
     assert (found["window"], found["retry"], found["unknown_jobs"]) == (["J1", "J2"], ["J1", "J2", "J9"], ["J9"])
-    missing = cli(tmp_path, "validate", env={"HEARTBEAT_RETRY_POLICY": str(tmp_path / "polices.yml")}).stdout
-    assert "polices.yml (HEARTBEAT_RETRY_POLICY) does not exist: no run policies" in missing
+    missing = cli(tmp_path, "validate", env={"HEARTBEAT_RUN_POLICY": str(tmp_path / "polices.yml")}).stdout
+    assert "polices.yml (HEARTBEAT_RUN_POLICY) does not exist: no run policies" in missing
 
 
 def test_commands_before_seed_explain_what_to_do(tmp_path):

@@ -328,7 +328,7 @@ def test_the_example_sql_alert_is_a_typed_bundle_alert_that_fires_on_an_open_hea
 
     policies = hb.root / "run_policies.yml"
     policies.write_text("alerts:\n  default:\n    job: {failed: true}\n")
-    hb.app.settings = hb.settings.with_(retry_policy_file=policies)
+    hb.app.settings = hb.settings.with_(run_policy_file=policies)
     hb.create_table("up.orders", "id int")
     hb.seed(config_row("delta_table", "up.orders", "J1"))
     hb.jobs(J1=3)

@@ -69,7 +69,7 @@ def settle(hb: Harness, ticks: int = 12) -> None:
 def windowed(tmp_path: Path, policy: str, **env: str) -> Harness:
     path = tmp_path / "policies.yml"
     path.write_text(policy)
-    return Harness(tmp_path, HEARTBEAT_RETRY_POLICY=str(path), **env)
+    return Harness(tmp_path, HEARTBEAT_RUN_POLICY=str(path), **env)
 
 
 @contextlib.contextmanager
@@ -171,12 +171,12 @@ def test_delta_hourly_windows_fire_when_final_skip_empty_ones_and_rerun_late_one
         settle(hb)
         assert starts(out, "H")[-1] == ("10:00", "true")  # one correction run, flagged
         assert json.loads(recorded(out, "H")[-1]["heartbeat_params"])["window"]["correction"] is True
-        assert late_data(hb.app.store, hb.settings.retry_policy_file, "H") == [
+        assert late_data(hb.app.store, hb.settings.run_policy_file, "H") == [
             {"source_key": hb.rows("H")[0]["source_key"], "window_start": f"{DAY}T10:00:00Z", "rows": 1}]
         hb.insert("up.clicks", f"(TIMESTAMP'{DAY} 10:40:00', 7)")  # late again: counted, no second correction
         settle(hb)
         assert [s for s in starts(out, "H") if s[1] == "true"] == [("10:00", "true")]
-        assert late_data(hb.app.store, hb.settings.retry_policy_file, "H")[0]["rows"] == 2
+        assert late_data(hb.app.store, hb.settings.run_policy_file, "H")[0]["rows"] == 2
 
 
 def test_once_its_history_is_archived_a_windowed_job_reads_only_the_hot_log_and_still_corrects(tmp_path, monkeypatch):
@@ -254,7 +254,7 @@ def test_kafka_window_fires_only_when_the_slower_source_passes_it(tmp_path, kafk
         kafka_broker.produce(slow, "late", timestamps_ms=[ms("10:20")])
         settle(hb)
         assert len(recorded(out, "K")) == 1  # late_data: report -> counted, no run
-        late = late_data(hb.app.store, hb.settings.retry_policy_file, "K")
+        late = late_data(hb.app.store, hb.settings.run_policy_file, "K")
         assert [(item["source_key"].split("#")[0], item["window_start"], item["rows"]) for item in late] == [
             (f"kafka:shop: {slow}", f"{DAY}T10:00:00Z", 1)]
 
@@ -306,7 +306,7 @@ def window_crash_scenario(root: Path, point: str) -> CrashOutcome:
     recorder_jobs(jobs, out, "101")
     (root / "policies.yml").write_text('jobs: {"101": {window: {size: 1h}}}')
     lake = CliLakehouse(root / "lakehouse", config=config, jobs_file=jobs,
-                        env={"HEARTBEAT_RETRY_POLICY": str(root / "policies.yml")})
+                        env={"HEARTBEAT_RUN_POLICY": str(root / "policies.yml")})
     lake.home.mkdir(parents=True)
     table = str(lake.home / "warehouse" / "up" / "clicks")
 
@@ -342,18 +342,19 @@ def test_a_crash_around_a_window_trigger_neither_skips_nor_repeats_it(tmp_path):
 
 def test_a_bad_window_policy_is_a_clear_error_naming_the_file(tmp_path):
     from heartbeat_runner.core.errors import ConfigError
-    from heartbeat_runner.policies.event_windows import LateData, WindowPolicy, load_window_policies, source_grains
+    from heartbeat_runner.policies.event_windows import LateData, WindowPolicy, source_grains
+    from heartbeat_runner.policies.run_policies import load_run_policies
 
     path = tmp_path / "policies.yml"
     path.write_text('jobs: {"H": {window: {size: 1h, lateness: 10m, late_data: rerun}}}')
-    assert load_window_policies(path) == {"H": WindowPolicy(3600, 600, LateData.RERUN)}
+    assert load_run_policies(path).windows == {"H": WindowPolicy(3600, 600, LateData.RERUN)}
     for text, words in [('jobs: {"H": {window: {size: 10}}}', "expected a span"),
                         ('jobs: {"H": {window: {size: 1h, late_data: drop}}}', "expected report or rerun"),
                         ('jobs: {"H": {window: {lateness: 1m}}}', "window needs size"),
                         ('jobs: {"H": {window: {size: 1h}, catch_up: {max_window: 3}}}', "one or the other")]:
         path.write_text(text)
         with pytest.raises(ConfigError, match="policies.yml") as raised:
-            load_window_policies(path)
+            load_run_policies(path)
         assert words in str(raised.value)
     hourly, quarter, tens = WindowPolicy(3600), WindowPolicy(900), WindowPolicy(600)
     assert source_grains({"a": hourly, "b": quarter}, [("a", "s"), ("b", "s"), ("c", "s")]) == {"s": 900}
@@ -369,7 +370,7 @@ def test_validate_warns_when_a_windowed_job_reads_a_source_without_event_times(t
                                  row("trigger_file", "soft", "H", hard="FALSE")]) + "\n")
     policy = tmp_path / "policies.yml"
     policy.write_text('jobs: {"H": {window: {size: 1h}}}')
-    monkeypatch.setenv("HEARTBEAT_RETRY_POLICY", str(policy))
+    monkeypatch.setenv("HEARTBEAT_RUN_POLICY", str(policy))
     assert main(["validate", "--config", str(config), "--lakehouse-dir", str(tmp_path / "lake")]) == 0
     warnings = [line for line in capsys.readouterr().out.splitlines() if "report no event times" in line]
     assert warnings == ["  warning: line 3: job H has a window policy, but trigger_file sources report no event "

@@ -127,7 +127,7 @@ def test_hot_log_and_full_history_always_agree(tmp_path, seed):
     rng = random.Random(seed)
     policy = tmp_path / "retry.yml"
     policy.write_text("jobs:\n  J2: {max_retries: 1, backoff_s: 0}\n")
-    with Harness(tmp_path, HEARTBEAT_ARCHIVE_MARGIN_MINUTES="0", HEARTBEAT_RETRY_POLICY=str(policy)) as hb:
+    with Harness(tmp_path, HEARTBEAT_ARCHIVE_MARGIN_MINUTES="0", HEARTBEAT_RUN_POLICY=str(policy)) as hb:
         for source in SOURCES:
             hb.create_table(source, "id bigint")
         hb.jobs(J1=0, J2=1, J3=0, J4=0)

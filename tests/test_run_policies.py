@@ -133,19 +133,19 @@ def test_the_run_policy_file_is_read_once_with_every_section_and_every_problem(t
         load_run_policies(path)
 
 
-def test_retry_policy_file_is_read_and_bad_files_name_themselves(tmp_path):
+def test_run_policy_file_is_read_and_bad_files_name_themselves(tmp_path):
     from heartbeat_runner.core.errors import ConfigError
-    from heartbeat_runner.policies.retry import load_retry_policies
+    from heartbeat_runner.policies.run_policies import load_run_policies
 
     path = tmp_path / "retry.yml"
     path.write_text('default: {max_retries: 1}\njobs:\n  "42": {max_retries: 3, backoff_s: 60}\n')
-    policies = load_retry_policies(path)
+    policies = load_run_policies(path).retry
     assert policies.for_job("42") == RetryPolicy(max_retries=3, backoff_s=60)
     assert policies.for_job("7").max_retries == 1
-    assert not load_retry_policies(tmp_path / "missing.yml").for_job("42").enabled
+    assert not load_run_policies(tmp_path / "missing.yml").retry.for_job("42").enabled
     path.write_text('jobs:\n  "42": {max_retries: 3, backof_s: 60}\n')
     with pytest.raises(ConfigError, match=r"retry.yml: invalid retry policy: unknown retry policy setting\(s\): backof_s"):
-        load_retry_policies(path)
+        load_run_policies(path)
 
 
 def test_a_skipped_retry_is_asked_again_with_a_new_token_not_handed_back_the_skipped_run(hb, api):

@@ -293,7 +293,7 @@ def test_a_tick_per_process_raises_sensing_and_trigger_error_alerts_once_past_th
                           "  destinations:\n    hook: {type: webhook, url_env: HB_TRUTH_HOOK}\n")
         lake = _lakehouse(tmp_path, row("delta_table", "nowhere.missing_table", "BROKEN"),
                           row("trigger_file", "ghost", "GHOST"))
-        env = {"HEARTBEAT_RETRY_POLICY": str(policy), "HB_TRUTH_HOOK": f"{receiver.url}/hook"}
+        env = {"HEARTBEAT_RUN_POLICY": str(policy), "HB_TRUTH_HOOK": f"{receiver.url}/hook"}
         assert lake.cli("run", check=False, env=env).returncode == 2  # BROKEN's first failure
         lake.drop_trigger_file("ghost", "a.ready")
         began = time.monotonic()

@@ -51,7 +51,7 @@ def lakehouse(tmp_path_factory) -> Iterator[Harness]:
     with Harness(root) as hb:
         policies = root / "run_policies.yml"
         policies.write_text("alerts:\n  default:\n    job: {failed: true}\n")
-        hb.app.settings = hb.settings.with_(retry_policy_file=policies)
+        hb.app.settings = hb.settings.with_(run_policy_file=policies)
         hb.create_table("sales.orders", "id INT")
         hb.create_table("sales.customers", "id INT")
         hb.seed(*CONFIG)

@@ -1,13 +1,30 @@
-"""Runner settings, resolved once from CLI flags and the environment (flags win)."""
+"""Runner settings, resolved once from CLI flags and the environment (flags win).
+
+Every ``HEARTBEAT_*`` variable the package reads is declared once, in ``HeartbeatEnvironment``
+below: its type, bounds, default and a one-line help. ``load_settings`` validates the whole
+environment at once (``SettingsError`` lists every bad variable) and builds the ``Settings`` record
+the rest of the code is given; ``settings_table`` renders the README's table from the declaration.
+"""
 
 from __future__ import annotations
 
+import logging
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Annotated, Any, Literal
 
+from pydantic import BeforeValidator, Field, ValidationError
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings, EnvSettingsSource, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
+
+from heartbeat_runner.core.durations import parse_seconds
+from heartbeat_runner.core.errors import InvalidInputError
 from heartbeat_runner.core.names import TextEnum
+
+log = logging.getLogger(__name__)
 
 
 class Target(TextEnum):
@@ -134,8 +151,8 @@ class Settings:
     max_run_duration_s: float | None = None
     #: ... and cancelled, when the backend can cancel runs
     cancel_overdue_runs: bool = False
-    #: YAML with automatic retry policies per job (off when absent)
-    retry_policy_file: Path | None = None
+    #: the run-policy YAML (retries, catch-up, event windows, alerts per job; off when absent)
+    run_policy_file: Path | None = None
     #: idle ticks (nothing new, nothing done) are summarised in one run row at most this often
     idle_flush_s: float = 600.0
     #: how maintenance archives, compacts and expires (``maintain``, and ticks when auto_maintenance)
@@ -149,6 +166,29 @@ class Settings:
     #: how the embedded engine's process is recycled between ticks (and ``ui`` reads), and the
     #: ceiling after which ``run --loop`` restarts itself (see docs/memory.md)
     memory: MemoryPolicy = field(default_factory=lambda: MemoryPolicy())
+    #: seconds a tick lease lasts without renewal
+    lease_ttl_s: float = 600.0
+    #: seconds a command waits for another runner's tick to end (``--wait-lease`` wins)
+    lease_wait_s: float = 30.0
+    #: share of the active config rows a ``seed`` may retire without ``--allow-removals``
+    max_removal_share: float = 0.5
+    #: seconds a stopping ``run --loop`` / ``ui`` / ``serve`` has to end before it dumps stacks and exits
+    shutdown_grace_s: float = 30.0
+    #: where resolved Delta jar sets are cached (None: ``~/.cache/heartbeat/spark-jars``)
+    spark_jars_dir: Path | None = None
+    #: the status page's operators (e-mail addresses, lower case) and operator groups
+    ui_operators: tuple[str, ...] = ()
+    ui_operator_groups: tuple[str, ...] = ()
+    #: seconds one Databricks HTTP call may take, and the SDK keeps retrying 429/503/timeouts
+    databricks_http_timeout_s: float = 30.0
+    databricks_retry_timeout_s: int = 120
+    #: the run id a local job's own ``complete`` reports (set by the local jobs backend)
+    job_run_id: str | None = None
+
+    @property
+    def retry_policy_file(self) -> Path | None:
+        """Deprecated name of ``run_policy_file`` (the file holds more than retries)."""
+        return self.run_policy_file
 
     @property
     def lakehouse_in_folder(self) -> bool:
@@ -205,15 +245,311 @@ class Settings:
         return (JobsBackendKind.DATABRICKS if self.target is Target.DATABRICKS else JobsBackendKind.LOCAL).value
 
     def with_(self, **changes) -> Settings:
+        """A copy with ``changes``; the deprecated ``retry_policy_file`` sets ``run_policy_file``."""
+        if "retry_policy_file" in changes:
+            changes["run_policy_file"] = changes.pop("retry_policy_file")
         return replace(self, **changes)
 
 
-def _flag(value: str | None) -> bool:
-    return (value or "").strip().lower() in ("1", "true", "yes")
+# -- the declaration of every HEARTBEAT_* variable ------------------------------------------------
 
 
-def _path(value: str | None) -> Path | None:
-    return Path(value).expanduser().resolve() if value else None
+class SettingsError(InvalidInputError):
+    """One or more ``HEARTBEAT_*`` variables are invalid; ``problems`` names each variable, its value
+    and what it accepts (all of them, not only the first)."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = problems
+        super().__init__("invalid settings in the environment:\n" + "\n".join(f"  {p}" for p in problems))
+
+
+@dataclass(frozen=True)
+class _Accepts:
+    """What a variable's type accepts, as the settings table and error messages say it."""
+
+    text: str
+
+
+_BOOLEAN_WORDS = {"true": True, "1": True, "yes": True, "on": True,
+                  "false": False, "0": False, "no": False, "off": False}
+BOOLEAN_FORM = "true/false, 1/0, yes/no or on/off"
+
+
+def _boolean(value: object) -> bool:
+    """The one boolean dialect of the settings (case-insensitive)."""
+    if isinstance(value, bool):
+        return value
+    word = str(value).strip().lower()
+    if word not in _BOOLEAN_WORDS:
+        raise ValueError(f"not a boolean: use {BOOLEAN_FORM}")
+    return _BOOLEAN_WORDS[word]
+
+
+def _path(value: object) -> Path | None:
+    """An absolute path (``~`` expanded, resolved from the working folder); empty: not set."""
+    if value is None or isinstance(value, Path):
+        return value.expanduser().resolve() if value else None
+    text = str(value).strip()
+    if "\0" in text:
+        raise ValueError("not a path: it holds a NUL character")
+    return Path(text).expanduser().resolve() if text else None
+
+
+def _duration(value: object) -> float:
+    return parse_seconds(value, allow_zero=True)
+
+
+def _positive_duration(value: object) -> float:
+    return parse_seconds(value, allow_zero=False)
+
+
+def _optional_positive_duration(value: object) -> float | None:
+    if value is None or (isinstance(value, str) and value.strip().lower() in ("", "none", "off")):
+        return None
+    return _positive_duration(value)
+
+
+def _identifier(value: object) -> str:
+    if not _IDENTIFIER.match(str(value).strip()):
+        raise ValueError("not an identifier")
+    return str(value).strip()
+
+
+def _optional_identifier(value: object) -> str | None:
+    text = "" if value is None else str(value).strip()
+    return _identifier(text) if text else None
+
+
+def _qualified_schema(value: object) -> str | None:
+    """``schema`` or ``catalog.schema``, each part a plain identifier."""
+    text = "" if value is None else str(value).strip()
+    for part in text.split(".", 1) if text else ():
+        _identifier(part)
+    return text or None
+
+
+def _listed(value: object) -> tuple[str, ...]:
+    """A comma-separated list, blanks dropped."""
+    return tuple(part.strip() for part in str(value or "").split(",") if part.strip())
+
+
+Flag = Annotated[bool, BeforeValidator(_boolean), _Accepts(BOOLEAN_FORM)]
+FilePath = Annotated[Path | None, BeforeValidator(_path), _Accepts("a path")]
+Duration = Annotated[float, BeforeValidator(_duration), _Accepts("a duration, at least 0")]
+PositiveDuration = Annotated[float, BeforeValidator(_positive_duration), _Accepts("a duration, greater than 0")]
+OptionalDuration = Annotated[float | None, BeforeValidator(_optional_positive_duration),
+                             _Accepts("a duration, greater than 0")]
+Identifier = Annotated[str, BeforeValidator(_identifier), _Accepts("an identifier (letters, digits, underscore)")]
+OptionalIdentifier = Annotated[str | None, BeforeValidator(_optional_identifier),
+                               _Accepts("an identifier (letters, digits, underscore)")]
+QualifiedSchema = Annotated[str | None, BeforeValidator(_qualified_schema),
+                            _Accepts("`schema` or `catalog.schema` (identifiers)")]
+#: NoDecode: a comma-separated text, not the JSON pydantic-settings would otherwise expect for a tuple
+Names = Annotated[tuple[str, ...], NoDecode, BeforeValidator(_listed), _Accepts("comma-separated names")]
+Text = Annotated[str | None, _Accepts("text")]
+
+
+def _var(name: str, default: Any, help: str, *, shown: str | None = None, **bounds: Any) -> Any:
+    """One variable's declaration: its name, default, one-line help (the README's ``meaning``), and the
+    default as the README shows it when it is not the value itself (``shown``)."""
+    return Field(default, validation_alias=name, description=help,
+                 json_schema_extra={"shown_default": shown} if shown is not None else None, **bounds)
+
+
+class HeartbeatEnvironment(BaseSettings):
+    """Every ``HEARTBEAT_*`` variable Heartbeat reads, in the README's order.
+
+    Invariant: no other module reads a ``HEARTBEAT_*`` variable (tests/test_settings.py checks the
+    source); the ones Heartbeat only sets for its child processes are not declared here.
+    """
+
+    model_config = SettingsConfigDict(case_sensitive=True, extra="ignore", frozen=True)
+
+    home: FilePath = _var("HEARTBEAT_HOME", None, "the lakehouse directory (`--lakehouse-dir`)", shown="`./.heartbeat`")
+    target: Annotated[Target, _Accepts("`local`, `spark-local`, `spark` or `databricks`")] = _var(
+        "HEARTBEAT_TARGET", Target.LOCAL, "the engine (`--target`); `spark` connects to `SPARK_REMOTE`")
+    spark_mode: Annotated[Literal["classic", "connect"], _Accepts("`classic` or `connect`")] = _var(
+        "HEARTBEAT_SPARK_MODE", "classic",
+        "`spark-local`: `classic` (a SparkSession in the runner) or `connect` (a local Spark Connect server)")
+    spark_dir: FilePath = _var("HEARTBEAT_SPARK_DIR", None, "`spark-local`: its metastore and warehouse",
+                               shown="`<lakehouse>/spark`")
+    spark_jars_dir: FilePath = _var("HEARTBEAT_SPARK_JARS_DIR", None,
+                                    "`spark-local`: where the resolved Delta jars are cached",
+                                    shown="`~/.cache/heartbeat/spark-jars`")
+    schema_name: Identifier = _var("HEARTBEAT_SCHEMA", "heartbeat", "the schema of Heartbeat's tables")
+    catalog: OptionalIdentifier = _var("HEARTBEAT_CATALOG", None, "the catalog of Heartbeat's tables",
+                                      shown="none")
+    upstream_schema: QualifiedSchema = _var(
+        "HEARTBEAT_UPSTREAM_SCHEMA", None,
+        "where a bare upstream table name in the config (`orders`, as the reference implementation's "
+        "configs write it) is resolved", shown="`default` locally; the session's current schema on Spark and Databricks")
+    project_dir: FilePath = _var("HEARTBEAT_PROJECT_DIR", None, "the dbt project Heartbeat builds its tables with",
+                                 shown="the one shipped with the runner")
+    config: FilePath = _var("HEARTBEAT_CONFIG", None, "the config CSV (`--config`)",
+                            shown="`seeds/heartbeat_sensor_config.csv`")
+    jobs_backend: OptionalIdentifier = _var("HEARTBEAT_JOBS_BACKEND", None,
+                                            "where jobs run: `local`, `databricks` or a plugin's name (`--jobs-backend`)",
+                                            shown="`local` (`databricks` on that target)")
+    jobs_file: FilePath = _var("HEARTBEAT_JOBS_FILE", None, "the local jobs file (`--jobs-file`)",
+                               shown="`./heartbeat_jobs.yml`, else `<lakehouse>/heartbeat_jobs.yml`")
+    trigger_dir: FilePath = _var("HEARTBEAT_TRIGGER_DIR", None, "the trigger folders (`--trigger-dir`)",
+                                 shown="`<lakehouse>/triggers`")
+    sources_file: FilePath = _var("HEARTBEAT_SOURCES_FILE", None, "connection settings (`--sources-file`)",
+                                  shown="`./heartbeat_sources.yml`, else `<lakehouse>/heartbeat_sources.yml`")
+    max_workers: Annotated[int, _Accepts("a whole number")] = _var(
+        "HEARTBEAT_MAX_WORKERS", 8, "parallel sensing: the pool size", ge=1)
+    sensor_timeout: PositiveDuration = _var("HEARTBEAT_SENSOR_TIMEOUT", 60.0,
+                                            "parallel sensing: the time one source may take")
+    replay_new_sensors: Flag = _var("HEARTBEAT_REPLAY_NEW_SENSORS", False,
+                                    "new sensors replay their source from the beginning (`--replay-new-sensors`)")
+    jobs_api_concurrency: Annotated[int, _Accepts("a whole number")] = _var(
+        "HEARTBEAT_JOBS_API_CONCURRENCY", 16, "jobs API calls in flight at once (local job launches too)", ge=1)
+    jobs_api_rate: Annotated[float, _Accepts("a number")] = _var(
+        "HEARTBEAT_JOBS_API_RATE", 100.0, "jobs API calls per second to one endpoint (Databricks)", gt=0)
+    jobs_api_budget: PositiveDuration = _var(
+        "HEARTBEAT_JOBS_API_BUDGET", 30.0,
+        "a tick's time for jobs API calls; what does not fit is carried to the next tick in order "
+        "([docs/databricks.md](docs/databricks.md#6a-api-calls-per-tick-and-the-settings-that-bound-them))")
+    jobs_api_max_calls: Annotated[int, _Accepts("a whole number")] = _var(
+        "HEARTBEAT_JOBS_API_MAX_CALLS", 2000, "jobs API calls one tick may start", ge=1)
+    jobs_api_list_pages: Annotated[int, _Accepts("a whole number")] = _var(
+        "HEARTBEAT_JOBS_API_LIST_PAGES", 120, "pages (25 runs each) of a run listing one tick may read", ge=1)
+    databricks_http_timeout: PositiveDuration = _var("HEARTBEAT_DATABRICKS_HTTP_TIMEOUT", 30.0,
+                                                     "the time one Databricks HTTP call may take")
+    databricks_retry_timeout: PositiveDuration = _var(
+        "HEARTBEAT_DATABRICKS_RETRY_TIMEOUT", 120.0,
+        "how long the Databricks SDK keeps retrying 429/503/timeouts before giving up")
+    max_run_duration: OptionalDuration = _var("HEARTBEAT_MAX_RUN_DURATION", None,
+                                              "runs longer than this are reported each tick", shown="none")
+    cancel_overdue_runs: Flag = _var("HEARTBEAT_CANCEL_OVERDUE_RUNS", False,
+                                     "... and cancelled, when the jobs backend can cancel runs")
+    run_policy: FilePath = _var(
+        "HEARTBEAT_RUN_POLICY", None,
+        "the run-policy YAML per job: automatic retries ([docs/databricks.md](docs/databricks.md)), bounded "
+        "catch-up and event windows ([docs/windows.md](docs/windows.md)) and alerts ([docs/alerts.md](docs/alerts.md))",
+        shown="none (off)")
+    retry_policy: FilePath = _var("HEARTBEAT_RETRY_POLICY", None,
+                                  "deprecated name of `HEARTBEAT_RUN_POLICY` (still read, with a warning)",
+                                  shown="none")
+    shutdown_grace: PositiveDuration = _var(
+        "HEARTBEAT_SHUTDOWN_GRACE_S", 30.0,
+        "`run --loop`, `ui`, `serve`: the time the process has to end after Ctrl-C / SIGTERM (once the running "
+        "tick is done); after that it prints every thread's stack to stderr and exits with status 1")
+    lease_ttl: PositiveDuration = _var("HEARTBEAT_LEASE_TTL", 600.0, "how long a tick's lease lasts without renewal")
+    lease_wait: Duration = _var("HEARTBEAT_LEASE_WAIT", 30.0,
+                                "how long a command waits for another runner's tick to end, then skips (`--wait-lease`)")
+    max_removal_share: Annotated[float, _Accepts("a number")] = _var(
+        "HEARTBEAT_MAX_REMOVAL_SHARE", 0.5, "share of active rows a `seed` may retire without `--allow-removals`",
+        ge=0, le=1)
+    maintenance: Flag = _var("HEARTBEAT_MAINTENANCE", True,
+                             "`off`: ticks never run maintenance (then schedule `maintain`)", shown="`on`")
+    maintenance_max_files: Annotated[int, _Accepts("a whole number")] = _var(
+        "HEARTBEAT_MAINTENANCE_MAX_FILES", 32,
+        "maintenance is due once one of Heartbeat's tables references more data files than this", ge=1)
+    report_keep_hours: Annotated[float, _Accepts("a number of hours")] = _var(
+        "HEARTBEAT_REPORT_KEEP_HOURS", 24.0, "run summaries and report rows stay in the hot tables this long", ge=0)
+    archive_retention_days: Annotated[float | None, _Accepts("a number of days")] = _var(
+        "HEARTBEAT_ARCHIVE_RETENTION_DAYS", None, "archived events, runs and report rows older than this are deleted",
+        shown="none (keep forever)", gt=0)
+    archive_margin_minutes: Annotated[float, _Accepts("a number of minutes")] = _var(
+        "HEARTBEAT_ARCHIVE_MARGIN_MINUTES", 10.0, "events this young always stay in the hot log", ge=0)
+    vacuum_retention_hours: Annotated[float, _Accepts("a number of hours")] = _var(
+        "HEARTBEAT_VACUUM_RETENTION_HOURS", 1.0, "unreferenced data files are removed after this long",
+        shown="`1` (at least 168 on Spark/Databricks)", ge=0)
+    idle_flush: Duration = _var("HEARTBEAT_IDLE_FLUSH", 600.0,
+                                "a streak of idle ticks is written as one run row at least this often")
+    engine_recycle_ticks: Annotated[int, _Accepts("a whole number")] = _var(
+        "HEARTBEAT_ENGINE_RECYCLE_TICKS", 5000,
+        "the embedded engine runs in a child process; `run --loop` replaces it after this many ticks (`ui`: "
+        "reads); `0`: never ([docs/memory.md](docs/memory.md))", ge=0)
+    engine_max_rss_mb: Annotated[float, _Accepts("a number of MiB")] = _var(
+        "HEARTBEAT_ENGINE_MAX_RSS_MB", 200.0,
+        "... or as soon as that process holds more than this many MiB (`serve` too); `0`: no bound", ge=0)
+    engine_park_after: Duration = _var(
+        "HEARTBEAT_ENGINE_PARK_AFTER_S", 120.0,
+        "`run --loop` ends the embedded engine's process after this long without a query (idle ticks need none) "
+        "and starts a new one at the next query (~0.5–2 s); `0`: never")
+    idle_flush_parked: Duration = _var(
+        "HEARTBEAT_IDLE_FLUSH_PARKED", 3600.0,
+        "while the engine is parked, an idle streak's row waits up to this long instead of `HEARTBEAT_IDLE_FLUSH` "
+        "(the write would start the engine for that row alone); `0`: no longer wait")
+    max_rss_mb: Annotated[float, _Accepts("a number of MiB")] = _var(
+        "HEARTBEAT_MAX_RSS_MB", 1024.0,
+        "after a tick in which the whole process tree (the runner and its engine, not local job runs) holds more "
+        "than this many MiB, `run --loop` restarts itself (same command line and pid; logged, counted in the run "
+        "summaries); `0`: off", ge=0)
+    ui_operators: Names = _var("HEARTBEAT_UI_OPERATORS", (),
+                               "`ui --allow-actions`: the e-mail addresses of the users who may act", shown="none")
+    ui_operator_groups: Names = _var("HEARTBEAT_UI_OPERATOR_GROUPS", (),
+                                     "`ui --allow-actions`: workspace groups whose members may act", shown="none")
+    job_run_id: Text = _var("HEARTBEAT_JOB_RUN_ID", None,
+                            "set by the local jobs backend for a job's processes: the run `complete` reports",
+                            shown="none")
+
+    @classmethod
+    def settings_customise_sources(cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
+                                   env_settings: PydanticBaseSettingsSource,
+                                   dotenv_settings: PydanticBaseSettingsSource,
+                                   file_secret_settings: PydanticBaseSettingsSource,
+                                   ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Values come only from ``read_environment``'s mapping (never a second, implicit read of os.environ)."""
+        return (init_settings,)
+
+
+class _MappingSource(EnvSettingsSource):
+    """pydantic-settings' environment source over a given mapping instead of ``os.environ``."""
+
+    def __init__(self, environ: Mapping[str, str]):
+        super().__init__(HeartbeatEnvironment, case_sensitive=True, env_ignore_empty=True)
+        self.env_vars = {name: value for name, value in environ.items() if str(value).strip()}
+
+
+def _aliases() -> dict[str, str]:
+    return {name: str(info.validation_alias) for name, info in HeartbeatEnvironment.model_fields.items()}
+
+
+def read_environment(environ: Mapping[str, str] | None = None) -> HeartbeatEnvironment:
+    """Every declared variable of ``environ`` (default ``os.environ``), validated together; SettingsError
+    naming each bad variable, its value and what it accepts. Blank values count as not set."""
+    raw = _MappingSource(os.environ if environ is None else environ)()
+    try:
+        return HeartbeatEnvironment(**raw)
+    except ValidationError as exc:
+        raise SettingsError([_problem(error, raw) for error in exc.errors()]) from exc
+
+
+def _problem(error: Mapping[str, Any], raw: Mapping[str, Any]) -> str:
+    """``HEARTBEAT_X='value': what is wrong; accepts: the form and bounds``."""
+    aliases = _aliases()
+    key = str(error["loc"][0]) if error["loc"] else "?"
+    name = aliases.get(key, key)
+    message = str(error["msg"]).removeprefix("Value error, ")
+    field_name = next((f for f, alias in aliases.items() if alias == name), None)
+    accepts = f"; accepts {accepts_text(HeartbeatEnvironment.model_fields[field_name])}" if field_name else ""
+    return f"{name}={raw.get(name, error.get('input'))!r}: {message}{accepts}"
+
+
+def accepts_text(info: FieldInfo) -> str:
+    """What a field accepts, with its bounds (``a whole number, at least 1``)."""
+    parts = [m.text for m in info.metadata if isinstance(m, _Accepts)]
+    for meta in info.metadata:
+        for attr, word in (("ge", "at least"), ("gt", "greater than"), ("le", "at most"), ("lt", "less than")):
+            if getattr(meta, attr, None) is not None:
+                parts.append(f"{word} {getattr(meta, attr):g}")
+    return ", ".join(parts) or "text"
+
+
+#: deprecated names already warned about in this process (one line each, not one per load)
+_warned: list[str] = []
+
+
+def _run_policy_file(env: HeartbeatEnvironment) -> Path | None:
+    """HEARTBEAT_RUN_POLICY, else its deprecated name HEARTBEAT_RETRY_POLICY (one warning per process
+    whenever the old name is set, also when the new one wins)."""
+    if env.retry_policy is not None and "HEARTBEAT_RETRY_POLICY" not in _warned:
+        _warned.append("HEARTBEAT_RETRY_POLICY")
+        log.warning("HEARTBEAT_RETRY_POLICY is deprecated; use HEARTBEAT_RUN_POLICY")
+    return env.run_policy or env.retry_policy
 
 
 def load_settings(
@@ -225,110 +561,116 @@ def load_settings(
     trigger_dir: str | None = None,
     sources_file: str | None = None,
     jobs_backend: str | None = None,
-    env: dict[str, str] | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> Settings:
-    """Resolve settings: explicit arguments, then HEARTBEAT_* variables, then defaults."""
-    env = dict(os.environ if env is None else env)
-    chosen = Target(_choice(target or env.get("HEARTBEAT_TARGET") or Target.LOCAL.value, TARGETS, "target"))
-    schema = validate_identifier(env.get("HEARTBEAT_SCHEMA", "heartbeat"), "HEARTBEAT_SCHEMA")
-    catalog = env.get("HEARTBEAT_CATALOG") or None
-    if catalog:
-        validate_identifier(catalog, "HEARTBEAT_CATALOG")
-    upstream_schema = env.get("HEARTBEAT_UPSTREAM_SCHEMA") or None
-    if upstream_schema:
-        for part in upstream_schema.split(".", 1):
-            validate_identifier(part, "HEARTBEAT_UPSTREAM_SCHEMA")
-    backend = (jobs_backend or env.get("HEARTBEAT_JOBS_BACKEND") or "").strip() or None
-    if backend is not None:
-        validate_identifier(backend, "jobs backend")
+    """Resolve settings: explicit arguments, then HEARTBEAT_* variables, then defaults.
+
+    SettingsError (an InvalidInputError) lists every invalid variable at once.
+    """
+    flags = {"HEARTBEAT_HOME": lakehouse_dir, "HEARTBEAT_TARGET": target, "HEARTBEAT_CONFIG": config_csv,
+             "HEARTBEAT_JOBS_FILE": jobs_file, "HEARTBEAT_TRIGGER_DIR": trigger_dir,
+             "HEARTBEAT_SOURCES_FILE": sources_file, "HEARTBEAT_JOBS_BACKEND": jobs_backend}
+    environ = dict(os.environ if env is None else env)
+    environ.update({name: value for name, value in flags.items() if value})
+    return settings_from(read_environment(environ))
+
+
+def settings_from(env: HeartbeatEnvironment) -> Settings:
+    """The ``Settings`` record of a validated environment."""
     return Settings(
-        lakehouse_dir=_path(lakehouse_dir or env.get("HEARTBEAT_HOME")) or Path(".heartbeat").resolve(),
-        project_dir=_path(env.get("HEARTBEAT_PROJECT_DIR")) or package_project_dir(),
-        target=chosen,
-        schema=schema,
-        catalog=catalog,
-        upstream_schema=upstream_schema,
-        config_csv=_path(config_csv or env.get("HEARTBEAT_CONFIG")),
-        jobs_file=_path(jobs_file or env.get("HEARTBEAT_JOBS_FILE")),
-        trigger_dir=_path(trigger_dir or env.get("HEARTBEAT_TRIGGER_DIR")),
-        sources_file=_path(sources_file or env.get("HEARTBEAT_SOURCES_FILE")),
-        jobs_backend=backend,
-        max_workers=int(env.get("HEARTBEAT_MAX_WORKERS", "8")),
-        sensor_timeout_s=float(env.get("HEARTBEAT_SENSOR_TIMEOUT", "60")),
-        replay_new_sensors=_flag(env.get("HEARTBEAT_REPLAY_NEW_SENSORS")),
-        spark_mode=_choice(env.get("HEARTBEAT_SPARK_MODE") or "classic", ("classic", "connect"), "HEARTBEAT_SPARK_MODE"),
-        spark_dir=_path(env.get("HEARTBEAT_SPARK_DIR")),
-        max_run_duration_s=float(env["HEARTBEAT_MAX_RUN_DURATION"]) if env.get("HEARTBEAT_MAX_RUN_DURATION") else None,
-        cancel_overdue_runs=_flag(env.get("HEARTBEAT_CANCEL_OVERDUE_RUNS")),
-        retry_policy_file=_path(env.get("HEARTBEAT_RETRY_POLICY")),
-        idle_flush_s=float(env.get("HEARTBEAT_IDLE_FLUSH", "600")),
-        maintenance=_maintenance_policy(env),
-        auto_maintenance=(env.get("HEARTBEAT_MAINTENANCE") or "on").strip().lower() not in ("off", "false", "0", "no"),
-        archive_margin_minutes=float(env.get("HEARTBEAT_ARCHIVE_MARGIN_MINUTES", "10")),
+        lakehouse_dir=env.home or Path(".heartbeat").resolve(),
+        project_dir=env.project_dir or package_project_dir(),
+        target=env.target,
+        schema=env.schema_name,
+        catalog=env.catalog,
+        upstream_schema=env.upstream_schema,
+        config_csv=env.config,
+        jobs_file=env.jobs_file,
+        trigger_dir=env.trigger_dir,
+        sources_file=env.sources_file,
+        jobs_backend=env.jobs_backend,
+        max_workers=env.max_workers,
+        sensor_timeout_s=env.sensor_timeout,
+        replay_new_sensors=env.replay_new_sensors,
+        spark_mode=env.spark_mode,
+        spark_dir=env.spark_dir,
+        max_run_duration_s=env.max_run_duration,
+        cancel_overdue_runs=env.cancel_overdue_runs,
+        run_policy_file=_run_policy_file(env),
+        idle_flush_s=env.idle_flush,
+        maintenance=MaintenancePolicy(
+            compact_min_files=env.maintenance_max_files, vacuum_retention_hours=env.vacuum_retention_hours,
+            report_keep_hours=env.report_keep_hours, archive_retention_days=env.archive_retention_days),
+        auto_maintenance=env.maintenance,
+        archive_margin_minutes=env.archive_margin_minutes,
         jobs_api=jobs_api_limits(env),
-        memory=_memory_policy(env),
+        memory=MemoryPolicy(
+            engine_recycle_ticks=env.engine_recycle_ticks, engine_max_rss_mb=env.engine_max_rss_mb,
+            engine_park_after_s=env.engine_park_after, idle_flush_parked_s=env.idle_flush_parked,
+            max_rss_mb=env.max_rss_mb),
+        lease_ttl_s=env.lease_ttl,
+        lease_wait_s=env.lease_wait,
+        max_removal_share=env.max_removal_share,
+        shutdown_grace_s=env.shutdown_grace,
+        spark_jars_dir=env.spark_jars_dir,
+        ui_operators=env.ui_operators,
+        ui_operator_groups=env.ui_operator_groups,
+        databricks_http_timeout_s=env.databricks_http_timeout,
+        databricks_retry_timeout_s=max(1, round(env.databricks_retry_timeout)),
+        job_run_id=env.job_run_id,
     )
 
 
-def _memory_policy(env: dict[str, str]) -> MemoryPolicy:
-    default = MemoryPolicy()
-    return MemoryPolicy(
-        engine_recycle_ticks=int(_number(env, "HEARTBEAT_ENGINE_RECYCLE_TICKS", default.engine_recycle_ticks)),
-        engine_max_rss_mb=_number(env, "HEARTBEAT_ENGINE_MAX_RSS_MB", default.engine_max_rss_mb),
-        engine_park_after_s=_number(env, "HEARTBEAT_ENGINE_PARK_AFTER_S", default.engine_park_after_s),
-        idle_flush_parked_s=_number(env, "HEARTBEAT_IDLE_FLUSH_PARKED", default.idle_flush_parked_s),
-        max_rss_mb=_number(env, "HEARTBEAT_MAX_RSS_MB", default.max_rss_mb),
-    )
+def jobs_api_limits(env: HeartbeatEnvironment | Mapping[str, str]) -> JobsApiLimits:
+    """JobsApiLimits of a validated environment (or of a raw mapping, validated here)."""
+    if not isinstance(env, HeartbeatEnvironment):
+        env = read_environment(env)
+    return JobsApiLimits(concurrency=env.jobs_api_concurrency, rate_per_s=env.jobs_api_rate,
+                         budget_s=env.jobs_api_budget, max_calls=env.jobs_api_max_calls,
+                         list_pages=env.jobs_api_list_pages)
 
 
-def _number(env: dict[str, str], name: str, default: float) -> float:
-    """A non-negative number from the environment (0: off), or a clear error naming the variable."""
-    text = (env.get(name) or "").strip()
-    if not text:
-        return default
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value >= 0:
-        raise ValueError(f"{name}={text!r} is not a non-negative number (0 turns it off)")
-    return value
+# -- the README's settings table ------------------------------------------------------------------
+
+#: the comments around the generated table in README.md
+TABLE_START = "<!-- settings-table: generated by heartbeat_runner.core.settings.settings_table; do not edit -->"
+TABLE_END = "<!-- /settings-table -->"
 
 
-def _choice(value: str, allowed: tuple[str, ...], what: str) -> str:
-    if value not in allowed:
-        raise ValueError(f"{what} {value!r} is not one of {', '.join(allowed)}")
-    return value
+def settings_table() -> str:
+    """The README's settings table, one row per declared variable: name, default, accepted values, meaning."""
+    rows = ["| variable | default | accepts | meaning |", "|---|---|---|---|"]
+    for info in HeartbeatEnvironment.model_fields.values():
+        rows.append(f"| `{info.validation_alias}` | {_shown_default(info)} | {accepts_text(info)} | {info.description} |")
+    return "\n".join(rows)
 
 
-def jobs_api_limits(env: dict[str, str]) -> JobsApiLimits:
-    """JobsApiLimits from HEARTBEAT_JOBS_API_* variables (defaults for the ones not set); each must be > 0."""
-    default = JobsApiLimits()
-    return JobsApiLimits(
-        concurrency=int(_positive(env, "HEARTBEAT_JOBS_API_CONCURRENCY", default.concurrency)),
-        rate_per_s=_positive(env, "HEARTBEAT_JOBS_API_RATE", default.rate_per_s),
-        budget_s=_positive(env, "HEARTBEAT_JOBS_API_BUDGET", default.budget_s),
-        max_calls=int(_positive(env, "HEARTBEAT_JOBS_API_MAX_CALLS", default.max_calls)),
-        list_pages=int(_positive(env, "HEARTBEAT_JOBS_API_LIST_PAGES", default.list_pages)),
-    )
+def _shown_default(info: FieldInfo) -> str:
+    extra = info.json_schema_extra
+    shown = extra.get("shown_default") if isinstance(extra, dict) else None
+    if shown is not None:
+        return str(shown)  # written as markdown by the declaration
+    default = info.default
+    if isinstance(default, bool):
+        return f"`{str(default).lower()}`"
+    if isinstance(default, float) and default.is_integer():
+        return f"`{int(default)}`"
+    return f"`{default}`"
 
 
-def _positive(env: dict[str, str], name: str, default: float) -> float:
-    text = (env.get(name) or "").strip()
-    try:
-        value = float(text) if text else float(default)
-    except ValueError:
-        value = 0.0
-    if value <= 0:
-        raise ValueError(f"{name}={text!r} is not a positive number")
-    return value
+def with_settings_table(text: str) -> str:
+    """``text`` (the README) with the generated table between TABLE_START and TABLE_END;
+    ValueError when the markers are missing."""
+    start, end = text.find(TABLE_START), text.find(TABLE_END)
+    if start < 0 or end < start:
+        raise ValueError(f"the markers {TABLE_START!r} and {TABLE_END!r} are missing")
+    return text[:start] + TABLE_START + "\n" + settings_table() + "\n" + text[end:]
 
 
-def _maintenance_policy(env: dict[str, str]) -> MaintenancePolicy:
-    retention = env.get("HEARTBEAT_ARCHIVE_RETENTION_DAYS")
-    return MaintenancePolicy(
-        compact_min_files=int(env.get("HEARTBEAT_MAINTENANCE_MAX_FILES", "32")),
-        vacuum_retention_hours=float(env.get("HEARTBEAT_VACUUM_RETENTION_HOURS", "1")),
-        report_keep_hours=float(env.get("HEARTBEAT_REPORT_KEEP_HOURS", "24")),
-        archive_retention_days=float(retention) if retention else None,
-    )
+def rewrite_settings_table(readme: Path) -> bool:
+    """Regenerate the table in ``readme``; True when it changed."""
+    before = readme.read_text(encoding="utf-8")
+    after = with_settings_table(before)
+    if after != before:
+        readme.write_text(after, encoding="utf-8")
+    return after != before

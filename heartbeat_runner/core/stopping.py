@@ -20,30 +20,28 @@ Invariants:
 from __future__ import annotations
 
 import faulthandler
-import os
 import signal
 import sys
 import threading
 import time
-from collections.abc import Mapping
 from types import FrameType
 
-from heartbeat_runner.core.errors import HeartbeatError
+from heartbeat_runner.core.settings import read_environment
 
 #: Longest delay between a signal and a waiter noticing it.
 POLL_S = 0.1
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-SHUTDOWN_GRACE_VARIABLE = "HEARTBEAT_SHUTDOWN_GRACE_S"
-DEFAULT_SHUTDOWN_GRACE_S = 30.0
 
 
 class StopRequest:
     """Set by a stop signal or by ``set()`` (tests, other threads); ``wait`` returns once it is."""
 
-    def __init__(self, event: threading.Event | None = None):
+    def __init__(self, event: threading.Event | None = None, grace_s: float | None = None):
+        """``grace_s``: seconds to end after a signal (default HEARTBEAT_SHUTDOWN_GRACE_S, read through
+        the settings declaration)."""
         self._event = event or threading.Event()
         self._signalled = False
-        self._grace_s = shutdown_grace_s(os.environ)
+        self._grace_s = read_environment().shutdown_grace if grace_s is None else grace_s
 
     def install(self) -> StopRequest:
         """Handle SIGINT / SIGTERM (and dump stacks on SIGUSR1); a no-op off the main thread."""
@@ -79,20 +77,6 @@ class StopRequest:
                 break
             self._event.wait(left)
         return self.is_set()
-
-
-def shutdown_grace_s(env: Mapping[str, str]) -> float:
-    """HEARTBEAT_SHUTDOWN_GRACE_S: a positive number of seconds (a clear error otherwise)."""
-    raw = env.get(SHUTDOWN_GRACE_VARIABLE)
-    if raw is None:
-        return DEFAULT_SHUTDOWN_GRACE_S
-    try:
-        value = float(raw)
-    except ValueError:
-        value = 0.0
-    if not value > 0:
-        raise HeartbeatError(f"{SHUTDOWN_GRACE_VARIABLE} must be a positive number of seconds, not {raw!r}")
-    return value
 
 
 def dump_stacks_on_request() -> None:

@@ -6,13 +6,11 @@ than a ``WindowLimit`` (``Source.split``); the run policies plan runs from the p
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import timedelta
 
-_SPAN = re.compile(r"^\s*(\d+)\s*([smhdw])\s*$")
-_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+from heartbeat_runner.core.durations import DurationError, parse_duration
 
 
 @dataclass(frozen=True)
@@ -25,7 +23,8 @@ class WindowLimit:
 
     @classmethod
     def parse(cls, value: object) -> WindowLimit:
-        """``10`` (a count) or ``7d`` / ``12h`` / ``30m`` / ``90s`` / ``2w`` (a span); ValueError otherwise."""
+        """``10`` (a count) or a duration with a unit, ``7d`` / ``12h`` / ``1.5h`` / ``90s`` / ``2w`` (a span; the
+        grammar of core/durations.py, where a plain number is a count here); ValueError otherwise."""
         if isinstance(value, bool):
             raise ValueError(f"max_window {value!r}: expected a count such as 10 or a span such as 7d")
         if isinstance(value, int) or (isinstance(value, str) and value.strip().isdigit()):
@@ -33,10 +32,13 @@ class WindowLimit:
             if count < 1:
                 raise ValueError(f"max_window {value!r}: a count must be at least 1")
             return cls(count=count)
-        match = _SPAN.match(str(value))
-        if not match or int(match.group(1)) < 1:
-            raise ValueError(f"max_window {value!r}: expected a count such as 10 or a span such as 7d, 12h, 30m")
-        return cls(span=timedelta(**{_UNITS[match.group(2)]: int(match.group(1))}))
+        try:
+            span = parse_duration(value, allow_zero=False)
+        except DurationError as exc:
+            raise ValueError(f"max_window {value!r}: expected a count such as 10 or a span such as 7d, 12h, 30m") from exc
+        if span < timedelta(seconds=1):
+            raise ValueError(f"max_window {value!r}: a span must be at least 1s")
+        return cls(span=span)
 
     def __str__(self) -> str:
         return str(self.count) if self.count is not None else f"{self.span}"

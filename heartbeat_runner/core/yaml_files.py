@@ -18,8 +18,13 @@ def read_yaml_mapping(path: Path | None, expected: str) -> dict[str, Any]:
     """
     if path is None or not Path(path).exists():
         return {}
+    return parse_yaml_mapping(Path(path).read_text(encoding="utf-8"), path, expected)
+
+
+def parse_yaml_mapping(text: str, path: Path, expected: str) -> dict[str, Any]:
+    """The mapping in ``text``, the content of ``path`` ({} when empty); ConfigError as ``read_yaml_mapping``."""
     try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+        data = yaml.safe_load(text) or {}
     except yaml.YAMLError as exc:
         raise ConfigError([f"{path}: not valid YAML: {exc}"]) from exc
     if not isinstance(data, dict):

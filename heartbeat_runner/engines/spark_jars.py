@@ -34,7 +34,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from heartbeat_runner.core.errors import HeartbeatError
-from heartbeat_runner.core.settings import package_project_dir
+from heartbeat_runner.core.settings import package_project_dir, read_environment
 
 log = logging.getLogger(__name__)
 
@@ -56,8 +56,8 @@ class SparkJarsError(HeartbeatError):
 
 def cache_root() -> Path:
     """Where resolved jar sets live: ``$HEARTBEAT_SPARK_JARS_DIR`` or ``~/.cache/heartbeat/spark-jars``."""
-    explicit = os.environ.get("HEARTBEAT_SPARK_JARS_DIR")
-    return Path(explicit).expanduser() if explicit else Path.home() / ".cache" / "heartbeat" / "spark-jars"
+    explicit = read_environment().spark_jars_dir
+    return explicit or Path.home() / ".cache" / "heartbeat" / "spark-jars"
 
 
 def cache_key(pom: Path, profiles: tuple[str, ...] = ()) -> str:

@@ -30,9 +30,8 @@ from rich.text import Text
 from heartbeat_runner import __version__
 from heartbeat_runner.core.errors import ConfigError, HeartbeatError
 from heartbeat_runner.core.records import EventType
-from heartbeat_runner.core.settings import TARGETS, JobsBackendKind, Settings, load_settings
+from heartbeat_runner.core.settings import TARGETS, JobsBackendKind, Settings, load_settings, read_environment
 from heartbeat_runner.interfaces.operations import (
-    DEFAULT_MAX_REMOVAL_SHARE,
     ResetPlan,
     ask_retry,
     ask_trigger,
@@ -56,8 +55,8 @@ from heartbeat_runner.interfaces.operations import (
 from heartbeat_runner.interfaces.outcomes import outcome_of
 from heartbeat_runner.interfaces.output import STATUS_COLUMNS, LiveLine, Snapshot, Steps, emit, emit_json, watch
 from heartbeat_runner.policies.event_windows import source_grains
-from heartbeat_runner.policies.retry import load_retry_policies, policy_problem
 from heartbeat_runner.policies.run_policies import RunPolicies, alert_destination_problems, load_run_policies
+from heartbeat_runner.policies.run_policy_file import policy_problem
 from heartbeat_runner.runner.alerting import Liveness, idle_sensing
 from heartbeat_runner.runner.app import App, open_app
 from heartbeat_runner.runner.lease import LeaseHeld, tick_lease
@@ -73,8 +72,6 @@ RUNS_COLUMNS = ["run_id", "snapshot_ts", "duration_s", "status", "sources_sensed
 SEQUENCE_COLUMNS = ["trigger_job_id", "run", "runs", "last_lifecycle_event", "next_run_due", "windows"]
 REPORT_COLUMNS = ["source_key", "outcome", "window_from", "window_until", "rows", "duration_s", "trigger_job_ids",
                   "error"]
-#: Seconds a command waits for the tick lease before giving up (HEARTBEAT_LEASE_WAIT).
-DEFAULT_LEASE_WAIT_S = 30.0
 #: Seconds between tables of ``status --watch`` without a value.
 DEFAULT_WATCH_S = 5.0
 #: The most rows a listing flag (``runs --limit``) asks for, and the longest wait a seconds flag takes (a day).
@@ -331,7 +328,7 @@ def cmd_validate(args: argparse.Namespace, settings: Settings) -> int:
     jobs = sorted({r.trigger_job_id for r in config.rows})
     unknown = policies.unknown_jobs(jobs)
     untimed = _windows_without_event_times(config, policies)
-    policy_file = settings.retry_policy_file
+    policy_file = settings.run_policy_file
     if args.json:
         emit_json({"file": str(config.path), "rows": len(config.rows), "jobs": jobs, "valid": True,
                    "defaulted_columns": list(config.defaulted_columns),
@@ -348,7 +345,7 @@ def cmd_validate(args: argparse.Namespace, settings: Settings) -> int:
     if config.defaulted_columns:
         print(f"  columns not in the file, defaults used: {', '.join(config.defaulted_columns)}")
     if policy_file is not None and not policy_file.exists():
-        print(f"  warning: {policy_file} (HEARTBEAT_RETRY_POLICY) does not exist: no run policies")
+        print(f"  warning: {policy_file} (HEARTBEAT_RUN_POLICY) does not exist: no run policies")
     elif policy_file is not None:
         print(f"{policy_file}: {len(policies.retry.jobs)} retry, {len(policies.catch_up)} catch-up and "
               f"{len(policies.windows)} window policy(ies): valid")
@@ -381,15 +378,15 @@ def _checked_config(settings: Settings) -> tuple[LoadedConfig, RunPolicies]:
     except ConfigError as exc:
         problems += exc.problems
     try:
-        policies = load_run_policies(settings.retry_policy_file)
-        problems += alert_destination_problems(settings.retry_policy_file, policies.alerts)
+        policies = load_run_policies(settings.run_policy_file)
+        problems += alert_destination_problems(settings.run_policy_file, policies.alerts)
     except ConfigError as exc:
         problems += exc.problems
     if config is not None and policies is not None:
         try:
             source_grains(policies.windows, [(r.trigger_job_id, r.source_key) for r in config.rows])
         except ConfigError as exc:
-            problems += [policy_problem(settings.retry_policy_file, "window", p) for p in exc.problems]
+            problems += [policy_problem(settings.run_policy_file, "window", p) for p in exc.problems]
     if problems or config is None or policies is None:
         raise ConfigError(problems)
     return config, policies
@@ -416,8 +413,7 @@ def cmd_seed(args: argparse.Namespace, settings: Settings) -> int:
                 if app.store.exists("heartbeat_control"):
                     active = [(r["sensor_source"], r["sensor_id"], r["trigger_job_id"])
                               for r in app.store.control_rows()]
-                    share = 1.0 if args.allow_removals else float(
-                        os.environ.get("HEARTBEAT_MAX_REMOVAL_SHARE", DEFAULT_MAX_REMOVAL_SHARE))
+                    share = 1.0 if args.allow_removals else settings.max_removal_share
                     retiring = check_removals(active, [r.key for r in config.rows], share)
                 app.load_config(config, progress=progress)  # its two steps: dbt seed, dbt build
                 message = f"{config.path}: loaded {len(config.rows)} row(s)"
@@ -435,7 +431,7 @@ def cmd_seed(args: argparse.Namespace, settings: Settings) -> int:
 
 def _lease_wait(args: argparse.Namespace) -> float:
     flag = getattr(args, "wait_lease", None)
-    return flag if flag is not None else float(os.environ.get("HEARTBEAT_LEASE_WAIT", DEFAULT_LEASE_WAIT_S))
+    return flag if flag is not None else read_environment().lease_wait
 
 
 def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
@@ -680,7 +676,7 @@ def cmd_resume(args: argparse.Namespace, app: App) -> int:
 @_app_command()
 def cmd_complete(args: argparse.Namespace, app: App) -> int:
     kind = EventType.FAILED if args.failed else EventType.COMPLETED
-    run_id = args.run_id or os.environ.get("HEARTBEAT_JOB_RUN_ID")
+    run_id = args.run_id or app.settings.job_run_id
     record_job_event(app, args.job_id, kind, job_run_id=run_id, message=args.message)
     print(f"job {args.job_id}: recorded {kind.value}")
     return 0
@@ -724,8 +720,8 @@ def cmd_runs(args: argparse.Namespace, app: App) -> int:
 def cmd_explain(args: argparse.Namespace, app: App) -> int:
     settings = app.settings
     found = explain(app.store, args.job_id, idle_sensing(settings.lakehouse_dir))
-    retry = retry_outlook(app.store, load_retry_policies(settings.retry_policy_file), args.job_id)
-    late = late_data(app.store, settings.retry_policy_file, args.job_id)
+    retry = retry_outlook(app.store, load_run_policies(settings.run_policy_file).retry, args.job_id)
+    late = late_data(app.store, settings.run_policy_file, args.job_id)
     deadline = _deadline_note(app, settings, args.job_id)
     asked = pending_ask(app.store, args.job_id)
     runs = latest_job_runs(app.store, args.job_id) if args.json else []
@@ -859,7 +855,7 @@ def _deadline_note(app: App, settings: Settings, job_id: str) -> str | None:
     """The job's missed deadline and its root cause, when its alert policy sets one."""
     from heartbeat_runner.runner.alerting import overdue_now
 
-    policies = load_run_policies(settings.retry_policy_file).alerts
+    policies = load_run_policies(settings.run_policy_file).alerts
     overdue = (overdue_now(policies, app.store.control_rows(), job_id, app.store.deadlines_seen())
                if policies.enabled else None)
     return None if overdue is None else f"overdue since {overdue.deadline} ({overdue.due:%Y-%m-%d %H:%M} UTC): " \
@@ -883,7 +879,7 @@ def cmd_alerts(args: argparse.Namespace, app: App) -> int:
 def cmd_check(args: argparse.Namespace, settings: Settings) -> int:
     from heartbeat_runner.runner.alerting import watch_runner
 
-    found = watch_runner(settings.lakehouse_dir, load_run_policies(settings.retry_policy_file).alerts)
+    found = watch_runner(settings.lakehouse_dir, load_run_policies(settings.run_policy_file).alerts)
     if args.json:
         emit_json(found.as_json())
     else:

@@ -42,8 +42,6 @@ EXPLAIN_RUNS = 5
 #: the other sources find none of their keys in it (no offset, file, key value or load
 #: date) and read from their start. NULL would mean "new sensor": a baseline at the end.
 BEGINNING_CURSOR = dump_cursor({"version": -1})
-#: ``seed`` refuses a config that would retire more than this share of the active rows.
-DEFAULT_MAX_REMOVAL_SHARE = 0.5
 
 ConfigKey = tuple[str, str, str]
 
@@ -57,7 +55,7 @@ def runner_health(settings: Settings) -> Liveness:
     """Is a runner ticking on this lakehouse? From the liveness file every tick rewrites (no table is
     read): the last tick's end, its interval, and "runner not ticking" past ``alerts.runner.not_ticking_after``
     (default: three intervals plus a minute). The same answer for ``check``, ``status`` and the page."""
-    return runner_liveness(settings.lakehouse_dir, load_run_policies(settings.retry_policy_file).alerts)
+    return runner_liveness(settings.lakehouse_dir, load_run_policies(settings.run_policy_file).alerts)
 
 
 #: the runner's health in each row of ``status --json`` (the rows stay the control table's)
@@ -178,8 +176,6 @@ def ask_trigger(app: App, job_id: str, *, by: str | None = None, via: str = "cli
     """Ask the next tick to run ``job_id`` now, consuming whatever it has pending or nothing (see
     heartbeat_trigger_asks). Refused, with nothing recorded, for a job that is running, failed (that
     is `retry`) or runs per event-time window. Asking twice before the tick still makes one run."""
-    from heartbeat_runner.policies.event_windows import load_window_policies
-
     app.require_config()
     rows = app.store.control_rows(job_id)
     if not rows:
@@ -192,7 +188,7 @@ def ask_trigger(app: App, job_id: str, *, by: str | None = None, via: str = "cli
     if JobStatus.FAILED.value in statuses:
         raise InvalidInputError(f"job {job_id} has failed: `retry --job-id {job_id}` re-runs it over the data "
                                 "its failed run had")
-    if job_id in load_window_policies(app.settings.retry_policy_file):
+    if job_id in load_run_policies(app.settings.run_policy_file).windows:
         raise InvalidInputError(f"job {job_id} runs once per final event-time window (its run policy); "
                                 "it cannot be run by hand")
     return record_job_event(app, job_id, EventType.TRIGGER_ASKED, by=by, via=via, reason=reason,
@@ -390,10 +386,9 @@ def check_removals(active: Iterable[ConfigKey], new: Iterable[ConfigKey], max_sh
 def late_data(store: TableStore, policy_file: Path | None, job_id: str) -> list[dict]:
     """Rows that arrived for already finalized event-time windows of ``job_id``, per source and window."""
     from heartbeat_runner.core.windows import iso
-    from heartbeat_runner.policies.event_windows import load_window_policies
     from heartbeat_runner.runner.sequences import Sequences
 
-    found = Sequences(store, {}, load_window_policies(policy_file)).late_data(job_id)
+    found = Sequences(store, {}, load_run_policies(policy_file).windows).late_data(job_id)
     return [{"source_key": r.source_key, "window_start": iso(r.window_start_s), "rows": r.rows} for r in found]
 
 

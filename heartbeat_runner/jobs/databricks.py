@@ -13,7 +13,6 @@ retry of a request whose outcome was unknown (``retryable=True``).
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping
@@ -38,7 +37,7 @@ from databricks.sdk.errors import (
 
 from heartbeat_runner.core.errors import AuthError, JobNotFoundError, JobsBackendError, describe, first_line
 from heartbeat_runner.core.records import as_utc
-from heartbeat_runner.core.settings import JobsApiLimits, JobsBackendKind, Settings, jobs_api_limits
+from heartbeat_runner.core.settings import JobsApiLimits, JobsBackendKind, Settings, read_environment, settings_from
 from heartbeat_runner.jobs.base import (
     FailedJob,
     JobsBackend,
@@ -51,10 +50,6 @@ from heartbeat_runner.jobs.base import (
 )
 from heartbeat_runner.jobs.calls import ApiBudget, RateLimiter, call_all
 
-#: Seconds one HTTP call may take (``HEARTBEAT_DATABRICKS_HTTP_TIMEOUT``).
-HTTP_TIMEOUT_S = 30.0
-#: Seconds the SDK keeps retrying 429/503/timeouts before giving up (``HEARTBEAT_DATABRICKS_RETRY_TIMEOUT``).
-RETRY_TIMEOUT_S = 120
 #: A repaired run keeps its original start time, so look this far back for a successful run.
 RECOVERY_LOOKBACK = timedelta(days=7)
 #: Upper bound on runs examined when looking for a successful run (runs/list pages hold 25).
@@ -114,28 +109,26 @@ class DatabricksJobsBackend(JobsBackend):
 
     @classmethod
     def from_settings(cls, settings: Settings) -> DatabricksJobsBackend:
-        """Authenticated by the SDK's auth chain from the environment (see :meth:`from_environment`)."""
-        return cls.from_environment()
+        """Authenticated by the SDK's auth chain from the environment; timeouts and API limits from ``settings``."""
+        return cls._connected(settings.databricks_http_timeout_s, settings.databricks_retry_timeout_s, settings.jobs_api)
 
     @classmethod
     def from_environment(cls, env: Mapping[str, str] | None = None, **config: Any) -> DatabricksJobsBackend:
         """A backend authenticated by the SDK's unified auth chain; ``config`` overrides ``Config`` fields.
 
-        ``config`` is passed through to ``Config(**kwargs)``, whose fields have many types (hence ``Any``).
+        Timeouts and API limits come from the HEARTBEAT_* variables of ``env`` (default ``os.environ``),
+        read through the settings declaration (SettingsError names a bad one). ``config`` is passed
+        through to ``Config(**kwargs)``, whose fields have many types (hence ``Any``).
         """
-        env = os.environ if env is None else env
-        try:
-            options: dict[str, Any] = {
-                "http_timeout_seconds": float(env.get("HEARTBEAT_DATABRICKS_HTTP_TIMEOUT", HTTP_TIMEOUT_S)),
-                "retry_timeout_seconds": int(env.get("HEARTBEAT_DATABRICKS_RETRY_TIMEOUT", RETRY_TIMEOUT_S)),
-            }
-        except ValueError as exc:
-            raise JobsBackendError(f"HEARTBEAT_DATABRICKS_*_TIMEOUT must be a number of seconds: {exc}") from exc
+        settings = settings_from(read_environment(env))
+        return cls._connected(settings.databricks_http_timeout_s, settings.databricks_retry_timeout_s,
+                              settings.jobs_api, **config)
+
+    @classmethod
+    def _connected(cls, http_timeout_s: float, retry_timeout_s: int, limits: JobsApiLimits,
+                   **config: Any) -> DatabricksJobsBackend:
+        options: dict[str, Any] = {"http_timeout_seconds": http_timeout_s, "retry_timeout_seconds": retry_timeout_s}
         options.update(config)
-        try:
-            limits = jobs_api_limits(dict(env))
-        except ValueError as exc:
-            raise JobsBackendError(str(exc)) from exc
         try:
             cfg = Config(product="heartbeat-runner", product_version=_version(), **options)
         except ValueError as exc:

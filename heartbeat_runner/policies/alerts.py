@@ -30,6 +30,8 @@ from typing import Any
 from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from heartbeat_runner.core.durations import DurationError
+from heartbeat_runner.core.durations import parse_duration as core_duration
 from heartbeat_runner.core.errors import InvalidInputError
 from heartbeat_runner.core.secrets import SecretKind, SecretRef, parse_reference
 
@@ -69,20 +71,15 @@ PAGERDUTY_URL = "https://events.pagerduty.com/v2/enqueue"
 
 # -- the section ----------------------------------------------------------------------------------
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)\s*$")
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
 def parse_duration(value: object, field_name: str) -> timedelta | None:
-    """``90s``, ``15m``, ``1h``, ``2d`` or a number of seconds; None/``off`` for no limit."""
+    """A duration greater than 0 (core/durations.py: ``90s``, ``15m``, ``1.5h``, ``2d``, ``1w`` or a number of
+    seconds); None/``off`` for no limit. ValueError naming ``field_name`` otherwise."""
     if value is None or value is False or (isinstance(value, str) and value.strip().lower() in ("off", "none", "")):
         return None
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
-        return timedelta(seconds=float(value))
-    found = _DURATION.match(str(value))
-    if not found or float(found.group(1)) <= 0:
-        raise ValueError(f"{field_name}: {value!r} is not a duration such as 90s, 15m, 1h or 2d")
-    return timedelta(seconds=float(found.group(1)) * _UNITS[found.group(2)])
+    try:
+        return core_duration(value, allow_zero=False)
+    except DurationError as exc:
+        raise ValueError(f"{field_name}: {exc}") from exc
 
 
 @dataclass(frozen=True)

@@ -22,11 +22,10 @@ import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from heartbeat_runner.core.windows import SourceWindow, WindowBounds, WindowLimit
-from heartbeat_runner.policies.retry import check_section, load_section, policy_sections
+from heartbeat_runner.policies.run_policy_file import check_section, policy_sections
 
 #: The keys of the run-policy YAML's per-job mapping that are a catch-up policy.
 CATCH_UP_KEYS = {"max_window", "max_in_flight"}
@@ -119,11 +118,6 @@ def next_window_token(base_token: str, run: int) -> str:
 def catch_up_policies(data: Mapping[str, Any]) -> dict[str, CatchUpPolicy]:
     """``jobs: {<job id>: {catch_up: {...}}}`` of a run-policy mapping (``default`` may hold one too)."""
     return policy_sections(data, "catch_up", CatchUpPolicy.from_mapping)
-
-
-def load_catch_up_policies(path: Path | None) -> dict[str, CatchUpPolicy]:
-    """The catch-up policies of the run-policy YAML at ``path``."""
-    return load_section(path, "catch_up", catch_up_policies)
 
 
 def policy_for(policies: Mapping[str, CatchUpPolicy], job_id: str) -> CatchUpPolicy | None:

@@ -21,12 +21,12 @@ import itertools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
+from heartbeat_runner.core.durations import DurationError, parse_seconds
 from heartbeat_runner.core.errors import ConfigError
-from heartbeat_runner.core.windows import EventTimes, WindowLimit
-from heartbeat_runner.policies.retry import check_section, load_section, policy_sections
+from heartbeat_runner.core.windows import EventTimes
+from heartbeat_runner.policies.run_policy_file import check_section, policy_sections
 
 #: The keys of a job's ``window`` policy.
 WINDOW_KEYS = {"size", "lateness", "late_data"}
@@ -60,12 +60,18 @@ class WindowPolicy:
 
 
 def _seconds(value: object, name: str, allow_zero: bool = False) -> int:
-    if allow_zero and str(value).strip() in ("0", "0s"):
-        return 0
-    limit = WindowLimit.parse(value)
-    if limit.span is None:
-        raise ValueError(f"window {name} {value!r}: expected a span such as 1h, 10m or 1d")
-    return int(limit.span.total_seconds())
+    """Whole seconds of a duration with a unit (core/durations.py); ValueError naming the window setting
+    otherwise. A bare number other than 0 is refused here, as beside it ``max_window: 10`` is a count."""
+    try:
+        text = str(value).strip()
+        if text.replace(".", "", 1).isdigit() and float(text) != 0:
+            raise DurationError(f"{value!r} has no unit")
+        seconds = parse_seconds(value, allow_zero=allow_zero)
+    except DurationError as exc:
+        raise ValueError(f"window {name} {value!r}: expected a span such as 1h, 10m or 1d") from exc
+    if seconds != int(seconds) or (seconds < 1 and not allow_zero):
+        raise ValueError(f"window {name} {value!r}: expected a whole number of seconds, such as 1h, 10m or 1d")
+    return int(seconds)
 
 
 def window_policies(data: Mapping[str, Any]) -> dict[str, WindowPolicy]:
@@ -79,11 +85,6 @@ def window_policies(data: Mapping[str, Any]) -> dict[str, WindowPolicy]:
         raise ValueError(f"job(s) {', '.join(both)} have both a window and a catch_up policy; a job has one "
                          "or the other")
     return found
-
-
-def load_window_policies(path: Path | None) -> dict[str, WindowPolicy]:
-    """The event-time window policies of the run-policy YAML at ``path``."""
-    return load_section(path, "window", window_policies)
 
 
 def source_grains(policies: Mapping[str, WindowPolicy], sources: Iterable[tuple[str, str]]) -> dict[str, int]:

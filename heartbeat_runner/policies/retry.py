@@ -1,4 +1,7 @@
-"""Run policies the tick applies on top of any jobs backend: automatic retry, maximum duration.
+"""The retry rules the tick applies on top of any jobs backend: automatic retry, maximum duration.
+
+The ``retry`` settings of the run-policy file are parsed here (``retry_policies``); reading the file
+is policies/run_policy_file.py's, building every section from one read policies/run_policies.py's.
 
 Pure functions of counts and times, so the tick stays the only place with side effects
 and every decision is reproducible from the events table.
@@ -7,14 +10,12 @@ and every decision is reproducible from the events table.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
 from typing import Any, TypeVar
 
-from heartbeat_runner.core.errors import ConfigError
-from heartbeat_runner.core.yaml_files import read_yaml_mapping
+from heartbeat_runner.core.durations import parse_seconds
 from heartbeat_runner.jobs.base import RunOutcome, RunStatus
 
 T = TypeVar("T")
@@ -53,7 +54,8 @@ class RetryPolicy:
     def from_mapping(cls, values: Mapping[str, float | str] | None) -> RetryPolicy:
         """From config such as ``{max_retries: 2, backoff_s: 60}``; unknown keys are an error.
 
-        Values are numbers or numeric strings (YAML); anything else fails int()/float().
+        Values are numbers or numeric strings (YAML); the delays are durations (core/durations.py: a number
+        of seconds, or ``90s``, ``5m``, ``1h``); anything else is a ValueError.
         """
         values = dict(values or {})
         # catch_up: the bounded catch-up policy of the same job (policies/catch_up.py reads it)
@@ -63,9 +65,9 @@ class RetryPolicy:
         if unknown:
             raise ValueError(f"unknown retry policy setting(s): {', '.join(sorted(unknown))}")
         return cls(max_retries=int(values.get("max_retries", cls.max_retries)),
-                   backoff_s=float(values.get("backoff_s", cls.backoff_s)),
+                   backoff_s=parse_seconds(values.get("backoff_s", cls.backoff_s)),
                    multiplier=float(values.get("multiplier", cls.multiplier)),
-                   max_backoff_s=float(values.get("max_backoff_s", cls.max_backoff_s)))
+                   max_backoff_s=parse_seconds(values.get("max_backoff_s", cls.max_backoff_s)))
 
     def delay(self, failures: int) -> timedelta:
         """Wait after the ``failures``-th consecutive failure before the next attempt."""
@@ -97,30 +99,6 @@ class RetryPolicies:
         return self.jobs.get(job_id, self.default)
 
 
-def read_policy_file(path: Path | None) -> Mapping[str, Any]:
-    """The run-policy YAML (``default:`` and ``jobs:``) as a mapping; {} when there is no file."""
-    return read_yaml_mapping(path, "the keys 'default' and 'jobs'")
-
-
-def policy_problem(path: Path | None, name: str, detail: object) -> str:
-    """How a problem of the ``name`` policy in the run-policy file at ``path`` is reported."""
-    return f"{path}: invalid {name} policy: {detail}"
-
-
-def build_section(data: Mapping[str, Any], path: Path | None, name: str, build: Callable[[Mapping[str, Any]], T]) -> T:
-    """``build`` of the run-policy mapping ``data`` read from ``path``; its ValueError is a ConfigError naming
-    the file and the policy (``name``)."""
-    try:
-        return build(data)
-    except (ValueError, TypeError, AttributeError) as exc:
-        raise ConfigError([policy_problem(path, name, exc)]) from exc
-
-
-def load_section(path: Path | None, name: str, build: Callable[[Mapping[str, Any]], T]) -> T:
-    """``build`` of the run-policy file at ``path`` (see ``build_section``)."""
-    return build_section(read_policy_file(path), path, name, build)
-
-
 def retry_policies(data: Mapping[str, Any]) -> RetryPolicies:
     """The retry policies of a run-policy mapping; ValueError when it is malformed."""
     if set(data) - {"default", "jobs", "alerts"}:
@@ -130,35 +108,6 @@ def retry_policies(data: Mapping[str, Any]) -> RetryPolicies:
         raise ValueError("'jobs' must map job ids to policies")
     return RetryPolicies(default=RetryPolicy.from_mapping(data.get("default")),
                          jobs={str(job): RetryPolicy.from_mapping(values) for job, values in jobs.items()})
-
-
-def load_retry_policies(path: Path | None) -> RetryPolicies:
-    """Read ``default:`` and ``jobs: {<job id>: {...}}`` from a YAML file (missing file: retries off)::
-
-        default: {max_retries: 0}
-        jobs:
-          "123": {max_retries: 2, backoff_s: 300}
-    """
-    return load_section(path, "retry", retry_policies)
-
-
-def check_section(name: str, values: Mapping[str, Any], allowed: set[str], required: str, example: str) -> None:
-    """ValueError when a policy section has keys other than ``allowed`` or lacks ``required``."""
-    unknown = set(values) - allowed
-    if unknown:
-        raise ValueError(f"unknown {name} setting(s): {', '.join(sorted(unknown))}")
-    if required not in values:
-        raise ValueError(f"{name} needs {required} ({example})")
-
-
-def policy_sections(data: Mapping[str, Any], key: str, parse: Callable[[Any], T]) -> dict[str, T]:
-    """``parse`` of each job's ``key`` section of a run-policy mapping (``"*"``: the one under ``default``)."""
-    jobs = data.get("jobs") or {}
-    sections = {str(job): values[key] for job, values in jobs.items() if isinstance(values, dict) and values.get(key)}
-    default = data.get("default")
-    if isinstance(default, dict) and default.get(key):
-        sections["*"] = default[key]
-    return {job: parse(section) for job, section in sections.items()}
 
 
 def retry_token(base_token: str, attempt: int) -> str:

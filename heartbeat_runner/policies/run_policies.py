@@ -1,10 +1,10 @@
-"""The run-policy YAML as a whole: retry, catch-up, event-time window and alert policies, read once.
+"""The run-policy YAML as a whole: retry, catch-up, event-time window and alert policies, built once.
 
-Each section has its own parser (``policies/retry.py``, ``policies/catch_up.py``, ``policies/event_windows.py``);
-this module reads the file once, checks every section and reports every problem together, as
-``validate`` and a starting runner need it.
-
-Invariant: a file that loads here loads in each section's own loader too, and the other way round.
+Each section has its own parser (``policies/retry.py``, ``policies/catch_up.py``, ``policies/event_windows.py``,
+``policies/alerts.py``); ``load_run_policies`` builds them all from one read of the file
+(``policies/run_policy_file.py``) and reports every problem together. It is the one loader of the
+file: the runner, ``validate``, ``explain``, the alert commands and the status page all ask it, and it
+builds the policies once per content of the file.
 """
 
 from __future__ import annotations
@@ -19,13 +19,8 @@ from heartbeat_runner.core.errors import ConfigError
 from heartbeat_runner.policies.alerts import AlertPolicies, alert_policies, destination_problems
 from heartbeat_runner.policies.catch_up import CatchUpPolicy, catch_up_policies
 from heartbeat_runner.policies.event_windows import WindowPolicy, window_policies
-from heartbeat_runner.policies.retry import (
-    RetryPolicies,
-    build_section,
-    policy_problem,
-    read_policy_file,
-    retry_policies,
-)
+from heartbeat_runner.policies.retry import RetryPolicies, retry_policies
+from heartbeat_runner.policies.run_policy_file import build_section, built_from_file, policy_problem
 
 T = TypeVar("T")
 
@@ -49,11 +44,16 @@ class RunPolicies:
 
 
 def load_run_policies(path: Path | None) -> RunPolicies:
-    """Every policy of the run-policy YAML at ``path`` (none when there is no file).
+    """Every policy of the run-policy YAML at ``path`` (none when there is no file), built once per content
+    of the file (an edited file is built again at the next call).
 
     ConfigError listing each section's problem, each naming the file and the policy.
     """
-    data = read_policy_file(path)
+    return built_from_file(path, _built)
+
+
+def _built(path: Path | None, data: Mapping[str, Any]) -> RunPolicies:
+    """Every section of the run-policy mapping ``data``; ConfigError with every section's problems."""
     problems: list[str] = []
 
     def section(name: str, build: Callable[[Mapping[str, Any]], T], empty: T) -> T:

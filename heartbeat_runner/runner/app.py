@@ -100,8 +100,8 @@ class App:
         from heartbeat_runner.runner.alerting import AlertMonitor
         from heartbeat_runner.runner.sequences import Sequences
 
-        policies = load_run_policies(self.settings.retry_policy_file)
-        check_alert_destinations(self.settings.retry_policy_file, policies.alerts)  # before any tick
+        policies = load_run_policies(self.settings.run_policy_file)
+        check_alert_destinations(self.settings.run_policy_file, policies.alerts)  # before any tick
         jobs = backend or self.jobs_backend()
         heartbeat = Heartbeat(self.store, self.dbt, jobs, self.sense_context(),
                               progress=progress, policies=policies.retry,

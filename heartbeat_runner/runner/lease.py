@@ -256,13 +256,12 @@ class Lease:
         self.records.swap(holder, replace(holder, wanted_by=self.owner, wanted_at=self.clock()))
 
 
-def tick_lease(store: TableStore, env: dict[str, str] | None = None) -> Lease:
+def tick_lease(store: TableStore, ttl_s: float | None = None) -> Lease:
     """The tick lease of the lakehouse ``store`` writes to: its row in ``heartbeat_lease``, or the file
     ``<lakehouse>/locks/tick.lease`` where the engine says so (``TableOps.lease_in_files``).
-    ``HEARTBEAT_LEASE_TTL`` sets its lifetime in seconds."""
-    env = dict(os.environ if env is None else env)
-    ttl_s = float(env.get("HEARTBEAT_LEASE_TTL", DEFAULT_TTL_S))
+    Its lifetime is ``ttl_s``, else the engine's settings' ``lease_ttl_s`` (``HEARTBEAT_LEASE_TTL``)."""
     engine = store.engine
+    ttl_s = engine.settings.lease_ttl_s if ttl_s is None else ttl_s
     if engine.ops.lease_in_files:
         return Lease(engine.settings.lakehouse_dir / "locks" / "tick.lease", ttl_s=ttl_s)
     return Lease(store, ttl_s=ttl_s)

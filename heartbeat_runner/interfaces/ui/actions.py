@@ -26,6 +26,7 @@ from typing import Protocol
 
 from heartbeat_runner.core.errors import ForbiddenError, HeartbeatError, InvalidInputError
 from heartbeat_runner.core.records import EventType
+from heartbeat_runner.core.settings import read_environment
 from heartbeat_runner.interfaces.operations import (
     ask_retry,
     ask_trigger,
@@ -95,12 +96,13 @@ class ActionPolicy:
 
         InvalidInputError when ``HEARTBEAT_UI_OPERATORS`` names something that is not an e-mail address.
         """
-        names = _listed(env.get("HEARTBEAT_UI_OPERATORS", ""))
+        declared = read_environment(env)
+        names = list(declared.ui_operators)
         not_emails = sorted(n for n in names if "@" not in n)
         if not_emails:
             raise InvalidInputError(f"HEARTBEAT_UI_OPERATORS: {', '.join(not_emails)} is not an e-mail address; "
                                     "operators are matched on the signed-in user's e-mail (X-Forwarded-Email)")
-        groups = frozenset(g.strip() for g in env.get("HEARTBEAT_UI_OPERATOR_GROUPS", "").split(",") if g.strip())
+        groups = frozenset(declared.ui_operator_groups)
         return cls(enabled=enabled, operators=frozenset(n.lower() for n in names), operator_groups=groups,
                    as_app=any(env.get(name) for name in APP_VARIABLES), groups_of=groups_of)
 
@@ -134,10 +136,6 @@ class ActionPolicy:
         except ActionRefused:
             return False
         return True
-
-
-def _listed(text: str) -> set[str]:
-    return {n.strip() for n in text.split(",") if n.strip()}
 
 
 def _header(headers: Headers, name: str) -> str | None:

@@ -183,7 +183,7 @@ class Handler(BaseHTTPRequestHandler):
             return self._json(page.read(lambda: data.ticks(page.app.store)))
         if len(route) == 2 and route[0] == "jobs":
             settings = page.app.settings
-            return self._json(page.read(lambda: data.job_page(page.app.store, route[1], settings.retry_policy_file,
+            return self._json(page.read(lambda: data.job_page(page.app.store, route[1], settings.run_policy_file,
                                                               settings.lakehouse_dir)))
         if len(route) == 5 and route[0] == "jobs" and route[2] == "runs" and route[4] == "output":
             return self._run_output(route[1], route[3])
