@@ -59,13 +59,13 @@ def measure(engine: str, n: int, repeats: int, root: Path) -> dict[str, Any]:
             workload.change(workload.busy_set(rep), tag=rep)
             busy.append(counter.figures(heartbeat.tick))
             bench._settle(heartbeat)
-        status = _timed_statuses(settings, STATUS_SAMPLES)
+        status = _timed_statuses(settings, app.store, STATUS_SAMPLES)
     return {"engine": engine, "sensors": n, "open_s": round(opened, 2), "cold_start_s": round(cold, 2),
             "first_tick": first, "steady": bench._summarise(steady), "busy": bench._summarise(busy),
             "status_while_held": status}
 
 
-def _timed_statuses(settings, samples: int) -> dict[str, Any] | None:
+def _timed_statuses(settings, store, samples: int) -> dict[str, Any] | None:
     """``samples`` runs of `status --json`, each a new process, while this one holds the engine and, as a
     running `run` does, the tick lease (so `status` reads the control table, not rebuilds it).
 
@@ -75,7 +75,7 @@ def _timed_statuses(settings, samples: int) -> dict[str, Any] | None:
 
     env = {**os.environ, **settings.lakehouse_env(), "HEARTBEAT_CONFIG": str(settings.effective_config_csv)}
     seconds = []
-    with tick_lease(settings.lakehouse_dir).held(600.0):
+    with tick_lease(store).held(600.0):
         for _ in range(samples):
             began = time.monotonic()
             done = subprocess.run([sys.executable, "-m", "heartbeat_runner", "status", "--json"], env=env,
