@@ -38,6 +38,15 @@ def config_row(source: str, sensor_id: str, job: str, *, hard: str = "TRUE", sta
                      state, hard])
 
 
+def wait_for(predicate, timeout_s: float, what: str) -> None:
+    """Until ``predicate()`` is true; AssertionError naming ``what`` after ``timeout_s`` seconds."""
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.2)
+
+
 def _drop_trigger_file(folder: Path, name: str) -> None:
     """A new trigger file, written aside and renamed as the README asks of writers: a running loop never
     sees it half made (created, then written: a second, newer modification time)."""
@@ -212,6 +221,21 @@ class CliLakehouse:
     def start(self, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
         return subprocess.Popen(self.command(*args), env={**self.env, **(env or {})}, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, cwd=self.home.parent)
+
+    def loop_through_failures(self, failures: int) -> subprocess.CompletedProcess:
+        """``run --loop`` whose first ``failures`` ticks fail (an injected fault after sensing), until job J1
+        of a trigger file dropped in ``drop`` ran once; stopped with SIGTERM, its output read."""
+        import signal
+
+        loop = self.start("run", "--loop", "--interval", "0.2", env={"HEARTBEAT_FAIL_AT": f"after_sensing:{failures}"})
+        try:
+            self.drop_trigger_file("drop", "a.done")
+            wait_for(lambda: self.executions().get("J1") == 1 or loop.poll() is not None, 120, "the job to run")
+            assert loop.poll() is None, loop.communicate()
+        finally:
+            loop.send_signal(signal.SIGTERM)
+            out, err = loop.communicate(timeout=60)
+        return subprocess.CompletedProcess(loop.args, loop.returncode, out, err)
 
     # -- upstream data ----------------------------------------------------------------------
 

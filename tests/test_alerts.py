@@ -20,9 +20,10 @@ from heartbeat_runner.core.backoff import Backoff
 from heartbeat_runner.core.errors import ConfigError
 from heartbeat_runner.core.secrets import SecretKind, SecretRef
 from heartbeat_runner.jobs.databricks import DatabricksJobsBackend
-from heartbeat_runner.policies.alerts import Deadline, Destination, DestinationKind
+from heartbeat_runner.policies.alerts import Deadline
 from heartbeat_runner.policies.run_policies import load_run_policies
-from heartbeat_runner.runner.alert_delivery import AlertAction, Notice, message_id, send
+from heartbeat_runner.senders.destinations import Destination, DestinationKind
+from heartbeat_runner.senders.send import AlertAction, Notice, message_id, send
 
 ROOT = Path(__file__).resolve().parent.parent
 HOOK_ENV, PD_ENV = "HB_TEST_ALERT_HOOK", "HB_TEST_PD_KEY"
@@ -459,7 +460,7 @@ def test_validate_names_every_destination_it_could_not_send_to(tmp_path, monkeyp
 def test_a_failed_delivery_is_one_line_naming_the_destination_without_its_url(url, monkeypatch):
     """Even a URL no check caught: the error is a DeliveryError of one line, naming the destination by its key,
     with no path, query or token of the URL (the cause is kept)."""
-    from heartbeat_runner.runner.alert_delivery import DeliveryError
+    from heartbeat_runner.senders.send import DeliveryError
 
     monkeypatch.setenv("HB_T_HOOK", url.format(port=closed_port()))
     notice = Notice("k" * 32, AlertAction.RAISE, "JOB_FAILED", "job 1", "job 1 failed", "error", "2026-11-23")
@@ -528,8 +529,8 @@ def test_a_value_from_a_secret_scope_is_checked_at_send_time_and_redacted(monkey
     """A ``{secret: scope/key}`` value of the wrong shape (a URL without scheme, a malformed routing key) fails
     at send time as one line naming the destination and ``scope/key``; a failure whose text quotes the values
     read from the scope (or the environment) has them redacted; ``secrets_of`` covers resolved values."""
-    from heartbeat_runner.runner import alert_delivery
-    from heartbeat_runner.runner.alert_delivery import DeliveryError, secrets_of
+    from heartbeat_runner.senders import send as sender
+    from heartbeat_runner.senders.send import DeliveryError, secrets_of
 
     notice = Notice("k" * 32, AlertAction.RAISE, "JOB_FAILED", "job 1", "job 1 failed", "error", "2026-11-23")
     scope = ScopeSecrets({"hb/hook": f"hooks.example.com/{CANARY}", "hb/pd": f"key-{CANARY}",
@@ -558,12 +559,12 @@ def test_a_value_from_a_secret_scope_is_checked_at_send_time_and_redacted(monkey
     chat = replace(hook, url_secret=SecretRef(SecretKind.SECRET, "hb/good-hook"))
 
     def quoting(destination, notices, timeout_s, secrets):  # a library that quotes what it was given
-        read = [alert_delivery._secret(getattr(destination, f"{s}_secret"), destination, s, secrets)
+        read = [sender._secret(getattr(destination, f"{s}_secret"), destination, s, secrets)
                 for s in ("url", "username", "password") if getattr(destination, f"{s}_secret") is not None]
         raise RuntimeError("refused " + " and ".join(f"'{v}'" for v in read))
 
     for destination in (mail, chat):
-        monkeypatch.setitem(alert_delivery.SENDERS, destination.kind, quoting)
+        monkeypatch.setitem(sender.SENDERS, destination.kind, quoting)
         with pytest.raises(DeliveryError) as caught:
             send(destination, [notice], timeout_s=2, secrets=scope)
         text = str(caught.value)

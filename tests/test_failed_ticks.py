@@ -14,7 +14,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from harness import HEADER, CliLakehouse, marker_jobs_file, serving_page
+from harness import HEADER, CliLakehouse, marker_jobs_file, serving_page, wait_for
 from harness import config_row as row
 
 from heartbeat_runner.core.errors import TransientError
@@ -41,12 +41,6 @@ def runs(lake: CliLakehouse) -> list[dict]:
     return list(reversed(json.loads(lake.cli("runs", "--json").stdout)))
 
 
-def _wait(predicate, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
 
 
 # -- the real CLI ------------------------------------------------------------------------------------
@@ -69,14 +63,8 @@ def test_a_one_shot_run_whose_tick_fails_exits_non_zero_and_records_it(lake):
 @pytest.mark.slow
 def test_a_loop_records_its_failed_tick_goes_on_and_the_page_shows_it(lake):
     before = len(runs(lake))
-    loop = lake.start("run", "--loop", "--interval", "0.2", env={"HEARTBEAT_FAIL_AT": "after_sensing:1"})
-    try:
-        lake.drop_trigger_file("drop", "a.done")
-        _wait(lambda: lake.executions().get("J1") == 1 or loop.poll() is not None, 120, "the job to run")
-        assert loop.poll() is None, loop.communicate()
-    finally:
-        loop.send_signal(signal.SIGTERM)
-        out, err = loop.communicate(timeout=60)
+    loop = lake.loop_through_failures(1)
+    out, err = loop.stdout, loop.stderr
     assert loop.returncode == 0 and "stopped after" in out, err
     assert f"tick failed: {INJECTED.split(': ', 1)[1]}" in err
 

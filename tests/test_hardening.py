@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from harness import HEADER, CliLakehouse, marker_jobs_file
+from harness import HEADER, CliLakehouse, marker_jobs_file, wait_for
 from harness import config_row as row
 
 from heartbeat_runner.core.errors import ConfigError
@@ -115,24 +115,12 @@ def lake(tmp_path) -> CliLakehouse:
     return lake
 
 
-def _wait(predicate, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
 
 
 @pytest.mark.slow
 def test_loop_survives_engine_exceptions_and_logs_each_error_once(lake):
-    loop = lake.start("run", "--loop", "--interval", "0.2", env={"HEARTBEAT_FAIL_AT": "after_sensing:3"})
-    try:
-        lake.drop_trigger_file("drop", "a.done")
-        _wait(lambda: lake.executions().get("J1") == 1 or loop.poll() is not None, 120, "the job to run")
-        assert loop.poll() is None, loop.communicate()
-    finally:
-        loop.send_signal(signal.SIGTERM)
-        out, err = loop.communicate(timeout=60)
+    loop = lake.loop_through_failures(3)
+    out, err = loop.stdout, loop.stderr
     assert loop.returncode == 0, err
     assert err.count("tick failed: InjectedFault: injected failure at after_sensing") == 1
     assert err.count("Traceback (most recent call last)") == 1  # the traceback once, not per tick
@@ -149,7 +137,7 @@ def test_loop_stops_with_its_own_exit_code_when_the_lakehouse_is_unusable(lake):
     reader = threading.Thread(target=lambda: err.extend(loop.stderr), daemon=True)
     reader.start()
     try:
-        _wait(lambda: sum(line.startswith("tick ") for line in err) >= 3 or loop.poll() is not None, 180,
+        wait_for(lambda: sum(line.startswith("tick ") for line in err) >= 3 or loop.poll() is not None, 180,
               "three ticks of the loop")
         shutil.rmtree(lake.home / "warehouse" / "heartbeat" / "heartbeat_events")
         loop.wait(timeout=120)
@@ -170,14 +158,14 @@ def test_a_stuck_loop_tells_where_it_is_and_a_second_signal_ends_it(lake):
     reading = threading.Thread(target=lambda: err.extend(loop.stderr), daemon=True)
     reading.start()
     try:
-        _wait(lambda: err or loop.poll() is not None, 120, "the first tick to start")  # handlers are installed
+        wait_for(lambda: err or loop.poll() is not None, 120, "the first tick to start")  # handlers are installed
         assert loop.poll() is None, "".join(err)
 
         def stuck_in_the_tick() -> bool:
             loop.send_signal(signal.SIGUSR1)
             time.sleep(0.5)
             return any("in fail_point" in line for line in err)
-        _wait(stuck_in_the_tick, 120, "a stack dump inside the hanging tick")
+        wait_for(stuck_in_the_tick, 120, "a stack dump inside the hanging tick")
         assert loop.poll() is None and any("in tick" in line for line in err)
 
         loop.send_signal(signal.SIGTERM)
@@ -199,7 +187,7 @@ def test_a_shutdown_that_hangs_ends_after_the_grace_period_with_the_stacks(lake)
     reading = threading.Thread(target=lambda: err.extend(loop.stderr), daemon=True)
     reading.start()
     try:
-        _wait(lambda: any(line.startswith("tick 1 ") for line in err) or loop.poll() is not None, 120, "a tick")
+        wait_for(lambda: any(line.startswith("tick 1 ") for line in err) or loop.poll() is not None, 120, "a tick")
         loop.send_signal(signal.SIGTERM)
         loop.wait(timeout=60)
     finally:

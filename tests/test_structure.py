@@ -61,24 +61,31 @@ def test_the_import_graph_has_no_cycle():
     assert cycle is None, " -> ".join(cycle or [])
 
 
-LAYERS = ("core", "engines", "lakehouse", "sensing", "jobs", "policies", "runner", "interfaces")
+#: the layer folders from the bottom up; folders in one tuple are siblings of one rank and may not import each
+#: other (``jobs`` and ``senders``: the outbound adapters for runs and for alert messages)
+LAYERS = (("core",), ("engines",), ("lakehouse",), ("sensing",), ("jobs", "senders"), ("policies",), ("runner",),
+          ("interfaces",))
+FOLDERS = {folder: rank for rank, folders in enumerate(LAYERS) for folder in folders}
 
 
 def layer_of(module: str) -> int | None:
     """Rank of a module's layer folder; None for the package root (``__init__``, ``__main__``)."""
     parts = module.split(".")
-    return LAYERS.index(parts[1]) if len(parts) > 1 and parts[1] in LAYERS else None
+    return FOLDERS.get(parts[1]) if len(parts) > 1 else None
 
 
 def upward_imports(graph: dict[str, set[str]]) -> list[str]:
-    """Every ``a -> b`` where b's layer is above a's."""
+    """Every ``a -> b`` where b's layer is above a's, or beside it in another folder of the same rank."""
     found = []
     for name, targets in sorted(graph.items()):
         rank = layer_of(name)
         for target in sorted(targets):
             target_rank = layer_of(target)
-            if rank is not None and target_rank is not None and target_rank > rank:
-                found.append(f"{name} ({LAYERS[rank]}) -> {target} ({LAYERS[target_rank]})")
+            if rank is None or target_rank is None:
+                continue
+            sideways = target_rank == rank and name.split(".")[1] != target.split(".")[1]
+            if target_rank > rank or sideways:
+                found.append(f"{name} ({name.split('.')[1]}) -> {target} ({target.split('.')[1]})")
     return found
 
 
@@ -96,6 +103,12 @@ def test_the_checker_finds_an_upward_import():
              "heartbeat_runner.policies.catch_up": {"heartbeat_runner.core.windows"}}
     assert upward_imports(graph) == [
         "heartbeat_runner.lakehouse.store (lakehouse) -> heartbeat_runner.policies.catch_up (policies)"]
+
+
+def test_the_checker_finds_an_import_between_siblings():
+    graph = {"heartbeat_runner.senders.send": {"heartbeat_runner.jobs.databricks_workspace"}}
+    assert upward_imports(graph) == [
+        "heartbeat_runner.senders.send (senders) -> heartbeat_runner.jobs.databricks_workspace (jobs)"]
 
 
 def test_the_checker_finds_a_cycle():

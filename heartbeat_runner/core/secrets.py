@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import enum
 import os
-from collections.abc import Mapping
+import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -116,3 +117,17 @@ def resolve(ref: SecretRef, where: str, resolver: SecretResolver,
         raise SecretNotFoundError(f"{where}: {ref}: {exc}") from exc
     except SecretError as exc:
         raise SecretAccessError(f"{where}: {ref}: {exc}") from exc
+
+
+#: a URL in a message: its scheme and host are kept, the rest (path, query, user info) is not
+_URL = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)(?:[^\s/@'\"<>]*@)?([^\s/?#'\"<>]*)[^\s'\"<>]*")
+REDACTED = "***"
+
+
+def redact(text: str, secrets: Iterable[str] = ()) -> str:
+    """``text`` on one line with every secret replaced and every URL cut to its scheme and host."""
+    for secret in sorted((s for s in secrets if s), key=len, reverse=True):
+        text = text.replace(secret, REDACTED)
+    text = _URL.sub(lambda m: f"{m.group(1)}{m.group(2)}" + ("/" + REDACTED if len(m.group(0)) > len(
+        m.group(1) + m.group(2)) else ""), text)
+    return " ".join(text.split())

@@ -27,13 +27,20 @@ from dataclasses import dataclass, field
 from datetime import datetime, time, timedelta, timezone
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from heartbeat_runner.core.durations import DurationError
 from heartbeat_runner.core.durations import parse_duration as core_duration
 from heartbeat_runner.core.errors import InvalidInputError
 from heartbeat_runner.core.secrets import SecretKind, SecretRef, parse_reference
+from heartbeat_runner.senders.destinations import (
+    PAGERDUTY_URL,
+    SECRET_SETTINGS,
+    Destination,
+    DestinationKind,
+    is_web_url,
+    secret_shape_problem,
+)
 
 
 class AlertKind(str, enum.Enum):
@@ -60,14 +67,6 @@ SEVERITY = {AlertKind.JOB_FAILED: Severity.ERROR, AlertKind.TRIGGER_ERROR: Sever
             AlertKind.SOURCE_LATE: Severity.WARNING, AlertKind.JOB_OVERDUE: Severity.ERROR,
             AlertKind.RUNNER_NOT_TICKING: Severity.CRITICAL}
 
-
-class DestinationKind(str, enum.Enum):
-    WEBHOOK = "webhook"
-    PAGERDUTY = "pagerduty"
-    EMAIL = "email"
-
-
-PAGERDUTY_URL = "https://events.pagerduty.com/v2/enqueue"
 
 # -- the section ----------------------------------------------------------------------------------
 
@@ -142,26 +141,6 @@ class JobAlertPolicy:
 class SourceAlertPolicy:
     sensing_error_after: timedelta | None = timedelta(minutes=15)
     new_data_every: timedelta | None = None
-
-
-@dataclass(frozen=True)
-class Destination:
-    """Where alerts go. Secrets (URLs of webhooks, routing keys, SMTP user and password) are references
-    (:class:`SecretRef`: an environment variable or a Databricks ``scope/key``), read at send time only."""
-
-    name: str
-    kind: DestinationKind
-    url_secret: SecretRef | None = None          # webhook: the URL (a secret)
-    url: str = PAGERDUTY_URL                     # pagerduty: the Events API endpoint
-    routing_key_secret: SecretRef | None = None
-    host: str = ""                               # email
-    port: int = 587
-    sender: str = ""
-    to: tuple[str, ...] = ()
-    username_secret: SecretRef | None = None
-    password_secret: SecretRef | None = None
-    starttls: bool = True
-    ca_file: str | None = None
 
 
 #: per kind: (required settings, optional settings, secret settings with whether each is required).
@@ -298,34 +277,6 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SCOPE_KEY = re.compile(r"^[A-Za-z0-9_.@-]{1,128}/[A-Za-z0-9_.-]{1,128}$")
 #: an e-mail address: one ``@``, no spaces, a domain (``localhost`` too, for a relay)
 _ADDRESS = re.compile(r"^[^@\s<>,;\\\"]+@[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?$")
-#: a PagerDuty Events API v2 routing (integration) key: 32 letters and digits
-_ROUTING_KEY = re.compile(r"^[A-Za-z0-9]{32}$")
-#: the secret settings of a destination, each held as ``<setting>_secret``
-SECRET_SETTINGS = ("url", "routing_key", "username", "password")
-
-
-def is_web_url(value: object) -> bool:
-    """An ``http``/``https`` URL with a host and no whitespace (what a webhook or the Events API needs)."""
-    if not isinstance(value, str) or not value or any(c.isspace() for c in value):
-        return False
-    try:
-        parts = urlsplit(value)
-        parts.port  # noqa: B018 - a port that is no number raises here, as urllib would at delivery
-    except ValueError:
-        return False
-    return parts.scheme in ("http", "https") and bool(parts.hostname)
-
-
-def secret_shape_problem(setting: str, value: str) -> str | None:
-    """What is wrong with the shape of a secret's value for ``setting`` (None: nothing that can be seen without
-    sending): a webhook URL must be http(s) with a host, a routing key 32 letters and digits. Never quotes it."""
-    if setting == "url" and not is_web_url(value):
-        return "does not hold an http or https URL with a host"
-    if setting == "routing_key" and not _ROUTING_KEY.match(value):
-        return "does not hold a PagerDuty routing key of 32 letters and digits"
-    return None
-
-
 def _address_problem(value: object, field_name: str) -> str | None:
     if isinstance(value, str) and _ADDRESS.match(value.strip()):
         return None

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any, TypeVar
 
+from heartbeat_runner.core.backoff import Backoff
 from heartbeat_runner.core.durations import parse_seconds
 from heartbeat_runner.jobs.base import RunOutcome, RunStatus
 
@@ -71,8 +72,8 @@ class RetryPolicy:
 
     def delay(self, failures: int) -> timedelta:
         """Wait after the ``failures``-th consecutive failure before the next attempt."""
-        seconds = self.backoff_s * self.multiplier ** max(0, failures - 1)
-        return timedelta(seconds=min(seconds, self.max_backoff_s))
+        backoff = Backoff(first_s=self.backoff_s, max_s=self.max_backoff_s, factor=self.multiplier)
+        return timedelta(seconds=backoff.after(max(1, failures)))
 
     def decide(self, failures: int, last_failure_at: datetime, now: datetime) -> RetryDecision:
         """Should a job that failed ``failures`` times in a row, last at ``last_failure_at``, run again now?"""

@@ -44,8 +44,9 @@ from heartbeat_runner.policies.alerts import (
     evaluate,
     overdue_jobs,
 )
-from heartbeat_runner.runner.alert_delivery import AlertAction, Attempt, Notice, Outbox
+from heartbeat_runner.runner.alert_delivery import Outbox
 from heartbeat_runner.runner.tick import TickObserver, TickResult
+from heartbeat_runner.senders.send import AlertAction, Attempt, Notice
 
 log = logging.getLogger(__name__)
 
@@ -547,7 +548,8 @@ def watch_runner(lakehouse_dir: Path, policies: AlertPolicies, *, timeout_s: flo
     The open "runner not ticking" alert is kept in ``<lakehouse>/alerts/not_ticking.json``, with the
     destinations that accepted it; a destination that refused is tried again at the next ``check``.
     """
-    from heartbeat_runner.runner.alert_delivery import DeliveryError, send
+    from heartbeat_runner.jobs.databricks_workspace import DatabricksSecrets
+    from heartbeat_runner.senders.send import DeliveryError, send
 
     found = runner_liveness(lakehouse_dir, policies)
     path = lakehouse_dir / "alerts" / "not_ticking.json"
@@ -566,12 +568,13 @@ def watch_runner(lakehouse_dir: Path, policies: AlertPolicies, *, timeout_s: flo
     notice = Notice(**{**state["notice"], "jobs": tuple(state["notice"]["jobs"]),
                        "action": AlertAction.RESOLVE if state["resolved"] else AlertAction.RAISE,
                        "severity": Severity.CRITICAL.value})
+    secrets = DatabricksSecrets()  # {secret: scope/key} references, through the SDK's auth chain
     for destination in policies.destinations:
         mark = f"{destination.name}:{notice.action.value}"
         if mark in state["sent"]:
             continue
         try:
-            send(destination, [notice], timeout_s)
+            send(destination, [notice], timeout_s, secrets)
             state["sent"].append(mark)
         except DeliveryError as exc:
             log.warning("sending the %s failed: %s", notice.action.value, exc)

@@ -30,10 +30,10 @@ from typing import Protocol
 from heartbeat_runner.core.backoff import Backoff
 from heartbeat_runner.core.errors import describe, kind_of
 from heartbeat_runner.core.records import RunStart, RunSummary, TickStatus, utcnow
+from heartbeat_runner.core.secrets import redact
 from heartbeat_runner.core.settings import Settings
 from heartbeat_runner.core.stopping import StopRequest
 from heartbeat_runner.lakehouse.store import TableStore
-from heartbeat_runner.runner.alert_delivery import redact
 from heartbeat_runner.runner.app import App, open_app
 from heartbeat_runner.runner.lease import Lease, LeaseHeld, tick_lease
 from heartbeat_runner.runner.memory import (
