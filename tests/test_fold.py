@@ -22,7 +22,7 @@ def control_table(hb) -> list[dict]:
 def assert_as_derived(hb) -> None:
     """The control table as it is equals the one a build from all the events makes."""
     folded = control_table(hb)
-    hb.app.dbt.refresh_control(hb.app.store.events_version(), force=True)
+    hb.app.control.refresh(force=True)
     assert control_table(hb) == folded
 
 
