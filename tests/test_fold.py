@@ -1,5 +1,5 @@
 """A tick that triggers folds its trigger requests into the control table instead of deriving every row
-again (models/heartbeat_control.sql, runner/tick.py FoldWatch). What `status`, the page and the next tick
+again (models/heartbeat_control.sql, lakehouse/control_table.py Appended). What `status`, the page and the next tick
 read must be exactly what a build from all the events gives: each folded table is compared with one."""
 
 from __future__ import annotations

@@ -125,8 +125,9 @@ class ControlTable:
         return int(text) if text.isdigit() else None
 
     def is_current(self, scope: Scope = Scope.FULL) -> bool:
-        """Whether the tables of ``scope`` include every event recorded so far."""
-        return self.built_version(scope) == self.store.events_version()
+        """Whether the tables of ``scope`` include every event recorded so far (False without an events table)."""
+        version = self.store.events_version()
+        return version is not None and self.built_version(scope) == version
 
     # -- appending -----------------------------------------------------------------------------------
 

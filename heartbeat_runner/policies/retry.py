@@ -56,9 +56,9 @@ class RetryPolicy:
         Values are numbers or numeric strings (YAML); anything else fails int()/float().
         """
         values = dict(values or {})
-        # catch_up: the bounded catch-up policy of the same job (jobs/catch_up.py reads it)
+        # catch_up: the bounded catch-up policy of the same job (policies/catch_up.py reads it)
         values.pop("catch_up", None)
-        values.pop("window", None)  # the event-time window policy (jobs/event_windows.py)
+        values.pop("window", None)  # the event-time window policy (policies/event_windows.py)
         unknown = set(values) - {"max_retries", "backoff_s", "multiplier", "max_backoff_s"}
         if unknown:
             raise ValueError(f"unknown retry policy setting(s): {', '.join(sorted(unknown))}")

@@ -4,7 +4,7 @@ The tick asks three things of a ``Sequences``:
 
 - ``first_request``: the parameters of the trigger request of a ready job. With a
   catch-up policy and a backlog larger than its ``max_window``, the request covers the
-  first window only and records the whole plan (``jobs.catch_up.SequencePlan``) in its
+  first window only and records the whole plan (``policies.catch_up.SequencePlan``) in its
   payload. The request consumes the whole backlog, as any trigger does.
 - ``after_success``: when run k of a sequence succeeded, the NEXT_WINDOW_REQUESTED event
   of run k+1 and its request. The tick appends that event *in the same commit* as the

@@ -85,11 +85,11 @@ from heartbeat_runner.sensing.sources.base import SenseContext
 
 log = logging.getLogger(__name__)
 
-#: figures of a run summary's stage_timings that are counts, not seconds of a stage
 #: the key of a run summary's figures that carries the jobs backend's memory to the next process
 BACKEND_MEMORY = "jobs_backend_memory"
 #: tokens of one request's chain (see skipped_token) read in one query
 SKIP_CHAIN = 8
+#: figures of a run summary's stage_timings that are counts, not seconds of a stage
 COUNT_FIGURES = ("idle_ticks", "sql_parses", "mean_sql_parses", "engine_recycles", "engine_wakes", "loop_restarts")
 
 @dataclass(frozen=True)
@@ -277,7 +277,7 @@ class FollowUps:
 
 
 class Heartbeat:
-    """Runs ticks against one engine, store, dbt project and jobs backend."""
+    """Runs ticks against one store, control table (which builds through the dbt project) and jobs backend."""
 
     def __init__(self, store: TableStore, control: ControlTable, backend: JobsBackend, ctx: SenseContext,
                  *, progress: Callable[[str], None] | None = None, policies: RetryPolicies | None = None,
@@ -316,9 +316,10 @@ class Heartbeat:
         The control table is refreshed up to three times; each is a no-op when the events did not move
         since the last build (ControlTable's built marker), and each is needed:
 
-        1. before sensing: which rows are eligible and the cursors are read from it, and other processes'
-           commits (operator commands, another runner, a tick that crashed between its append and its
-           build) must be in it;
+        1. before sensing: which rows are eligible (paused, in progress, failed) is read from it, so other
+           processes' commits (a config load, ``complete``, ``reset``, another runner) and a tick that
+           crashed between its append and its build must be in it; in a loop nobody else writes to, the
+           previous tick's last build is current and this one costs a version read;
         2. after the new-data events, control table only: the ready view must see them to trigger;
         3. before the report: what triggering and reconciliation recorded, with the sensor state table
            (what other products follow), so ``status``, the page and the next tick read current state; it
