@@ -31,7 +31,7 @@
 {#
   Folding one tick's trigger requests (var heartbeat_fold_run: that tick's run id). The runner asks
   for it only when every event since the table's last build is a TRIGGER_REQUESTED of that run (one
-  per job) or the TRIGGERED answer to one (runner/tick.py, FoldWatch). Such a request changes only
+  per job) or the TRIGGERED answer to one (lakehouse/control_table.py, Appended). Such a request changes only
   its job's active rows, and the derivation below would give them exactly this: IN_PROGRESS since
   the request, its token and run, the sequence its payload plans, nothing pending (every NEW_DATA
   event of their sources came before it), no failure or error since. The MERGE leaves every other

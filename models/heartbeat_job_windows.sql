@@ -1,5 +1,5 @@
 {#
-  The dependency rule for event-time windows (jobs/event_windows.py), beside the one in
+  The dependency rule for event-time windows (policies/event_windows.py), beside the one in
   heartbeat_job_rollup: one row per job with a window policy (heartbeat_window_policies).
 
   A source's event time is the latest one sensing recorded for it (NEW_DATA and baseline

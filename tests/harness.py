@@ -154,7 +154,7 @@ class Harness:
         return self.heartbeat.tick()
 
     def status(self) -> dict[tuple[str, str, str], str | None]:
-        self.app.dbt.refresh_control(self.app.store.events_version())
+        self.app.control.refresh()
         return {(r["sensor_source"], r["sensor_id"], r["trigger_job_id"]): r["status"]
                 for r in self.app.store.control_rows()}
 
@@ -162,7 +162,7 @@ class Harness:
         return {s for (_, _, j), s in self.status().items() if j == job}
 
     def rows(self, job: str | None = None) -> list[dict]:
-        self.app.dbt.refresh_control(self.app.store.events_version())
+        self.app.control.refresh()
         return self.app.store.control_rows(job)
 
     def events(self, kind: str | None = None) -> list[dict]:

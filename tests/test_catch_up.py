@@ -188,7 +188,7 @@ def test_a_failure_stops_the_sequence_until_the_window_succeeds(tmp_path):
         assert "Catch-up sequences" in status.stdout and "version 2" in status.stdout, status.stdout + status.stderr
 
         record_job_event(hb.app, "J", EventType.COMPLETED, message="window 2 fixed by hand")  # the operator
-        hb.app.dbt.refresh_control(hb.app.store.events_version())
+        hb.app.control.refresh()
         assert "run 3 is requested at the next tick" in explain(hb.app.store, "J").verdict
         settle(hb)
         assert [windows(p) for p in recorded(out, "J")][-1] == [("version 3", "version 3")]

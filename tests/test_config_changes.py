@@ -32,7 +32,7 @@ def test_config_edits_merge_without_losing_untouched_state(hb):
     hb.tick()
     hb.wait_for_jobs()
     hb.insert("db.b", "(2)")
-    hb.app.dbt.refresh_control(hb.app.store.events_version())
+    hb.app.control.refresh()
     # J1 completed; J2 waits with db.b NEW_EVENT_AVAILABLE (db.c is hard and has nothing)
     hb.tick()
     assert hb.status()[("delta_table", "db.a", "J1")] == "COMPLETED"

@@ -309,7 +309,7 @@ def test_job_end_timestamp_is_the_end_time_the_jobs_api_gives_not_the_tick_that_
     assert as_utc(control["job_end_timestamp"]) == ended < noticed.snapshot_ts
     assert requested.snapshot_ts < as_utc(control["job_start_timestamp"]) < ended
     # the alert monitor of a loop (folding the tick) holds the time a new process loads from the table
-    looping = AlertMonitor(beat.app.store, beat.app.dbt, heartbeat.backend, AlertPolicies(), beat.root)
+    looping = AlertMonitor(beat.app.store, beat.app.control, heartbeat.backend, AlertPolicies(), beat.root)
     looping.fold(noticed)
     loaded = fold_control_rows(HotState(), beat.rows(str(job)), times=True).job(str(job))
     folded = looping.state.job(str(job))

@@ -1,5 +1,5 @@
 """A tick that triggers folds its trigger requests into the control table instead of deriving every row
-again (models/heartbeat_control.sql, runner/tick.py FoldWatch). What `status`, the page and the next tick
+again (models/heartbeat_control.sql, lakehouse/control_table.py Appended). What `status`, the page and the next tick
 read must be exactly what a build from all the events gives: each folded table is compared with one."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ def control_table(hb) -> list[dict]:
 def assert_as_derived(hb) -> None:
     """The control table as it is equals the one a build from all the events makes."""
     folded = control_table(hb)
-    hb.app.dbt.refresh_control(hb.app.store.events_version(), force=True)
+    hb.app.control.refresh(force=True)
     assert control_table(hb) == folded
 
 

@@ -298,7 +298,7 @@ def test_a_recycled_engine_keeps_tables_views_and_dbt_working(tmp_path):
         assert app.engine.server.process.pid != first_pid and not pid_alive(first_pid)
         assert os.environ["SPARK_REMOTE"].startswith(app.engine.server.process.url)
         assert app.store.control_rows() == before
-        app.dbt.refresh_control(None, force=True)
+        app.control.refresh(force=True)
         assert [r["trigger_job_id"] for r in app.store.control_rows()] == [r["trigger_job_id"] for r in before]
 
 

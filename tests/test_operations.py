@@ -12,7 +12,7 @@ from heartbeat_runner.interfaces.operations import explain, plan_reset, recent_r
 
 
 def explained(hb, job: str):
-    hb.app.dbt.refresh_control(hb.app.store.events_version())
+    hb.app.control.refresh()
     return explain(hb.app.store, job)
 
 

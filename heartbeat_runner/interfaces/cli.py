@@ -775,8 +775,8 @@ def _print_reset(plan: ResetPlan, running_run: str | None, args: argparse.Namesp
 
 def cmd_maintain(args: argparse.Namespace, settings: Settings) -> int:
     with _opened(args, settings, lease=True, views=Views.BUILT) as app:
-        app.dbt.refresh_control(app.store.events_version())  # the live set is judged on current state
-        with _progress(args) as progress, app.dbt.keeping_built_marker(app.store.events_version):
+        app.control.refresh()  # the live set is judged on current state
+        with _progress(args) as progress, app.control.keeping_current():
             done = app.maintenance(progress).run(compact_all=args.compact_all)
     if args.json:
         emit_json(done.as_dict())
@@ -796,8 +796,7 @@ def cmd_rebuild(args: argparse.Namespace, settings: Settings) -> int:
     with _opened(args, settings, lease=True, views=Views.BUILT) as app:
         with _progress(args) as progress:
             progress("re-deriving the control table from the hot log and the archive")
-            app.dbt.rebuild_from_all_events()
-            app.dbt.mark_built(app.store.events_version())
+            app.control.rebuild_from_all_events()
         rows = len(app.store.control_rows(include_retired=True))
     print(f"rebuilt the control table from every recorded event ({rows} row(s))")
     return 0

@@ -75,7 +75,7 @@ def refresh_if_idle(app: App, lease: Lease) -> bool:
     if lease.try_acquire() is not None:
         return False
     try:
-        app.dbt.refresh_control(app.store.events_version())
+        app.control.refresh()
     finally:
         lease.release()
     return True
@@ -206,7 +206,7 @@ def reset_job(app: App, job_id: str, since: datetime | None, reason: str, *, by:
     """Plan and record a reset of ``job_id``; the caller holds the tick lease."""
     app.require_config()
     app.ensure_views()
-    app.dbt.refresh_control(app.store.events_version())
+    app.control.refresh()
     running = [r["job_run_id"] for r in app.store.control_rows(job_id) if r["status"] == JobStatus.IN_PROGRESS]
     plan = plan_reset(app.store, job_id, since, reason)
     if by is not None:

@@ -17,7 +17,7 @@ import os
 import re
 import shutil
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -46,28 +46,12 @@ PROJECT_INPUTS = ("dbt_project.yml", "models", "macros")
 MERGE_SOURCES = "_merge_sources"
 #: a staged MERGE source older than this was left by a dbt process that did not clean up after itself
 MERGE_SOURCE_MAX_AGE_S = 3600
-#: build marker scopes: the control table and the sensor state table (FULL), the control table alone
-FULL, CONTROL_ONLY = "", ".control"
 #: what a run id is made of (core.records.new_run_id)
 _RUN_ID = re.compile(r"[0-9A-Za-z_-]{1,64}")
 
 
 class DbtError(HeartbeatError):
     """A dbt command failed; the message lists the failing nodes."""
-
-
-@dataclass(frozen=True)
-class ControlFold:
-    """A build that folds one tick's trigger requests into the control table (models/heartbeat_control.sql)
-    rather than deriving every row again: valid only on the table as built at ``base_version`` of the
-    events, when every event since is a request of run ``run_id`` or the answer to one."""
-
-    run_id: str
-    base_version: int
-
-    def __post_init__(self) -> None:
-        if not _RUN_ID.fullmatch(self.run_id):  # it becomes a literal of the model's SQL
-            raise ValueError(f"not a run id: {self.run_id!r}")
 
 
 @dataclass
@@ -79,8 +63,6 @@ class DbtProject:
     _parsed: tuple[tuple, Any] | None = field(default=None, repr=False)
     #: the derived tables were given the columns older Heartbeats did not make (see _migrate_once)
     _migrated: bool = field(default=False, repr=False)
-    #: builds that folded a tick's trigger requests into the control table (see ControlFold)
-    folds: int = 0
 
     @property
     def settings(self):
@@ -256,47 +238,26 @@ class DbtProject:
                            f"dbt build of {', '.join(models)}", also=(EngineUnavailableError,))
 
     def build_control(self) -> None:
-        """Rebuild the control table (incremental MERGE) from the seed and the events."""
+        """Rebuild the control table (incremental MERGE) and the sensor state table from the seed and the events."""
         self._build(CONTROL_MODEL, SENSOR_STATE_MODEL)
 
-    def refresh_control(self, events_version: int | None, *, force: bool = False,
-                        control_only: bool = False, fold: ControlFold | None = None) -> bool:
-        """Rebuild the control table unless it already includes ``events_version``. True if built.
+    def build_control_only(self) -> None:
+        """Rebuild the control table alone (the sensor state table is left for a later build)."""
+        self._build(CONTROL_MODEL)
 
-        ``fold``: the events since the control table's build are one tick's trigger requests and
-        their answers (the tick checked): fold them into its rows instead of deriving them all again,
-        when the table is still the one built at the fold's base version; the sensor state builds as usual.
+    def build_sensor_state(self) -> None:
+        """Rebuild the sensor state table alone (the control table includes the events already)."""
+        self._build(SENSOR_STATE_MODEL)
 
-        ``control_only``: leave the sensor state table (what other products follow) for a later
-        refresh. A tick asks for that between recording new data and triggering, where only the
-        control table is read; its last refresh, before the report, brings the state along (and
-        builds the state alone when the control table is current). Invariant: the full marker
-        never says more than the control marker.
-        """
-        current = events_version is not None and not force
-        if current and self.built_version() == str(events_version):
-            return False
-        control_current = current and self.built_version(CONTROL_ONLY) == str(events_version)
-        if control_only and control_current:
-            return False
-        crash_point(FaultPoint.DURING_DBT_BUILD)
-        if fold is not None and not control_only and self.built_version(CONTROL_ONLY) == str(fold.base_version):
-            # a fold reads a few events of one run: nothing to stage
-            self._build(CONTROL_MODEL, SENSOR_STATE_MODEL,
-                        extra_vars={"heartbeat_fold_run": fold.run_id, "heartbeat_stage_events": False})
-            self.folds += 1
-            self.mark_built(events_version)
-            return True
-        if control_only:
-            self._build(CONTROL_MODEL)
-            self.mark_built(events_version, CONTROL_ONLY)
-            return True
-        if control_current:
-            self._build(SENSOR_STATE_MODEL)
-        else:
-            self.build_control()
-        self.mark_built(events_version)
-        return True
+    def fold_control(self, run_id: str) -> None:
+        """Fold run ``run_id``'s trigger requests and their answers into the control table rather than derive
+        every row again, and build the sensor state table. Valid only when every event since the control
+        table's build is one of those (lakehouse/control_table.py checks that); a fold reads a few events of
+        one run, so nothing is staged."""
+        if not _RUN_ID.fullmatch(run_id):  # it becomes a literal of the model's SQL
+            raise ValueError(f"not a run id: {run_id!r}")
+        self._build(CONTROL_MODEL, SENSOR_STATE_MODEL,
+                    extra_vars={"heartbeat_fold_run": run_id, "heartbeat_stage_events": False})
 
     def rebuild_from_all_events(self) -> None:
         """The full-rebuild path: re-derive every row from every event ever recorded (hot log and
@@ -308,15 +269,13 @@ class DbtProject:
                                                extra_vars={"heartbeat_full_history": True}),
                            "dbt rebuild from all events", also=(EngineUnavailableError,))
 
-    def build_all(self, events_version: int | None = None) -> None:
-        """Build the control table and (re)create the views; ``events_version``: what the build includes.
-        Records the views' dependency order (from dbt's manifest) for :meth:`restore_views`."""
+    def build_all(self) -> None:
+        """Build the control and sensor state tables and (re)create the views. Records the views' dependency
+        order (from dbt's manifest) for :meth:`restore_views`; what the build includes is ControlTable's to mark."""
         views = view_models(self.manifest())
         project = self._project_digest()
         self._build(CONTROL_MODEL, SENSOR_STATE_MODEL, *views)
         replace_whole(self._view_order, json.dumps({"project": project, "views": views}))
-        if events_version is not None:
-            self.mark_built(events_version)
 
     @property
     def _view_order(self) -> Path:
@@ -343,32 +302,6 @@ class DbtProject:
         if not isinstance(record, dict) or record.get("project") != self._project_digest():
             return None  # a bare list: written by a Heartbeat that did not record its project
         return [str(name) for name in record.get("views", [])]
-
-    def _marker(self, scope: str = FULL) -> Path:
-        return self.work_dir / f"built_events_version{scope}"
-
-    @contextlib.contextmanager
-    def keeping_built_marker(self, events_version: Callable[[], int | None]) -> Iterator[None]:
-        """For writes that change the events table's version but not what the control table derives
-        from it (maintenance): each marker that was current before is current after."""
-        before = str(events_version())
-        current = [scope for scope in (FULL, CONTROL_ONLY) if self.built_version(scope) == before]
-        yield
-        after = events_version()
-        for scope in current:
-            self.mark_built(after, scope)
-
-    def built_version(self, scope: str = FULL) -> str | None:
-        """The events version the last build of ``scope`` included (FULL: control and sensor state)."""
-        marker = self._marker(scope)
-        return marker.read_text().strip() if marker.exists() else None
-
-    def mark_built(self, events_version: int | None, scope: str = FULL) -> None:
-        """Record what a build included; a full build also counts as a control-only one."""
-        for each in (CONTROL_ONLY, FULL) if scope == FULL else (scope,):
-            marker = self._marker(each)
-            marker.parent.mkdir(parents=True, exist_ok=True)
-            marker.write_text(str(events_version))
 
     def test_seed(self) -> None:
         self.invoke(["test", "--select", SEED_NAME], quiet=False)

@@ -61,7 +61,7 @@ class RetryPolicy:
         values = dict(values or {})
         # catch_up: the bounded catch-up policy of the same job (policies/catch_up.py reads it)
         values.pop("catch_up", None)
-        values.pop("window", None)  # the event-time window policy (jobs/event_windows.py)
+        values.pop("window", None)  # the event-time window policy (policies/event_windows.py)
         unknown = set(values) - {"max_retries", "backoff_s", "multiplier", "max_backoff_s"}
         if unknown:
             raise ValueError(f"unknown retry policy setting(s): {', '.join(sorted(unknown))}")

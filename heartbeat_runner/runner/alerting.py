@@ -29,7 +29,7 @@ from heartbeat_runner.core.faults import FaultPoint, crash_point
 from heartbeat_runner.core.files import replace_whole
 from heartbeat_runner.core.records import Event, EventType, JobStatus, Outcome, alert_event_id, as_utc, utcnow
 from heartbeat_runner.jobs.base import JobsBackend
-from heartbeat_runner.lakehouse.dbt_invoke import DbtProject
+from heartbeat_runner.lakehouse.control_table import ControlTable
 from heartbeat_runner.lakehouse.store import EVENTS, Cond, TableStore
 from heartbeat_runner.policies.alerts import (
     Alert,
@@ -102,7 +102,7 @@ class AlertMonitor(TickObserver):
     """Evaluates the ``alerts:`` policies after each tick; records and queues what changed."""
 
     store: TableStore
-    dbt: DbtProject
+    control: ControlTable
     backend: JobsBackend
     policies: AlertPolicies
     lakehouse_dir: Path
@@ -352,9 +352,7 @@ class AlertMonitor(TickObserver):
 
     def _append(self, events: list[Event]) -> None:
         """One commit; alert events change nothing the control table derives, so it stays current."""
-        if events:
-            with self.dbt.keeping_built_marker(self.store.events_version):
-                self.store.append_events(events)
+        self.control.append_beside(events)
 
     # -- liveness --------------------------------------------------------------------------------
 

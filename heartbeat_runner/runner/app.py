@@ -12,6 +12,7 @@ from heartbeat_runner.core.settings import Settings
 from heartbeat_runner.engines.engine import Engine, open_engine
 from heartbeat_runner.jobs.base import JobsBackend
 from heartbeat_runner.jobs.registry import build_backend
+from heartbeat_runner.lakehouse.control_table import ControlTable
 from heartbeat_runner.lakehouse.dbt_invoke import DbtProject
 from heartbeat_runner.lakehouse.maintenance import Maintenance
 from heartbeat_runner.lakehouse.store import CONTROL, TABLE_COLUMNS, TableStore
@@ -22,12 +23,13 @@ from heartbeat_runner.sensing.sources.base import SenseContext
 
 @dataclass
 class App:
-    """An open engine plus the table store and dbt project bound to it."""
+    """An open engine plus the table store, dbt project and control table bound to it."""
 
     settings: Settings
     engine: Engine
     store: TableStore
     dbt: DbtProject
+    control: ControlTable
 
     def require_config(self) -> None:
         if not self.store.exists("heartbeat_control"):
@@ -54,7 +56,7 @@ class App:
         self.store.append_events([Event(event_type=EventType.CONFIG_LOADED, run_id="seed",
                                         snapshot_ts=utcnow(), message=str(config.path), rows=len(config.rows))])
         progress("building the control table and views")
-        self.dbt.build_all(events_version=self.store.events_version())
+        self.control.build_with_views()
 
     def ensure_views(self) -> bool:
         """The local catalog forgets views at every start: re-create them. True when they were re-created
@@ -103,11 +105,11 @@ class App:
         policies = load_run_policies(self.settings.run_policy_file)
         check_alert_destinations(self.settings.run_policy_file, policies.alerts)  # before any tick
         jobs = backend or self.jobs_backend()
-        heartbeat = Heartbeat(self.store, self.dbt, jobs, self.sense_context(),
+        heartbeat = Heartbeat(self.store, self.control, jobs, self.sense_context(),
                               progress=progress, policies=policies.retry,
                               sequences=Sequences(self.store, policies.catch_up, policies.windows),
                               maintenance=self.maintenance(progress) if self.settings.auto_maintenance else None)
-        heartbeat.observer = AlertMonitor(self.store, self.dbt, jobs, policies.alerts, self.settings.lakehouse_dir)
+        heartbeat.observer = AlertMonitor(self.store, self.control, jobs, policies.alerts, self.settings.lakehouse_dir)
         return heartbeat
 
     def maintenance(self, progress: Callable[[str], None] | None = None) -> Maintenance:
@@ -124,7 +126,8 @@ def open_app(settings: Settings, *, port: int = 0, session_id: str | None = None
         store = TableStore(engine)
         if not engine.joined:
             store.ensure_tables()
-        app = App(settings=settings, engine=engine, store=store, dbt=DbtProject(engine))
+        dbt = DbtProject(engine)
+        app = App(settings=settings, engine=engine, store=store, dbt=dbt, control=ControlTable(store, dbt))
         engine.on_restart = app.restore_after_restart
         yield app
     finally:

@@ -8,7 +8,8 @@ The order is what makes a tick safe to crash anywhere:
    event, so it can never advance without the event (event ids are deterministic:
    hash of the source, the cursor event sensed from and the window, so re-sensing
    the same window after a crash yields the same event);
-3. rebuild the control table (dbt) when any event arrived since the last build;
+3. rebuild the control table (dbt) when any event arrived since the last build
+   (:class:`~heartbeat_runner.lakehouse.control_table.ControlTable` knows what it was built at);
 4. resume, first and in order, requests an earlier tick recorded that never got a run
    id (same token, so no second run: a crash, an unknown outcome, or the API budget);
    then for each job in ``jobs_ready_to_trigger``: append TRIGGER_REQUESTED with a
@@ -21,8 +22,8 @@ The order is what makes a tick safe to crash anywhere:
    COMPLETED / FAILED) and look for a successful run of FAILED jobs (unblocks them);
 6. bring the control and sensor state tables up to date, then write the run report. When all the
    tick appended after its control build is its own trigger requests and their answers, the control
-   build folds them into the requested jobs' rows (:class:`FoldWatch`) instead of deriving every row
-   again; anything else, or another process's commit, and it derives the table from the events.
+   build folds them into the requested jobs' rows (``ControlTable.refresh(fold=True)``) instead of deriving
+   every row again; anything else, or another process's commit, and it derives the table from the events.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from heartbeat_runner.core.errors import JobsBackendError, NotFoundError, SourceError
+from heartbeat_runner.core.errors import JobsBackendError, SourceError
 from heartbeat_runner.core.faults import FaultPoint, crash_point, fail_point
 from heartbeat_runner.core.records import (
     Event,
@@ -64,10 +65,9 @@ from heartbeat_runner.jobs.base import (
     TriggerRequest,
 )
 from heartbeat_runner.jobs.calls import ApiBudget, call_all
-from heartbeat_runner.lakehouse.dbt_invoke import ControlFold, DbtProject
+from heartbeat_runner.lakehouse.control_table import ControlTable, Refresh
 from heartbeat_runner.lakehouse.maintenance import Maintenance, MaintenanceResult
 from heartbeat_runner.lakehouse.store import (
-    EVENTS,
     ControlRow,
     ReadyRow,
     RetryAsk,
@@ -85,11 +85,11 @@ from heartbeat_runner.sensing.sources.base import SenseContext
 
 log = logging.getLogger(__name__)
 
-#: figures of a run summary's stage_timings that are counts, not seconds of a stage
 #: the key of a run summary's figures that carries the jobs backend's memory to the next process
 BACKEND_MEMORY = "jobs_backend_memory"
 #: tokens of one request's chain (see skipped_token) read in one query
 SKIP_CHAIN = 8
+#: figures of a run summary's stage_timings that are counts, not seconds of a stage
 COUNT_FIGURES = ("idle_ticks", "sql_parses", "mean_sql_parses", "engine_recycles", "engine_wakes", "loop_restarts")
 
 @dataclass(frozen=True)
@@ -149,7 +149,7 @@ class TickResult:
     events_written: int = 0
     #: SQL texts this tick sent to the engine (each one parsed there; see Engine.sql)
     sql_parses: int = 0
-    #: the control table's last build of the tick folded its trigger requests in (see FoldWatch)
+    #: the control table's last build of the tick folded its trigger requests in (see ControlTable.refresh)
     control_folded: bool = False
     maintenance: MaintenanceResult | None = None
 
@@ -245,57 +245,48 @@ class IdleStreak:
         )
 
 
-@dataclass
-class FoldWatch:
-    """What a tick appends after the control table's build before triggering, and whether the build
-    before the report may fold it in (:class:`ControlFold`) rather than derive every row again.
+@dataclass(frozen=True)
+class TrackedJobs:
+    """The jobs the control table, as built for triggering, holds IN_PROGRESS or FAILED, read once per tick: the
+    triggering step resumes ``resumed`` and the reconciliation step looks after the rest (the table is not
+    built in between, so one read serves both)."""
 
-    Invariant: foldable only while every event appended since is a TRIGGER_REQUESTED of this run, one
-    per job, or the TRIGGERED answer to one of them, and nobody else committed (the events version
-    is the base plus this tick's own commits). Anything else (a refusal, a run's end, a retry, the
-    next run of a sequence, a skipped window, another process's event) asks for the full build.
-    """
+    in_progress: list[ControlRow]
+    failed: list[ControlRow]
+    #: recorded requests that never got a run id (a crash, an unknown outcome, the API budget), in job order:
+    #: resumed with the same token, so no second run
+    resumed: list[TriggerRequest]
 
-    run_id: str
-    base_version: int
-    commits: int = 0
-    requests: dict[str, str] = field(default_factory=dict)  # idempotency token -> job id
-    foldable: bool = True
+    def running(self, just_triggered: list[str]) -> list[ControlRow]:
+        """The in-progress jobs with a run to look up (not the ones this tick started)."""
+        return [row for row in self.in_progress if row.trigger_job_id not in just_triggered and row.job_run_id]
 
-    def appended(self, events: list[Event]) -> None:
-        """Record one commit of ``events``."""
-        self.commits += 1
-        for event in events:
-            self.foldable = self.foldable and self._foldable(event)
 
-    def _foldable(self, event: Event) -> bool:
-        token, job = event.idempotency_token, event.trigger_job_id
-        if token is None or job is None or event.run_id != self.run_id:
-            return False
-        if event.event_type is EventType.TRIGGERED:
-            return token in self.requests
-        if event.event_type is not EventType.TRIGGER_REQUESTED or job in self.requests.values():
-            return False
-        self.requests[token] = job
-        return True
+@dataclass(frozen=True)
+class FollowUps:
+    """What reconciliation found: the events to record in one commit (finished runs, recoveries, the retry
+    requests and the next runs of sequences), and the runs to request once they are recorded."""
 
-    def fold(self, events_version: int) -> ControlFold | None:
-        """The fold of what was appended, when the events at ``events_version`` allow one."""
-        if not (self.foldable and self.requests and events_version == self.base_version + self.commits):
-            return None
-        return ControlFold(self.run_id, self.base_version)
+    events: list[Event]
+    retries: list[TriggerRequest]
+    next_runs: list[NextRun]
+
+    @property
+    def requests(self) -> list[TriggerRequest]:
+        return self.retries + [step.request for step in self.next_runs]
 
 
 class Heartbeat:
-    """Runs ticks against one engine, store, dbt project and jobs backend."""
+    """Runs ticks against one store, control table (which builds through the dbt project) and jobs backend."""
 
-    def __init__(self, store: TableStore, dbt: DbtProject, backend: JobsBackend, ctx: SenseContext,
+    def __init__(self, store: TableStore, control: ControlTable, backend: JobsBackend, ctx: SenseContext,
                  *, progress: Callable[[str], None] | None = None, policies: RetryPolicies | None = None,
                  maintenance: Maintenance | None = None, sequences: Sequences | None = None):
         self.store = store
         self.policies = policies or RetryPolicies()
         self.sequences = sequences or Sequences(store, {})
-        self.dbt = dbt
+        #: the control table: every event this tick records goes through it, and it builds (see tick())
+        self.control = control
         self.backend = backend
         self.ctx = ctx
         self.settings = store.engine.settings
@@ -316,36 +307,37 @@ class Heartbeat:
         self._failing: set[str] | None = None
         #: the jobs backend was handed the memory of the latest run summary (once per process)
         self._backend_recalled = False
-        #: the jobs in progress and the failed ones at this tick's triggering step (read once per tick)
-        self._in_progress: list[ControlRow] = []
-        self._failed: list[ControlRow] = []
-        #: the events version the control table includes after the latest refresh_models
-        self._models_version: int | None = None
-        #: what this tick appended since its control build before triggering (None outside that span)
-        self._fold: FoldWatch | None = None
 
     # -- the tick ---------------------------------------------------------------------------
 
     def tick(self, start: RunStart | None = None) -> TickResult:
-        """One tick; ``start`` (default: now) is its run id and snapshot, fixed by a caller that records
-        the tick's failure under that id (runner/loop.py)."""
+        """One tick, in the order that makes a crash anywhere safe (module docstring). ``start`` (default: now)
+        is its run id and snapshot, fixed by a caller that records the tick's failure under that id
+        (runner/loop.py).
+
+        The control table is refreshed up to three times; each is a no-op when the events did not move
+        since the last build (ControlTable's built marker), and each is needed:
+
+        1. before sensing: which rows are eligible (paused, in progress, failed) is read from it, so other
+           processes' commits (a config load, ``complete``, ``reset``, another runner) and a tick that
+           crashed between its append and its build must be in it; in a loop nobody else writes to, the
+           previous tick's last build is current and this one costs a version read;
+        2. after the new-data events, control table only: the ready view must see them to trigger;
+        3. before the report: what triggering and reconciliation recorded, with the sensor state table
+           (what other products follow), so ``status``, the page and the next tick read current state; it
+           folds the tick's own requests in when that is all it recorded.
+        """
         began = time.monotonic()
         parses_before = self.store.engine.sql_count
         start = start or RunStart.now()
         result = TickResult(run_id=start.run_id, snapshot_ts=start.snapshot_ts)
         timings = result.stage_timings
-        self._fold = None  # a tick that failed part-way left its watch behind
 
         self._prepare_windows()
         with _stage(timings, "models"):
             self.refresh_models()
         with _stage(timings, "sensing"):
-            due = self.store.sensors_due()
-            result.skipped = self.store.sensors_skipped()
-            self.progress(f"sensing {len(due)} source(s)")
-            result.sensed = sense_all(due, self.ctx, max_workers=self.settings.max_workers,
-                                      timeout_s=self.settings.sensor_timeout_s)
-            result.recovered = self._recoveries(result.sensed)
+            self._sense(result)
         crash_point(FaultPoint.AFTER_SENSING)
         fail_point(FaultPoint.AFTER_SENSING)
         with _stage(timings, "events_write"):
@@ -353,19 +345,19 @@ class Heartbeat:
         crash_point(FaultPoint.AFTER_NEW_DATA_EVENTS)
         with _stage(timings, "dbt"):
             self.refresh_models(control_only=True)  # triggering reads the control table alone
-        self._fold = FoldWatch(result.run_id, self._models_version) if self._models_version is not None else None
         self._budget = ApiBudget(self.settings.jobs_api)
         with _stage(timings, "triggering"):
-            self._trigger_ready(result)
+            # two independent reads of the control table just built: at once
+            ready, tracked = concurrently(self.store.ready_rows, self._tracked_jobs)
+            self._trigger_ready(result, ready, tracked.resumed)
             self._trigger_windows(result)
         with _stage(timings, "reconciliation"):
-            self._reconcile(result)
+            follow_ups = self._reconcile(result, tracked)
+            self._request_follow_ups(result, follow_ups)
         with _stage(timings, "report"):
-            watch, self._fold = self._fold, None
-            folds = self.dbt.folds
             # what triggering and reconciliation recorded, before the report; its per-source rows meanwhile
-            concurrently(lambda: self.refresh_models(fold=watch), lambda: self._write_evaluations(result))
-            result.control_folded = self.dbt.folds > folds
+            refreshed, _ = concurrently(lambda: self.refresh_models(fold=True), lambda: self._write_evaluations(result))
+            result.control_folded = refreshed.folded
             result.sql_parses = self.store.engine.sql_count - parses_before
             self._write_report(result, began, time.monotonic())
         with _stage(timings, "alerts"):
@@ -378,9 +370,9 @@ class Heartbeat:
         return result
 
     def run_maintenance(self) -> MaintenanceResult:
-        """Archive and compact; the control table does not change, so its build marker moves along."""
+        """Archive and compact; the control table does not change, so it stays current."""
         assert self.maintenance is not None
-        with self.dbt.keeping_built_marker(self.store.events_version):
+        with self.control.keeping_current():
             return self.maintenance.run()
 
     def close(self) -> None:
@@ -426,21 +418,25 @@ class Heartbeat:
         figures = {"engine_recycles": engine.recycles, "engine_wakes": engine.wakes, "loop_restarts": self.loop_restarts}
         return {name: value for name, value in figures.items() if value}
 
-    def refresh_models(self, force: bool = False, *, control_only: bool = False,
-                       fold: FoldWatch | None = None) -> bool:
-        """Rebuild the control table (and, unless ``control_only``, the sensor state table) if events
-        arrived since the last build; ``fold``: what the tick appended since its build before triggering,
-        folded in when it can be. The events table's version is read every tick (a file listing on local
+    def refresh_models(self, force: bool = False, *, control_only: bool = False, fold: bool = False) -> Refresh:
+        """Bring the control table (and, unless ``control_only``, the sensor state table) up to date; see
+        :meth:`ControlTable.refresh`. The events table's version is read every tick (a file listing on local
         engines); a tick whose events table is gone fails here, even when idle ticks read nothing else, so
         the loop sees its lakehouse is unusable."""
-        version = self.store.events_version()
-        if version is None:
-            raise NotFoundError(f"table {self.store.name(EVENTS)} does not exist (Heartbeat's own table is gone)")
-        self._empty.seen(version)
-        built = self.dbt.refresh_control(version, force=force, control_only=control_only,
-                                         fold=fold.fold(version) if fold is not None and not force else None)
-        self._models_version = version
-        return built
+        refreshed = self.control.refresh(force=force, control_only=control_only, fold=fold)
+        self._empty.seen(refreshed.version)
+        return refreshed
+
+    # -- step 1: sensing --------------------------------------------------------------------
+
+    def _sense(self, result: TickResult) -> None:
+        """Sense every due source; note the skipped ones and the sources that recovered."""
+        due = self.store.sensors_due()
+        result.skipped = self.store.sensors_skipped()
+        self.progress(f"sensing {len(due)} source(s)")
+        result.sensed = sense_all(due, self.ctx, max_workers=self.settings.max_workers,
+                                  timeout_s=self.settings.sensor_timeout_s)
+        result.recovered = self._recoveries(result.sensed)
 
     # -- step 2: events from sensing --------------------------------------------------------
 
@@ -475,9 +471,9 @@ class Heartbeat:
 
     # -- step 4: trigger --------------------------------------------------------------------
 
-    def _trigger_ready(self, result: TickResult) -> None:
-        # two independent reads of the control table just built: at once
-        ready, carried = concurrently(self.store.ready_rows, self._carried_requests)
+    def _trigger_ready(self, result: TickResult, ready: list[ReadyRow], carried: list[TriggerRequest]) -> None:
+        """Step 4: resume ``carried`` (requests earlier ticks recorded without a run id), first and in order,
+        and request the runs of the ready jobs and of operators' asks, all in one round of API calls."""
         by_job: dict[str, list[ReadyRow]] = defaultdict(list)
         for row in ready:
             by_job[row.trigger_job_id].append(row)
@@ -547,18 +543,17 @@ class Heartbeat:
                        ask=asks[run.trigger_job_id])
                 for run in self.store.manual_runs(sorted(asks))]
 
-    def _carried_requests(self) -> list[TriggerRequest]:
-        """Recorded requests that never got a run id (IN_PROGRESS without one), in job order; their
-        parameters in one query. The jobs in progress and the failed ones are read here together, for
-        reconciliation too (the control table is not rebuilt in between)."""
+    def _tracked_jobs(self) -> TrackedJobs:
+        """The jobs in progress and the failed ones, and the recorded requests among them that never got a run
+        id (their parameters in one query)."""
         jobs = self.store.jobs_by_status(JobStatus.IN_PROGRESS, JobStatus.FAILED)
-        self._in_progress, self._failed = jobs[JobStatus.IN_PROGRESS], jobs[JobStatus.FAILED]
-        rows = [row for row in self._in_progress if row.job_run_id is None and row.last_idempotency_token]
-        payloads = self.store.trigger_payloads([row.last_idempotency_token for row in rows
-                                                if row.last_idempotency_token])
-        return [TriggerRequest(row.trigger_job_id, row.trigger_job_name, row.last_idempotency_token,
-                               payloads.get(row.last_idempotency_token, {}))
-                for row in rows if row.last_idempotency_token]
+        in_progress = jobs[JobStatus.IN_PROGRESS]
+        unanswered = [(row, token) for row in in_progress
+                      if row.job_run_id is None and (token := row.last_idempotency_token)]
+        payloads = self.store.trigger_payloads([token for _, token in unanswered])
+        resumed = [TriggerRequest(row.trigger_job_id, row.trigger_job_name, token, payloads.get(token, {}))
+                   for row, token in unanswered]
+        return TrackedJobs(in_progress, jobs[JobStatus.FAILED], resumed)
 
     def _requested_event(self, result: TickResult, request: TriggerRequest, payload: dict[str, Any],
                          consumed_event_ids: str | None = None, message: str | None = None) -> Event:
@@ -646,10 +641,11 @@ class Heartbeat:
 
     # -- step 5: reconcile ------------------------------------------------------------------
 
-    def _reconcile(self, result: TickResult) -> None:
-        just_triggered = set(result.triggered_job_ids)
-        tracked = [row for row in self._in_progress if row.trigger_job_id not in just_triggered and row.job_run_id]
-        failed = self._failed
+    def _reconcile(self, result: TickResult, jobs: TrackedJobs) -> FollowUps:
+        """Step 5: ask the jobs backend about the running jobs and the failed ones; the events of what it found,
+        and the retries and next runs of sequences due now (requested by :meth:`_request_follow_ups`)."""
+        tracked = jobs.running(result.triggered_job_ids)
+        failed = jobs.failed
         if failed:
             self._recall_backend()
         found = self._reconciliation(tracked, failed, result)
@@ -679,14 +675,19 @@ class Heartbeat:
                                           message=_retry_message(row, ask)))
         # the next run of a sequence goes into the same commit as the success before it
         events.extend(step.event for step in next_runs)
-        self._append(result, events)
-        if next_runs:
+        return FollowUps(events, retries, next_runs)
+
+    def _request_follow_ups(self, result: TickResult, follow_ups: FollowUps) -> None:
+        """Record what reconciliation found in one commit, then call the jobs API for the retries and next runs
+        recorded in it (the same tokens on a replay after a crash in between)."""
+        self._append(result, follow_ups.events)
+        if follow_ups.next_runs:
             crash_point(FaultPoint.AFTER_NEXT_WINDOW_REQUESTED)
-        if retries:
+        if follow_ups.retries:
             crash_point(FaultPoint.AFTER_RETRY_REQUESTED)
-        if retries or next_runs:
+        if follow_ups.requests:
             self.before_trigger()
-            self._call_backend(retries + [step.request for step in next_runs], result)
+            self._call_backend(follow_ups.requests, result)
 
     def _sequences_due(self, result: TickResult) -> list[NextRun]:
         """Next runs of sequences whose run succeeded without the runner recording it (a job's own `complete`):
@@ -867,11 +868,10 @@ class Heartbeat:
         return self._idle is not None and time.monotonic() - self._idle.began >= wait
 
     def _append(self, result: TickResult, events: list[Event]) -> None:
-        """One commit of ``events``; the empty reads carried over it when this process made the only commit."""
-        self.store.append_events(events)
+        """One commit of ``events`` through the control table; the empty reads carried over it when this process
+        made the only commit."""
+        self.control.append(events)
         result.events_written += len(events)
-        if events and self._fold is not None:
-            self._fold.appended(events)
         if events:
             self._empty.committed(self.store.events_version() if self._empty.carrying else None)
         if any(e.event_type is EventType.RUN_SKIPPED for e in events):

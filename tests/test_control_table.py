@@ -1,0 +1,98 @@
+"""ControlTable (lakehouse/control_table.py): the one owner of the control table's bookkeeping. Whether the
+tables are current follows the built marker; a build a crash cut short before its mark is done again; writes
+the tables do not derive from keep them current; only one run's own requests and answers may be folded."""
+
+from __future__ import annotations
+
+from harness import config_row as row
+
+from heartbeat_runner.core.records import Event, EventType, JobStatus, utcnow
+from heartbeat_runner.lakehouse.control_table import Appended, ControlTable, Scope
+from heartbeat_runner.runner.tick import TickResult
+from heartbeat_runner.sensing.parallel import sense_all
+
+
+def _config_loaded() -> Event:
+    """An event the control table derives from (a config load), with nothing else to set up."""
+    return Event(event_type=EventType.CONFIG_LOADED, run_id="test", snapshot_ts=utcnow(), message="test")
+
+
+def test_the_tables_are_current_after_a_build_and_not_after_an_append(hb):
+    hb.jobs(J1=0)
+    hb.seed(row("trigger_file", "a", "J1"))
+    control = hb.app.control
+    control.refresh()
+    assert control.is_current() and control.is_current(Scope.CONTROL)
+
+    control.append([_config_loaded()])
+    assert not control.is_current() and not control.is_current(Scope.CONTROL)
+
+    first = control.refresh(control_only=True)  # the control table alone, as a tick before triggering
+    assert first.built and first.version == hb.app.store.events_version()
+    assert control.is_current(Scope.CONTROL) and not control.is_current()
+    assert control.refresh(control_only=True).built is False
+
+    second = control.refresh()  # the sensor state table follows
+    assert second.built and control.is_current() and control.built_version() == first.version
+    assert control.refresh().built is False
+
+
+def test_a_build_a_crash_cut_short_before_its_mark_is_done_again(hb):
+    """New data appended, the process gone before the build was marked: a new process's ControlTable sees
+    the tables behind the events and builds, so the job's new data is not lost."""
+    hb.jobs(J1=0)
+    hb.seed(row("trigger_file", "a", "J1"))
+    hb.tick()  # the baseline
+    hb.drop_trigger_file("a", "1.done")
+    result = TickResult(run_id="crashed", snapshot_ts=utcnow())
+    result.sensed = sense_all(hb.app.store.sensors_due(), hb.heartbeat.ctx, max_workers=1, timeout_s=30)
+    hb.app.control.append(hb.heartbeat.sensed_events(result))  # then the crash: no build, no mark
+    assert {r["status"] for r in hb.app.store.control_rows("J1")} != {JobStatus.NEW_EVENT_AVAILABLE.value}
+
+    restarted = ControlTable(hb.app.store, hb.app.dbt)
+    assert not restarted.is_current()
+    assert restarted.refresh().built and restarted.is_current()
+    assert {r["status"] for r in hb.app.store.control_rows("J1")} == {JobStatus.NEW_EVENT_AVAILABLE.value}
+
+    hb.app.control.append([_config_loaded()])
+    hb.app.dbt.build_control()  # a build that ran, with the crash before its mark: built again
+    assert restarted.refresh().built
+
+
+def test_writes_the_tables_do_not_derive_from_keep_them_current(hb):
+    hb.jobs(J1=0)
+    hb.seed(row("trigger_file", "a", "J1"))
+    control = hb.app.control
+    control.refresh()
+    before = hb.app.store.events_version()
+    with control.keeping_current():
+        hb.app.store.append_events([_config_loaded()])
+    control.append_beside([_config_loaded()])
+    assert hb.app.store.events_version() == before + 2
+    assert control.is_current() and control.refresh().built is False
+
+
+def _request(run_id: str, job: str, kind: EventType = EventType.TRIGGER_REQUESTED) -> Event:
+    return Event(event_type=kind, run_id=run_id, snapshot_ts=utcnow(), trigger_job_id=job,
+                 idempotency_token=f"token-{job}", job_run_id="7" if kind is EventType.TRIGGERED else None)
+
+
+def test_only_one_runs_own_requests_and_their_answers_fold():
+    span = Appended(base_version=10)
+    span.add([_request("r1", "J1"), _request("r1", "J2")])
+    span.add([_request("r1", "J1", EventType.TRIGGERED)])
+    assert span.fold_run(12) == "r1"
+    assert span.fold_run(13) is None  # another process committed meanwhile
+
+    for other in (_request("r2", "J3"),                                      # another run's request
+                  _request("r1", "J1"),                                      # a second request of one job
+                  _request("r1", "J9", EventType.TRIGGERED),                 # an answer to no request
+                  Event(event_type=EventType.TRIGGER_ERROR, run_id="r1", snapshot_ts=utcnow(),
+                        trigger_job_id="J2", idempotency_token="token-J2"),  # a refusal
+                  _config_loaded()):
+        span = Appended(base_version=10)
+        span.add([_request("r1", "J1"), _request("r1", "J2")])
+        span.add([other])
+        assert span.fold_run(12) is None, other
+
+    assert Appended(base_version=10).fold_run(10) is None  # nothing requested: nothing to fold
