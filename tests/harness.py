@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -45,6 +46,20 @@ def wait_for(predicate, timeout_s: float, what: str) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.2)
+
+
+def ticks(*outcomes):
+    """A tick function returning (or raising) each outcome in turn; after the last the loop is told to stop."""
+    pending = list(outcomes)
+
+    def tick(start):
+        outcome = pending.pop(0)
+        if not pending:
+            signal.raise_signal(signal.SIGTERM)
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+    return tick
 
 
 def _drop_trigger_file(folder: Path, name: str) -> None:

@@ -20,7 +20,7 @@ import time
 from datetime import datetime
 
 import pytest
-from harness import HEADER, CliLakehouse, marker_jobs_file
+from harness import HEADER, CliLakehouse, marker_jobs_file, ticks
 from harness import config_row as row
 
 from heartbeat_runner.core.errors import HeartbeatError
@@ -264,18 +264,6 @@ def loop_of(tick, args: argparse.Namespace) -> int:
     return run_loop(tick, RunConfig(interval_s=args.interval, lease_wait_s=0.0), cli._LoopStatus(args))
 
 
-def ticks(*outcomes):
-    """A tick function returning (or raising) each outcome in turn; after the last the loop is told to stop."""
-    pending = list(outcomes)
-
-    def tick(start):
-        outcome = pending.pop(0)
-        if not pending:
-            signal.raise_signal(signal.SIGTERM)
-        if isinstance(outcome, Exception):
-            raise outcome
-        return outcome
-    return tick
 
 
 def tick_result(**figures) -> TickResult:

@@ -14,7 +14,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from harness import HEADER, CliLakehouse, marker_jobs_file, serving_page, wait_for
+from harness import HEADER, CliLakehouse, marker_jobs_file, serving_page, ticks, wait_for
 from harness import config_row as row
 
 from heartbeat_runner.core.errors import TransientError
@@ -89,16 +89,7 @@ class UnreachableStore:
 
 
 def test_a_failed_tick_the_store_cannot_record_is_logged_and_the_loop_goes_on(restore_signals, capsys, caplog):
-    outcomes: list[Exception | TickResult] = [RuntimeError("engine died"),
-                                              TickResult(run_id="r2", snapshot_ts=utcnow(), completed=["J1"])]
-
-    def tick(start: RunStart) -> TickResult:
-        outcome = outcomes.pop(0)
-        if not outcomes:
-            signal.raise_signal(signal.SIGTERM)
-        if isinstance(outcome, Exception):
-            raise outcome
-        return outcome
+    tick = ticks(RuntimeError("engine died"), TickResult(run_id="r2", snapshot_ts=utcnow(), completed=["J1"]))
 
     def record(start: RunStart, exc: Exception, took_s: float) -> bool:
         return record_failed_tick(UnreachableStore(), start, exc, took_s)  # type: ignore[arg-type]

@@ -30,7 +30,7 @@ from rich.text import Text
 from heartbeat_runner import __version__
 from heartbeat_runner.core.errors import ConfigError, HeartbeatError
 from heartbeat_runner.core.records import EventType
-from heartbeat_runner.core.settings import TARGETS, JobsBackendKind, Settings, load_settings, read_environment
+from heartbeat_runner.core.settings import TARGETS, JobsBackendKind, Settings, load_settings
 from heartbeat_runner.interfaces.operations import (
     ResetPlan,
     ask_retry,
@@ -429,14 +429,15 @@ def cmd_seed(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def _lease_wait(args: argparse.Namespace) -> float:
+def _lease_wait(args: argparse.Namespace, settings: Settings) -> float:
+    """``--wait-lease``, else the settings' HEARTBEAT_LEASE_WAIT (already read with every other variable)."""
     flag = getattr(args, "wait_lease", None)
-    return flag if flag is not None else read_environment().lease_wait
+    return flag if flag is not None else settings.lease_wait_s
 
 
 def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     """One tick, or the loop (runner/loop.py); this command only builds its config and what it shows."""
-    config = RunConfig(interval_s=args.interval, lease_wait_s=_lease_wait(args))
+    config = RunConfig(interval_s=args.interval, lease_wait_s=_lease_wait(args, settings))
     if getattr(args, "loop", False):
         return run_forever(settings, config, _LoopStatus(args))
     return run_once(settings, config, _TickOutput(args))
@@ -574,7 +575,7 @@ def _opened(args: argparse.Namespace, settings: Settings, *, lease: bool = False
     """The app for one command: the engine opened, the tick lease held when ``lease`` (waiting --wait-lease
     or $HEARTBEAT_LEASE_WAIT, else LeaseHeld), the ``views`` ready; all closed after (the lease first).
     Errors are not caught here: ``_main`` maps every kind to its message and exit code."""
-    with open_app(settings) as app, (tick_lease(app.store).held(_lease_wait(args)) if lease
+    with open_app(settings) as app, (tick_lease(app.store).held(_lease_wait(args, settings)) if lease
                                      else contextlib.nullcontext()):
         _prepare(app, views)
         yield app
