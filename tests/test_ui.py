@@ -43,6 +43,7 @@ CONFIG = [
     row("delta_table", "sales.customers", "customer_360", name="Customer 360"),
     row("trigger_file", "finance/close", "finance_close", name="Finance close"),
     row("delta_table", "sales.customers", "marketing_daily", state="PAUSED", name="Marketing daily"),
+    row("delta_table", "sales.invoices", "ap_aging", name="AP aging"),  # a table nobody created: every tick fails it
 ]
 #: what finance_close prints before it exits 1: the line an on-call person needs on its page
 LEDGER_ERROR = "ERROR: ledger balance mismatch"
@@ -59,7 +60,8 @@ CONFIG += [line for n, job in enumerate(MORE_JOBS) for line in (
 def lakehouse(tmp_path_factory) -> Iterator[Harness]:
     """orders_etl ran and completed, customer_360 waits for customers, finance_close failed (it printed
     LEDGER_ERROR and exited 1; an open JOB_FAILED alert: alerts are on, with no destination), marketing_daily
-    is paused, MORE_JOBS are idle: every phase the page colours, reached by real ticks."""
+    is paused, ap_aging cannot be sensed (its table is missing), MORE_JOBS are idle: every phase the page
+    colours, reached by real ticks."""
     root = tmp_path_factory.mktemp("ui")
     with Harness(root) as hb:
         policies = root / "run_policies.yml"
@@ -70,7 +72,7 @@ def lakehouse(tmp_path_factory) -> Iterator[Harness]:
         for table in LONG_SOURCES:
             hb.create_table(table, "id INT")
         hb.seed(*CONFIG)
-        hb.jobs(orders_etl=0, customer_360=0, finance_close=1, marketing_daily=0, **dict.fromkeys(MORE_JOBS, 0),
+        hb.jobs(orders_etl=0, customer_360=0, finance_close=1, marketing_daily=0, ap_aging=0, **dict.fromkeys(MORE_JOBS, 0),
                 prints={"finance_close": LEDGER_ERROR})
         hb.tick()  # baseline
         hb.insert("sales.orders", "(1), (2), (3)")
@@ -155,8 +157,8 @@ def test_overview_lists_every_job_with_its_phase_and_clicks_through_to_the_verdi
     phases = {r.get_attribute("data-job"): r.find_element(By.CSS_SELECTOR, ".badge").text
               for r in browser.find_elements(By.CSS_SELECTOR, "#jobs tbody tr[data-job]")}
     assert phases == {"orders_etl": "IDLE", "customer_360": "WAITING", "finance_close": "FAILED",
-                      "marketing_daily": "PAUSED", **dict.fromkeys(MORE_JOBS, "IDLE")}
-    assert browser.title == "(1 failed) Heartbeat"  # the tab says what needs someone
+                      "marketing_daily": "PAUSED", "ap_aging": "SENSING_ERROR", **dict.fromkeys(MORE_JOBS, "IDLE")}
+    assert browser.title == "(1 failed, 1 sensing error) Heartbeat"  # the tab says what needs someone
     orders = browser.find_element(By.CSS_SELECTOR, "#jobs tr[data-job='orders_etl']").text
     assert "COMPLETED" in orders and "version" in orders  # last run and the window it consumed
     screenshot(browser, tmp_path, "ui-overview")
@@ -175,7 +177,6 @@ def test_overview_lists_every_job_with_its_phase_and_clicks_through_to_the_verdi
     runs = texts(browser, "#runs tbody tr")
     assert len(runs) == 1 and "FAILED" in runs[0] and "exit code 1" in runs[0]
     assert any("TRIGGERED" in e for e in texts(browser, "#events tbody tr"))
-    screenshot(browser, tmp_path, "ui-job")
     browser.execute_script("state.filter.q = ''")  # the next test starts unfiltered
 
 
@@ -231,7 +232,7 @@ def test_graph_nodes_and_edges_match_the_config(page, browser, tmp_path):
     assert edges == expected_edges
     # each source once, however many jobs read it
     assert nodes == {e[0] for e in expected_edges} | {e[1] for e in expected_edges}
-    assert len(browser.find_elements(By.CSS_SELECTOR, "#graph .node.source")) == 3 + len(LONG_SOURCES)
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#graph .node.source")) == len({e[0] for e in expected_edges})
     assert browser.find_element(By.CSS_SELECTOR, "#graph .node[data-id='job:finance_close']") \
         .get_attribute("data-status") == "FAILED"
     screenshot(browser, tmp_path, "ui-graph")
@@ -244,15 +245,20 @@ def test_graph_nodes_and_edges_match_the_config(page, browser, tmp_path):
 
 # -- ticks ------------------------------------------------------------------------------------
 
-def test_ticks_chart_stage_durations_and_list_skipped_sources(page, browser, tmp_path):
+def test_ticks_chart_stage_durations_and_fold_a_source_failing_every_tick(page, browser, tmp_path):
     from selenium.webdriver.common.by import By
 
     browser.get(page + "/#/ticks")
     wait_for(browser, "#stage-chart rect.stage")
     stages = {r.get_attribute("data-stage") for r in browser.find_elements(By.CSS_SELECTOR, "#stage-chart rect.stage")}
     assert {"sensing", "dbt", "triggering"} <= stages
-    assert len(texts(browser, "#ticks tbody tr")) >= 3
-    assert any("SKIPPED" in p for p in texts(browser, "#problems tbody tr"))
+    ticks = get_json(page + "/api/ticks")["runs"]
+    assert len(ticks) >= 3 and texts(browser, "#ticks tbody tr")
+    problems = texts(browser, "#problems tbody tr")
+    assert any("SKIPPED" in p for p in problems)
+    # the missing table fails every tick the same way: one row, "x N since" its first tick, not one per tick
+    missing = [p for p in problems if "sales.invoices" in p]
+    assert len(missing) == 1 and f"× {len(ticks)} since {ticks[-1]['snapshot_ts'][:10]}" in missing[0], missing
     screenshot(browser, tmp_path, "ui-ticks")
 
 
@@ -386,6 +392,7 @@ def test_an_operator_runs_a_job_now_from_its_page_once(operator_page, browser, l
     wait_for(browser, "#actions [data-action='trigger']").click()
     dialog = wait_for(browser, "dialog#confirm[open]")
     assert "Trigger job orders_etl?" in dialog.text
+    dialog.find_element(By.NAME, "reason").send_keys("month-end rerun")
     browser.find_element(By.ID, "confirm-ok").click()
     assert "manual run asked by" in wait_for(browser, "#action-result .notice", timeout=90).text
     wait_until(browser, lambda b: "the next tick requests it" in b.find_element(By.ID, "verdict").text)
@@ -402,6 +409,8 @@ def test_an_operator_runs_a_job_now_from_its_page_once(operator_page, browser, l
     assert lakehouse.job_status("orders_etl") == {"COMPLETED"}
     browser.execute_script("refresh()")
     wait_until(browser, lambda b: b.find_element(By.ID, "action-result").text == "")  # the run ended: notice gone
+    newest = texts(browser, "#runs tbody tr")[0]
+    assert "COMPLETED" in newest and "manual" in newest and "month-end rerun" in newest  # labelled, with its reason
 
 
 # -- the on-call view (issue 43) ----------------------------------------------------------------
@@ -489,7 +498,7 @@ def test_a_refresh_keeps_focus_typed_text_and_unchanged_rows(live_page, browser)
       getSelection().selectAllChildren(row.querySelector('.c-job'));""")
     updated = browser.find_element(By.ID, "meta").text
     for _ in range(2):  # two refreshes of the page
-        wait_until(browser, lambda d: d.find_element(By.ID, "meta").text != updated)
+        wait_until(browser, lambda d, before=updated: d.find_element(By.ID, "meta").text != before)
         updated = browser.find_element(By.ID, "meta").text
     assert browser.execute_script("return document.activeElement.id") == "search"
     assert browser.find_element(By.ID, "search").get_attribute("value") == "ledger_reconcile_region_0"
@@ -652,7 +661,7 @@ def test_ui_command_serves_the_page_read_only_and_sees_what_another_process_writ
         assert b"renderOverview" in get("/static/app.js")
         assert json.loads(get("/api/meta"))["actions_enabled"] is False
         jobs = {j["job_id"]: j for j in json.loads(get("/api/overview"))["jobs"]}
-        assert set(jobs) == {"orders_etl", "customer_360", "finance_close", "marketing_daily", *MORE_JOBS}
+        assert set(jobs) == {"orders_etl", "customer_360", "finance_close", "marketing_daily", "ap_aging", *MORE_JOBS}
         before = jobs["orders_etl"]["last_run"]["job_run_id"]
 
         lakehouse.insert("sales.orders", "(7)")

@@ -32,6 +32,7 @@ const NOTICE_MS = 30000;
 const ENDED = ["COMPLETED", "FAILED", "TRIGGER_ERROR"];
 
 const esc = (v) => String(v ?? "").replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
+//: a name that may break after its separators (a long source name wraps instead of widening the page)
 const breakable = (v) => esc(v).replace(/([.:/_])/g, "$1<wbr>");
 const badge = (s) => (s ? `<span class="badge ${esc(s)}">${esc(s)}</span>` : `<span class="muted">-</span>`);
 const jobHref = (id) => `#/jobs/${encodeURIComponent(id)}`;
