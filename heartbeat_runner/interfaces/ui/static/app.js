@@ -220,6 +220,7 @@ async function refresh() {
     await showRunner();
     document.getElementById("meta").textContent = `v${state.meta.version} · ${state.meta.schema} · updated ${fmtTime(new Date())}`;
     document.getElementById("load-error")?.remove();
+    agoTitles(view);  // "how long ago" moves on in rows that did not change
   } catch (err) {
     document.getElementById("load-error")?.remove();
     view.insertAdjacentHTML("afterbegin", `<div class="notice error" id="load-error">Could not load: ${esc(err.message)}</div>`);
@@ -645,7 +646,7 @@ async function renderGraph(view) {
       <div class="toolbar">
         <input type="search" id="search" aria-label="Filter by job or source" placeholder="Filter by job or source…" value="${esc(state.filter.q)}">
         <select id="phase" aria-label="Status"><option value="">every status</option>${PHASES.map((p) => `<option>${p}</option>`).join("")}</select>
-        <button id="zoom-in">+</button><button id="zoom-out">−</button><button id="zoom-fit">fit</button>
+        <button id="zoom-in">+</button><button id="zoom-out">−</button><button id="zoom-fit" title="show every node">fit</button>
         <button id="collapse-all" title="draw each group of sources as one node, or every source again">collapse groups</button>
         <span class="muted">drag to pan, wheel to zoom, click a node to highlight its edges, double-click a job to open it,
           click a group's name to fold it into one node</span>
@@ -710,7 +711,7 @@ function drawGraph() {
   state.layout = layout;
   const folded = state.graph.collapsed;
   document.getElementById("collapse-all").textContent = sources.length && sources.every((n) => folded.has(n.group)) ? "expand groups" : "collapse groups";
-  if (!state.graph.fitted) { fitGraph(); state.graph.fitted = true; }
+  if (!state.graph.fitted) { fitGraph(false); state.graph.fitted = true; }
   if (changed && svg.dataset.highlight) { const id = svg.dataset.highlight; svg.dataset.highlight = ""; highlight(svg, id); }
 }
 
@@ -784,13 +785,14 @@ function applyZoom() {
   document.getElementById("viewport").setAttribute("transform", `translate(${gs.x},${gs.y}) scale(${gs.scale})`);
 }
 
-// Fit the whole drawing, width and height, into the view (never above its natural size), centred.
-function fitGraph() {
+// The `fit` button: the whole drawing, width and height, in the view (never above its natural size),
+// centred. A page opens fitting the width only (readable labels; pan down for the rest).
+function fitGraph(whole = true) {
   const box = document.getElementById("graph").getBoundingClientRect(), gs = state.graph, layout = state.layout;
   if (!layout || !box.width || !box.height) return;
-  gs.scale = Math.min(1, box.width / layout.width, box.height / layout.height);
+  gs.scale = Math.min(1, box.width / layout.width, whole ? box.height / layout.height : 1);
   gs.x = Math.max(0, (box.width - layout.width * gs.scale) / 2);
-  gs.y = Math.max(0, (box.height - layout.height * gs.scale) / 2);
+  gs.y = whole ? Math.max(0, (box.height - layout.height * gs.scale) / 2) : 0;
   applyZoom();
 }
 
@@ -798,7 +800,7 @@ function panZoom() {
   const svg = document.getElementById("graph"), gs = state.graph;
   document.getElementById("zoom-in").onclick = () => { gs.scale *= 1.25; applyZoom(); };
   document.getElementById("zoom-out").onclick = () => { gs.scale /= 1.25; applyZoom(); };
-  document.getElementById("zoom-fit").onclick = fitGraph;
+  document.getElementById("zoom-fit").onclick = () => fitGraph(true);
   svg.addEventListener("wheel", (e) => { e.preventDefault(); gs.scale *= e.deltaY < 0 ? 1.1 : 1 / 1.1; applyZoom(); }, { passive: false });
   let drag = null;
   svg.addEventListener("mousedown", (e) => { drag = { x: e.clientX - gs.x, y: e.clientY - gs.y }; });
