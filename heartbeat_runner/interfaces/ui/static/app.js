@@ -129,7 +129,10 @@ function patchList(parent, items) {
   keyed.forEach((el) => old.set(el.dataset.key, el));  // children without a key (a <thead>) are left alone
   const diff = { added: [], changed: [], removed: [] };
   let cursor = keyed[0] || null;
-  for (const { key, html } of items) {
+  const seen = new Map();
+  for (const item of items) {
+    const n = seen.get(item.key) || 0, key = n ? `${item.key}#${n}` : item.key, html = item.html;  // a repeated key gets a suffix
+    seen.set(item.key, n + 1);
     let el = old.get(key);
     old.delete(key);
     if (!el || el._html !== html) {
@@ -390,7 +393,7 @@ function jobRow(j) {
   const run = j.last_run;
   const runCell = run ? `${badge(run.outcome)} ${runKind(run)} ${runDuration(run)}<br><span class="muted">${when(run.ended_at || run.triggered_at || run.requested_at)}</span>` : `<span class="muted">never</span>`;
   return `<tbody class="job"><tr data-job="${esc(j.job_id)}">
-    <td class="c-job"><a class="job-link" href="${jobHref(j.job_id)}">${esc(j.job_id)}</a><br><span class="muted">${esc(j.job_name)}</span></td>
+    <td class="c-job"><a class="job-link" href="${jobHref(j.job_id)}">${breakable(j.job_id)}</a><br><span class="muted">${esc(j.job_name)}</span></td>
     <td class="c-status">${badge(j.phase)}${overdue(j) ? ` ${badge("OVERDUE")}` : ""}</td>
     <td class="c-deps">${j.dependencies.map(depChip).join("")}</td>
     <td class="c-since">${when(j.since)}</td>
@@ -440,21 +443,21 @@ async function renderJob(view, jobId) {
     `<tr><td>${esc(r.sensor_source)}:${esc(r.sensor_id)}</td><td>${esc(r.dependency)}</td><td>${badge(r.status)}</td>
       <td>${esc(r.row_state)}</td><td>${when(r.last_evaluated_at)}</td><td>${badge(r.last_outcome)}</td></tr>` })));
   patch("#timeline-slot", timeline(job.runs));
-  patchList(document.querySelector("#runs tbody"), job.runs.length ? job.runs.map((r, i) => ({ key: runKey(r, i), html: runRow(job, r) }))
+  patchList(document.querySelector("#runs tbody"), job.runs.length ? job.runs.map((r) => ({ key: runKey(r), html: runRow(job, r) }))
     : [{ key: "none", html: `<tr><td colspan="7" class="muted">Not triggered yet.</td></tr>` }]);
   patch("#run-log", runLog());
   patch("#late-slot", job.late_data.length ? `<h3>Late data</h3>
     <table id="late" class="cards"><thead><tr><th>Source</th><th>Window from</th><th>Rows that arrived after it was final</th></tr></thead><tbody>
     ${job.late_data.map((l) => `<tr><td>${esc(l.source_key)}</td><td>${esc(l.window_start)}</td><td>${esc(l.rows)}</td></tr>`).join("")}
     </tbody></table>` : "");
-  patchList(document.querySelector("#events tbody"), job.events.map((e, i) => ({ key: `${e.event_ts}|${e.event_type}|${e.source_key ?? ""}|${i}`, html:
+  patchList(document.querySelector("#events tbody"), job.events.map((e) => ({ key: `${e.event_ts}|${e.event_type}|${e.source_key ?? ""}|${e.job_run_id ?? e.run_id ?? ""}`, html:
     `<tr><td>${when(e.event_ts)}</td><td>${esc(e.event_type)}</td><td>${esc(e.source_key ?? "")}</td>
       <td>${eventRun(e)}</td><td>${esc(e.rows ?? "")}</td><td>${esc(e.message ?? "")}</td></tr>` })));
   view.querySelectorAll("table.cards").forEach(labelCells);
   tailFromOutput(job);
 }
 
-const runKey = (r, i) => `${r.requested_at ?? ""}|${r.job_run_id ?? i}`;
+const runKey = (r) => `${r.requested_at ?? ""}|${r.job_run_id ?? ""}`;
 const outputUrl = (jobId, runId) => `/api/jobs/${encodeURIComponent(jobId)}/runs/${encodeURIComponent(runId)}/output`;
 
 function runRow(job, r) {
@@ -478,7 +481,7 @@ function eventRun(e) {
 // One line of what changed on this job since the last refresh: its phase, a run that ended.
 function jobChanges(job) {
   const latest = job.runs[0], before = state.seen;
-  const now = { job: job.job_id, phase: job.phase, run: latest ? `${runKey(latest, 0)}:${latest.outcome}` : "" };
+  const now = { job: job.job_id, phase: job.phase, run: latest ? `${runKey(latest)}:${latest.outcome}` : "" };
   state.seen = now;
   if (!before || before.job !== job.job_id) return "";
   const parts = [];
@@ -495,7 +498,7 @@ function forgetNotice(job) {
   if (notice.job !== job.job_id) { state.notice = null; return; }
   if (notice.startsRun) {
     const latest = job.runs[0];
-    if (latest && runKey(latest, 0) !== notice.runBefore && ENDED.includes(latest.outcome)) state.notice = null;
+    if (latest && runKey(latest) !== notice.runBefore && ENDED.includes(latest.outcome)) state.notice = null;
   } else if (Date.now() - notice.at > NOTICE_MS) {
     state.notice = null;
   }
@@ -617,7 +620,7 @@ function confirmAction(action, job) {
   document.getElementById("confirm-text").textContent = `This is recorded in the audit trail as ${state.meta.user || "you"} (via the page).`;
   document.getElementById("confirm-fields").innerHTML = ACTION_FIELDS[action] || "";
   dialog.returnValue = "";
-  const runBefore = job.runs[0] ? runKey(job.runs[0], 0) : "";
+  const runBefore = job.runs[0] ? runKey(job.runs[0]) : "";
   dialog.onclose = async () => {
     if (dialog.returnValue !== "ok") return;
     const form = document.getElementById("confirm-form");
