@@ -479,6 +479,11 @@ def test_the_overview_fits_the_screen_and_shows_each_jobs_verdict(page, browser,
         assert "exit code 1" in failed  # why its last run failed, under the verdict
         assert browser.execute_script(HEADER_OVERLAPS) == []
         screenshot(browser, tmp_path, f"ui-overview-{width}")
+        for path, drawn in (("#/graph", "#graph .node"), ("#/ticks", "#ticks tbody tr"),
+                            ("#/jobs/finance_close", "#runs tbody tr")):  # the other pages fit too
+            browser.get(f"{page}/{path}")
+            wait_for(browser, drawn)
+            assert browser.execute_script("return document.documentElement.scrollWidth") <= width, path
 
 
 def test_a_refresh_keeps_focus_typed_text_and_unchanged_rows(live_page, browser):
