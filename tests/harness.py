@@ -125,13 +125,15 @@ class Harness:
         self.app.load_config(config)
         self._heartbeat = None
 
-    def jobs(self, **exit_codes: int) -> None:
-        """Define local jobs: job id -> exit code (each job records it ran in <root>/ran/<job>)."""
+    def jobs(self, *, prints: dict[str, str] | None = None, **exit_codes: int) -> None:
+        """Define local jobs: job id -> exit code (each job records it ran in <root>/ran/<job>); a job named
+        in ``prints`` prints that line to its output before it exits."""
         ran = self.root / "ran"
         ran.mkdir(exist_ok=True)
         lines = ["jobs:"]
         for job, code in exit_codes.items():
-            script = f"import pathlib; p = pathlib.Path({str(ran / job)!r}); p.write_text(p.read_text() + 'x' if p.exists() else 'x'); raise SystemExit({code})"
+            said = f"print({(prints or {})[job]!r}); " if job in (prints or {}) else ""
+            script = f"import pathlib; {said}p = pathlib.Path({str(ran / job)!r}); p.write_text(p.read_text() + 'x' if p.exists() else 'x'); raise SystemExit({code})"
             lines.append(f"  {job!r}:")
             lines.append(f"    command: [{sys.executable!r}, '-c', {script!r}]")
         self.jobs_path.write_text("\n".join(lines) + "\n")

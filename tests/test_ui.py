@@ -7,13 +7,17 @@ also written there (that is how docs/images/ui-*.png, shown in the README, are m
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from datetime import datetime, timezone
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 import pytest
 from browser import CHROMEDRIVER, CHROMIUM, headless_chromium
@@ -39,14 +43,25 @@ CONFIG = [
     row("delta_table", "sales.customers", "customer_360", name="Customer 360"),
     row("trigger_file", "finance/close", "finance_close", name="Finance close"),
     row("delta_table", "sales.customers", "marketing_daily", state="PAUSED", name="Marketing daily"),
+    row("delta_table", "sales.invoices", "ap_aging", name="AP aging"),  # a table nobody created: every tick fails it
 ]
+#: what finance_close prints before it exits 1: the line an on-call person needs on its page
+LEDGER_ERROR = "ERROR: ledger balance mismatch"
+#: two sources whose names differ only at the end (the graph must keep the end of a shortened label)
+LONG_SOURCES = ("warehouse.gl_postings_daily_eu_west", "warehouse.gl_postings_daily_us_east")
+#: 26 more jobs, idle on those sources (they get no data): 30 jobs, as the page was tried with in issue 43
+MORE_JOBS = tuple(f"ledger_reconcile_region_{n:02d}" for n in range(26))
+CONFIG += [line for n, job in enumerate(MORE_JOBS) for line in (
+    row("delta_table", LONG_SOURCES[n % 2], job, name=f"Ledger reconcile {n:02d}"),
+    row("delta_table", LONG_SOURCES[(n + 1) % 2], job, hard="FALSE", name=f"Ledger reconcile {n:02d}"))]
 
 
 @pytest.fixture(scope="module")
 def lakehouse(tmp_path_factory) -> Iterator[Harness]:
-    """orders_etl ran and completed, customer_360 waits for customers, finance_close failed (an open
-    JOB_FAILED alert: alerts are on, with no destination), marketing_daily is paused: every phase the
-    page colours, reached by real ticks."""
+    """orders_etl ran and completed, customer_360 waits for customers, finance_close failed (it printed
+    LEDGER_ERROR and exited 1; an open JOB_FAILED alert: alerts are on, with no destination), marketing_daily
+    is paused, ap_aging cannot be sensed (its table is missing), MORE_JOBS are idle: every phase the page
+    colours, reached by real ticks."""
     root = tmp_path_factory.mktemp("ui")
     with Harness(root) as hb:
         policies = root / "run_policies.yml"
@@ -54,8 +69,11 @@ def lakehouse(tmp_path_factory) -> Iterator[Harness]:
         hb.app.settings = hb.settings.with_(run_policy_file=policies)
         hb.create_table("sales.orders", "id INT")
         hb.create_table("sales.customers", "id INT")
+        for table in LONG_SOURCES:
+            hb.create_table(table, "id INT")
         hb.seed(*CONFIG)
-        hb.jobs(orders_etl=0, customer_360=0, finance_close=3, marketing_daily=0)
+        hb.jobs(orders_etl=0, customer_360=0, finance_close=1, marketing_daily=0, ap_aging=0, **dict.fromkeys(MORE_JOBS, 0),
+                prints={"finance_close": LEDGER_ERROR})
         hb.tick()  # baseline
         hb.insert("sales.orders", "(1), (2), (3)")
         hb.drop_trigger_file("finance/close", "ready")
@@ -139,7 +157,8 @@ def test_overview_lists_every_job_with_its_phase_and_clicks_through_to_the_verdi
     phases = {r.get_attribute("data-job"): r.find_element(By.CSS_SELECTOR, ".badge").text
               for r in browser.find_elements(By.CSS_SELECTOR, "#jobs tbody tr[data-job]")}
     assert phases == {"orders_etl": "IDLE", "customer_360": "WAITING", "finance_close": "FAILED",
-                      "marketing_daily": "PAUSED"}
+                      "marketing_daily": "PAUSED", "ap_aging": "SENSING_ERROR", **dict.fromkeys(MORE_JOBS, "IDLE")}
+    assert browser.title == "(1 failed, 1 sensing error) Heartbeat"  # the tab says what needs someone
     orders = browser.find_element(By.CSS_SELECTOR, "#jobs tr[data-job='orders_etl']").text
     assert "COMPLETED" in orders and "version" in orders  # last run and the window it consumed
     screenshot(browser, tmp_path, "ui-overview")
@@ -156,9 +175,8 @@ def test_overview_lists_every_job_with_its_phase_and_clicks_through_to_the_verdi
                                         Cond("is_active", True))[0]["verdict"]
     assert verdict == expected and verdict.startswith("blocked by failure")
     runs = texts(browser, "#runs tbody tr")
-    assert len(runs) == 1 and "FAILED" in runs[0] and "exit code 3" in runs[0]
+    assert len(runs) == 1 and "FAILED" in runs[0] and "exit code 1" in runs[0]
     assert any("TRIGGERED" in e for e in texts(browser, "#events tbody tr"))
-    screenshot(browser, tmp_path, "ui-job")
     browser.execute_script("state.filter.q = ''")  # the next test starts unfiltered
 
 
@@ -214,7 +232,7 @@ def test_graph_nodes_and_edges_match_the_config(page, browser, tmp_path):
     assert edges == expected_edges
     # each source once, however many jobs read it
     assert nodes == {e[0] for e in expected_edges} | {e[1] for e in expected_edges}
-    assert len(browser.find_elements(By.CSS_SELECTOR, "#graph .node.source")) == 3
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#graph .node.source")) == len({e[0] for e in expected_edges})
     assert browser.find_element(By.CSS_SELECTOR, "#graph .node[data-id='job:finance_close']") \
         .get_attribute("data-status") == "FAILED"
     screenshot(browser, tmp_path, "ui-graph")
@@ -227,15 +245,20 @@ def test_graph_nodes_and_edges_match_the_config(page, browser, tmp_path):
 
 # -- ticks ------------------------------------------------------------------------------------
 
-def test_ticks_chart_stage_durations_and_list_skipped_sources(page, browser, tmp_path):
+def test_ticks_chart_stage_durations_and_fold_a_source_failing_every_tick(page, browser, tmp_path):
     from selenium.webdriver.common.by import By
 
     browser.get(page + "/#/ticks")
     wait_for(browser, "#stage-chart rect.stage")
     stages = {r.get_attribute("data-stage") for r in browser.find_elements(By.CSS_SELECTOR, "#stage-chart rect.stage")}
     assert {"sensing", "dbt", "triggering"} <= stages
-    assert len(texts(browser, "#ticks tbody tr")) >= 3
-    assert any("SKIPPED" in p for p in texts(browser, "#problems tbody tr"))
+    ticks = get_json(page + "/api/ticks")["runs"]
+    assert len(ticks) >= 3 and texts(browser, "#ticks tbody tr")
+    problems = texts(browser, "#problems tbody tr")
+    assert any("SKIPPED" in p for p in problems)
+    # the missing table fails every tick the same way: one row, "x N since" its first tick, not one per tick
+    missing = [p for p in problems if "sales.invoices" in p]
+    assert len(missing) == 1 and f"× {len(ticks)} since {ticks[-1]['snapshot_ts'][:10]}" in missing[0], missing
     screenshot(browser, tmp_path, "ui-ticks")
 
 
@@ -249,7 +272,7 @@ def test_open_alerts_show_on_the_overview_and_on_the_job_they_name(page, browser
     assert alerts[0]["alert_key"] in {r["alert_key"] for r in lakehouse.app.store.read("heartbeat_alerts")}
     browser.get(page + "/#/")
     panel = wait_for(browser, "#open-alerts")
-    assert "1 open alert" in panel.text and "JOB_FAILED" in panel.text and "exit code 3" in panel.text
+    assert "1 open alert" in panel.text and "JOB_FAILED" in panel.text and "exit code 1" in panel.text
     assert "the lakehouse only" in panel.text  # no destination configured
     browser.get(page + "/#/jobs/finance_close")
     assert "JOB_FAILED" in wait_for(browser, "#job-alerts").text
@@ -279,6 +302,7 @@ def test_an_operator_pauses_a_job_after_confirming_and_it_is_audited(operator_pa
     wait_for(browser, "#actions [data-action='pause']").click()
     dialog = wait_for(browser, "dialog#confirm[open]")
     assert "Pause job customer_360?" in dialog.text
+    dialog.find_element(By.NAME, "reason").send_keys("upstream is reloading")
     screenshot(browser, tmp_path, "ui-confirm")
     browser.find_element(By.ID, "confirm-ok").click()
     assert "paused by" in wait_for(browser, "#action-result .notice", timeout=90).text
@@ -287,7 +311,7 @@ def test_an_operator_pauses_a_job_after_confirming_and_it_is_audited(operator_pa
     paused = lakehouse.events("JOB_PAUSED")
     assert [e["trigger_job_id"] for e in paused] == ["customer_360"]
     audit = json.loads(paused[0]["payload"])
-    assert audit["via"] == "ui" and "@" in audit["by"]
+    assert audit["via"] == "ui" and "@" in audit["by"] and audit["reason"] == "upstream is reloading"
     assert {r["job_state"] for r in lakehouse.rows("customer_360")} == {"PAUSED"}
 
 
@@ -345,6 +369,9 @@ def test_an_operator_retries_a_failed_job_from_its_page_and_the_next_tick_reruns
     browser.find_element(By.ID, "confirm-ok").click()
     assert "retry asked by" in wait_for(browser, "#action-result .notice", timeout=90).text
     wait_until(browser, lambda b: "the next tick re-runs it" in b.find_element(By.ID, "verdict").text)
+    events = texts(browser, "#events tbody tr")
+    asked = [e for e in events if "RETRY_ASKED" in e]
+    assert asked and "operator" in asked[0] and not any("retry_asked" in e for e in events)  # a word, not a run id
 
     (ask,) = lakehouse.events("RETRY_ASKED")
     audit = json.loads(ask["payload"])
@@ -353,7 +380,7 @@ def test_an_operator_retries_a_failed_job_from_its_page_and_the_next_tick_reruns
     lakehouse.tick()
     (retry,) = lakehouse.events("RETRY_REQUESTED")
     assert retry["trigger_job_id"] == "finance_close" and retry["idempotency_token"] not in tokens
-    lakehouse.wait_for_jobs()  # it fails again (exit 3): the job is back to FAILED, as it was
+    lakehouse.wait_for_jobs()  # it fails again (exit 1): the job is back to FAILED, as it was
     assert lakehouse.job_status("finance_close") == {"FAILED"}
 
 
@@ -365,6 +392,7 @@ def test_an_operator_runs_a_job_now_from_its_page_once(operator_page, browser, l
     wait_for(browser, "#actions [data-action='trigger']").click()
     dialog = wait_for(browser, "dialog#confirm[open]")
     assert "Trigger job orders_etl?" in dialog.text
+    dialog.find_element(By.NAME, "reason").send_keys("month-end rerun")
     browser.find_element(By.ID, "confirm-ok").click()
     assert "manual run asked by" in wait_for(browser, "#action-result .notice", timeout=90).text
     wait_until(browser, lambda b: "the next tick requests it" in b.find_element(By.ID, "verdict").text)
@@ -379,6 +407,233 @@ def test_an_operator_runs_a_job_now_from_its_page_once(operator_page, browser, l
     assert requests[-1]["message"].startswith("manual run asked by")
     lakehouse.wait_for_jobs()
     assert lakehouse.job_status("orders_etl") == {"COMPLETED"}
+    browser.execute_script("refresh()")
+    wait_until(browser, lambda b: b.find_element(By.ID, "action-result").text == "")  # the run ended: notice gone
+    newest = texts(browser, "#runs tbody tr")[0]
+    assert "COMPLETED" in newest and "manual" in newest and "month-end rerun" in newest  # labelled, with its reason
+
+
+# -- the on-call view (issue 43) ----------------------------------------------------------------
+
+@pytest.fixture
+def live_page(lakehouse) -> Iterator[str]:
+    """The page refreshing every second (the served default is 5 s), to watch refreshes happen."""
+    server = make_server(StatusPage(lakehouse.app, ActionPolicy(enabled=False), refresh_s=1), "127.0.0.1", 0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+@contextlib.contextmanager
+def viewport(driver, width: int, height: int = 900) -> Iterator[None]:
+    """The page laid out at ``width`` CSS pixels (Chromium's device metrics), back to the window after."""
+    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                           {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False})
+    try:
+        yield
+    finally:
+        driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+
+
+#: for each of the first five jobs of the overview: its verdict as shown (a visible element inside the
+#: screen's width holding it) or null
+VISIBLE_VERDICTS = """
+return [...document.querySelectorAll('#jobs tbody.job')].slice(0, 5).map((job) => {
+  const shown = [...job.querySelectorAll('.verdict')].find((el) => {
+    const box = el.getBoundingClientRect();
+    return el.offsetParent !== null && box.width > 0 && box.left >= 0 && box.right <= innerWidth + 0.5;
+  });
+  return [job.querySelector('tr[data-job]').dataset.job, shown ? shown.textContent.trim() : null];
+});
+"""
+
+#: pairs of header items (brand, page links, runner, meta) whose boxes overlap
+HEADER_OVERLAPS = """
+const boxes = [...document.querySelectorAll('.top .brand, .top nav a, #runner, #meta')]
+  .filter((el) => el.textContent.trim()).map((el) => [el.textContent.trim(), el.getBoundingClientRect()]);
+const overlaps = [];
+boxes.forEach(([a, p], i) => boxes.slice(i + 1).forEach(([b, q]) => {
+  if (p.left < q.right - 0.5 && q.left < p.right - 0.5 && p.top < q.bottom - 0.5 && q.top < p.bottom - 0.5) overlaps.push([a, b]);
+}));
+return overlaps;
+"""
+
+
+@pytest.mark.parametrize("width", [1024, 400])
+def test_the_overview_fits_the_screen_and_shows_each_jobs_verdict(page, browser, lakehouse, tmp_path, width):
+    """No horizontal scroll at 1,024 px nor on a 400 px phone; the verdict of each of the first five jobs
+    is on screen (a column, or the line under its row), with why a failed run failed; the header's links
+    wrap without overlapping."""
+    verdicts = {r["trigger_job_id"]: r["verdict"] for r in lakehouse.app.store.read(
+        "jobs_trigger_explanation", Cond("is_active", True))}
+    with viewport(browser, width):
+        browser.get(page + "/#/")
+        wait_for(browser, "#jobs tbody.job")
+        assert browser.execute_script("return innerWidth") == width
+        assert browser.execute_script("return document.documentElement.scrollWidth") <= width
+        shown = browser.execute_script(VISIBLE_VERDICTS)
+        assert len(shown) == 5
+        for job, text in shown:
+            assert text is not None and text.startswith(verdicts[job]), (job, text)
+        failed = dict(shown)["finance_close"]  # needs attention: first
+        assert "exit code 1" in failed  # why its last run failed, under the verdict
+        assert browser.execute_script(HEADER_OVERLAPS) == []
+        screenshot(browser, tmp_path, f"ui-overview-{width}")
+        for path, drawn in (("#/graph", "#graph .node"), ("#/ticks", "#ticks tbody tr"),
+                            ("#/jobs/finance_close", "#runs tbody tr")):  # the other pages fit too
+            browser.get(f"{page}/{path}")
+            wait_for(browser, drawn)
+            assert browser.execute_script("return document.documentElement.scrollWidth") <= width, path
+
+
+def test_a_refresh_keeps_focus_typed_text_and_unchanged_rows(live_page, browser):
+    """The page refreshes in place: the search box keeps focus and what was typed, a row that did not
+    change is the same element (so a selection in it stays), and the live region is polite."""
+    from selenium.webdriver.common.by import By
+
+    browser.get(live_page + "/#/")
+    wait_for(browser, "#jobs tr[data-job='orders_etl']")
+    search = browser.find_element(By.ID, "search")
+    search.click()
+    search.send_keys("ledger_reconcile_region_0")
+    wait_until(browser, lambda d: d.find_element(By.ID, "shown").text == "10 shown")
+    browser.execute_script("""
+      const row = document.querySelector("#jobs tr[data-job='ledger_reconcile_region_03']");
+      row.dataset.marked = "kept";
+      getSelection().selectAllChildren(row.querySelector('.c-job'));""")
+    updated = browser.find_element(By.ID, "meta").text
+    for _ in range(2):  # two refreshes of the page
+        wait_until(browser, lambda d, before=updated: d.find_element(By.ID, "meta").text != before)
+        updated = browser.find_element(By.ID, "meta").text
+    assert browser.execute_script("return document.activeElement.id") == "search"
+    assert browser.find_element(By.ID, "search").get_attribute("value") == "ledger_reconcile_region_0"
+    assert browser.find_elements(By.CSS_SELECTOR, "#jobs tr[data-marked='kept']")  # not redrawn
+    assert "ledger_reconcile_region_03" in browser.execute_script("return getSelection().toString()")
+    live = browser.find_element(By.ID, "live")
+    assert live.get_attribute("aria-live") == "polite" and browser.find_element(By.ID, "view").get_attribute("aria-live") is None
+    assert "q=ledger_reconcile_region_0" in browser.current_url  # the search is in the address
+
+
+def test_filters_search_sort_and_page_come_from_the_address_and_back_restores_them(page, browser):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    browser.get(page + "/#/?q=ledger&phase=IDLE&sort=job")
+    wait_until(browser, lambda d: d.find_element(By.ID, "shown").text == f"{len(MORE_JOBS)} shown")
+    assert browser.find_element(By.ID, "search").get_attribute("value") == "ledger"
+    assert Select(browser.find_element(By.ID, "phase")).first_selected_option.text == "IDLE"
+    assert browser.find_element(By.ID, "sort").get_attribute("value") == "job"
+    jobs = [r.get_attribute("data-job") for r in browser.find_elements(By.CSS_SELECTOR, "#jobs tr[data-job]")]
+    assert jobs == sorted(MORE_JOBS)
+
+    Select(browser.find_element(By.ID, "phase")).select_by_visible_text("FAILED")
+    wait_until(browser, lambda d: d.find_element(By.ID, "shown").text == "0 shown")
+    assert "phase=FAILED" in browser.current_url
+    browser.back()
+    wait_until(browser, lambda d: d.find_element(By.ID, "shown").text == f"{len(MORE_JOBS)} shown")
+    assert Select(browser.find_element(By.ID, "phase")).first_selected_option.text == "IDLE"
+
+    browser.get(page + "/#/graph?q=finance")
+    wait_for(browser, "#graph[data-nodes='2']")
+    assert browser.find_element(By.ID, "search").get_attribute("value") == "finance"
+
+
+def test_the_failed_runs_reason_and_output_are_on_the_job_page(page, browser, tmp_path):
+    """finance_close printed LEDGER_ERROR and exited 1: its page says so at the top (the reason and the
+    end of the output), and a run's whole output opens on the page, not as a raw file."""
+    from selenium.webdriver.common.by import By
+
+    browser.get(page + "/#/jobs/finance_close")
+    wait_for(browser, "#failure-box")
+    wait_until(browser, lambda d: LEDGER_ERROR in d.find_element(By.ID, "failure-tail").text)
+    assert "exit code 1" in browser.find_element(By.ID, "failure-reason").text
+    assert browser.find_element(By.ID, "failure-tail").is_displayed()
+    screenshot(browser, tmp_path, "ui-job")
+    browser.find_element(By.CSS_SELECTOR, "#runs [data-output]").click()
+    output = wait_for(browser, "#run-output")
+    wait_until(browser, lambda d: LEDGER_ERROR in d.find_element(By.ID, "run-output").text)
+    assert output.tag_name == "pre"
+    times = [t.text for t in browser.find_elements(By.CSS_SELECTOR, "#runs time")]
+    assert times and all(re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", t) for t in times)
+    with viewport(browser, 400, 860):
+        browser.execute_script("window.scrollTo(0, 0)")
+        assert browser.execute_script("return document.documentElement.scrollWidth") <= 400
+        screenshot(browser, tmp_path, "ui-job-400")
+
+
+def test_times_are_shown_in_the_zone_the_server_names(page, browser):
+    """With /api/meta's timezone (the deployment's), each time reads in that zone, named."""
+    from selenium.webdriver.common.by import By
+
+    browser.get(page + "/#/jobs/orders_etl")
+    wait_for(browser, "#runs time")
+    browser.execute_script("state.meta.timezone = 'Asia/Tokyo'; document.getElementById('view').dataset.page = ''; refresh()")
+    wait_until(browser, lambda d: all(t.text.endswith(" Asia/Tokyo") for t in d.find_elements(By.CSS_SELECTOR, "#runs time")))
+    first = browser.find_element(By.CSS_SELECTOR, "#runs time")
+    at = datetime.fromisoformat(first.get_attribute("datetime"))
+    at = at if at.tzinfo else at.replace(tzinfo=timezone.utc)
+    shown, expected = first.text, at.astimezone(ZoneInfo("Asia/Tokyo")).strftime("%Y-%m-%d %H:%M:%S Asia/Tokyo")
+    assert shown == expected
+
+
+def test_graph_fit_shows_every_node_and_long_labels_keep_their_end(page, browser):
+    from selenium.webdriver.common.by import By
+
+    browser.get(page + "/#/graph")
+    wait_for(browser, "#graph .node")
+    for _ in range(4):
+        browser.find_element(By.ID, "zoom-in").click()
+    inside = """const frame = document.getElementById('graph').getBoundingClientRect();
+      return [...document.querySelectorAll('#graph .node')].filter((n) => { const b = n.getBoundingClientRect();
+        return b.left >= frame.left - 1 && b.right <= frame.right + 1 && b.top >= frame.top - 1 && b.bottom <= frame.bottom + 1; }).length;"""
+    nodes = len(browser.find_elements(By.CSS_SELECTOR, "#graph .node"))
+    assert browser.execute_script(inside) < nodes  # zoomed in: some are out of view
+    browser.find_element(By.ID, "zoom-fit").click()
+    assert browser.execute_script(inside) == nodes
+    labels = {n.find_element(By.CSS_SELECTOR, "title").get_attribute("textContent"): n.find_element(By.TAG_NAME, "text").text
+              for n in browser.find_elements(By.CSS_SELECTOR, "#graph .node.source")
+              if "gl_postings" in n.get_attribute("data-id")}
+    assert len(labels) == 2 and len(set(labels.values())) == 2  # told apart
+    for full, shown in labels.items():
+        assert full.startswith("delta_table:warehouse.gl_postings_daily_") and "…" in shown
+        assert shown.endswith(full[-12:])  # the distinguishing end is kept
+
+
+def test_the_page_has_an_icon(page, browser):
+    with urllib.request.urlopen(page + "/favicon.ico") as answer:
+        assert answer.status == 200 and answer.headers["Content-Type"] == "image/svg+xml"
+        assert answer.read().startswith(b"<svg")
+    browser.get(page + "/")
+    icon = wait_for(browser, "link[rel=icon]")
+    assert icon.get_attribute("href").endswith("/favicon.svg")
+
+
+def test_consecutive_ticks_failing_the_same_way_are_one_row():
+    """One missing table fails sensing at every tick: one row "x N since", not one per tick; a tick
+    in between without the error, or another error, starts a new row; an OK tick is never folded."""
+    from heartbeat_runner.interfaces.ui.data import fold_failing_ticks, fold_problems
+
+    t = [datetime(2026, 11, 27, 21, 0, s, tzinfo=timezone.utc) for s in range(6)]  # t[5] newest
+    ids = ["r5", "r4", "r3", "r2", "r1", "r0"]  # newest first
+
+    def problem(run: str, error: str) -> dict:
+        return {"run_id": run, "snapshot_ts": t[int(run[1])], "source_key": "delta_table:gone", "outcome": "ERROR",
+                "error": error, "trigger_job_ids": "a"}
+
+    problems = [problem("r5", "table gone"), problem("r4", "table gone"), problem("r3", "table gone"),
+                problem("r1", "table gone"), problem("r0", "denied")]
+    rows = fold_problems(problems, ids)
+    assert [(r.latest_run_id, r.ticks, r.since, r.error) for r in rows] == [
+        ("r5", 3, t[3], "table gone"), ("r1", 1, t[1], "table gone"), ("r0", 1, t[0], "denied")]
+
+    def tick(run: str, status: str, message: str | None) -> dict:
+        return {"run_id": run, "snapshot_ts": t[int(run[1])], "status": status, "message": message}
+
+    ticks = [tick("r5", "ERROR", "1 sensor error"), tick("r4", "ERROR", "1 sensor error"), tick("r3", "OK", None),
+             tick("r2", "OK", None), tick("r1", "ERROR", "1 sensor error"), tick("r0", "ERROR", "2 sensor errors")]
+    folded = fold_failing_ticks(ticks)
+    assert [(r.tick["run_id"], r.repeats, r.since) for r in folded] == [
+        ("r5", 2, t[4]), ("r3", 1, t[3]), ("r2", 1, t[2]), ("r1", 1, t[1]), ("r0", 1, t[0])]
 
 
 # -- the command ------------------------------------------------------------------------------
@@ -411,7 +666,7 @@ def test_ui_command_serves_the_page_read_only_and_sees_what_another_process_writ
         assert b"renderOverview" in get("/static/app.js")
         assert json.loads(get("/api/meta"))["actions_enabled"] is False
         jobs = {j["job_id"]: j for j in json.loads(get("/api/overview"))["jobs"]}
-        assert set(jobs) == {"orders_etl", "customer_360", "finance_close", "marketing_daily"}
+        assert set(jobs) == {"orders_etl", "customer_360", "finance_close", "marketing_daily", "ap_aging", *MORE_JOBS}
         before = jobs["orders_etl"]["last_run"]["job_run_id"]
 
         lakehouse.insert("sales.orders", "(7)")

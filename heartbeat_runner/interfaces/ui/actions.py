@@ -193,10 +193,10 @@ def perform(app: App, request: ActionRequest, by: str) -> str:
     """Carry out one action as ``by``; returns what was done, in one sentence."""
     job = request.job_id
     if request.action is Action.PAUSE:
-        record_job_event(app, job, EventType.JOB_PAUSED, by=by, via="ui")
+        record_job_event(app, job, EventType.JOB_PAUSED, by=by, via="ui", reason=request.reason)
         return f"job {job} paused by {by}"
     if request.action is Action.RESUME:
-        record_job_event(app, job, EventType.JOB_RESUMED, by=by, via="ui")
+        record_job_event(app, job, EventType.JOB_RESUMED, by=by, via="ui", reason=request.reason)
         return f"job {job} resumed by {by}"
     if request.action is Action.COMPLETE:
         kind = EventType.FAILED if request.failed else EventType.COMPLETED

@@ -12,12 +12,12 @@ import enum
 import json
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from heartbeat_runner.core.records import JobState, JobStatus, Outcome
+from heartbeat_runner.core.records import EventType, JobState, JobStatus, Outcome, TickStatus
 from heartbeat_runner.interfaces.operations import (
     RUN_REPORT_ALL_VIEW,
     explain,
@@ -94,6 +94,8 @@ class RunRecord:
     windows: list[dict[str, Any]] = field(default_factory=list)
     #: "2 of 3" for a run of a bounded catch-up sequence
     catch_up: str | None = None
+    #: for a run an operator asked for (`trigger`, the page's "Run now"): who asked and why (job page only)
+    manual: str | None = None
 
 
 @dataclass(frozen=True)
@@ -253,8 +255,9 @@ def job_page(store: TableStore, job_id: str, policy_file: Path | None = None,
     (HeartbeatError if unknown); each source's last evaluation counts the runner's latest idle tick."""
     found = explain(store, job_id, idle_sensing(lakehouse_dir) if lakehouse_dir else None)
     active = [r for r in found.rows if r["is_active"]]
-    runs = [_run_record(r) for r in store.read(JOB_RUNS_VIEW, Cond("trigger_job_id", job_id),
-                                               order_by=["requested_at DESC"], limit=RECENT_RUNS)]
+    rows = store.read(JOB_RUNS_VIEW, Cond("trigger_job_id", job_id), order_by=["requested_at DESC"], limit=RECENT_RUNS)
+    notes = manual_notes(store, job_id, [r["idempotency_token"] for r in rows])
+    runs = [replace(_run_record(r), manual=notes.get(r["idempotency_token"])) for r in rows]
     asked = pending_ask(store, job_id)
     alerts = [a for a in open_alerts(store) if job_id in a["jobs"]]
     return as_json({
@@ -269,6 +272,18 @@ def job_page(store: TableStore, job_id: str, policy_file: Path | None = None,
         "late_data": late_data(store, policy_file, job_id),
         "alerts": alerts,
     })
+
+
+def manual_notes(store: TableStore, job_id: str, tokens: list[str]) -> dict[str, str]:
+    """Idempotency token -> the note of its request, for the runs among ``tokens`` an operator asked for.
+
+    The tick writes a note ("manual run asked by …") on the TRIGGER_REQUESTED event of an asked run only;
+    an automatic request has none, so having a note is what marks a manual run (one read for all runs)."""
+    if not tokens:
+        return {}
+    found = store.read(EVENTS, Cond("trigger_job_id", job_id), Cond("event_type", EventType.TRIGGER_REQUESTED.value),
+                       Cond("idempotency_token", tokens, "in"), columns=["idempotency_token", "message"])
+    return {r["idempotency_token"]: r["message"] for r in found if r["message"]}
 
 
 def open_alerts(store: TableStore) -> list[dict[str, Any]]:
@@ -312,7 +327,9 @@ def run_output(store: TableStore, backend: JobsBackend, job_id: str, run_id: str
 # -- ticks -------------------------------------------------------------------------------------
 
 def ticks(store: TableStore, limit: int = RECENT_TICKS) -> dict[str, Any]:
-    """Recent ticks with their stage durations, and the sources they could not sense or skipped."""
+    """Recent ticks with their stage durations (``runs``, one per tick, for the chart), the same ticks with
+    consecutive failing ticks of one error folded into one row (``rows``), and the sources they could not
+    sense or skipped, a source failing the same way tick after tick folded into one row (``problems``)."""
     runs = recent_runs(store, limit)
     ids = [r["run_id"] for r in runs]
     problems = store.read(RUN_REPORT_ALL_VIEW, Cond("run_id", ids, "in"),
@@ -321,7 +338,74 @@ def ticks(store: TableStore, limit: int = RECENT_TICKS) -> dict[str, Any]:
                           order_by=["snapshot_ts DESC", "source_key"]) if ids else []
     for run in runs:
         run["stages"] = _stages(run.pop("stage_timings", None))
-    return as_json({"runs": runs, "problems": problems})
+    return as_json({"runs": runs, "rows": [asdict(r) for r in fold_failing_ticks(runs)],
+                    "problems": [asdict(p) for p in fold_problems(problems, ids)]})
+
+
+@dataclass(frozen=True)
+class TickRow:
+    """One row of the ticks table: a tick, or a streak of consecutive ticks that failed the same way.
+
+    ``tick`` is the newest tick of the streak (as heartbeat_run_overview has it); ``repeats`` how many ticks
+    the row stands for (1: a single tick) and ``since`` when the oldest of them started."""
+
+    tick: dict[str, Any]
+    repeats: int
+    since: datetime | None
+
+
+def fold_failing_ticks(runs: list[dict[str, Any]]) -> list[TickRow]:
+    """``runs`` (newest first) with each run of consecutive non-OK ticks of the same status and message
+    folded into one TickRow; an OK tick is always its own row, so no success is ever hidden."""
+    rows: list[TickRow] = []
+    for run in runs:
+        last = rows[-1] if rows else None
+        if (last is not None and run["status"] != TickStatus.OK and last.tick["status"] == run["status"]
+                and last.tick["message"] == run["message"]):
+            rows[-1] = TickRow(tick=last.tick, repeats=last.repeats + 1, since=run["snapshot_ts"])
+        else:
+            rows.append(TickRow(tick=run, repeats=1, since=run["snapshot_ts"]))
+    return rows
+
+
+@dataclass(frozen=True)
+class ProblemRow:
+    """A source a tick could not sense or skipped, or a streak of consecutive ticks in which it failed the
+    same way (same outcome, same error): ``ticks`` of them, the newest ``latest_run_id`` at ``latest``, the
+    oldest at ``since``."""
+
+    source_key: str
+    outcome: str
+    error: str | None
+    trigger_job_ids: str | None
+    ticks: int
+    latest_run_id: str
+    latest: datetime | None
+    since: datetime | None
+
+
+def fold_problems(problems: list[dict[str, Any]], tick_ids: list[str]) -> list[ProblemRow]:
+    """``problems`` (newest first) folded per source: a problem continues a streak when it is the same
+    (outcome, error) in the tick right before the streak's oldest tick (``tick_ids``, newest first); a tick
+    in between without it, or another error, starts a new row. Newest row first."""
+    position = {run_id: i for i, run_id in enumerate(tick_ids)}
+    rows: list[ProblemRow] = []
+    #: (source, outcome, error) -> (index in rows, position of the streak's oldest tick)
+    streaks: dict[tuple[str, str, str | None], tuple[int, int]] = {}
+    for problem in problems:
+        key = (problem["source_key"], problem["outcome"], problem["error"])
+        at = position.get(problem["run_id"], -1)
+        streak = streaks.get(key)
+        if streak is not None and at == streak[1] + 1:
+            row = rows[streak[0]]
+            rows[streak[0]] = replace(row, ticks=row.ticks + 1, since=problem["snapshot_ts"])
+            streaks[key] = (streak[0], at)
+            continue
+        rows.append(ProblemRow(source_key=problem["source_key"], outcome=problem["outcome"], error=problem["error"],
+                               trigger_job_ids=problem["trigger_job_ids"], ticks=1, latest_run_id=problem["run_id"],
+                               latest=problem["snapshot_ts"], since=problem["snapshot_ts"]))
+        streaks[key] = (len(rows) - 1, at)
+    return rows
 
 
 def _stages(timings: str | None) -> dict[str, float]:

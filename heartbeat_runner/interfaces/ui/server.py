@@ -12,6 +12,7 @@ Routes::
 
     GET  /                               the page (overview, graph, job, ticks by #hash)
     GET  /static/<file>                  its script and style sheet
+    GET  /favicon.svg, /favicon.ico      its icon (SVG)
     GET  /api/meta                       version, refresh interval, whether this user may act
     GET  /api/runner                     is a runner ticking: last tick, its interval, the limit
     GET  /api/overview                   every job: phase, dependencies, last run
@@ -164,6 +165,8 @@ class Handler(BaseHTTPRequestHandler):
         page = self.page
         if not parts or parts == ["index.html"]:
             return self._static("index.html")
+        if parts in (["favicon.svg"], ["favicon.ico"]):  # the page's icon (an SVG, also where browsers look)
+            return self._static("favicon.svg")
         if parts[0] == "static" and len(parts) == 2:
             return self._static(parts[1])
         if parts[0] != "api":
