@@ -26,7 +26,7 @@ from harness import config_row as row
 from prometheus_client.parser import text_string_to_metric_families
 
 from heartbeat_runner.core.logs import TICK_RUN_ID, JsonFormatter, in_context
-from heartbeat_runner.core.metrics import TABLE_END, TABLE_START, Metrics, metrics_table, use_metrics
+from heartbeat_runner.core.metrics import CONTENT_TYPE, TABLE_END, TABLE_START, Metrics, metrics_table, use_metrics
 from heartbeat_runner.core.records import SensingTarget, utcnow
 from heartbeat_runner.runner.observability import count_tick
 from heartbeat_runner.runner.tick import TickResult
@@ -129,7 +129,7 @@ def test_the_status_page_answers_metrics_in_the_exposition_format(lake):
     with serving_page(lake) as base:
         answer = urllib.request.urlopen(base + "/metrics", timeout=30)
         body = answer.read().decode()
-    assert answer.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+    assert answer.headers["Content-Type"] == CONTENT_TYPE and CONTENT_TYPE.startswith("text/plain; version=")
     names = {family.name for family in text_string_to_metric_families(body)}
     assert {"heartbeat_engine_recycles", "heartbeat_lease_held", "process_resident_memory_bytes"} <= names
 

@@ -33,7 +33,7 @@ disable_created_metrics()
 
 #: the ``outcome`` of a tick the lease made the loop skip (the others are TickStatus values)
 SKIPPED = "SKIPPED"
-#: the exposition's content type (text format 0.0.4)
+#: the exposition's content type (the Prometheus text format)
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 #: tick and stage durations: from an idle tick (tens of ms) to a tick far past any sane interval
 DURATION_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
