@@ -256,3 +256,31 @@ def test_the_docs_metrics_table_is_the_registrys():
         "docs/observability.md's metrics table differs from heartbeat_runner/core/metrics.py; regenerate it: "
         "python -c 'from pathlib import Path; from heartbeat_runner.core.metrics import with_metrics_table as w; "
         "p = Path(\"docs/observability.md\"); p.write_text(w(p.read_text()))'")
+
+
+# -- the jobs API's answers, the SDK's own retries included ------------------------------------------------
+
+def test_jobs_api_calls_429s_and_retries_are_counted_by_endpoint():
+    from databricks_jobs_server import THROTTLED, JobsApiServer
+
+    from heartbeat_runner.jobs.base import TriggerRequest
+    from heartbeat_runner.jobs.databricks import DatabricksJobsBackend
+
+    fresh = use_metrics()
+    try:
+        with JobsApiServer() as server:
+            backend = DatabricksJobsBackend(server.client())
+            job = server.add_job()
+            server.inject("run-now", THROTTLED, times=2)
+            run_id = backend.trigger(TriggerRequest(str(job), "etl", "tok-metrics", {}))
+            backend.run_status(str(job), run_id)
+        samples = {(s.name, s.labels.get("endpoint")): s.value
+                   for family in text_string_to_metric_families(fresh.exposition().decode()) for s in family.samples}
+    finally:
+        use_metrics()
+    assert samples[("heartbeat_jobs_api_calls_total", "run-now")] == server.calls("run-now") == 3
+    assert samples[("heartbeat_jobs_api_throttled_total", "run-now")] == 2
+    assert samples[("heartbeat_jobs_api_retries_total", "run-now")] == 2
+    assert samples[("heartbeat_jobs_api_calls_total", "runs/get")] == 1
+    assert ("heartbeat_jobs_api_throttled_total", "runs/get") not in samples or \
+        samples[("heartbeat_jobs_api_throttled_total", "runs/get")] == 0
