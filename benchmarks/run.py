@@ -42,7 +42,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from metrics_cost import metrics_on_off, scrape_at  # noqa: E402 - a sibling module (the script's folder)
+
 REPO = Path(__file__).resolve().parent.parent
+#: the sources the registry is filled for before ``/metrics`` is timed
+METRICS_SOURCES = 10_000
 #: Reports a step of the run: a progress bar on a terminal (``plain=False``: not logged elsewhere).
 Step = Callable[..., None]
 DEFAULT_OUT = REPO / "benchmarks" / "results" / "latest.json"
@@ -58,6 +62,9 @@ TARGETS: dict[str, tuple[float, str]] = {
     "loop_latency_s": (4.0, "max"),
     "peak_rss_1000_mib": (1536.0, "max"),
     "baseline_speedup_1000": (20.0, "min"),
+    # issue 42: what a loop serving Prometheus metrics adds to a steady tick, and a scrape's answer
+    "metrics_cost_1000_pct": (2.0, "max"),
+    "metrics_scrape_10000_ms": (50.0, "max"),
 }
 
 
@@ -201,6 +208,7 @@ def measure_size(workload: Workload, repeats: int, history: int = 0) -> dict[str
         events = app.store.count("heartbeat_events")
         archived = app.store.count("heartbeat_events_archive")
         steady = [_tick_figures(heartbeat.tick()) for _ in range(repeats)]
+        metrics = metrics_on_off(heartbeat, repeats)
         busy = []
         for rep in range(repeats):
             workload.change(workload.busy_set(rep), tag=rep)
@@ -219,6 +227,7 @@ def measure_size(workload: Workload, repeats: int, history: int = 0) -> dict[str
         "events_before_ticks": events,
         "archived_before_ticks": archived,
         "steady": _summarise(steady),
+        "metrics": metrics,
         "busy": _summarise(busy),
         "peak_rss_mib": round(peak_rss_mib, 1),
         "baseline": {"wall_s": _median(baseline), "runs": baseline, "queries": workload.n},
@@ -462,6 +471,8 @@ def summary(results: dict[str, Any]) -> list[dict[str, Any]]:
         "loop_latency_s": results["loop_latency"]["median_s"],
         "peak_rss_1000_mib": big and big["peak_rss_mib"],
         "baseline_speedup_1000": big and big["speedup"],
+        "metrics_cost_1000_pct": big and big["metrics"]["cost_pct"],
+        "metrics_scrape_10000_ms": results["metrics_scrape"]["median_ms"],
     }
     return _judge(TARGETS, measured)
 
@@ -488,6 +499,14 @@ def print_report(results: dict[str, Any]) -> None:
           f"{cold['new_data_s']:.2f}s with new data")
     print(f"loop latency (--interval {loop['interval_s']:g}): median {loop['median_s']:.2f}s, "
           f"max {loop['max_s']:.2f}s over {len(loop['samples'])} commits")
+    for size, r in results["sizes"].items():
+        m = r["metrics"]
+        print(f"metrics on vs off ({size} sensors, steady): off {m['off_s']:.3f}s, on {m['on_s']:.3f}s; counting the "
+              f"tick adds {1000 * m['added_s']:.2f} ms = {m['cost_pct']:.2f}% (target <= 2%); a scrape, on its own "
+              f"thread when Prometheus asks, renders in {1000 * m['scrape_s']:.2f} ms")
+    scrape = results["metrics_scrape"]
+    print(f"/metrics at {scrape['sources']} sources: median {scrape['median_ms']:.1f} ms, max {scrape['max_ms']:.1f} ms, "
+          f"{scrape['bytes']} bytes (target <= 50 ms; labels are bounded, so the size does not grow with sources)")
     _print_targets(results["summary"])
 
 
@@ -810,6 +829,7 @@ def run(sizes: list[int], quick: bool, out: Path, work_dir: Path | None, history
             small = Workload(root / f"n{min(sizes)}", min(sizes))
             step(f"[{small.n} sensors] cold start and loop latency")
             results["cold_start"] = cold_start(small, repeats, step)
+            results["metrics_scrape"] = scrape_at(METRICS_SOURCES)
             results["loop_latency"] = loop_latency(small, samples=samples, step=step)
     finally:
         shutil.rmtree(root, ignore_errors=True)

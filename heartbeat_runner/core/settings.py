@@ -50,6 +50,15 @@ class JobsBackendKind(TextEnum):
     DATABRICKS = "databricks"
 
 
+class LogFormat(TextEnum):
+    """How log lines are written (``--log-format``, ``HEARTBEAT_LOG_FORMAT``)."""
+
+    #: ``time level logger: message``, for people
+    TEXT = "text"
+    #: one JSON object per line, for log collectors (docs/observability.md)
+    JSON = "json"
+
+
 TARGETS = tuple(t.value for t in Target)
 #: The targets whose tables live in the lakehouse folder.
 LOCAL_TARGETS = (Target.LOCAL, Target.SPARK_LOCAL)
@@ -184,6 +193,11 @@ class Settings:
     databricks_retry_timeout_s: int = 120
     #: the run id a local job's own ``complete`` reports (set by the local jobs backend)
     job_run_id: str | None = None
+    #: ``run --loop`` / ``serve``: the port of the Prometheus exposition (None: none) and the address it binds
+    metrics_port: int | None = None
+    metrics_host: str = "127.0.0.1"
+    #: how log lines are written
+    log_format: LogFormat = LogFormat.TEXT
 
     @property
     def retry_policy_file(self) -> Path | None:
@@ -482,6 +496,16 @@ class HeartbeatEnvironment(BaseSettings):
                                "`ui --allow-actions`: the e-mail addresses of the users who may act", shown="none")
     ui_operator_groups: Names = _var("HEARTBEAT_UI_OPERATOR_GROUPS", (),
                                      "`ui --allow-actions`: workspace groups whose members may act", shown="none")
+    metrics_port: Annotated[int | None, _Accepts("a port number (1-65535)")] = _var(
+        "HEARTBEAT_METRICS_PORT", None,
+        "`run --loop`, `serve`: serve Prometheus metrics on this port (`--metrics-port`; "
+        "[docs/observability.md](docs/observability.md))", shown="none (off)", ge=1, le=65535)
+    metrics_host: Annotated[str, _Accepts("a host name or address")] = _var(
+        "HEARTBEAT_METRICS_HOST", "127.0.0.1", "the address the metrics bind (`--metrics-host`; `0.0.0.0`: every one)",
+        min_length=1)
+    log_format: Annotated[LogFormat, _Accepts("`text` or `json`")] = _var(
+        "HEARTBEAT_LOG_FORMAT", LogFormat.TEXT,
+        "log lines as text, or as one JSON object per line with the tick's run id and stage (`--log-format`)")
     job_run_id: Text = _var("HEARTBEAT_JOB_RUN_ID", None,
                             "set by the local jobs backend for a job's processes: the run `complete` reports",
                             shown="none")
@@ -618,6 +642,9 @@ def settings_from(env: HeartbeatEnvironment) -> Settings:
         databricks_http_timeout_s=env.databricks_http_timeout,
         databricks_retry_timeout_s=max(1, round(env.databricks_retry_timeout)),
         job_run_id=env.job_run_id,
+        metrics_port=env.metrics_port,
+        metrics_host=env.metrics_host,
+        log_format=env.log_format,
     )
 
 

@@ -23,6 +23,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from heartbeat_runner.core.metrics import metrics
 from heartbeat_runner.core.names import is_table_name, qualify, sql_string
 from heartbeat_runner.core.records import as_utc
 from heartbeat_runner.core.settings import Settings, Target, validate_identifier
@@ -503,6 +504,7 @@ class Engine:
             self._stop_server()
             self._start_server()
         self.recycles += 1
+        metrics().engine_recycles.inc()
         self.last_recycle_s = time.monotonic() - began
         return self.last_recycle_s
 
@@ -537,6 +539,7 @@ class Engine:
             finally:
                 self._waker = None
             self.wakes += 1
+            metrics().engine_wakes.inc()
             self.last_wake_s = time.monotonic() - began
             log.info("embedded engine started again after being parked, in %.2f s", self.last_wake_s)
 

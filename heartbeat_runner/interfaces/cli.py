@@ -23,14 +23,17 @@ import time
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
+from dataclasses import replace
 from datetime import datetime, timezone
 
 from rich.text import Text
 
 from heartbeat_runner import __version__
-from heartbeat_runner.core.errors import ConfigError, HeartbeatError
+from heartbeat_runner.core.errors import ConfigError, HeartbeatError, InvalidInputError
+from heartbeat_runner.core.logs import secret_values, use_json_logs
+from heartbeat_runner.core.metrics import serve_metrics
 from heartbeat_runner.core.records import EventType
-from heartbeat_runner.core.settings import TARGETS, JobsBackendKind, Settings, load_settings
+from heartbeat_runner.core.settings import TARGETS, JobsBackendKind, LogFormat, Settings, load_settings
 from heartbeat_runner.interfaces.operations import (
     ResetPlan,
     ask_retry,
@@ -94,6 +97,8 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sources-file", help="connection settings for kafka/sap/jdbc (heartbeat_sources.yml)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
     parser.add_argument("-v", "--verbose", action="store_true", help="log details")
+    parser.add_argument("--log-format", choices=[f.value for f in LogFormat],
+                        help="log lines as text or one JSON object per line (default $HEARTBEAT_LOG_FORMAT or text)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -116,6 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="a brand-new sensor replays its source from the beginning (default: starts at its current end)")
     run.add_argument("--wait-lease", type=_non_negative_seconds, metavar="SECONDS",
                      help="wait this long for another runner's tick to end, then skip (default $HEARTBEAT_LEASE_WAIT or 30)")
+    _metrics_flags(run, "--loop: ")
     seed = sub.add_parser("seed", parents=[common], help="validate the config CSV and load it (dbt seed + build)")
     seed.add_argument("--allow-removals", action="store_true",
                       help="load even if it retires more than $HEARTBEAT_MAX_REMOVAL_SHARE (default 0.5) of the active rows")
@@ -162,6 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", parents=[common],
                            help="keep the embedded engine running so plain `dbt` commands work locally")
     serve.add_argument("--port", type=_port, default=15002, help="Spark Connect port (default 15002)")
+    _metrics_flags(serve, "")
     ui = sub.add_parser("ui", parents=[common], help="the status page (overview, graph, job pages, ticks)")
     ui.add_argument("--port", type=_port, default=None,
                     help="port (default 8080; in a Databricks App, $DATABRICKS_APP_PORT)")
@@ -268,6 +275,7 @@ def _main(argv: list[str] | None) -> int:
     handler: Command = COMMANDS[command]
     try:
         settings = _settings(args)
+        _log_format(args, settings)
         if command == "run" and getattr(args, "replay_new_sensors", False):
             settings = settings.with_(replay_new_sensors=True)
         _check_lakehouse_dir(command, settings)
@@ -292,6 +300,13 @@ def _main(argv: list[str] | None) -> int:
         print("error: the command failed unexpectedly:", file=sys.stderr)
         traceback.print_exc()
         return outcome_of(exc).exit_code
+
+
+def _log_format(args: argparse.Namespace, settings: Settings) -> None:
+    """``--log-format``, else HEARTBEAT_LOG_FORMAT: JSON lines from now on when it says so (core/logs.py)."""
+    chosen = LogFormat(args.log_format) if getattr(args, "log_format", None) else settings.log_format
+    if chosen is LogFormat.JSON:
+        use_json_logs(secret_values(os.environ))
 
 
 def _check_lakehouse_dir(command: str, settings: Settings) -> None:
@@ -429,6 +444,21 @@ def cmd_seed(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def _metrics_flags(parser: argparse.ArgumentParser, when: str) -> None:
+    parser.add_argument("--metrics-port", type=_port, metavar="PORT",
+                        help=f"{when}serve Prometheus metrics on http://HOST:PORT/metrics (default "
+                             "$HEARTBEAT_METRICS_PORT, else none; docs/observability.md)")
+    parser.add_argument("--metrics-host", metavar="HOST",
+                        help="the address the metrics bind (default $HEARTBEAT_METRICS_HOST or 127.0.0.1)")
+
+
+def _metrics_address(args: argparse.Namespace, settings: Settings) -> tuple[int | None, str]:
+    """``--metrics-port`` / ``--metrics-host``, else the settings' HEARTBEAT_METRICS_PORT / _HOST."""
+    port = getattr(args, "metrics_port", None)
+    host = getattr(args, "metrics_host", None)
+    return (port if port is not None else settings.metrics_port), host or settings.metrics_host
+
+
 def _lease_wait(args: argparse.Namespace, settings: Settings) -> float:
     """``--wait-lease``, else the settings' HEARTBEAT_LEASE_WAIT (already read with every other variable)."""
     flag = getattr(args, "wait_lease", None)
@@ -439,7 +469,11 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     """One tick, or the loop (runner/loop.py); this command only builds its config and what it shows."""
     config = RunConfig(interval_s=args.interval, lease_wait_s=_lease_wait(args, settings))
     if getattr(args, "loop", False):
-        return run_forever(settings, config, _LoopStatus(args))
+        port, host = _metrics_address(args, settings)
+        return run_forever(settings, replace(config, metrics_port=port, metrics_host=host), _LoopStatus(args))
+    if getattr(args, "metrics_port", None) is not None:
+        # a one-shot run ends before any scrape: its figures are in heartbeat_runs (docs/observability.md)
+        raise InvalidInputError("--metrics-port needs --loop (a single tick ends before Prometheus could scrape it)")
     return run_once(settings, config, _TickOutput(args))
 
 
@@ -817,8 +851,14 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     from heartbeat_runner.interfaces.serve import prepare_environment, serve, session_id_for
 
     prepare_environment()
-    with open_app(settings, port=args.port, session_id=session_id_for(settings)) as app:
-        serve(app, args.port)
+    port, host = _metrics_address(args, settings)
+    exposition = serve_metrics(port, host) if port is not None else None
+    try:
+        with open_app(settings, port=args.port, session_id=session_id_for(settings)) as app:
+            serve(app, args.port)
+    finally:
+        if exposition is not None:
+            exposition.close()
     return 0
 
 

@@ -12,6 +12,7 @@ Invariants:
 
 from __future__ import annotations
 
+import contextvars
 import sys
 import threading
 import time
@@ -120,7 +121,8 @@ def call_all(items: Sequence[T], call: Callable[[T], R], budget: ApiBudget,
     workers = min(budget.limits.concurrency, len(items))
     if workers:
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="jobs-api") as pool:
-            for future in [pool.submit(worker) for _ in range(workers)]:
+            # each worker in a copy of the caller's context: its log lines keep the tick's run id and stage
+            for future in [pool.submit(contextvars.copy_context().run, worker) for _ in range(workers)]:
                 future.result()
     calls: Calls[T, R] = Calls()
     for item, answer in zip(items, results):

@@ -22,6 +22,7 @@ from datetime import datetime, timedelta, timezone
 from email.utils import parsedate_to_datetime
 from itertools import islice
 from typing import Any
+from urllib.parse import urlsplit
 
 import requests
 from databricks.sdk import WorkspaceClient
@@ -36,6 +37,7 @@ from databricks.sdk.errors import (
 )
 
 from heartbeat_runner.core.errors import AuthError, JobNotFoundError, JobsBackendError, describe, first_line
+from heartbeat_runner.core.metrics import metrics
 from heartbeat_runner.core.records import as_utc
 from heartbeat_runner.core.settings import JobsApiLimits, JobsBackendKind, Settings, read_environment, settings_from
 from heartbeat_runner.jobs.base import (
@@ -76,6 +78,33 @@ _SKIPPED_CODES = {"SKIPPED", "MAX_CONCURRENT_RUNS_EXCEEDED", "MAX_JOB_QUEUE_SIZE
                   "MAXIMUM_CONCURRENT_RUNS_REACHED"}
 
 
+#: the jobs API endpoints Heartbeat calls: the ``endpoint`` label of their metrics (any other path: "other")
+_ENDPOINTS = frozenset({"run-now", "runs/get", "runs/list", "runs/cancel"})
+#: answers the SDK retries by itself (after Retry-After, within HEARTBEAT_DATABRICKS_RETRY_TIMEOUT)
+_RETRIED_STATUSES = frozenset({429, 503})
+
+
+def _count_answers(client: WorkspaceClient) -> None:
+    """Count every HTTP answer of the client in the metrics (calls, 429s, answers the SDK sends again), by
+    endpoint: a response hook on the SDK's session sees the retries it makes by itself, which no caller
+    does. A client without that session (another SDK release) is simply not counted."""
+    session = getattr(getattr(client.api_client, "_api_client", None), "_session", None)
+    if isinstance(session, requests.Session) and _count_answer not in session.hooks["response"]:
+        session.hooks["response"].append(_count_answer)
+
+
+def _count_answer(response: requests.Response, *args: Any, **kwargs: Any) -> None:
+    path = urlsplit(response.url).path
+    tail = path.split("/jobs/", 1)[1] if "/jobs/" in path else ""
+    endpoint = tail if tail in _ENDPOINTS else "other"
+    m = metrics()
+    m.api_calls.labels(endpoint=endpoint).inc()
+    if response.status_code == 429:
+        m.api_throttled.labels(endpoint=endpoint).inc()
+    if response.status_code in _RETRIED_STATUSES:
+        m.api_retries.labels(endpoint=endpoint).inc()
+
+
 def parse_job_id(job_id: str) -> int:
     """Databricks job ids are positive integers; the config holds them as text."""
     text = (job_id or "").strip()
@@ -95,6 +124,7 @@ class DatabricksJobsBackend(JobsBackend):
     def __init__(self, client: WorkspaceClient, *, recovery_lookback: timedelta = RECOVERY_LOOKBACK,
                  recovery_max_runs: int = RECOVERY_MAX_RUNS, limits: JobsApiLimits | None = None):
         self.client = client
+        _count_answers(client)
         self.recovery_lookback = recovery_lookback
         self.recovery_max_runs = recovery_max_runs
         self.limits = limits or JobsApiLimits()

@@ -20,6 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from heartbeat_runner.core.backoff import Backoff
+from heartbeat_runner.core.metrics import metrics
 from heartbeat_runner.core.secrets import SecretResolver
 from heartbeat_runner.jobs.databricks_workspace import DatabricksSecrets
 from heartbeat_runner.senders.destinations import Destination, DestinationKind
@@ -154,6 +155,8 @@ class Outbox:
     def _settle(self, queue: _Queue, notices: list[Notice], attempt: Attempt) -> None:
         now = time.monotonic()
         self._done.append(attempt)
+        kind = queue.destination.kind.value
+        (metrics().alert_deliveries if attempt.ok else metrics().alert_failures).labels(destination=kind).inc()
         if attempt.ok:
             queue.waiting = [n for n in queue.waiting if n not in notices]
             queue.failures = 0

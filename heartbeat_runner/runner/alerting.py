@@ -45,6 +45,7 @@ from heartbeat_runner.policies.alerts import (
     overdue_jobs,
 )
 from heartbeat_runner.runner.alert_delivery import Outbox
+from heartbeat_runner.runner.observability import count_open_alerts
 from heartbeat_runner.runner.tick import TickObserver, TickResult
 from heartbeat_runner.senders.send import AlertAction, Attempt, Notice
 
@@ -159,6 +160,7 @@ class AlertMonitor(TickObserver):
             self.outbox.requeue_results(attempts)
             raise
         crash_point(FaultPoint.AFTER_ALERT_RECORDED)
+        count_open_alerts(alert.notice.kind for alert in self.open.values())
         self._submit(raised + resolved)
 
     def _submit(self, alerts: list[OpenAlert]) -> None:

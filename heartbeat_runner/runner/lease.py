@@ -43,6 +43,7 @@ from typing import Protocol
 
 from heartbeat_runner.core.errors import ConflictError
 from heartbeat_runner.core.files import replace_whole
+from heartbeat_runner.core.metrics import metrics
 from heartbeat_runner.lakehouse.store import FREE_LEASE, LeaseInfo, TableStore
 
 __all__ = ["DEFAULT_TTL_S", "TICK_LEASE", "FileLeaseRecords", "Lease", "LeaseHeld", "LeaseInfo", "LeaseLost",
@@ -170,9 +171,9 @@ class Lease:
             current = self._read()
             now = self.clock()
             if current.owner == self.owner and current.expires_at - now > self.ttl_s / 2:
-                return None
+                return self._holding(True)
             if current.owner != self.owner and not current.stale(now):
-                return current
+                return self._holding(False, current)
             ours = current.owner == self.owner
             self.records.swap(current, LeaseInfo(
                 owner=self.owner, acquired_at=current.acquired_at if ours else now, expires_at=now + self.ttl_s,
@@ -181,10 +182,10 @@ class Lease:
                 wanted_at=0.0 if current.wanted_by == self.owner else current.wanted_at))
             after = self._read()
             if after.owner == self.owner:
-                return None
+                return self._holding(True)
             if after.owner and not after.stale(self.clock()):
-                return after  # another runner's commit went first
-        return after
+                return self._holding(False, after)  # another runner's commit went first
+        return self._holding(False, after)
 
     def acquire(self, wait_s: float = 0.0, poll_s: float = 0.25) -> None:
         """Take the lease, waiting up to ``wait_s`` seconds for its holder; raise LeaseHeld.
@@ -206,6 +207,7 @@ class Lease:
         is no longer ours (it expired and was taken over)."""
         current = self._read()
         if current.owner != self.owner:
+            self._holding(False)
             holder = current.describe() if current.owner else "another runner, since done"
             raise LeaseLost(f"the tick lease expired and was taken over by {holder}; "
                             "stopping before the jobs API (the other runner carries on)")
@@ -217,6 +219,7 @@ class Lease:
         current = self._read()
         if current.owner == self.owner:
             self.records.swap(current, FREE_LEASE)
+            self._holding(False)
 
     def yield_if_wanted(self) -> bool:
         """Between two ticks of a loop: give the lease up if another runner waits for it (True), else keep
@@ -225,6 +228,7 @@ class Lease:
         wanted = current.wanted_by not in ("", self.owner) and self.clock() - current.wanted_at < self.ttl_s
         if current.owner == self.owner and wanted:
             self.records.swap(current, FREE_LEASE)
+            self._holding(False)
             return True
         return False
 
@@ -247,6 +251,12 @@ class Lease:
             self.yield_if_wanted()
 
     # -- the row ----------------------------------------------------------------------------
+
+    def _holding(self, held: bool, holder: LeaseInfo | None = None) -> LeaseInfo | None:
+        """Note in the metrics whether this process holds the tick lease now; ``holder`` (None when held)."""
+        if self.name == TICK_LEASE:
+            metrics().lease_held.set(1 if held else 0)
+        return None if held else holder
 
     def _read(self) -> LeaseInfo:
         return self.records.read() or FREE_LEASE

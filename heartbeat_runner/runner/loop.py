@@ -29,6 +29,7 @@ from typing import Protocol
 
 from heartbeat_runner.core.backoff import Backoff
 from heartbeat_runner.core.errors import describe, kind_of
+from heartbeat_runner.core.metrics import DEFAULT_METRICS_HOST, MetricsServer, metrics, serve_metrics
 from heartbeat_runner.core.records import RunStart, RunSummary, TickStatus, utcnow
 from heartbeat_runner.core.secrets import redact
 from heartbeat_runner.core.settings import Settings
@@ -43,6 +44,7 @@ from heartbeat_runner.runner.memory import (
     loop_restarts,
     restart_process,
 )
+from heartbeat_runner.runner.observability import count_outcome, count_tick
 from heartbeat_runner.runner.tick import Heartbeat, TickResult
 
 log = logging.getLogger(__name__)
@@ -62,6 +64,10 @@ class RunConfig:
     interval_s: float
     #: seconds a tick waits for another runner's lease before it is skipped
     lease_wait_s: float
+    #: ``run --loop``: the port of the metrics exposition (None: none; 0: any free port)
+    metrics_port: int | None = None
+    #: ... and the address it binds (this machine only unless told otherwise)
+    metrics_host: str = DEFAULT_METRICS_HOST
 
     def wait_s(self, failures: int) -> float:
         """Seconds from a tick's start to the next one's: the interval, or after ``failures`` failed ticks in
@@ -171,12 +177,30 @@ def run_once(settings: Settings, config: RunConfig, view: TickView) -> int:
 
 def run_forever(settings: Settings, config: RunConfig, view: LoopView) -> int:
     """``run --loop``: tick every ``config.interval_s`` until SIGINT/SIGTERM (see the module's invariants).
-    Past its memory ceiling it closes everything, then replaces its own process (never returns then)."""
+    Past its memory ceiling it closes everything, then replaces its own process (never returns then).
+    With ``config.metrics_port`` it serves its metrics there, on a thread, for as long as it runs."""
+    exposition = _exposition(config)
     try:
         return _under_lease(settings, config, view, lambda app, lease: _loop_with(app, lease, config, view))
     except RestartRequested as exc:
+        if exposition is not None:
+            exposition.close()  # the new process listens on the same port
+            exposition = None
         restart_process(str(exc))
         return 0  # not reached: restart_process replaces the process
+    finally:
+        if exposition is not None:
+            exposition.close()
+
+
+def _exposition(config: RunConfig) -> MetricsServer | None:
+    """The metrics exposition of a loop, when it has a port (and the loop's interval, for the rules)."""
+    if config.metrics_port is None:
+        return None
+    metrics().interval.set(config.interval_s)
+    server = serve_metrics(config.metrics_port, config.metrics_host)
+    log.info("metrics on http://%s:%d/metrics", server.host, server.port)
+    return server
 
 
 def _under_lease(settings: Settings, config: RunConfig, view: TickView, body: Callable[[App, Lease], int]) -> int:
@@ -209,14 +233,26 @@ def _heartbeat(app: App, lease: Lease, view: TickView) -> Iterator[Heartbeat]:
 
 def _one_tick(app: App, lease: Lease, view: TickView) -> int:
     with _heartbeat(app, lease, view) as heartbeat:
-        result = _recorded(app.store, lambda start: _in_session(view, heartbeat, start))
+        try:
+            result = _recorded(app.store, lambda start: _in_session(view, heartbeat, start))
+        except Exception:
+            count_outcome(None, failed=True)
+            raise
+        count_outcome(result, failed=False)
         view.ticked(result)
         return result.exit_code
 
 
 def _in_session(view: TickView, heartbeat: Heartbeat, start: RunStart) -> TickResult:
     with view.session():
-        return heartbeat.tick(start)
+        return _counted(heartbeat, start)
+
+
+def _counted(heartbeat: Heartbeat, start: RunStart) -> TickResult:
+    """``heartbeat.tick(start)``, its figures counted in this process's metrics."""
+    result = heartbeat.tick(start)
+    count_tick(result, heartbeat.settings.effective_jobs_backend)
+    return result
 
 
 def _recorded(store: TableStore, tick: Callable[[RunStart], TickResult]) -> TickResult:
@@ -245,7 +281,7 @@ def _leased_tick(lease: Lease, heartbeat: Heartbeat, start: RunStart, config: Ru
     (skipped, shown) when another runner holds it."""
     try:
         with lease.ticking(config.lease_wait_s):
-            return heartbeat.tick(start)
+            return _counted(heartbeat, start)
     except LeaseHeld as exc:
         view.skipped(exc)
         return None
@@ -315,6 +351,7 @@ def _loop_tick(tick: Callable[[RunStart], TickResult | None], config: RunConfig,
         failure = _failure(exc, state)
         view.failed(failure)
         hooks.record_failure(start, exc, time.monotonic() - started)
+    count_outcome(result, failed=failure is not None)
     if failure is None:
         if result is not None:
             view.ticked(result)

@@ -21,6 +21,7 @@ import sys
 from dataclasses import dataclass
 
 from heartbeat_runner.core.errors import HeartbeatError
+from heartbeat_runner.core.metrics import metrics
 from heartbeat_runner.core.processes import tree_rss_bytes
 from heartbeat_runner.core.settings import MemoryPolicy
 from heartbeat_runner.jobs.local import is_job_run
@@ -85,11 +86,12 @@ class MemoryCeiling:
     max_rss_mb: float
 
     def passed(self) -> float | None:
-        """The tree's RSS in MiB when it is above the ceiling, else None."""
-        if not self.max_rss_mb:
-            return None
-        rss = tree_rss_bytes(leave_out=is_job_run) / MIB
-        return rss if rss > self.max_rss_mb else None
+        """The tree's RSS in MiB when it is above the ceiling, else None. The tree's RSS is read (and kept in
+        the metrics, for scrapes to read without a look at the processes) even without a ceiling."""
+        rss_bytes = tree_rss_bytes(leave_out=is_job_run)
+        metrics().tree_rss.set(rss_bytes)
+        rss = rss_bytes / MIB
+        return rss if self.max_rss_mb and rss > self.max_rss_mb else None
 
 
 class RestartRequested(HeartbeatError):

@@ -39,6 +39,7 @@ from typing import Any
 
 from heartbeat_runner.core.errors import JobsBackendError, SourceError
 from heartbeat_runner.core.faults import FaultPoint, crash_point, fail_point
+from heartbeat_runner.core.logs import TICK_RUN_ID, TICK_STAGE, in_context
 from heartbeat_runner.core.records import (
     Event,
     EventType,
@@ -327,9 +328,14 @@ class Heartbeat:
            (what other products follow), so ``status``, the page and the next tick read current state; it
            folds the tick's own requests in when that is all it recorded.
         """
+        start = start or RunStart.now()
+        with in_context(TICK_RUN_ID, start.run_id):  # every log line of the tick carries its run id
+            return self._tick(start)
+
+    def _tick(self, start: RunStart) -> TickResult:
+        """The tick's steps (see :meth:`tick`)."""
         began = time.monotonic()
         parses_before = self.store.engine.sql_count
-        start = start or RunStart.now()
         result = TickResult(run_id=start.run_id, snapshot_ts=start.snapshot_ts)
         timings = result.stage_timings
 
@@ -367,6 +373,10 @@ class Heartbeat:
                 self.progress("maintenance: archiving and compacting Heartbeat's tables")
                 result.maintenance = self.run_maintenance()
         result.duration_s = time.monotonic() - began
+        log.info("tick %s: sensed %d source(s), %d with new data, %d error(s); triggered %d, completed %d, failed %d "
+                 "(%.2f s)", result.status.value, len(result.sensed), result.sources_with_new_data,
+                 len(result.sensor_errors) + len(result.trigger_errors), len(result.triggered), len(result.completed),
+                 len(result.failed), result.duration_s)
         return result
 
     def run_maintenance(self) -> MaintenanceResult:
@@ -452,7 +462,7 @@ class Heartbeat:
                 continue
             key = target.source_key
             if current is not None and (key not in current or current[key][0] != target.cursor):
-                log.warning("%s moved on while it was sensed (another runner?); not recorded", key)
+                log.warning("%s moved on while it was sensed (another runner?); not recorded", key, extra={"source": key})
                 continue
             parent = current[key][1] if current is not None else None
             cursor_to = outcome.cursor_to if outcome.cursor_to is not None else target.cursor
@@ -623,12 +633,13 @@ class Heartbeat:
             if exc is not None:
                 result.trigger_errors.append(JobProblem(request.job_id, str(exc)))
                 if exc.retryable:
-                    log.warning("trigger of %s will be retried: %s", request.job_id, exc)
+                    log.warning("trigger of %s will be retried: %s", request.job_id, exc, extra={"job": request.job_id})
                     continue
                 answers.append(self._event(result, EventType.TRIGGER_ERROR, request.job_id,
                                            idempotency_token=request.idempotency_token, message=str(exc)))
                 continue
             run_id = str(answer.value)
+            log.info("triggered %s (run %s)", request.job_id, run_id, extra={"job": request.job_id})
             result.triggered.append(TriggeredJob(request.job_id, run_id))
             answers.append(self._event(result, EventType.TRIGGERED, request.job_id, job_run_id=run_id,
                                        idempotency_token=request.idempotency_token))
@@ -942,13 +953,15 @@ def _trigger_crash_points(calls: int) -> Callable[[int], None]:
 
 
 class _stage:
-    """Adds the wall time of a block to ``timings[name]``."""
+    """Adds the wall time of a block to ``timings[name]``; the block's log lines name the stage."""
 
     def __init__(self, timings: dict[str, float], name: str):
         self.timings, self.name = timings, name
 
     def __enter__(self) -> None:
         self.began = time.monotonic()
+        self.token = TICK_STAGE.set(self.name)
 
     def __exit__(self, *exc) -> None:
+        TICK_STAGE.reset(self.token)
         self.timings[self.name] = self.timings.get(self.name, 0.0) + time.monotonic() - self.began

@@ -7,6 +7,7 @@ others go on. A hung source's thread cannot be killed in Python, so it is abando
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import threading
 import time
@@ -121,13 +122,16 @@ def sense_all(
                 result, error = source_for(target.sensor_source).sense(target, ctx), None
             except Exception as exc:  # noqa: BLE001 - any failure is this source's error only
                 result, error = None, describe(exc)
+                log.info("sensing %s failed: %s", target.source_key, error, extra={"source": target.source_key})
             with changed:
                 if not finish(SensingOutcome(target, jobs_of[target.source_key], result, error,
                                              time.monotonic() - begin)):
                     return  # it timed out and a new worker took this one's place
 
     def start_worker() -> None:
-        threading.Thread(target=worker, daemon=True, name="sense-worker").start()
+        # the tick's run id and stage go along into the worker's log lines (core/logs.py)
+        threading.Thread(target=contextvars.copy_context().run, args=(worker,), daemon=True,
+                         name="sense-worker").start()
 
     with changed:
         for _ in range(min(max(1, max_workers), len(queue))):

@@ -13,6 +13,7 @@ Routes::
     GET  /                               the page (overview, graph, job, ticks by #hash)
     GET  /static/<file>                  its script and style sheet
     GET  /favicon.svg, /favicon.ico      its icon (SVG)
+    GET  /metrics                        this process's Prometheus metrics (core/metrics.py)
     GET  /api/meta                       version, refresh interval, whether this user may act
     GET  /api/runner                     is a runner ticking: last tick, its interval, the limit
     GET  /api/overview                   every job: phase, dependencies, last run
@@ -40,6 +41,7 @@ from urllib.parse import unquote, urlsplit
 
 from heartbeat_runner import __version__
 from heartbeat_runner.core.errors import HeartbeatError, InvalidInputError, describe
+from heartbeat_runner.core.metrics import CONTENT_TYPE, metrics
 from heartbeat_runner.interfaces.operations import refresh_if_idle, runner_health
 from heartbeat_runner.interfaces.outcomes import outcome_of
 from heartbeat_runner.interfaces.ui import data
@@ -169,6 +171,8 @@ class Handler(BaseHTTPRequestHandler):
             return self._static("favicon.svg")
         if parts[0] == "static" and len(parts) == 2:
             return self._static(parts[1])
+        if parts == ["metrics"]:
+            return self._send(HTTPStatus.OK, metrics().exposition(), CONTENT_TYPE)
         if parts[0] != "api":
             return self._error(HTTPStatus.NOT_FOUND, f"no page at /{'/'.join(parts)}")
         route = parts[1:]
