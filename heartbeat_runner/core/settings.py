@@ -184,6 +184,12 @@ class Settings:
     databricks_retry_timeout_s: int = 120
     #: the run id a local job's own ``complete`` reports (set by the local jobs backend)
     job_run_id: str | None = None
+    #: ``run --loop`` ticks early for the sources that say they changed (runner/wakeups.py)
+    wakeups: bool = True
+    #: ``POST /wake``: its port (None: off), address and bearer token (a secret: never shown)
+    wake_port: int | None = None
+    wake_host: str = "127.0.0.1"
+    wake_token: str | None = field(default=None, repr=False)
 
     @property
     def retry_policy_file(self) -> Path | None:
@@ -482,6 +488,19 @@ class HeartbeatEnvironment(BaseSettings):
                                "`ui --allow-actions`: the e-mail addresses of the users who may act", shown="none")
     ui_operator_groups: Names = _var("HEARTBEAT_UI_OPERATOR_GROUPS", (),
                                      "`ui --allow-actions`: workspace groups whose members may act", shown="none")
+    wakeups: Flag = _var(
+        "HEARTBEAT_WAKEUPS", True,
+        "`run --loop` senses a source as soon as it says it changed (trigger folders and local Delta tables "
+        "through file-system notifications, `POST /wake`), between its polls ([docs/wakeups.md](docs/wakeups.md)); "
+        "`off`: polls only", shown="`on`")
+    wake_port: Annotated[int | None, _Accepts("a port number")] = _var(
+        "HEARTBEAT_WAKE_PORT", None, "`run --loop`: serve `POST /wake` on this port (`--wake-port`)",
+        shown="none (off)", ge=0, le=65535)
+    wake_host: Annotated[str, _Accepts("a host name or address")] = _var(
+        "HEARTBEAT_WAKE_HOST", "127.0.0.1", "`POST /wake`: the address it listens on (`0.0.0.0`: every one)")
+    wake_token: Text = _var("HEARTBEAT_WAKE_TOKEN", None,
+                            "`POST /wake`: the bearer token callers present (required with a port; a secret: "
+                            "set it from a secret store)", shown="none")
     job_run_id: Text = _var("HEARTBEAT_JOB_RUN_ID", None,
                             "set by the local jobs backend for a job's processes: the run `complete` reports",
                             shown="none")
@@ -618,6 +637,10 @@ def settings_from(env: HeartbeatEnvironment) -> Settings:
         databricks_http_timeout_s=env.databricks_http_timeout,
         databricks_retry_timeout_s=max(1, round(env.databricks_retry_timeout)),
         job_run_id=env.job_run_id,
+        wakeups=env.wakeups,
+        wake_port=env.wake_port,
+        wake_host=env.wake_host,
+        wake_token=env.wake_token,
     )
 
 
