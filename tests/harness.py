@@ -52,7 +52,7 @@ def ticks(*outcomes):
     """A tick function returning (or raising) each outcome in turn; after the last the loop is told to stop."""
     pending = list(outcomes)
 
-    def tick(start):
+    def tick(start, scope=None):
         outcome = pending.pop(0)
         if not pending:
             signal.raise_signal(signal.SIGTERM)

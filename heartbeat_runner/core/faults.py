@@ -44,6 +44,8 @@ class FaultPoint(TextEnum):
     ARCHIVE_REPORT_AFTER_COPY = "archive_report_after_copy"
     ARCHIVE_REPORT_AFTER_DELETE = "archive_report_after_delete"
     DURING_COMPACTION = "during_compaction"
+    # wake-ups (runner/wakeups.py): a source's notification arrives and is lost
+    LOSE_WAKE_UP = "lose_wake_up"
 
 
 #: The step boundaries of a plain tick a crash test kills the runner at (tests/test_crash.py runs each).

@@ -198,6 +198,12 @@ class Settings:
     metrics_host: str = "127.0.0.1"
     #: how log lines are written
     log_format: LogFormat = LogFormat.TEXT
+    #: ``run --loop`` ticks early for the sources that say they changed (runner/wakeups.py)
+    wakeups: bool = True
+    #: ``POST /wake``: its port (None: off), address and bearer token (a secret: never shown)
+    wake_port: int | None = None
+    wake_host: str = "127.0.0.1"
+    wake_token: str | None = field(default=None, repr=False)
 
     @property
     def retry_policy_file(self) -> Path | None:
@@ -506,6 +512,19 @@ class HeartbeatEnvironment(BaseSettings):
     log_format: Annotated[LogFormat, _Accepts("`text` or `json`")] = _var(
         "HEARTBEAT_LOG_FORMAT", LogFormat.TEXT,
         "log lines as text, or as one JSON object per line with the tick's run id and stage (`--log-format`)")
+    wakeups: Flag = _var(
+        "HEARTBEAT_WAKEUPS", True,
+        "`run --loop` senses a source as soon as it says it changed (trigger folders and local Delta tables "
+        "through file-system notifications, `POST /wake`), between its polls ([docs/wakeups.md](docs/wakeups.md)); "
+        "`off`: polls only", shown="`on`")
+    wake_port: Annotated[int | None, _Accepts("a port number")] = _var(
+        "HEARTBEAT_WAKE_PORT", None, "`run --loop`: serve `POST /wake` on this port (`--wake-port`)",
+        shown="none (off)", ge=0, le=65535)
+    wake_host: Annotated[str, _Accepts("a host name or address")] = _var(
+        "HEARTBEAT_WAKE_HOST", "127.0.0.1", "`POST /wake`: the address it listens on (`0.0.0.0`: every one)")
+    wake_token: Text = _var("HEARTBEAT_WAKE_TOKEN", None,
+                            "`POST /wake`: the bearer token callers present (required with a port; a secret: "
+                            "set it from a secret store)", shown="none")
     job_run_id: Text = _var("HEARTBEAT_JOB_RUN_ID", None,
                             "set by the local jobs backend for a job's processes: the run `complete` reports",
                             shown="none")
@@ -645,6 +664,10 @@ def settings_from(env: HeartbeatEnvironment) -> Settings:
         metrics_port=env.metrics_port,
         metrics_host=env.metrics_host,
         log_format=env.log_format,
+        wakeups=env.wakeups,
+        wake_port=env.wake_port,
+        wake_host=env.wake_host,
+        wake_token=env.wake_token,
     )
 
 

@@ -117,6 +117,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--loop", action="store_true", help="tick continuously until Ctrl-C / SIGTERM")
     run.add_argument("--interval", type=_non_negative_seconds, default=60.0,
                      help="seconds between tick starts in --loop (default 60)")
+    run.add_argument("--wake-port", type=_port, metavar="PORT",
+                     help="--loop: serve POST /wake here (needs HEARTBEAT_WAKE_TOKEN; default $HEARTBEAT_WAKE_PORT, off)")
+    run.add_argument("--no-wakeups", action="store_true",
+                     help="--loop: poll only, no early ticks on file-system notifications or POST /wake")
     run.add_argument("--replay-new-sensors", action="store_true",
                      help="a brand-new sensor replays its source from the beginning (default: starts at its current end)")
     run.add_argument("--wait-lease", type=_non_negative_seconds, metavar="SECONDS",
@@ -467,9 +471,12 @@ def _lease_wait(args: argparse.Namespace, settings: Settings) -> float:
 
 def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     """One tick, or the loop (runner/loop.py); this command only builds its config and what it shows."""
-    config = RunConfig(interval_s=args.interval, lease_wait_s=_lease_wait(args, settings))
+    config = RunConfig(interval_s=args.interval, lease_wait_s=_lease_wait(args, settings),
+                       wakeups=settings.wakeups and not args.no_wakeups)
     if getattr(args, "loop", False):
         port, host = _metrics_address(args, settings)
+        if args.wake_port is not None:
+            settings = settings.with_(wake_port=args.wake_port)
         return run_forever(settings, replace(config, metrics_port=port, metrics_host=host), _LoopStatus(args))
     if getattr(args, "metrics_port", None) is not None:
         # a one-shot run ends before any scrape: its figures are in heartbeat_runs (docs/observability.md)

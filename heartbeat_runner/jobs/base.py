@@ -10,13 +10,17 @@ from __future__ import annotations
 
 import abc
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from heartbeat_runner.core.errors import JobsBackendError
 from heartbeat_runner.core.settings import Settings
 from heartbeat_runner.jobs.calls import ApiBudget, Calls, call_all
+
+if TYPE_CHECKING:  # pragma: no cover
+    from heartbeat_runner.sensing.watch import Watch
 
 
 class RunOutcome(str, enum.Enum):
@@ -195,6 +199,12 @@ class JobsBackend(abc.ABC):
     def remember(self, memory: dict[str, Any]) -> None:
         """Start from the memory an earlier process left (:meth:`memory`); one it cannot read is ignored. The
         default keeps nothing."""
+        return None
+
+    def watch_runs(self, wake: Callable[[], None]) -> Watch | None:
+        """Capability: call ``wake()`` soon after a run this backend started may have ended, so a running loop
+        records its end at once (a tick that senses nothing) rather than at its next poll. A missed call costs
+        one interval. The default starts nothing (runs are reconciled at each poll)."""
         return None
 
     def cancel_run(self, job_id: str, run_id: str) -> None:

@@ -31,7 +31,7 @@ import shlex
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -42,9 +42,12 @@ from heartbeat_runner.core.processes import pid_alive, process_command
 from heartbeat_runner.core.settings import JobsBackendKind, Settings
 from heartbeat_runner.core.yaml_files import read_yaml_mapping
 from heartbeat_runner.jobs.base import JobsBackend, RunOutcome, RunOutput, RunStatus, TriggerRequest
+from heartbeat_runner.sensing.watch import FolderWatch
 
 #: How much of the end of a run's output.log ``run_output`` returns.
 OUTPUT_TAIL_BYTES = 64 * 1024
+#: the one key a run's end wakes the loop with (no source: the tick it starts senses nothing)
+_RUN_ENDED = frozenset({"run ended"})
 #: the module each local job run starts as (it records the command's exit code)
 LAUNCHER = "heartbeat_runner.jobs.local_launcher"
 
@@ -117,6 +120,13 @@ class LocalJobsBackend(JobsBackend):
             if not (run_dir / "launched").exists():
                 self._launch(job, request, run_id, run_dir)
         return run_id
+
+    def watch_runs(self, wake: Callable[[], None]) -> FolderWatch:
+        """File-system notifications on the runs folder: a run's ``result.json`` (written when it ends) wakes the
+        loop."""
+        runs = (self.state_dir / "runs").absolute()
+        return FolderWatch(lambda folder: _RUN_ENDED if folder.parent == runs else frozenset(), {runs},
+                           lambda key: wake(), ignore=lambda name: name != "result.json").start()
 
     def run_output(self, job_id: str, run_id: str) -> RunOutput | None:
         """The end of the run's ``output.log`` (at most OUTPUT_TAIL_BYTES)."""

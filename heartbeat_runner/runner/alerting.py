@@ -113,6 +113,8 @@ class AlertMonitor(TickObserver):
     _loaded_at: float | None = None
     _erring: set[str] = field(default_factory=set)  # jobs whose last tick had a trigger error
     _last_tick: float | None = None
+    #: the interval between this process's last two polls (a tick a wake-up started measures none)
+    _interval: float | None = None
 
     def __post_init__(self) -> None:
         if self.outbox is None and self.policies.enabled:
@@ -363,10 +365,12 @@ class AlertMonitor(TickObserver):
         also what it sensed (``idle_sensing``: idle ticks record nothing in the tables)."""
         now = time.time()
         path = liveness_path(self.lakehouse_dir)
-        recorded = _liveness(path) if self._last_tick is None else None  # `run` from cron: the previous process
-        previous = self._last_tick if self._last_tick is not None else recorded[0] if recorded else None
-        interval = now - previous if previous is not None else None
-        self._last_tick = now
+        if result.polled:  # a tick a wake-up started comes early: the interval is the polls'
+            recorded = _liveness(path) if self._last_tick is None else None  # `run` from cron: the previous process
+            previous = self._last_tick if self._last_tick is not None else recorded[0] if recorded else None
+            self._interval = now - previous if previous is not None else None
+            self._last_tick = now
+        interval = self._interval
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             idle = IdleSensing.of(result)

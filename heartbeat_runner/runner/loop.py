@@ -7,6 +7,9 @@ Invariants:
   run id (:func:`record_failed_tick`) with its error's kind and redacted message; when even that row
   cannot be written, the failure to record is logged and the run goes on (the one-shot ``run`` still
   raises the tick's own error, so its exit code is non-zero);
+- a loop polls every due source each interval; in between, a wake-up (runner/wakeups.py) starts a tick
+  limited to the sources it named at once, so a lost wake-up costs at most one interval. Wake-ups never
+  move the next poll, and while ticks fail the loop backs off deaf to them;
 - a loop survives any single tick: it backs off (:meth:`RunConfig.wait_s`) and ticks again; it stops
   early only when the lakehouse itself is unusable (EXIT_LAKEHOUSE_UNUSABLE) or past its memory
   ceiling (it closes everything, then re-executes itself: runner/memory.py);
@@ -46,6 +49,7 @@ from heartbeat_runner.runner.memory import (
 )
 from heartbeat_runner.runner.observability import count_outcome, count_tick
 from heartbeat_runner.runner.tick import Heartbeat, TickResult
+from heartbeat_runner.runner.wakeups import POLL, SourceWatches, TickScope, WakeSignal
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +72,8 @@ class RunConfig:
     metrics_port: int | None = None
     #: ... and the address it binds (this machine only unless told otherwise)
     metrics_host: str = DEFAULT_METRICS_HOST
+    #: a loop ticks early for the sources that say they changed (file-system notifications, ``POST /wake``)
+    wakeups: bool = False
 
     def wait_s(self, failures: int) -> float:
         """Seconds from a tick's start to the next one's: the interval, or after ``failures`` failed ticks in
@@ -104,8 +110,8 @@ class TickFailure:
 
 @dataclass(frozen=True)
 class TickEnd:
-    """How one tick of the loop ended: the state for the next tick and when it starts (monotonic), or the
-    loop's exit code when it must stop."""
+    """How one tick of the loop ended: the state for the next tick and when the next poll starts (monotonic;
+    a wake-up may start a tick before), or the loop's exit code when it must stop."""
 
     state: LoopState
     next_at: float
@@ -248,9 +254,9 @@ def _in_session(view: TickView, heartbeat: Heartbeat, start: RunStart) -> TickRe
         return _counted(heartbeat, start)
 
 
-def _counted(heartbeat: Heartbeat, start: RunStart) -> TickResult:
-    """``heartbeat.tick(start)``, its figures counted in this process's metrics."""
-    result = heartbeat.tick(start)
+def _counted(heartbeat: Heartbeat, start: RunStart, scope: TickScope = POLL) -> TickResult:
+    """``heartbeat.tick(start, scope)``, its figures counted in this process's metrics."""
+    result = heartbeat.tick(start, scope)
     count_tick(result, heartbeat.settings.effective_jobs_backend)
     return result
 
@@ -266,22 +272,51 @@ def _recorded(store: TableStore, tick: Callable[[RunStart], TickResult]) -> Tick
 
 
 def _loop_with(app: App, lease: Lease, config: RunConfig, view: LoopView) -> int:
-    with _heartbeat(app, lease, view) as heartbeat:
+    with _heartbeat(app, lease, view) as heartbeat, _wakeups(app, heartbeat, config) as (wakes, watches):
         lease.yield_if_wanted()
         app.dbt.manifest()  # parse the dbt project now, not when the first new data arrives
         heartbeat.loop_restarts = loop_restarts()
         hooks = LoopHooks(lakehouse_problem=app.lakehouse_problem, after_tick=memory_guard(app),
                           record_failure=lambda start, exc, took_s: record_failed_tick(app.store, start, exc, took_s))
-        return run_loop(lambda start: _leased_tick(lease, heartbeat, start, config, view), config, view, hooks)
+
+        def tick(start: RunStart, scope: TickScope) -> TickResult | None:
+            result = _leased_tick(lease, heartbeat, start, scope, config, view)
+            if result is not None and result.polled and watches is not None:
+                watches.follow([s.target for s in result.sensed])
+            return result
+
+        return run_loop(tick, config, view, hooks, wakes)
 
 
-def _leased_tick(lease: Lease, heartbeat: Heartbeat, start: RunStart, config: RunConfig,
+@contextlib.contextmanager
+def _wakeups(app: App, heartbeat: Heartbeat,
+             config: RunConfig) -> Iterator[tuple[WakeSignal | None, SourceWatches | None]]:
+    """The loop's wake-ups when they are on: the signal, the sources' notifications, and ``POST /wake``
+    when a port is set (runner/wake_endpoint.py); all closed after the loop."""
+    if not config.wakeups:
+        yield None, None
+        return
+    from heartbeat_runner.runner.wake_endpoint import wake_endpoint
+
+    wakes = WakeSignal()
+    watches = SourceWatches(heartbeat.ctx, wakes)
+    runs = watches.runs_of(heartbeat.backend)
+    try:
+        with wake_endpoint(app.settings, wakes, watches.names):
+            yield wakes, watches
+    finally:
+        watches.close()
+        if runs is not None:
+            runs.close()
+
+
+def _leased_tick(lease: Lease, heartbeat: Heartbeat, start: RunStart, scope: TickScope, config: RunConfig,
                  view: TickView) -> TickResult | None:
     """One tick of the loop under the lease (kept after it unless another runner waits for it), or None
     (skipped, shown) when another runner holds it."""
     try:
         with lease.ticking(config.lease_wait_s):
-            return _counted(heartbeat, start)
+            return _counted(heartbeat, start, scope)
     except LeaseHeld as exc:
         view.skipped(exc)
         return None
@@ -314,29 +349,51 @@ def memory_guard(app: App) -> Callable[[], None]:
 
 # -- the loop -------------------------------------------------------------------------------------
 
-def run_loop(tick: Callable[[RunStart], TickResult | None], config: RunConfig, view: LoopView,
-             hooks: LoopHooks = LoopHooks()) -> int:
-    """Tick every ``config.interval_s`` seconds until SIGINT/SIGTERM; 0, or EXIT_LAKEHOUSE_UNUSABLE.
+#: One tick of a loop: its run id and snapshot, and the sources it senses; None when it was skipped.
+LoopTick = Callable[[RunStart, TickScope], "TickResult | None"]
+
+
+def run_loop(tick: LoopTick, config: RunConfig, view: LoopView, hooks: LoopHooks = LoopHooks(),
+             wakes: WakeSignal | None = None) -> int:
+    """Poll every ``config.interval_s`` seconds until SIGINT/SIGTERM; 0, or EXIT_LAKEHOUSE_UNUSABLE. With
+    ``wakes``, a wake-up between polls ticks at once for the sources it named.
 
     ``tick`` returns None when it was skipped. RestartRequested (from ``hooks.after_tick``) and
     BrokenPipeError (the reader of the output went away) end the loop by propagating."""
     stop = StopRequest().install()
-    state = LoopState()
+    state, scope, poll_at = LoopState(), POLL, 0.0
     with view.session():
         while not stop.is_set():
-            end = _loop_tick(tick, config, view, hooks, state)
+            end = _loop_tick(tick, scope, config, view, hooks, state, poll_at)
             if end.exit_code is not None:
                 return end.exit_code
-            state = end.state
-            stop.wait(max(0.0, end.next_at - time.monotonic()))
+            state, poll_at = end.state, end.next_at
+            scope = _next_scope(wakes, stop, poll_at, failing=state.failures > 0)
     stop.shutting_down()
     view.stopped(state.ticks)
     return 0
 
 
-def _loop_tick(tick: Callable[[RunStart], TickResult | None], config: RunConfig, view: LoopView,
-               hooks: LoopHooks, state: LoopState) -> TickEnd:
-    """One tick of the loop and what follows it; the state after it."""
+def _next_scope(wakes: WakeSignal | None, stop: StopRequest, poll_at: float, *, failing: bool) -> TickScope:
+    """Wait for the next tick: a wake-up before ``poll_at`` (its scope), else the poll. While ticks fail the
+    loop backs off deaf to wake-ups; the poll after senses everything they named."""
+    if wakes is not None and not failing:
+        return wakes.wait(poll_at, stop) or _polled(wakes)
+    stop.wait(max(0.0, poll_at - time.monotonic()))
+    return _polled(wakes)
+
+
+def _polled(wakes: WakeSignal | None) -> TickScope:
+    """A poll: the wake-ups pending are forgotten, since it senses every source they could name."""
+    if wakes is not None:
+        wakes.take()
+    return POLL
+
+
+def _loop_tick(tick: LoopTick, scope: TickScope, config: RunConfig, view: LoopView,
+               hooks: LoopHooks, state: LoopState, poll_at: float) -> TickEnd:
+    """One tick of the loop and what follows it; the state after it, and when the next poll is due: an
+    interval after a poll's start, a back-off after a failure, else unchanged (``poll_at``)."""
     started = time.monotonic()
     number = state.ticks + 1
     view.starting(number)
@@ -344,7 +401,7 @@ def _loop_tick(tick: Callable[[RunStart], TickResult | None], config: RunConfig,
     result: TickResult | None = None
     failure: TickFailure | None = None
     try:
-        result = tick(start)
+        result = tick(start, scope)
     except (RestartRequested, BrokenPipeError):
         raise
     except Exception as exc:  # noqa: BLE001 - the loop survives any single tick
@@ -362,7 +419,7 @@ def _loop_tick(tick: Callable[[RunStart], TickResult | None], config: RunConfig,
         view.unusable(problem, EXIT_LAKEHOUSE_UNUSABLE)
         return TickEnd(state, started, EXIT_LAKEHOUSE_UNUSABLE)
     failures = failure.failures if failure else 0
-    next_at = started + config.wait_s(failures)
+    next_at = started + config.wait_s(failures) if scope.polls or failures else poll_at
     view.finished(number, result, failures, time.monotonic() - started, next_at)
     return TickEnd(LoopState(number, failures, failure.text if failure else ""), next_at)
 

@@ -81,6 +81,7 @@ from heartbeat_runner.policies.event_windows import source_grains
 from heartbeat_runner.policies.retry import RetryPolicies, overrun, retry_token
 from heartbeat_runner.runner.empty_reads import ASKS, SEQUENCES, SKIPS, EmptyReads
 from heartbeat_runner.runner.sequences import NextRun, Sequences
+from heartbeat_runner.runner.wakeups import POLL, TickScope
 from heartbeat_runner.sensing.parallel import SensingOutcome, sense_all
 from heartbeat_runner.sensing.sources.base import SenseContext
 
@@ -153,6 +154,13 @@ class TickResult:
     #: the control table's last build of the tick folded its trigger requests in (see ControlTable.refresh)
     control_folded: bool = False
     maintenance: MaintenanceResult | None = None
+    #: which due sources the tick sensed: every one (a poll), or those a wake-up named
+    scope: TickScope = POLL
+
+    @property
+    def polled(self) -> bool:
+        """The tick sensed every due source (not only those a wake-up named)."""
+        return self.scope.polls
 
     @property
     def sensor_errors(self) -> list[SensingOutcome]:
@@ -197,6 +205,7 @@ class TickResult:
             "runs_skipped": [p.as_dict("message") for p in self.runs_skipped],
             "carried": self.carried, "api_notes": self.api_notes, "recovered": self.recovered,
             "stage_timings": self.stage_timings, "sql_parses": self.sql_parses, "exit_code": self.exit_code,
+            "scope": self.scope.describe(),
             **({"maintenance": self.maintenance.as_dict()} if self.maintenance else {}),
         }
 
@@ -311,10 +320,11 @@ class Heartbeat:
 
     # -- the tick ---------------------------------------------------------------------------
 
-    def tick(self, start: RunStart | None = None) -> TickResult:
+    def tick(self, start: RunStart | None = None, scope: TickScope = POLL) -> TickResult:
         """One tick, in the order that makes a crash anywhere safe (module docstring). ``start`` (default: now)
         is its run id and snapshot, fixed by a caller that records the tick's failure under that id
-        (runner/loop.py).
+        (runner/loop.py). ``scope``: the due sources it senses (a wake-up names some; every other step is
+        the same in every tick).
 
         The control table is refreshed up to three times; each is a no-op when the events did not move
         since the last build (ControlTable's built marker), and each is needed:
@@ -330,13 +340,13 @@ class Heartbeat:
         """
         start = start or RunStart.now()
         with in_context(TICK_RUN_ID, start.run_id):  # every log line of the tick carries its run id
-            return self._tick(start)
+            return self._tick(start, scope)
 
-    def _tick(self, start: RunStart) -> TickResult:
+    def _tick(self, start: RunStart, scope: TickScope) -> TickResult:
         """The tick's steps (see :meth:`tick`)."""
         began = time.monotonic()
         parses_before = self.store.engine.sql_count
-        result = TickResult(run_id=start.run_id, snapshot_ts=start.snapshot_ts)
+        result = TickResult(run_id=start.run_id, snapshot_ts=start.snapshot_ts, scope=scope)
         timings = result.stage_timings
 
         self._prepare_windows()
@@ -440,8 +450,10 @@ class Heartbeat:
     # -- step 1: sensing --------------------------------------------------------------------
 
     def _sense(self, result: TickResult) -> None:
-        """Sense every due source; note the skipped ones and the sources that recovered."""
+        """Sense every due source in the tick's scope; note the skipped ones and the sources that recovered."""
         due = self.store.sensors_due()
+        if result.scope.source_keys is not None:
+            due = [d for d in due if d[0].source_key in result.scope.source_keys]
         result.skipped = self.store.sensors_skipped()
         self.progress(f"sensing {len(due)} source(s)")
         result.sensed = sense_all(due, self.ctx, max_workers=self.settings.max_workers,

@@ -17,7 +17,7 @@ import abc
 import json
 import threading
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -31,6 +31,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame, SparkSession
 
     from heartbeat_runner.engines.engine import Engine
+    from heartbeat_runner.sensing.watch import Watch
 
 
 @dataclass(frozen=True)
@@ -153,6 +154,17 @@ class Source(abc.ABC):
         returned. Only a look that cannot miss a change may rule a target out: when in doubt, leave it in.
         The default rules nothing out."""
         return {}
+
+    def watch(self, targets: Sequence[SensingTarget], ctx: SenseContext,
+              wake: Callable[[str], None]) -> Watch | None:
+        """Capability: start notifications that call ``wake(target.source_key)`` soon after one of
+        ``targets`` may have new data (file-system events, a consumer's long poll, a callback from the
+        upstream), so ``run --loop`` senses it at once instead of at its next poll. A wake-up only makes
+        the loop sense earlier: a missed one costs one interval, a spurious one one cheap sense. Called from
+        the loop's thread with every due target of this class whenever that set changes; the previous
+        watch is closed first. ``wake`` is thread-safe and may be called from any thread. The default
+        starts nothing (the targets are polled)."""
+        return None
 
     def split(self, window: SourceWindow, limit: WindowLimit, upstream_key: str | None) -> list[SourceWindow]:
         """Cut pending data (``window``, from the earliest pending cursor to the latest) into consecutive

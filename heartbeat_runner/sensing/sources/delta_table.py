@@ -15,7 +15,7 @@ Cursor: ``{"version": int}`` plus ``"value"`` (the key reached) when keyed.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
@@ -35,6 +35,7 @@ from heartbeat_runner.sensing.sources.base import (
     load_cursor,
 )
 from heartbeat_runner.sensing.sources.common import frame_event_times, keyed_result, split_key_span
+from heartbeat_runner.sensing.watch import FolderWatch
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame
@@ -72,6 +73,21 @@ class DeltaTableSource(Source):
             if last is None or last < at - CATALOG_CLOCK_MARGIN:
                 out[key] = "not altered since the cursor (catalog)"
         return out
+
+    def watch(self, targets: Sequence[SensingTarget], ctx: SenseContext,
+              wake: Callable[[str], None]) -> FolderWatch | None:
+        """File-system notifications on the ``_delta_log`` of every table on this machine: a new commit file
+        wakes its source. Tables elsewhere (Databricks, a remote Spark) are polled. The logs are watched
+        through the folders holding the tables (a schema's folder), not one watch per table."""
+        logs: dict[Path, set[str]] = {}
+        for target in targets:
+            local = _local_table_dir(target.sensor_id, ctx.engine)
+            if local is not None:
+                logs.setdefault(local / "_delta_log", set()).add(target.source_key)
+        if not logs:
+            return None
+        return FolderWatch({f: frozenset(k) for f, k in logs.items()}, {f.parent.parent for f in logs}, wake,
+                           ignore=_not_a_commit).start()
 
     def sense(self, target: SensingTarget, ctx: SenseContext) -> SenseResult:
         table = DeltaRef.resolve(target.sensor_id, ctx.engine)
@@ -204,6 +220,19 @@ class DeltaTableSource(Source):
                                detail=f"no {key} after {previous}")
         rows = ctx.count_preprocessed(new_rows, target)
         return keyed_result(key, previous, top, rows, dump_cursor({"version": current, "value": str(top)}))
+
+
+def _local_table_dir(sensor_id: str, engine: Engine) -> Path | None:
+    """The folder of a table on this machine (by path or by name), or None; never raises."""
+    try:
+        return DeltaRef.resolve(sensor_id, engine).local_dir
+    except Exception:  # noqa: BLE001 - a table that cannot be resolved now is polled (sensing reports it)
+        return None
+
+
+def _not_a_commit(name: str) -> bool:
+    """A ``_delta_log`` file that is not a commit (checkpoints, CRCs, temporary files)."""
+    return not (name.endswith(".json") and name[:1].isdigit())
 
 
 def iso_key(seconds: int, like: str | None) -> str:

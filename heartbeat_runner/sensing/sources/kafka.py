@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -86,6 +88,24 @@ class KafkaSource(Source):
             return f"Kafka topic {topic!r} must be 1-249 letters, digits, '.', '_' or '-'"
         return check_connection_name(product, "data product") or check_upstream_key(
             upstream_key, NEW_DATA_COLUMNS, "kafka")
+
+    def watch(self, targets: Sequence[SensingTarget], ctx: SenseContext,
+              wake: Callable[[str], None]) -> KafkaWatch | None:
+        """Wake-ups from a long-polling consumer per data product (:class:`KafkaWatch`)."""
+        products: dict[str, tuple[dict[str, Any], dict[str, set[str]]]] = {}
+        for target in targets:
+            product, topic = split_reference(target.sensor_id)
+            if product is None or self.check_config(target.sensor_id, target.upstream_key):
+                continue
+            try:
+                settings = connection_settings(ctx.connections, "kafka", product, ENV_SETTINGS, ctx.secrets)
+            except SourceError:
+                continue  # sensing reports it
+            products.setdefault(product, (settings, {}))[1].setdefault(topic, set()).add(target.source_key)
+        if not products:
+            return None
+        return KafkaWatch({p: (settings, {t: frozenset(k) for t, k in topics.items()})
+                           for p, (settings, topics) in products.items()}, wake).start()
 
     def sense(self, target: SensingTarget, ctx: SenseContext) -> SenseResult:
         problem = self.check_config(target.sensor_id, target.upstream_key)
@@ -155,21 +175,9 @@ class _Broker:
     def __enter__(self) -> _Broker:
         from confluent_kafka import Consumer
 
-        own = {k: v for k, v in self.settings.items() if k.startswith("heartbeat.")}
-        self.timeout_s = float(own.pop("heartbeat.timeout.s", DEFAULT_TIMEOUT_S))
-        self.max_messages = int(own.pop("heartbeat.max.messages", DEFAULT_MAX_MESSAGES))
-        if own:
-            raise SourceError(f"kafka.{self.product}: unknown setting(s) {', '.join(sorted(own))}")
-        config = {
-            # group.id is mandatory for a consumer; partitions are assigned, so no group is ever joined.
-            "group.id": "heartbeat-sensor",
-            "enable.auto.commit": False,
-            "allow.auto.create.topics": False,
-            "socket.connection.setup.timeout.ms": int(self.timeout_s * 1000),
-            **{k: v for k, v in self.settings.items() if not k.startswith("heartbeat.")},
-            "error_cb": self.errors.append,
-            "logger": log,
-        }
+        own = _own_settings(self.product, self.settings)
+        self.timeout_s, self.max_messages = own.timeout_s, own.max_messages
+        config = _consumer_config(self.settings, own, self.errors.append)
         self.where = f"Kafka {self.product}: {self.topic} ({config.get('bootstrap.servers', 'no bootstrap.servers')})"
         try:
             self.consumer = Consumer(config)
@@ -264,6 +272,119 @@ class _Broker:
                     reached[tp.partition] = end[tp.partition]
                     todo.discard(tp.partition)
         return records, reached
+
+
+@dataclass(frozen=True)
+class _OwnSettings:
+    """Heartbeat's own settings of a connection (``heartbeat.*``), the rest being librdkafka's."""
+
+    timeout_s: float
+    max_messages: int
+
+
+def _own_settings(product: str, settings: dict[str, Any]) -> _OwnSettings:
+    own = {k: v for k, v in settings.items() if k.startswith("heartbeat.")}
+    found = _OwnSettings(float(own.pop("heartbeat.timeout.s", DEFAULT_TIMEOUT_S)),
+                         int(own.pop("heartbeat.max.messages", DEFAULT_MAX_MESSAGES)))
+    if own:
+        raise SourceError(f"kafka.{product}: unknown setting(s) {', '.join(sorted(own))}")
+    return found
+
+
+def _consumer_config(settings: dict[str, Any], own: _OwnSettings, on_error: Any, **extra: Any) -> dict[str, Any]:
+    """A consumer's librdkafka config: the connection's settings over Heartbeat's defaults, then ``extra``."""
+    return {
+        # group.id is mandatory for a consumer; partitions are assigned, so no group is ever joined.
+        "group.id": "heartbeat-sensor",
+        "enable.auto.commit": False,
+        "allow.auto.create.topics": False,
+        "socket.connection.setup.timeout.ms": int(own.timeout_s * 1000),
+        **{k: v for k, v in settings.items() if not k.startswith("heartbeat.")},
+        **extra,
+        "error_cb": on_error,
+        "logger": log,
+    }
+
+
+class KafkaWatch:
+    """Wake-ups for Kafka topics: one consumer per data product, assigned every partition of its watched
+    topics at their end, long-polling the brokers (``fetch.wait.max.ms``). A message wakes the sources of its
+    topic; its partition is then paused for ``PAUSE_S`` and resumed at the end, so a busy topic costs about
+    one small fetch per pause, never its traffic, and no message is kept. Partitions added to a topic later
+    wake nothing until the watch is restarted (they are polled). Nothing here raises after ``start``: a broker
+    that cannot be reached leaves the topics to polling."""
+
+    #: seconds a partition stays paused after it woke its sources
+    PAUSE_S = 1.0
+
+    def __init__(self, products: dict[str, tuple[dict[str, Any], dict[str, frozenset[str]]]],
+                 wake: Callable[[str], None]):
+        """``products``: per data product, its connection settings and the source keys of each topic."""
+        self._products, self._wake = products, wake
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    def start(self) -> KafkaWatch:
+        for product, (settings, topics) in sorted(self._products.items()):
+            thread = threading.Thread(target=self._watch, args=(product, settings, topics),
+                                      name=f"heartbeat-kafka-wake-{product}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        return self
+
+    def close(self) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=10)
+        self._threads = []
+
+    def _watch(self, product: str, settings: dict[str, Any], topics: dict[str, frozenset[str]]) -> None:
+        from confluent_kafka import Consumer
+
+        try:
+            config = _consumer_config(settings, _own_settings(product, settings), lambda error: None,
+                                      **{"fetch.wait.max.ms": 500, "queued.max.messages.kbytes": 64,
+                                         "max.partition.fetch.bytes": 1024, "queued.min.messages": 1})
+            consumer = Consumer(config)
+        except Exception as exc:  # noqa: BLE001 - bad settings: sensing reports them; wake-ups are off
+            log.info("wake-ups: Kafka %s is polled only: %s", product, exc)
+            return
+        try:
+            consumer.assign(self._at_end(consumer, topics))
+            self._consume(consumer, topics)
+        except Exception as exc:  # noqa: BLE001 - a broker gone or a topic missing: the topics are polled
+            log.info("wake-ups: Kafka %s is polled only: %s", product, exc)
+        finally:
+            consumer.close()
+
+    def _at_end(self, consumer: Consumer, topics: dict[str, frozenset[str]]) -> list[Any]:
+        from confluent_kafka import OFFSET_END, TopicPartition
+
+        metadata = consumer.list_topics(timeout=DEFAULT_TIMEOUT_S)
+        return [TopicPartition(topic, partition, OFFSET_END) for topic in sorted(topics)
+                if (found := metadata.topics.get(topic)) is not None and found.error is None
+                for partition in sorted(found.partitions)]
+
+    def _consume(self, consumer: Consumer, topics: dict[str, frozenset[str]]) -> None:
+        from confluent_kafka import OFFSET_END, TopicPartition
+
+        paused: dict[tuple[str, int], float] = {}
+        while not self._stop.is_set():
+            message = consumer.poll(0.5)
+            now = time.monotonic()
+            due = [tp for tp, until in paused.items() if until <= now]
+            for resumed in due:
+                del paused[resumed]
+                consumer.seek(TopicPartition(*resumed, OFFSET_END))
+                consumer.resume([TopicPartition(*resumed)])
+            if message is None or message.error() is not None:
+                continue
+            topic, partition = message.topic(), message.partition()
+            for key in topics.get(topic or "", ()):
+                self._wake(key)
+            if topic is not None and partition is not None:
+                consumer.pause([TopicPartition(topic, partition)])
+                paused[(topic, partition)] = now + self.PAUSE_S
 
 
 def _record(message: Any) -> dict[str, Any]:

@@ -8,7 +8,9 @@ exist yet simply has no new data.
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Callable, Sequence
 from pathlib import Path, PurePosixPath
 from typing import ClassVar
 
@@ -20,6 +22,7 @@ from heartbeat_runner.sensing.sources.base import (
     dump_cursor,
     load_cursor,
 )
+from heartbeat_runner.sensing.watch import FolderWatch
 
 
 class TriggerFileSource(Source):
@@ -37,6 +40,19 @@ class TriggerFileSource(Source):
         if target.sensor_id.startswith("/"):
             return Path(target.sensor_id)
         return ctx.trigger_dir / target.sensor_id
+
+    def watch(self, targets: Sequence[SensingTarget], ctx: SenseContext,
+              wake: Callable[[str], None]) -> FolderWatch:
+        """File-system notifications on the trigger folders: a file renamed into one (or written there)
+        wakes its source; hidden and temporary files wake nothing. Folders under the trigger directory are
+        watched through it (made here when missing), so one made after the watch started is watched too."""
+        folders: dict[Path, set[str]] = {}
+        for target in targets:
+            folders.setdefault(self.folder(target, ctx), set()).add(target.source_key)
+        with contextlib.suppress(OSError):  # the base folder is Heartbeat's: made so it can be watched
+            ctx.trigger_dir.mkdir(parents=True, exist_ok=True)
+        return FolderWatch({f: frozenset(k) for f, k in folders.items()}, {f.parent for f in folders}, wake,
+                           ignore=_hidden).start()
 
     def sense(self, target: SensingTarget, ctx: SenseContext) -> SenseResult:
         folder = self.folder(target, ctx)
@@ -61,6 +77,11 @@ class TriggerFileSource(Source):
         )
 
 
+def _hidden(name: str) -> bool:
+    """A file sensing never counts (a writer's temporary file, renamed when complete)."""
+    return name.startswith((".", "_")) or name.endswith(".tmp")
+
+
 def _visible_files(folder: Path) -> list[tuple[int, str]]:
     try:
         entries = list(os.scandir(folder))
@@ -69,5 +90,5 @@ def _visible_files(folder: Path) -> list[tuple[int, str]]:
     return [
         (entry.stat().st_mtime_ns, entry.name)
         for entry in entries
-        if entry.is_file() and not entry.name.startswith((".", "_")) and not entry.name.endswith(".tmp")
+        if entry.is_file() and not _hidden(entry.name)
     ]

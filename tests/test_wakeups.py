@@ -1,0 +1,287 @@
+"""Wake-ups: ``run --loop`` senses a source as soon as it says it changed, and polling stays the truth.
+
+None of these tests is timed: the loops poll every 600 s, far longer than any test waits, so a job that
+runs within the wait was started by a wake-up; the lost wake-up test polls every few seconds instead and
+loses every notification, so only the poll can start the job.
+"""
+
+from __future__ import annotations
+
+import argparse
+import faulthandler
+import json
+import signal
+import socket
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+import uuid
+from pathlib import Path
+
+import pytest
+from harness import HEADER, CliLakehouse, marker_jobs_file, wait_for
+from harness import config_row as row
+from services import kafka_broker  # noqa: F401 (fixture)
+
+from heartbeat_runner.core.records import utcnow
+from heartbeat_runner.interfaces import cli
+from heartbeat_runner.runner.loop import RunConfig, run_loop
+from heartbeat_runner.runner.tick import TickResult
+from heartbeat_runner.runner.wake_endpoint import make_wake_server
+from heartbeat_runner.runner.wakeups import POLL, TickScope, WakeSignal
+from heartbeat_runner.sensing.watch import FolderWatch
+
+TOKEN = "wake-token-for-tests"
+
+
+# -- the signal and the loop's schedule (scripted ticks, no lakehouse) ------------------------------
+
+def test_wake_ups_in_a_burst_coalesce_into_one_scope_and_a_poll_forgets_them():
+    wakes = WakeSignal()
+    for key in ("a", "b", "a"):
+        wakes.wake(key)
+    assert wakes.take() == TickScope(frozenset({"a", "b"}))
+    assert wakes.take() is None
+    wakes.wake("a")
+    wakes.wake()  # every source
+    assert wakes.take() == POLL
+
+
+@pytest.fixture
+def restore_signals():
+    """run_loop installs SIGINT/SIGTERM handlers and, stopped by a signal, arms the shutdown watchdog."""
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    faulthandler.cancel_dump_traceback_later()
+    for sig, handler in saved.items():
+        signal.signal(sig, handler)
+
+
+def test_a_wake_up_ticks_at_once_for_its_sources_and_never_moves_the_next_poll(restore_signals):
+    """Interval 600 s: after the first poll, every tick the loop makes comes from a wake-up, limited to the
+    sources it named; the ticks a burst asks for while one runs coalesce into one."""
+    wakes, scopes = WakeSignal(), []
+
+    def tick(start, scope):
+        scopes.append(scope)
+        if len(scopes) == 1:
+            wakes.wake("orders")
+            wakes.wake("drop")  # while the poll runs: one tick after it
+        elif len(scopes) == 2:
+            threading.Timer(0.2, wakes.wake, args=("orders",)).start()
+        else:
+            signal.raise_signal(signal.SIGTERM)
+        return TickResult(run_id=f"r{len(scopes)}", snapshot_ts=utcnow(), scope=scope)
+
+    args = argparse.Namespace(interval=600, json=False)
+    code = run_loop(tick, RunConfig(interval_s=600, lease_wait_s=0.0, wakeups=True), cli._LoopStatus(args),
+                    wakes=wakes)
+    assert code == 0
+    assert scopes == [POLL, TickScope(frozenset({"orders", "drop"})), TickScope(frozenset({"orders"}))]
+
+
+def test_while_ticks_fail_the_loop_backs_off_deaf_to_wake_ups_and_then_polls(restore_signals):
+    wakes, scopes = WakeSignal(), []
+
+    def tick(start, scope):
+        scopes.append(scope)
+        if len(scopes) == 1:
+            threading.Timer(0.1, wakes.wake, args=("orders",)).start()
+            raise RuntimeError("engine died")
+        signal.raise_signal(signal.SIGTERM)
+        return TickResult(run_id="r2", snapshot_ts=utcnow(), scope=scope)
+
+    args = argparse.Namespace(interval=0.5, json=False)
+    run_loop(tick, RunConfig(interval_s=0.5, lease_wait_s=0.0, wakeups=True), cli._LoopStatus(args), wakes=wakes)
+    assert scopes == [POLL, POLL]  # the wake-up was not a tick of its own: the poll after the back-off sensed all
+
+
+def test_a_folder_watch_wakes_on_a_renamed_in_file_and_ignores_temporary_ones(tmp_path):
+    woken: list[str] = []
+    folder = tmp_path / "triggers" / "drop"
+    later = tmp_path / "triggers" / "later"  # made after the watch started: its root is watched
+    folder.mkdir(parents=True)
+    watch = FolderWatch({folder: frozenset({"k1"}), later: frozenset({"k2"})}, {tmp_path / "triggers"},
+                        woken.append, ignore=lambda name: name.endswith(".tmp")).start()
+    try:
+        assert watch.watching and not watch.unwatched
+        (folder / "_x.tmp").write_text("partial")
+        (folder / "_x.tmp").rename(folder / "a.done")
+        wait_for(lambda: "k1" in woken, 10, "a wake-up for k1")
+        later.mkdir()
+        (later / "b.done").write_text("ready")
+        wait_for(lambda: "k2" in woken, 10, "a wake-up for a folder made after the watch started")
+    finally:
+        watch.close()
+    missing = FolderWatch({tmp_path / "nowhere" / "x": frozenset({"k"})}, {tmp_path / "nowhere"},
+                          woken.append).start()
+    assert not missing.watching and "does not exist" in missing.unwatched[tmp_path / "nowhere"]
+
+
+# -- the real runner ----------------------------------------------------------------------------------
+
+@pytest.fixture
+def lake(tmp_path) -> CliLakehouse:
+    """J1 reads the trigger folder ``drop``, J2 the local Delta table ``sales.orders``, J3 a trigger folder
+    outside the trigger directory that does not exist when the loop starts (polled, or woken by POST)."""
+    outside = tmp_path / "outside" / "drop3"
+    config = tmp_path / "config.csv"
+    config.write_text("\n".join([HEADER, row("trigger_file", "drop", "J1"), row("delta_table", "sales.orders", "J2"),
+                                 row("trigger_file", str(outside), "J3")]) + "\n")
+    lake = CliLakehouse(tmp_path / "lakehouse", config=config,
+                        jobs_file=marker_jobs_file(tmp_path / "jobs.yml", "J1", "J2", "J3"))
+    lake.append_ids("sales.orders", 1)
+    lake.cli("seed")
+    lake.outside = outside  # type: ignore[attr-defined]
+    return lake
+
+
+class Loop:
+    """``run --loop`` of ``lake`` with its output in files (read while it runs)."""
+
+    def __init__(self, lake: CliLakehouse, *args: str, env: dict[str, str] | None = None):
+        self.out, self.err = (lake.home.parent / "loop.out").open("w+"), (lake.home.parent / "loop.err").open("w+")
+        self.process = subprocess.Popen(lake.command("run", "--loop", *args), env={**lake.env, **(env or {})},
+                                        stdout=self.out, stderr=self.err, text=True, cwd=lake.home.parent)
+
+    def stderr(self) -> str:
+        return Path(self.err.name).read_text()
+
+    def first_poll_done(self) -> None:
+        """Wait until the first poll ended: the sources' notifications are on from then."""
+        wait_for(lambda: "tick 1 · " in self.stderr() or self.process.poll() is not None, 120, "the first poll")
+        assert self.process.poll() is None, self.stderr()[-3000:]
+
+    def wait(self, predicate, what: str) -> None:
+        wait_for(lambda: predicate() or self.process.poll() is not None, 120, what)
+        assert self.process.poll() is None, self.stderr()[-3000:]
+
+    def stop(self) -> str:
+        """SIGTERM; its stderr, once it ended cleanly."""
+        self.process.send_signal(signal.SIGTERM)
+        self.process.wait(timeout=60)
+        err = self.stderr()
+        assert self.process.returncode == 0, err[-3000:]
+        assert "Traceback" not in err, err[-3000:]
+        return err
+
+
+def test_a_trigger_file_and_a_delta_commit_wake_the_loop_long_before_its_interval(lake):
+    loop = Loop(lake, "--interval", "600")
+    try:
+        loop.first_poll_done()
+        lake.drop_trigger_file("drop", "a.done")
+        loop.wait(lambda: lake.executions().get("J1") == 1, "J1, woken by its file")
+        lake.append_ids("sales.orders", 2)
+        loop.wait(lambda: lake.executions().get("J2") == 1, "J2, woken by its commit")
+    finally:
+        loop.stop()
+    assert lake.executions() == {"J1": 1, "J2": 1}
+    woken = [r for r in lake.table("heartbeat_runs") if r["jobs_triggered"]]
+    assert len(woken) == 2 and all(r["sources_sensed"] == 1 for r in woken), woken  # each tick sensed one source
+
+
+def test_a_lost_wake_up_is_caught_by_the_next_poll(lake):
+    loop = Loop(lake, "--interval", "3", env={"HEARTBEAT_FAIL_AT": "lose_wake_up:1000000"})
+    try:
+        loop.first_poll_done()
+        lake.drop_trigger_file("drop", "a.done")
+        loop.wait(lambda: lake.executions().get("J1") == 1, "J1, by the poll")
+    finally:
+        err = loop.stop()
+    assert "was lost (the next poll senses it)" in err
+    assert lake.executions() == {"J1": 1}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _post(port: int, body: bytes | None, token: str | None = TOKEN) -> tuple[int, dict]:
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/wake", data=body or b"", method="POST",
+                                     headers={"Authorization": f"Bearer {token}"} if token else {})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            return answer.status, json.loads(answer.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def test_post_wake_senses_the_named_source_at_once_and_refuses_what_it_must(lake):
+    port = _free_port()
+    loop = Loop(lake, "--interval", "600", "--wake-port", str(port), env={"HEARTBEAT_WAKE_TOKEN": TOKEN})
+    outside: Path = lake.outside  # type: ignore[attr-defined]
+    try:
+        loop.first_poll_done()
+        outside.mkdir(parents=True)  # made after the watch started, outside any watched folder: no notification
+        (outside / "a.done").write_text("ready")
+        assert _post(port, b'{"sources": ["x"]}', token=None)[0] == 401
+        assert _post(port, b'{"sources": ["x"]}', token="wrong")[0] == 401
+        assert _post(port, b"not json")[0] == 400
+        assert _post(port, b'{"sources": "x"}')[0] == 400
+        status, answer = _post(port, json.dumps({"sources": [str(outside), "no.such.source"]}).encode())
+        assert status == 202 and answer == {"woken": 1, "unknown": ["no.such.source"]}
+        loop.wait(lambda: lake.executions().get("J3") == 1, "J3, woken by POST /wake")
+    finally:
+        err = loop.stop()
+    assert TOKEN not in err
+    assert lake.executions() == {"J3": 1}
+
+
+def test_a_wake_port_without_a_token_is_refused_in_one_line(lake):
+    done = lake.cli("run", "--loop", "--interval", "600", "--wake-port", str(_free_port()), check=False)
+    assert done.returncode != 0
+    assert "HEARTBEAT_WAKE_TOKEN" in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+def test_the_wake_server_answers_a_bad_length_in_one_line():
+    wakes = WakeSignal()
+    server = make_wake_server("127.0.0.1", 0, TOKEN, wakes, lambda name: frozenset({"k"}) if name == "s" else frozenset())
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        port = server.server_address[1]
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
+            conn.sendall(f"POST /wake HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n"
+                         "Content-Length: -5\r\n\r\n".encode())
+            answer = b""
+            while chunk := conn.recv(4096):
+                answer += chunk
+        assert answer.startswith(b"HTTP/1.0 400") and b"whole number" in answer
+        assert _post(port, b'{"sources": ["s"]}') == (202, {"woken": 1, "unknown": []})
+        assert wakes.take() == TickScope(frozenset({"k"}))
+        assert _post(port, b"") == (202, {"woken": "every source"}) and wakes.take() == POLL
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_kafka_message_wakes_its_topic_and_a_busy_topic_is_not_read_through(kafka_broker):
+    """A long-polling consumer at the end of the watched topic: a new message wakes its source; a burst
+    wakes it a few times (its partition pauses after each), not once per message."""
+    from services import sense_context, sensing_target
+
+    from heartbeat_runner.sensing.sources.kafka import KafkaSource
+
+    topic = f"orders.{uuid.uuid4().hex[:8]}"
+    kafka_broker.create_topic(topic, partitions=2)
+    kafka_broker.produce(topic, "before the watch")  # at the end already: wakes nothing
+    ctx = sense_context(None, {"kafka": {"shop": {"bootstrap.servers": kafka_broker.bootstrap}}})
+    target = sensing_target("kafka", f"shop: {topic}")
+    woken: list[str] = []
+    watch = KafkaSource().watch([target], ctx, woken.append)
+    assert watch is not None
+    try:
+        time.sleep(3)  # assigned at the end
+        assert woken == []
+        kafka_broker.produce(topic, "new", partition=1)
+        wait_for(lambda: woken == [target.source_key], 30, "a wake-up for the topic")
+        kafka_broker.produce(topic, *[f"m{i}" for i in range(50)])
+        wait_for(lambda: len(woken) >= 2, 30, "a wake-up for the burst")
+        time.sleep(2)
+        assert len(woken) < 20, len(woken)  # paused after each: not a wake-up per message
+    finally:
+        watch.close()
