@@ -184,6 +184,8 @@ class Settings:
     databricks_retry_timeout_s: int = 120
     #: the run id a local job's own ``complete`` reports (set by the local jobs backend)
     job_run_id: str | None = None
+    #: the OpenLineage job namespace of the runs Heartbeat triggers (docs/lineage.md)
+    lineage_namespace: str = "heartbeat"
 
     @property
     def retry_policy_file(self) -> Path | None:
@@ -438,6 +440,11 @@ class HeartbeatEnvironment(BaseSettings):
     lease_ttl: PositiveDuration = _var("HEARTBEAT_LEASE_TTL", 600.0, "how long a tick's lease lasts without renewal")
     lease_wait: Duration = _var("HEARTBEAT_LEASE_WAIT", 30.0,
                                 "how long a command waits for another runner's tick to end, then skips (`--wait-lease`)")
+    lineage_namespace: Annotated[str, _Accepts("a namespace such as `heartbeat` or `prod.sales`")] = _var(
+        "HEARTBEAT_LINEAGE_NAMESPACE", "heartbeat",
+        "the OpenLineage job namespace of the runs Heartbeat triggers; lineage itself is on when OpenLineage is "
+        "configured (`OPENLINEAGE_URL`, `OPENLINEAGE_CONFIG` or `openlineage.yml`: [docs/lineage.md](docs/lineage.md))",
+        min_length=1)
     max_removal_share: Annotated[float, _Accepts("a number")] = _var(
         "HEARTBEAT_MAX_REMOVAL_SHARE", 0.5, "share of active rows a `seed` may retire without `--allow-removals`",
         ge=0, le=1)
@@ -618,6 +625,7 @@ def settings_from(env: HeartbeatEnvironment) -> Settings:
         databricks_http_timeout_s=env.databricks_http_timeout,
         databricks_retry_timeout_s=max(1, round(env.databricks_retry_timeout)),
         job_run_id=env.job_run_id,
+        lineage_namespace=env.lineage_namespace,
     )
 
 
