@@ -89,6 +89,8 @@ log = logging.getLogger(__name__)
 BACKEND_MEMORY = "jobs_backend_memory"
 #: tokens of one request's chain (see skipped_token) read in one query
 SKIP_CHAIN = 8
+#: the events that start or end a run of a job (TickResult.run_events)
+RUN_EVENT_TYPES = (EventType.TRIGGERED, EventType.COMPLETED, EventType.FAILED)
 #: figures of a run summary's stage_timings that are counts, not seconds of a stage
 COUNT_FIGURES = ("idle_ticks", "sql_parses", "mean_sql_parses", "engine_recycles", "engine_wakes", "loop_restarts")
 
@@ -152,6 +154,8 @@ class TickResult:
     #: the control table's last build of the tick folded its trigger requests in (see ControlTable.refresh)
     control_folded: bool = False
     maintenance: MaintenanceResult | None = None
+    #: the TRIGGERED, COMPLETED and FAILED events this tick recorded, in order (what lineage reports)
+    run_events: list[Event] = field(default_factory=list)
 
     @property
     def sensor_errors(self) -> list[SensingOutcome]:
@@ -201,7 +205,8 @@ class TickResult:
 
 
 class TickObserver:
-    """Watches each tick's result after its report is written (the alert monitor, runner/alerting.py).
+    """Watches each tick's result after its report is written (the alert monitor, runner/alerting.py; lineage,
+    runner/lineage.py).
 
     The default watches nothing. ``observe`` must not raise and must not block on the network.
     """
@@ -211,6 +216,21 @@ class TickObserver:
 
     def close(self) -> None:
         """Called when the runner stops."""
+
+
+@dataclass
+class TickObservers(TickObserver):
+    """Several observers, called in order."""
+
+    observers: list[TickObserver]
+
+    def observe(self, result: TickResult) -> None:
+        for observer in self.observers:
+            observer.observe(result)
+
+    def close(self) -> None:
+        for observer in self.observers:
+            observer.close()
 
 
 @dataclass
@@ -872,6 +892,7 @@ class Heartbeat:
         made the only commit."""
         self.control.append(events)
         result.events_written += len(events)
+        result.run_events += [e for e in events if e.event_type in RUN_EVENT_TYPES]
         if events:
             self._empty.committed(self.store.events_version() if self._empty.carrying else None)
         if any(e.event_type is EventType.RUN_SKIPPED for e in events):
