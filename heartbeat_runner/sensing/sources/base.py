@@ -169,7 +169,8 @@ def database_dataset(url: object, fallback: str, schema_and_table: str) -> Linea
 
     if not isinstance(url, str) or not url:
         return LineageDataset(fallback, schema_and_table)
-    text = url[len("jdbc:"):] if url.startswith("jdbc:") else url
+    text, *properties = (url[len("jdbc:"):] if url.startswith("jdbc:") else url).split(";")  # SQL Server's ;k=v
+    named = dict(p.split("=", 1) for p in properties if "=" in p)
     try:
         parts = urlsplit(text)
         port = parts.port
@@ -181,7 +182,7 @@ def database_dataset(url: object, fallback: str, schema_and_table: str) -> Linea
     scheme, default_port = _DATABASES.get(dialect, (dialect, None))
     if not parts.hostname or not scheme:
         return LineageDataset(fallback, schema_and_table)
-    database = parts.path.strip("/").split("/")[0].split(";")[0]
+    database = parts.path.strip("/").split("/")[0] or named.get("databaseName") or named.get("database", "")
     authority = parts.hostname + (f":{port or default_port}" if (port or default_port) else "")
     return LineageDataset(f"{scheme}://{authority}", f"{database}.{schema_and_table}" if database else schema_and_table)
 
