@@ -112,13 +112,15 @@ class LineageMonitor(TickObserver):
         """Record what was sent, queue what the tick recorded (and, when due, what earlier ones left). Never raises."""
         try:
             self._record_sent(self.outbox.drain(), result.run_id)
+        except Exception:  # noqa: BLE001 - recorded by a later tick (the attempts were handed back)
+            log.exception("OpenLineage events: recording the deliveries failed")
+        try:
             rows = [RunEventRow.of(_as_row(e)) for e in result.run_events if e.job_run_id]
             if self._looked_at is None or time.monotonic() - self._looked_at >= REFRESH_S:
-                rows = self._unsent(since=utcnow() - CATCH_UP) + rows
-                self._looked_at = time.monotonic()
+                rows = self._look_back() + rows
             self._queue(rows)
         except Exception:  # noqa: BLE001 - lineage must never fail the tick; it tries again next tick
-            log.exception("OpenLineage events: building or recording them failed")
+            log.exception("OpenLineage events: building them failed (a later look back sends them)")
 
     def close(self) -> None:
         """Send what is queued (bounded), record it, stop the outbox."""
@@ -129,6 +131,16 @@ class LineageMonitor(TickObserver):
             log.exception("recording the last OpenLineage deliveries failed")
 
     # -- queueing -------------------------------------------------------------------------------
+
+    def _look_back(self) -> list[RunEventRow]:
+        """The unsent run events of the last ``CATCH_UP`` (none when the read fails: the next tick looks again)."""
+        try:
+            found = self._unsent(since=utcnow() - CATCH_UP)
+        except Exception:  # noqa: BLE001 - this tick's own events are still queued
+            log.exception("OpenLineage events: looking back for unsent ones failed")
+            return []
+        self._looked_at = time.monotonic()
+        return found
 
     def _queue(self, rows: list[RunEventRow]) -> None:
         """The records of ``rows`` not queued yet, built in two reads at most, queued in order."""
