@@ -47,8 +47,21 @@ REFRESH_S = 600.0
 CLOSE_FLUSH_S = 10.0
 #: the outbox's one channel
 CHANNEL = "openlineage"
-_KINDS = {EventType.TRIGGERED.value: LineageKind.START, EventType.COMPLETED.value: LineageKind.COMPLETE,
-          EventType.FAILED.value: LineageKind.FAIL}
+_KINDS = {EventType.TRIGGERED: LineageKind.START, EventType.COMPLETED: LineageKind.COMPLETE,
+          EventType.FAILED: LineageKind.FAIL}
+
+
+@dataclass(frozen=True)
+class LineageKey:
+    """One event of one run: the job, the jobs backend's run id, START / COMPLETE / FAIL."""
+
+    job_id: str
+    job_run_id: str
+    kind: LineageKind
+
+    @classmethod
+    def of(cls, record: LineageRecord) -> LineageKey:
+        return cls(record.job_id, record.job_run_id, record.kind)
 
 
 @dataclass(frozen=True)
@@ -71,7 +84,7 @@ class LineageChannel:
 class RunEventRow:
     """A TRIGGERED, COMPLETED or FAILED event as lineage reads it (from a tick's result or from the table)."""
 
-    event_type: str
+    event_type: EventType
     job_id: str
     job_run_id: str
     idempotency_token: str | None
@@ -80,17 +93,12 @@ class RunEventRow:
 
     @classmethod
     def of(cls, row: Mapping[str, Any]) -> RunEventRow:
-        return cls(row["event_type"], row["trigger_job_id"], str(row["job_run_id"]), row.get("idempotency_token"),
+        return cls(EventType(row["event_type"]), row["trigger_job_id"], str(row["job_run_id"]), row.get("idempotency_token"),
                    as_utc(row["event_ts"]), row.get("message"))
 
     @property
-    def key(self) -> tuple[str, str, str]:
-        return self.job_id, self.job_run_id, _KINDS[self.event_type].value
-
-
-def record_key(record: LineageRecord) -> tuple[str, str, str]:
-    """One event of one run: (job, the backend's run id, START / COMPLETE / FAIL)."""
-    return record.job_id, record.job_run_id, record.kind.value
+    def key(self) -> LineageKey:
+        return LineageKey(self.job_id, self.job_run_id, _KINDS[self.event_type])
 
 
 @dataclass
@@ -104,7 +112,7 @@ class LineageMonitor(TickObserver):
     job_namespace: str = "heartbeat"
     backend: str | None = None
     #: keys queued by this process and not yet recorded as sent (a look back skips them)
-    _queued: set[tuple[str, str, str]] = field(default_factory=set)
+    _queued: set[LineageKey] = field(default_factory=set)
     _looked_at: float | None = None
     _datasets: dict[tuple[str, str], LineageDataset] = field(default_factory=dict)
 
@@ -147,14 +155,14 @@ class LineageMonitor(TickObserver):
         rows = [r for r in _distinct(rows) if r.key not in self._queued]
         if not rows:
             return
-        ended = [r for r in rows if r.event_type != EventType.TRIGGERED.value]
+        ended = [r for r in rows if r.event_type is not EventType.TRIGGERED]
         ours = self.store.triggered_runs([r.job_run_id for r in ended]) if ended else set()
-        rows = [r for r in rows if r.event_type == EventType.TRIGGERED.value or (r.job_id, r.job_run_id) in ours]
+        rows = [r for r in rows if r.event_type is EventType.TRIGGERED or (r.job_id, r.job_run_id) in ours]
         payloads = self.store.trigger_payloads(sorted({r.idempotency_token for r in rows
-                                                       if r.event_type == EventType.TRIGGERED.value
+                                                       if r.event_type is EventType.TRIGGERED
                                                        and r.idempotency_token}))
         records = [self._record(r, payloads) for r in rows]
-        self._queued.update(record_key(r) for r in records)
+        self._queued.update(LineageKey.of(r) for r in records)
         self.outbox.submit(CHANNEL, records)
 
     def _record(self, row: RunEventRow, payloads: Mapping[str, Mapping[str, str]]) -> LineageRecord:
@@ -200,7 +208,7 @@ class LineageMonitor(TickObserver):
         except Exception:
             self.outbox.requeue_results(attempts)
             raise
-        self._queued.difference_update(record_key(r) for r in sent)
+        self._queued.difference_update(LineageKey.of(r) for r in sent)
 
     def _unsent(self, since: datetime) -> list[RunEventRow]:
         """The run events since ``since`` without their LINEAGE_SENT, oldest first."""
@@ -209,20 +217,20 @@ class LineageMonitor(TickObserver):
         for row in found:
             if row["event_type"] == EventType.LINEAGE_SENT.value and row.get("payload"):
                 payload = json.loads(row["payload"])
-                sent.add((payload["job_id"], payload["job_run_id"], payload["event_type"]))
+                sent.add(LineageKey(payload["job_id"], payload["job_run_id"], LineageKind(payload["event_type"])))
         rows = [RunEventRow.of(row) for row in found
-                if row["event_type"] in _KINDS and row.get("job_run_id") and row.get("trigger_job_id")]
+                if EventType(row["event_type"]) in _KINDS and row.get("job_run_id") and row.get("trigger_job_id")]
         return sorted((r for r in rows if r.key not in sent), key=lambda r: r.event_ts)
 
 
 def _as_row(event: Event) -> dict[str, Any]:
-    return {"event_type": event.event_type.value, "trigger_job_id": event.trigger_job_id,
+    return {"event_type": event.event_type, "trigger_job_id": event.trigger_job_id,
             "job_run_id": event.job_run_id, "idempotency_token": event.idempotency_token,
             "event_ts": event.event_ts, "message": event.message}
 
 
 def _distinct(rows: Iterable[RunEventRow]) -> list[RunEventRow]:
-    seen: dict[tuple[str, str, str], RunEventRow] = {}
+    seen: dict[LineageKey, RunEventRow] = {}
     for row in rows:
         seen.setdefault(row.key, row)
     return list(seen.values())
@@ -238,12 +246,12 @@ def _window_facet(source: Mapping[str, Any], window: Mapping[str, Any] | None) -
 def _sent_event(record: LineageRecord, run_id: str) -> Event:
     """LINEAGE_SENT of one event: no job column (the control table derives nothing from it), a deterministic id
     (recorded twice, one event)."""
-    job_id, job_run_id, kind = record_key(record)
-    payload = {"job_id": job_id, "job_run_id": job_run_id, "event_type": kind, "run_uuid": record.run_id,
-               "job_namespace": record.job_namespace}
+    kind = record.kind.value
+    payload = {"job_id": record.job_id, "job_run_id": record.job_run_id, "event_type": kind,
+               "run_uuid": record.run_id, "job_namespace": record.job_namespace}
     return Event(event_type=EventType.LINEAGE_SENT, run_id=run_id, snapshot_ts=utcnow(),
-                 event_id=alert_event_id(EventType.LINEAGE_SENT, job_id, job_run_id, kind), message=kind,
-                 payload=json.dumps(payload, sort_keys=True))
+                 event_id=alert_event_id(EventType.LINEAGE_SENT, record.job_id, record.job_run_id, kind),
+                 message=kind, payload=json.dumps(payload, sort_keys=True))
 
 
 def lineage_monitor(store: TableStore, control: ControlTable, naming: LineageNaming, *, job_namespace: str,

@@ -97,11 +97,6 @@ class LineageRecord:
     def run_id(self) -> str:
         return lineage_run_id(self.job_namespace, self.job_id, self.job_run_id)
 
-    @property
-    def key(self) -> tuple[str, str]:
-        """What OpenLineage tells events apart by: the run and its transition."""
-        return self.run_id, self.kind.value
-
 
 def build_event(record: LineageRecord) -> RunEvent:
     """The client's RunEvent of ``record`` (imports the client: call only when lineage is on)."""
