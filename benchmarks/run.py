@@ -65,6 +65,8 @@ TARGETS: dict[str, tuple[float, str]] = {
     # issue 42: what a loop serving Prometheus metrics adds to a steady tick, and a scrape's answer
     "metrics_cost_1000_pct": (2.0, "max"),
     "metrics_scrape_10000_ms": (50.0, "max"),
+    # issue 42: the lineage monitor's time in a steady tick at 1,000 sensors, over that tick's time
+    "lineage_share_1000": (0.02, "max"),
 }
 
 
@@ -209,6 +211,7 @@ def measure_size(workload: Workload, repeats: int, history: int = 0) -> dict[str
         archived = app.store.count("heartbeat_events_archive")
         steady = [_tick_figures(heartbeat.tick()) for _ in range(repeats)]
         metrics = metrics_on_off(heartbeat, repeats)
+        lineage = _lineage_cost(app, heartbeat, workload.root / "lineage.jsonl", max(repeats, LINEAGE_PAIRS))
         busy = []
         for rep in range(repeats):
             workload.change(workload.busy_set(rep), tag=rep)
@@ -228,10 +231,56 @@ def measure_size(workload: Workload, repeats: int, history: int = 0) -> dict[str
         "archived_before_ticks": archived,
         "steady": _summarise(steady),
         "metrics": metrics,
+        "lineage": lineage,
         "busy": _summarise(busy),
         "peak_rss_mib": round(peak_rss_mib, 1),
         "baseline": {"wall_s": _median(baseline), "runs": baseline, "queries": workload.n},
     }
+
+
+#: steady ticks with lineage off and on, interleaved, for the lineage figure (at least this many of each)
+LINEAGE_PAIRS = 10
+
+
+def _lineage_cost(app, heartbeat, path: Path, pairs: int) -> dict[str, Any]:
+    """Steady ticks with OpenLineage on (the client's file transport) interleaved with ticks with it off: each
+    tick's wall time, and the lineage monitor's own time within the ticks with it on (docs/lineage.md, "Cost").
+    The first tick with lineage on looks back for unsent events (once per process): measured apart."""
+    import os
+    import statistics
+
+    from heartbeat_runner.runner.tick import TickObservers
+
+    os.environ.update({"OPENLINEAGE__TRANSPORT__TYPE": "file", "OPENLINEAGE__TRANSPORT__LOG_FILE_PATH": str(path),
+                       "OPENLINEAGE__TRANSPORT__APPEND": "true"})
+    monitor = app.lineage_monitor(heartbeat.ctx)
+    if monitor is None:
+        return {"error": "the OpenLineage client is not installed (the lineage extra)"}
+    own: list[float] = []
+    observe = monitor.observe
+
+    def timed(result) -> None:
+        began = time.perf_counter()
+        observe(result)
+        own.append(time.perf_counter() - began)
+
+    monitor.observe = timed  # type: ignore[method-assign]
+    off_observer = heartbeat.observer
+    heartbeat.observer = TickObservers([off_observer, monitor])
+    first = heartbeat.tick().duration_s
+    look_back_s = own.pop()
+    on, off = [], []
+    for _ in range(pairs):
+        heartbeat.observer = off_observer
+        off.append(heartbeat.tick().duration_s)
+        heartbeat.observer = TickObservers([off_observer, monitor])
+        on.append(heartbeat.tick().duration_s)
+    heartbeat.observer = off_observer
+    monitor.close()
+    off_s, on_s, own_s = statistics.median(off), statistics.median(on), statistics.median(own)
+    return {"off_s": round(off_s, 4), "on_s": round(on_s, 4), "monitor_s": round(own_s, 7),
+            "share": round(own_s / off_s, 6),
+            "first_tick_s": round(first, 3), "look_back_s": round(look_back_s, 4), "pairs": pairs}
 
 
 def _add_history(app, heartbeat, total_events: int) -> dict[str, Any]:
@@ -473,6 +522,7 @@ def summary(results: dict[str, Any]) -> list[dict[str, Any]]:
         "baseline_speedup_1000": big and big["speedup"],
         "metrics_cost_1000_pct": big and big["metrics"]["cost_pct"],
         "metrics_scrape_10000_ms": results["metrics_scrape"]["median_ms"],
+        "lineage_share_1000": big and big.get("lineage", {}).get("share"),
     }
     return _judge(TARGETS, measured)
 
@@ -494,6 +544,13 @@ def print_report(results: dict[str, Any]) -> None:
     for size, r in results["sizes"].items():
         print(f"{size} sensors: {r['jobs']} jobs, seed (CLI) {r['seed_s']:.1f}s, "
               f"first tick {r['first_tick']['wall_s']:.2f}s, {r['events_before_ticks']} events before the measured ticks")
+    for size, r in results["sizes"].items():
+        lineage = r.get("lineage") or {}
+        if "share" in lineage:
+            print(f"{size} sensors, lineage on (file transport): steady tick {lineage['on_s']:.3f}s vs "
+                  f"{lineage['off_s']:.3f}s off (median of {lineage['pairs']} each, interleaved); the monitor's own "
+                  f"{lineage['monitor_s'] * 1e6:.0f} µs = {lineage['share'] * 100:.3f}% of the tick (target <= 2%); "
+                  f"its look back at start {lineage['look_back_s']:.3f}s")
     cold, loop = results["cold_start"], results["loop_latency"]
     print(f"cold start ({cold['sensors']} sensors): {cold['no_new_data_s']:.2f}s without new data, "
           f"{cold['new_data_s']:.2f}s with new data")

@@ -33,6 +33,8 @@ class FaultPoint(TextEnum):
     CLOSING = "closing"
     # alerts (runner/alerting.py): a raised or resolved alert recorded, its message not sent yet
     AFTER_ALERT_RECORDED = "after_alert_recorded"
+    # lineage (runner/lineage.py): an OpenLineage event accepted by its transport, LINEAGE_SENT not recorded yet
+    AFTER_LINEAGE_SENT = "after_lineage_sent"
     # maintenance (lakehouse/maintenance.py): archiving moves keys staged, copied, deleted
     ARCHIVE_EVENTS_AFTER_STAGING = "archive_events_after_staging"
     ARCHIVE_EVENTS_AFTER_COPY = "archive_events_after_copy"

@@ -89,6 +89,10 @@ class Metrics:
                                         "by destination kind", ["destination"], registry=r)
         self.alert_failures = Counter("heartbeat_alert_delivery_failures", "Alert messages that could not be "
                                       "delivered (retried), by destination kind", ["destination"], registry=r)
+        self.lineage_events = Counter("heartbeat_lineage_events", "OpenLineage events the transport accepted",
+                                      registry=r)
+        self.lineage_failures = Counter("heartbeat_lineage_event_failures", "OpenLineage events that could not "
+                                        "be delivered (retried)", registry=r)
         self.alerts_open = Gauge("heartbeat_alerts_open", "Open alerts, by alert kind (as of the latest tick)",
                                  ["kind"], registry=r)
         self.engine_recycles = Counter("heartbeat_engine_recycles", "Embedded engine processes replaced",

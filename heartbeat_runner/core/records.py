@@ -34,6 +34,7 @@ class EventType(str, enum.Enum):
     ALERT_RESOLVED = "ALERT_RESOLVED"  # it cleared (recorded before the resolve messages are sent)
     ALERT_SENT = "ALERT_SENT"          # a destination accepted the raise or resolve message
     ALERT_DELIVERY_FAILED = "ALERT_DELIVERY_FAILED"  # a destination refused or did not answer (retried)
+    LINEAGE_SENT = "LINEAGE_SENT"      # the OpenLineage transport accepted a run's START / COMPLETE / FAIL event
 
 
 class JobStatus(str, enum.Enum):

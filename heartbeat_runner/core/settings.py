@@ -204,6 +204,8 @@ class Settings:
     wake_port: int | None = None
     wake_host: str = "127.0.0.1"
     wake_token: str | None = field(default=None, repr=False)
+    #: the OpenLineage job namespace of the runs Heartbeat triggers (docs/lineage.md)
+    lineage_namespace: str = "heartbeat"
 
     @property
     def retry_policy_file(self) -> Path | None:
@@ -458,6 +460,11 @@ class HeartbeatEnvironment(BaseSettings):
     lease_ttl: PositiveDuration = _var("HEARTBEAT_LEASE_TTL", 600.0, "how long a tick's lease lasts without renewal")
     lease_wait: Duration = _var("HEARTBEAT_LEASE_WAIT", 30.0,
                                 "how long a command waits for another runner's tick to end, then skips (`--wait-lease`)")
+    lineage_namespace: Annotated[str, _Accepts("a namespace such as `heartbeat` or `prod.sales`")] = _var(
+        "HEARTBEAT_LINEAGE_NAMESPACE", "heartbeat",
+        "the OpenLineage job namespace of the runs Heartbeat triggers; lineage itself is on when OpenLineage is "
+        "configured (`OPENLINEAGE_URL`, `OPENLINEAGE_CONFIG` or `openlineage.yml`: [docs/lineage.md](docs/lineage.md))",
+        min_length=1)
     max_removal_share: Annotated[float, _Accepts("a number")] = _var(
         "HEARTBEAT_MAX_REMOVAL_SHARE", 0.5, "share of active rows a `seed` may retire without `--allow-removals`",
         ge=0, le=1)
@@ -668,6 +675,7 @@ def settings_from(env: HeartbeatEnvironment) -> Settings:
         wake_port=env.wake_port,
         wake_host=env.wake_host,
         wake_token=env.wake_token,
+        lineage_namespace=env.lineage_namespace,
     )
 
 

@@ -569,6 +569,23 @@ class TableStore:
                          columns=["event_id", "event_ts", "source_key", "cursor_from", "cursor_to",
                                   "window_from", "window_to", "rows", "payload"])
 
+    def triggered_runs(self, job_run_ids: list[str]) -> set[tuple[str, str]]:
+        """(job, run id) of those of ``job_run_ids`` a trigger of Heartbeat started (a TRIGGERED event)."""
+        if not job_run_ids:
+            return set()
+        found = self.read(EVENTS, Cond("event_type", EventType.TRIGGERED.value),
+                          Cond("job_run_id", sorted(set(job_run_ids)), "in"), columns=["trigger_job_id", "job_run_id"])
+        return {(row["trigger_job_id"], str(row["job_run_id"])) for row in found}
+
+    def lineage_backlog(self, since: datetime) -> list[dict]:
+        """The run events (TRIGGERED, COMPLETED, FAILED) and LINEAGE_SENT records since ``since``: what lineage
+        looks back at when it starts."""
+        kinds = [EventType.TRIGGERED.value, EventType.COMPLETED.value, EventType.FAILED.value,
+                 EventType.LINEAGE_SENT.value]
+        return self.read(EVENTS, Cond("event_type", kinds, "in"), Cond("event_ts", since, ">="),
+                         columns=["event_type", "trigger_job_id", "job_run_id", "idempotency_token", "event_ts",
+                                  "message", "payload"])
+
     def open_sequences(self) -> list[dict]:
         """Catch-up sequences not finished yet: running, failed, or with a run due (``status`` shows them)."""
         return self.read(SEQUENCES_VIEW, Cond("is_finished", False), order_by=["trigger_job_id"])

@@ -1,11 +1,13 @@
-"""Delivering alerts off the tick's path: the outbox that queues, groups and retries what the senders send.
+"""Delivering off the tick's path: the outbox that queues, groups and retries what the senders send.
 
-An :class:`Outbox` owns one background thread. The tick hands it notices (a raise or a resolve of one
-alert) *after* they are recorded; the thread sends them (``senders/send.py``) with bounded timeouts, retries
-failures with exponential back-off, and groups a storm: a webhook or email destination gets at most one
-message per ``group_interval`` (the first at once, what comes meanwhile as one digest). PagerDuty gets one
-event per notice, because its ``dedup_key`` must be the alert's key for a resolve to find its trigger; the
-root-cause grouping already makes one alert of a late source's many jobs.
+An :class:`Outbox` owns one background thread and a queue per :class:`Channel` (a destination of alerts,
+the OpenLineage transport). The tick hands it items (a raise or a resolve of one alert, a run's lineage
+event) *after* they are recorded; the thread sends them with bounded timeouts, retries failures with
+exponential back-off, and groups a storm: a grouped channel gets at most one send per ``group_interval``
+(the first at once, what comes meanwhile as one batch). For alerts (:func:`alert_outbox`) a webhook or email
+destination is grouped (one digest); PagerDuty gets one event per notice, because its ``dedup_key`` must be
+the alert's key for a resolve to find its trigger; the root-cause grouping already makes one alert of a late
+source's many jobs. A channel with ``max_batch`` 1 (lineage) gets its items one at a time, in order.
 
 What happened to each attempt comes back through :meth:`Outbox.drain` for the tick to record
 (ALERT_SENT / ALERT_DELIVERY_FAILED); an attempt's error is the sender's redacted one line.
@@ -18,6 +20,7 @@ import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any, Generic, Protocol, TypeVar
 
 from heartbeat_runner.core.backoff import Backoff
 from heartbeat_runner.core.metrics import metrics
@@ -26,6 +29,8 @@ from heartbeat_runner.jobs.databricks_workspace import DatabricksSecrets
 from heartbeat_runner.senders.destinations import Destination, DestinationKind
 from heartbeat_runner.senders.send import DEFAULT_TIMEOUT_S, Attempt, DeliveryError, Notice, send
 
+T = TypeVar("T")
+
 log = logging.getLogger(__name__)
 
 #: back-off after the n-th consecutive failure of a destination (core/backoff.py): BASE * 2^(n-1), at most MAX
@@ -33,33 +38,85 @@ BACKOFF_BASE_S = 1.0
 BACKOFF_MAX_S = 300.0
 
 
-@dataclass
-class _Queue:
-    """One destination's waiting notices and when it may be sent to next."""
+class Channel(Protocol[T]):
+    """Where an outbox's items go: ``deliver`` sends a batch (all accepted, or DeliveryError: one redacted line)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def grouped(self) -> bool:
+        """At most one send per group interval (else the next batch goes as soon as the last is accepted)."""
+
+    @property
+    def max_batch(self) -> int | None:
+        """The most items one send takes (None: all that wait)."""
+
+    def deliver(self, items: list[T], timeout_s: float) -> None: ...
+
+
+@dataclass(frozen=True)
+class AlertChannel:
+    """An alert destination as an outbox channel: its notices go through ``senders/send.py``."""
 
     destination: Destination
-    waiting: list[Notice] = field(default_factory=list)
+    secrets: SecretResolver
+    max_batch: int | None = None
+
+    @property
+    def name(self) -> str:
+        return self.destination.name
+
+    @property
+    def kind(self) -> str:
+        return self.destination.kind.value
+
+    @property
+    def grouped(self) -> bool:
+        return self.destination.kind is not DestinationKind.PAGERDUTY
+
+    def deliver(self, items: list[Notice], timeout_s: float) -> None:
+        send(self.destination, items, timeout_s, self.secrets)
+
+
+def alert_outbox(destinations: Iterable[Destination], *, group_interval_s: float,
+                 secrets: SecretResolver | None = None, timeout_s: float = DEFAULT_TIMEOUT_S) -> Outbox[Notice]:
+    """The outbox of alert notices; ``secrets`` reads ``{secret: scope/key}`` references at each send (default:
+    the SDK's auth chain)."""
+    resolver: SecretResolver = secrets or DatabricksSecrets()
+    return Outbox([AlertChannel(d, resolver) for d in destinations], group_interval_s=group_interval_s,
+                  timeout_s=timeout_s)
+
+
+@dataclass
+class _Queue(Generic[T]):
+    """One channel's waiting items and when it may be sent to next."""
+
+    channel: Channel[T]
+    waiting: list[T] = field(default_factory=list)
     failures: int = 0
     not_before: float = 0.0
 
 
-class Outbox:
-    """Sends notices from a background thread: bounded timeouts, back-off, one message per interval per destination.
+class Outbox(Generic[T]):
+    """Sends items from a background thread: bounded timeouts, back-off, one send per interval per grouped channel.
 
-    Invariant: a notice stays queued until its destination accepted it (or the outbox is closed: then
-    the event log still says it was not sent, and the next runner sends it).
+    Invariant: an item stays queued until its channel accepted it (or the outbox is closed: then the event
+    log still says it was not sent, and the next runner sends it).
     """
 
-    def __init__(self, destinations: Iterable[Destination], *, group_interval_s: float,
+    def __init__(self, channels: Iterable[Channel[T]], *, group_interval_s: float,
                  timeout_s: float = DEFAULT_TIMEOUT_S, backoff_base_s: float = BACKOFF_BASE_S,
-                 backoff_max_s: float = BACKOFF_MAX_S, secrets: SecretResolver | None = None):
-        """``secrets`` reads ``{secret: scope/key}`` references at each send (default: the SDK's auth chain)."""
-        self._queues = {d.name: _Queue(d) for d in destinations}
-        self.secrets: SecretResolver = secrets or DatabricksSecrets()
+                 backoff_max_s: float = BACKOFF_MAX_S, thread_name: str = "heartbeat-alerts"):
+        self._queues: dict[str, _Queue[T]] = {c.name: _Queue(c) for c in channels}
+        self.thread_name = thread_name
         self.group_interval_s = group_interval_s
         self.timeout_s = timeout_s
         self.backoff = Backoff(backoff_base_s, backoff_max_s)
-        self._done: list[Attempt] = []
+        self._done: list[Attempt[T]] = []
         self._lock = threading.Condition()
         self._stopping = False
         self._thread: threading.Thread | None = None
@@ -68,8 +125,8 @@ class Outbox:
     def destinations(self) -> list[str]:
         return list(self._queues)
 
-    def submit(self, destination: str, notices: Iterable[Notice]) -> None:
-        """Queue ``notices`` (already recorded) for ``destination``; an unknown name is ignored."""
+    def submit(self, destination: str, notices: Iterable[T]) -> None:
+        """Queue ``notices`` (already recorded) for channel ``destination``, each once; an unknown name is ignored."""
         with self._lock:
             queue = self._queues.get(destination)
             if queue is None:
@@ -78,13 +135,13 @@ class Outbox:
             self._start()
             self._lock.notify_all()
 
-    def drain(self) -> list[Attempt]:
+    def drain(self) -> list[Attempt[T]]:
         """The attempts finished since the last drain (the tick records them)."""
         with self._lock:
             done, self._done = self._done, []
         return done
 
-    def requeue_results(self, attempts: list[Attempt]) -> None:
+    def requeue_results(self, attempts: list[Attempt[T]]) -> None:
         """Give back drained attempts that could not be recorded (the next drain returns them again)."""
         with self._lock:
             self._done[:0] = attempts
@@ -110,7 +167,7 @@ class Outbox:
 
     def _start(self) -> None:
         if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="heartbeat-alerts", daemon=True)
+            self._thread = threading.Thread(target=self._run, name=self.thread_name, daemon=True)
             self._thread.start()
 
     def _run(self) -> None:
@@ -127,11 +184,11 @@ class Outbox:
             with self._lock:
                 self._settle(queue, notices, attempt)
 
-    def _next_batch(self) -> tuple[_Queue, list[Notice]] | None:
+    def _next_batch(self) -> tuple[_Queue[T], list[T]] | None:
         now = time.monotonic()
         for queue in self._queues.values():
             if queue.waiting and now >= queue.not_before:
-                return queue, list(queue.waiting)
+                return queue, queue.waiting[:queue.channel.max_batch]
         return None
 
     def _wait_s(self) -> float:
@@ -139,30 +196,36 @@ class Outbox:
         due = [q.not_before - now for q in self._queues.values() if q.waiting]
         return max(0.01, min(due)) if due else 1.0
 
-    def _send(self, queue: _Queue, notices: list[Notice]) -> Attempt:
-        number = queue.failures + 1
+    def _send(self, queue: _Queue[T], notices: list[T]) -> Attempt[T]:
+        number, channel = queue.failures + 1, queue.channel
         try:
-            send(queue.destination, notices, self.timeout_s, self.secrets)
+            channel.deliver(notices, self.timeout_s)
         except DeliveryError as exc:  # already one redacted line naming the destination
-            log.warning("alert delivery failed (attempt %d, retried): %s", number, exc)
-            return Attempt(queue.destination.name, tuple(notices), number, str(exc))
-        except Exception as exc:  # noqa: BLE001 - never reached (send wraps all); the thread must not end
-            message = f"{queue.destination.kind.value} destination {queue.destination.name}: {type(exc).__name__}"
-            log.warning("alert delivery failed (attempt %d, retried): %s", number, message)
-            return Attempt(queue.destination.name, tuple(notices), number, message)
-        return Attempt(queue.destination.name, tuple(notices), number)
+            log.warning("%s delivery failed (attempt %d, retried): %s", channel.kind, number, exc)
+            return Attempt(channel.name, tuple(notices), number, str(exc))
+        except Exception as exc:  # noqa: BLE001 - never reached (senders wrap all); the thread must not end
+            message = f"{channel.kind} destination {channel.name}: {type(exc).__name__}"
+            log.warning("%s delivery failed (attempt %d, retried): %s", channel.kind, number, message)
+            return Attempt(channel.name, tuple(notices), number, message)
+        return Attempt(channel.name, tuple(notices), number)
 
-    def _settle(self, queue: _Queue, notices: list[Notice], attempt: Attempt) -> None:
+    def _settle(self, queue: _Queue[T], notices: list[T], attempt: Attempt[T]) -> None:
         now = time.monotonic()
         self._done.append(attempt)
-        kind = queue.destination.kind.value
-        (metrics().alert_deliveries if attempt.ok else metrics().alert_failures).labels(destination=kind).inc()
+        _count(queue.channel, attempt.ok, len(notices))
         if attempt.ok:
             queue.waiting = [n for n in queue.waiting if n not in notices]
             queue.failures = 0
-            grouped = queue.destination.kind is not DestinationKind.PAGERDUTY
-            queue.not_before = now + (self.group_interval_s if grouped else 0.0)
+            queue.not_before = now + (self.group_interval_s if queue.channel.grouped else 0.0)
         else:
             queue.failures += 1
             queue.not_before = now + self.backoff.after(queue.failures)
         self._lock.notify_all()
+
+
+def _count(channel: Channel[Any], ok: bool, sent: int) -> None:
+    """An attempt in this process's metrics: alert messages by destination kind, OpenLineage events."""
+    if isinstance(channel, AlertChannel):
+        (metrics().alert_deliveries if ok else metrics().alert_failures).labels(destination=channel.kind).inc()
+    else:
+        (metrics().lineage_events if ok else metrics().lineage_failures).inc(sent)

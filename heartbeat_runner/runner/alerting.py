@@ -44,7 +44,7 @@ from heartbeat_runner.policies.alerts import (
     evaluate,
     overdue_jobs,
 )
-from heartbeat_runner.runner.alert_delivery import Outbox
+from heartbeat_runner.runner.alert_delivery import Outbox, alert_outbox
 from heartbeat_runner.runner.observability import count_open_alerts
 from heartbeat_runner.runner.tick import TickObserver, TickResult
 from heartbeat_runner.senders.send import AlertAction, Attempt, Notice
@@ -107,7 +107,7 @@ class AlertMonitor(TickObserver):
     backend: JobsBackend
     policies: AlertPolicies
     lakehouse_dir: Path
-    outbox: Outbox | None = None
+    outbox: Outbox[Notice] | None = None
     state: HotState = field(default_factory=HotState)
     open: dict[str, OpenAlert] = field(default_factory=dict)  # by identity
     _loaded_at: float | None = None
@@ -118,8 +118,8 @@ class AlertMonitor(TickObserver):
 
     def __post_init__(self) -> None:
         if self.outbox is None and self.policies.enabled:
-            self.outbox = Outbox(self.policies.destinations,
-                                 group_interval_s=self.policies.group_interval.total_seconds())
+            self.outbox = alert_outbox(self.policies.destinations,
+                                       group_interval_s=self.policies.group_interval.total_seconds())
 
     # -- the hook --------------------------------------------------------------------------------
 
@@ -336,7 +336,7 @@ class AlertMonitor(TickObserver):
         return Event(event_type=kind, run_id=run_id, snapshot_ts=utcnow(), event_id=alert_event_id(kind, alert.key),
                      idempotency_token=alert.key, message=notice.summary, payload=json.dumps(payload, sort_keys=True))
 
-    def _attempt_events(self, attempts: list[Attempt], run_id: str) -> list[Event]:
+    def _attempt_events(self, attempts: list[Attempt[Notice]], run_id: str) -> list[Event]:
         """ALERT_SENT for each accepted message, ALERT_DELIVERY_FAILED for each refused one (retried)."""
         events: list[Event] = []
         for attempt in attempts:

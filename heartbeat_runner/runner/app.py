@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import contextlib
+import logging
+import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from heartbeat_runner.core.errors import HeartbeatError, describe
 from heartbeat_runner.core.records import Event, EventType, utcnow
-from heartbeat_runner.core.settings import Settings
+from heartbeat_runner.core.secrets import redact
+from heartbeat_runner.core.settings import Settings, Target
 from heartbeat_runner.engines.engine import Engine, open_engine
 from heartbeat_runner.jobs.base import JobsBackend
 from heartbeat_runner.jobs.registry import build_backend
@@ -16,10 +19,11 @@ from heartbeat_runner.lakehouse.control_table import ControlTable
 from heartbeat_runner.lakehouse.dbt_invoke import DbtProject
 from heartbeat_runner.lakehouse.maintenance import Maintenance
 from heartbeat_runner.lakehouse.store import CONTROL, TABLE_COLUMNS, TableStore
-from heartbeat_runner.runner.tick import Heartbeat
+from heartbeat_runner.runner.tick import Heartbeat, TickObserver, TickObservers
 from heartbeat_runner.sensing.config import LoadedConfig
-from heartbeat_runner.sensing.sources.base import SenseContext
+from heartbeat_runner.sensing.sources.base import LineageNaming, SenseContext
 
+log = logging.getLogger(__name__)
 
 @dataclass
 class App:
@@ -109,12 +113,46 @@ class App:
                               progress=progress, policies=policies.retry,
                               sequences=Sequences(self.store, policies.catch_up, policies.windows),
                               maintenance=self.maintenance(progress) if self.settings.auto_maintenance else None)
-        heartbeat.observer = AlertMonitor(self.store, self.control, jobs, policies.alerts, self.settings.lakehouse_dir)
+        alerts = AlertMonitor(self.store, self.control, jobs, policies.alerts, self.settings.lakehouse_dir)
+        lineage = self.lineage_monitor(heartbeat.ctx)
+        heartbeat.observer = alerts if lineage is None else TickObservers([alerts, lineage])
         return heartbeat
+
+    def lineage_monitor(self, ctx: SenseContext) -> TickObserver | None:
+        """The OpenLineage monitor when OpenLineage is configured (docs/lineage.md); None (nothing, no import of
+        the client) when it is not."""
+        from heartbeat_runner.senders.lineage import lineage_configured
+
+        if not lineage_configured():
+            return None
+        from heartbeat_runner.runner.lineage import lineage_monitor
+
+        naming = LineageNaming(connections=ctx.connections, trigger_dir=ctx.trigger_dir,
+                               table_namespace=table_namespace(self.settings))
+        try:
+            return lineage_monitor(self.store, self.control, naming, job_namespace=self.settings.lineage_namespace,
+                                   backend=self.settings.effective_jobs_backend)
+        except ImportError:
+            log.warning("OpenLineage is configured but its client is not installed (pip install "
+                        "'heartbeat-runner[lineage]'): no lineage is sent")
+        except Exception as exc:  # noqa: BLE001 - the client's own configuration (its transport) is unusable
+            log.warning("OpenLineage configuration unusable, no lineage is sent: %s", redact(describe(exc)))
+        return None
 
     def maintenance(self, progress: Callable[[str], None] | None = None) -> Maintenance:
         """Maintenance of this lakehouse with the settings' policy."""
         return Maintenance(self.store, self.settings.maintenance, progress=progress or (lambda message: None))
+
+
+def table_namespace(settings: Settings) -> str:
+    """The OpenLineage namespace of upstream tables named by catalog name: the Databricks workspace
+    (``databricks://<host>``) on that target, else the engine's catalog (``spark_catalog``)."""
+    from urllib.parse import urlsplit
+
+    host = os.environ.get("DATABRICKS_HOST", "")
+    if settings.target is Target.DATABRICKS and host:
+        return f"databricks://{urlsplit(host if '://' in host else f'https://{host}').hostname or host}"
+    return "spark_catalog"
 
 
 @contextlib.contextmanager

@@ -91,6 +91,8 @@ log = logging.getLogger(__name__)
 BACKEND_MEMORY = "jobs_backend_memory"
 #: tokens of one request's chain (see skipped_token) read in one query
 SKIP_CHAIN = 8
+#: the events that start or end a run of a job (TickResult.run_events)
+RUN_EVENT_TYPES = (EventType.TRIGGERED, EventType.COMPLETED, EventType.FAILED)
 #: figures of a run summary's stage_timings that are counts, not seconds of a stage
 COUNT_FIGURES = ("idle_ticks", "sql_parses", "mean_sql_parses", "engine_recycles", "engine_wakes", "loop_restarts")
 
@@ -161,6 +163,8 @@ class TickResult:
     def polled(self) -> bool:
         """The tick sensed every due source (not only those a wake-up named)."""
         return self.scope.polls
+    #: the TRIGGERED, COMPLETED and FAILED events this tick recorded, in order (what lineage reports)
+    run_events: list[Event] = field(default_factory=list)
 
     @property
     def sensor_errors(self) -> list[SensingOutcome]:
@@ -211,7 +215,8 @@ class TickResult:
 
 
 class TickObserver:
-    """Watches each tick's result after its report is written (the alert monitor, runner/alerting.py).
+    """Watches each tick's result after its report is written (the alert monitor, runner/alerting.py; lineage,
+    runner/lineage.py).
 
     The default watches nothing. ``observe`` must not raise and must not block on the network.
     """
@@ -221,6 +226,21 @@ class TickObserver:
 
     def close(self) -> None:
         """Called when the runner stops."""
+
+
+@dataclass
+class TickObservers(TickObserver):
+    """Several observers, called in order."""
+
+    observers: list[TickObserver]
+
+    def observe(self, result: TickResult) -> None:
+        for observer in self.observers:
+            observer.observe(result)
+
+    def close(self) -> None:
+        for observer in self.observers:
+            observer.close()
 
 
 @dataclass
@@ -895,6 +915,7 @@ class Heartbeat:
         made the only commit."""
         self.control.append(events)
         result.events_written += len(events)
+        result.run_events += [e for e in events if e.event_type in RUN_EVENT_TYPES]
         if events:
             self._empty.committed(self.store.events_version() if self._empty.carrying else None)
         if any(e.event_type is EventType.RUN_SKIPPED for e in events):

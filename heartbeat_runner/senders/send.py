@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from email.message import EmailMessage
 from email.utils import formatdate
+from typing import Generic, TypeVar
 from urllib.parse import urlsplit
 
 from heartbeat_runner.core.errors import HeartbeatError
@@ -43,6 +44,9 @@ from heartbeat_runner.senders.destinations import SECRET_SETTINGS, Destination, 
 DEFAULT_TIMEOUT_S = 5.0
 SOURCE = "heartbeat"
 
+
+#: what an outbox queues and a sender delivers (alerts: Notice; lineage: a lineage record)
+Item = TypeVar("Item")
 
 class AlertAction(str, enum.Enum):
     RAISE = "raise"
@@ -77,11 +81,12 @@ class Notice:
 
 
 @dataclass(frozen=True)
-class Attempt:
-    """What one send of ``notices`` to ``destination`` came to (``error`` None: accepted)."""
+class Attempt(Generic[Item]):
+    """What one send of ``notices`` (alert notices, lineage records: an outbox's items) to ``destination``
+    came to (``error`` None: accepted)."""
 
     destination: str
-    notices: tuple[Notice, ...]
+    notices: tuple[Item, ...]
     attempt: int
     error: str | None = None
 

@@ -115,6 +115,79 @@ class SenseContext:
         return self.count_preprocessed(frame, target)
 
 
+@dataclass(frozen=True)
+class LineageDataset:
+    """A source's upstream as OpenLineage names a dataset: ``namespace`` (the data source, ``scheme://authority``)
+    and ``name`` (the dataset in it), per OpenLineage's naming conventions (docs/lineage.md has the table)."""
+
+    namespace: str
+    name: str
+
+
+@dataclass(frozen=True)
+class LineageNaming:
+    """What a source may use to name its dataset: the connections file (settings as written: references are
+    never resolved for a name), the trigger folder, and the namespace of bare table names (the Databricks
+    workspace, ``databricks://<host>``, or the local catalog)."""
+
+    connections: dict[str, dict[str, Any]] = field(default_factory=dict)
+    trigger_dir: Path = Path(".")
+    table_namespace: str = "spark_catalog"
+
+
+def location_dataset(location: str) -> LineageDataset:
+    """A dataset by location: a URL (``s3://bucket/key``, ``abfss://c@a.dfs.core.windows.net/p``, ``dbfs:/p``)
+    is split into its scheme and authority (namespace) and its path, without the leading ``/`` (name: the object
+    key); a local path is ``file`` + the absolute path."""
+    scheme, sep, rest = location.partition("://")
+    if sep and scheme:
+        authority, _, path = rest.partition("/")
+        return LineageDataset(f"{scheme}://{authority}", path or "/")
+    if location.startswith("dbfs:"):
+        return LineageDataset("dbfs", location[len("dbfs:"):])
+    return LineageDataset("file", location)
+
+
+def table_dataset(reference: str, naming: LineageNaming) -> LineageDataset:
+    """A Delta table by path or URL (:func:`location_dataset`), or by name in the catalog's namespace."""
+    if reference.startswith("/") or "://" in reference or reference.startswith("dbfs:"):
+        return location_dataset(reference)
+    return LineageDataset(naming.table_namespace, reference)
+
+
+#: a database URL's scheme (SQLAlchemy's dialect, or JDBC's sub-protocol) -> OpenLineage's scheme and default port
+_DATABASES = {"postgresql": ("postgres", 5432), "postgres": ("postgres", 5432), "mysql": ("mysql", 3306),
+              "mariadb": ("mysql", 3306), "mssql": ("sqlserver", 1433), "sqlserver": ("sqlserver", 1433),
+              "oracle": ("oracle", 1521), "db2": ("db2", 50000), "teradata": ("teradata", 1025),
+              "trino": ("trino", 8080), "redshift": ("redshift", 5439), "snowflake": ("snowflake", 443)}
+
+
+def database_dataset(url: object, fallback: str, schema_and_table: str) -> LineageDataset:
+    """A table of the database a SQLAlchemy or JDBC ``url`` names: ``<scheme>://<host>:<port>`` and
+    ``<database>.<schema>.<table>`` (OpenLineage's naming of relational tables; user and password never kept).
+    A URL that is a reference or cannot be read: ``fallback`` (``<section>://<connection>``) and the table."""
+    from urllib.parse import urlsplit
+
+    if not isinstance(url, str) or not url:
+        return LineageDataset(fallback, schema_and_table)
+    text, *properties = (url[len("jdbc:"):] if url.startswith("jdbc:") else url).split(";")  # SQL Server's ;k=v
+    named = dict(p.split("=", 1) for p in properties if "=" in p)
+    try:
+        parts = urlsplit(text)
+        port = parts.port
+    except ValueError:
+        return LineageDataset(fallback, schema_and_table)
+    dialect = parts.scheme.split("+")[0].lower()
+    if dialect == "sqlite":
+        return LineageDataset(f"sqlite://{parts.path[1:]}", schema_and_table)  # the database file, the table
+    scheme, default_port = _DATABASES.get(dialect, (dialect, None))
+    if not parts.hostname or not scheme:
+        return LineageDataset(fallback, schema_and_table)
+    database = parts.path.strip("/").split("/")[0] or named.get("databaseName") or named.get("database", "")
+    authority = parts.hostname + (f":{port or default_port}" if (port or default_port) else "")
+    return LineageDataset(f"{scheme}://{authority}", f"{database}.{schema_and_table}" if database else schema_and_table)
+
+
 def dump_cursor(value: dict[str, Any]) -> str:
     """Serialise a cursor deterministically (sorted keys) so equal cursors compare equal."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
@@ -174,6 +247,11 @@ class Source(abc.ABC):
         Delta versions). The default cannot cut: the whole backlog is one piece.
         """
         return [window]
+
+    def lineage_dataset(self, sensor_source: str, sensor_id: str, naming: LineageNaming) -> LineageDataset:
+        """Capability: the upstream of a target as an OpenLineage dataset (docs/lineage.md). No I/O, no secret
+        read. The default names it ``heartbeat://<sensor_source>`` / ``<sensor_id>``."""
+        return LineageDataset(f"heartbeat://{sensor_source}", sensor_id)
 
     def bounds(self, cursor_from: str | None, cursor_to: str | None) -> WindowBounds:
         """The window after ``cursor_from`` up to ``cursor_to`` in the job's terms (the structured job

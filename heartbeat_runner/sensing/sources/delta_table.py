@@ -27,12 +27,15 @@ from heartbeat_runner.core.windows import EventTimes, SourceWindow, WindowBounds
 from heartbeat_runner.engines import delta_log
 from heartbeat_runner.engines.engine import Engine
 from heartbeat_runner.sensing.sources.base import (
+    LineageDataset,
+    LineageNaming,
     SenseContext,
     SenseResult,
     SensingTarget,
     Source,
     dump_cursor,
     load_cursor,
+    table_dataset,
 )
 from heartbeat_runner.sensing.sources.common import frame_event_times, keyed_result, split_key_span
 from heartbeat_runner.sensing.watch import FolderWatch
@@ -48,6 +51,10 @@ CATALOG_CLOCK_MARGIN = timedelta(minutes=5)
 class DeltaTableSource(Source):
     source_types: ClassVar[tuple[str, ...]] = ("delta_table", "lmu_delta_table")
     reports_event_times: ClassVar[bool] = True
+
+    def lineage_dataset(self, sensor_source: str, sensor_id: str, naming: LineageNaming) -> LineageDataset:
+        """By location (``file`` + path, ``s3://bucket`` + key, ...) or by name in the catalog's namespace."""
+        return table_dataset(sensor_id, naming)
 
     def check_config(self, sensor_id: str, upstream_key: str | None) -> str | None:
         return check_table_reference(sensor_id)

@@ -25,10 +25,13 @@ from heartbeat_runner.core.errors import SourceError
 from heartbeat_runner.core.windows import Bucket, EventTimes, SourceWindow, WindowBounds, WindowLimit, epoch_seconds
 from heartbeat_runner.sensing.connections import env_name, resolve_secrets
 from heartbeat_runner.sensing.sources.base import (
+    LineageDataset,
+    LineageNaming,
     SenseContext,
     SenseResult,
     SensingTarget,
     Source,
+    database_dataset,
     dump_cursor,
     load_cursor,
 )
@@ -210,6 +213,13 @@ class JdbcSource(Source):
         before = (load_cursor(cursor_from) or {}).get("value") or {}
         after = (load_cursor(cursor_to) or {}).get("value") or {}
         return WindowBounds("key", before.get("value"), after.get("value"))
+
+    def lineage_dataset(self, sensor_source: str, sensor_id: str, naming: LineageNaming) -> LineageDataset:
+        """The database of the connection's ``url`` (or ``jdbc_url``): ``postgres://host:5432`` /
+        ``db.schema.table``; ``jdbc://<connection>`` / the table when the URL is a reference."""
+        connection, table = split_reference(sensor_id)
+        settings = naming.connections.get("jdbc", {}).get(connection or "", {})
+        return database_dataset(settings.get("url") or settings.get("jdbc_url"), f"jdbc://{connection}", table)
 
     def check_config(self, sensor_id: str, upstream_key: str | None) -> str | None:
         connection, table = split_reference(sensor_id)

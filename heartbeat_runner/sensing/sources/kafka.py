@@ -32,6 +32,8 @@ from heartbeat_runner.core.errors import SourceError
 from heartbeat_runner.core.windows import EventTimes, SourceWindow, WindowLimit, epoch_seconds
 from heartbeat_runner.sensing.connections import connection_settings
 from heartbeat_runner.sensing.sources.base import (
+    LineageDataset,
+    LineageNaming,
     SenseContext,
     SenseResult,
     SensingTarget,
@@ -79,6 +81,15 @@ class KafkaSource(Source):
                                        _offsets(lo), _offsets(hi)))
             lo = hi
         return pieces or [window]
+
+    def lineage_dataset(self, sensor_source: str, sensor_id: str, naming: LineageNaming) -> LineageDataset:
+        """``kafka://<first bootstrap server>`` / ``<topic>``; ``kafka://<data product>`` when the connections
+        file does not give the servers as text."""
+        product, topic = split_reference(sensor_id)
+        servers = naming.connections.get("kafka", {}).get(product or "", {}).get("bootstrap.servers")
+        first = servers.split(",")[0].strip() if isinstance(servers, str) else ""
+        server = first.partition("://")[2] or first  # SASL_SSL://host:9093 names the protocol too
+        return LineageDataset(f"kafka://{server or product}", topic)
 
     def check_config(self, sensor_id: str, upstream_key: str | None) -> str | None:
         product, topic = split_reference(sensor_id)

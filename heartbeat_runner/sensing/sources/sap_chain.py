@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from heartbeat_runner.core.errors import SourceError
 from heartbeat_runner.core.windows import EventTimes, SourceWindow, WindowBounds, WindowLimit, epoch_seconds
 from heartbeat_runner.sensing.sources.base import (
+    LineageDataset,
+    LineageNaming,
     SenseContext,
     SenseResult,
     SensingTarget,
@@ -79,6 +81,12 @@ class ChainLog:
 class SapChainSource(Source):
     source_types: ClassVar[tuple[str, ...]] = ("sap_bw", "sap_b4")
     reports_event_times: ClassVar[bool] = True
+
+    def lineage_dataset(self, sensor_source: str, sensor_id: str, naming: LineageNaming) -> LineageDataset:
+        """``<sap_bw|sap_b4>://<system>`` / ``<chain id>`` (OpenLineage names no SAP datasets; the system is
+        the data source, the chain its dataset)."""
+        system, chain_id = split_reference(sensor_id)
+        return LineageDataset(f"{sensor_source}://{system or DEFAULT_SYSTEM}", chain_id)
 
     def check_config(self, sensor_id: str, upstream_key: str | None) -> str | None:
         system, chain_id = split_reference(sensor_id)

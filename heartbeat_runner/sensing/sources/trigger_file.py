@@ -15,18 +15,25 @@ from pathlib import Path, PurePosixPath
 from typing import ClassVar
 
 from heartbeat_runner.sensing.sources.base import (
+    LineageDataset,
+    LineageNaming,
     SenseContext,
     SenseResult,
     SensingTarget,
     Source,
     dump_cursor,
     load_cursor,
+    location_dataset,
 )
 from heartbeat_runner.sensing.watch import FolderWatch
 
 
 class TriggerFileSource(Source):
     source_types: ClassVar[tuple[str, ...]] = ("trigger_file",)
+
+    def lineage_dataset(self, sensor_source: str, sensor_id: str, naming: LineageNaming) -> LineageDataset:
+        """The trigger folder by location: ``file`` + ``<trigger dir>/<sensor_id>``."""
+        return location_dataset(str(naming.trigger_dir / sensor_id))
 
     def check_config(self, sensor_id: str, upstream_key: str | None) -> str | None:
         if sensor_id.startswith("/"):

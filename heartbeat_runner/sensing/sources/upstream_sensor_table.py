@@ -28,12 +28,15 @@ from heartbeat_runner.core.errors import SourceError
 from heartbeat_runner.core.names import check_table_reference
 from heartbeat_runner.core.records import SensorStatus
 from heartbeat_runner.sensing.sources.base import (
+    LineageDataset,
+    LineageNaming,
     SenseContext,
     SenseResult,
     SensingTarget,
     Source,
     dump_cursor,
     load_cursor,
+    table_dataset,
 )
 from heartbeat_runner.sensing.sources.common import check_upstream_key, keyed_result
 from heartbeat_runner.sensing.sources.delta_table import DeltaRef
@@ -55,6 +58,10 @@ def split_sensor_id(sensor_id: str) -> tuple[str, str | None]:
 
 class UpstreamSensorTableSource(Source):
     source_types: ClassVar[tuple[str, ...]] = ("delta_upstream_sensor_table",)
+
+    def lineage_dataset(self, sensor_source: str, sensor_id: str, naming: LineageNaming) -> LineageDataset:
+        """The state table followed (the follow key is no part of the dataset)."""
+        return table_dataset(sensor_id.partition("#")[0], naming)
 
     def check_config(self, sensor_id: str, upstream_key: str | None) -> str | None:
         table, name = split_sensor_id(sensor_id)
