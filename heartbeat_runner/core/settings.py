@@ -184,6 +184,10 @@ class Settings:
     databricks_retry_timeout_s: int = 120
     #: the run id a local job's own ``complete`` reports (set by the local jobs backend)
     job_run_id: str | None = None
+    #: the IANA zone times are shown in (CLI, page); stored times stay UTC
+    timezone: str = "UTC"
+    #: the status page's address, for links in alert messages (None: no page link)
+    ui_url: str | None = None
 
     @property
     def retry_policy_file(self) -> Path | None:
@@ -328,6 +332,26 @@ def _qualified_schema(value: object) -> str | None:
     return text or None
 
 
+def _timezone(value: object) -> str:
+    """An IANA time zone name (``Europe/Berlin``, ``UTC``) that this machine's zone database knows."""
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    text = str(value or "").strip() or "UTC"
+    try:
+        ZoneInfo(text)
+    except (ZoneInfoNotFoundError, ValueError) as exc:
+        raise ValueError("not a known IANA time zone (e.g. UTC, Europe/Berlin)") from exc
+    return text
+
+
+def _url(value: object) -> str | None:
+    """An http(s) address without a trailing slash; empty: not set."""
+    text = str(value or "").strip().rstrip("/")
+    if text and not text.lower().startswith(("http://", "https://")):
+        raise ValueError("not an http(s) address")
+    return text or None
+
+
 def _listed(value: object) -> tuple[str, ...]:
     """A comma-separated list, blanks dropped."""
     return tuple(part.strip() for part in str(value or "").split(",") if part.strip())
@@ -347,6 +371,8 @@ QualifiedSchema = Annotated[str | None, BeforeValidator(_qualified_schema),
 #: NoDecode: a comma-separated text, not the JSON pydantic-settings would otherwise expect for a tuple
 Names = Annotated[tuple[str, ...], NoDecode, BeforeValidator(_listed), _Accepts("comma-separated names")]
 Text = Annotated[str | None, _Accepts("text")]
+TimeZone = Annotated[str, BeforeValidator(_timezone), _Accepts("an IANA time zone name")]
+Url = Annotated[str | None, BeforeValidator(_url), _Accepts("an http(s) address")]
 
 
 def _var(name: str, default: Any, help: str, *, shown: str | None = None, **bounds: Any) -> Any:
@@ -482,6 +508,12 @@ class HeartbeatEnvironment(BaseSettings):
                                "`ui --allow-actions`: the e-mail addresses of the users who may act", shown="none")
     ui_operator_groups: Names = _var("HEARTBEAT_UI_OPERATOR_GROUPS", (),
                                      "`ui --allow-actions`: workspace groups whose members may act", shown="none")
+    timezone: TimeZone = _var("HEARTBEAT_TIMEZONE", "UTC",
+                              "the time zone the CLI and the status page show times in (stored times stay UTC)",
+                              shown="`UTC`")
+    ui_url: Url = _var("HEARTBEAT_UI_URL", None,
+                       "the status page's address: alert messages (webhook, e-mail, PagerDuty) link to the job's view",
+                       shown="none")
     job_run_id: Text = _var("HEARTBEAT_JOB_RUN_ID", None,
                             "set by the local jobs backend for a job's processes: the run `complete` reports",
                             shown="none")
@@ -618,6 +650,8 @@ def settings_from(env: HeartbeatEnvironment) -> Settings:
         databricks_http_timeout_s=env.databricks_http_timeout,
         databricks_retry_timeout_s=max(1, round(env.databricks_retry_timeout)),
         job_run_id=env.job_run_id,
+        timezone=env.timezone,
+        ui_url=env.ui_url,
     )
 
 

@@ -109,7 +109,8 @@ class App:
                               progress=progress, policies=policies.retry,
                               sequences=Sequences(self.store, policies.catch_up, policies.windows),
                               maintenance=self.maintenance(progress) if self.settings.auto_maintenance else None)
-        heartbeat.observer = AlertMonitor(self.store, self.control, jobs, policies.alerts, self.settings.lakehouse_dir)
+        heartbeat.observer = AlertMonitor(self.store, self.control, jobs, policies.alerts, self.settings.lakehouse_dir,
+                                         ui_url=self.settings.ui_url)
         return heartbeat
 
     def maintenance(self, progress: Callable[[str], None] | None = None) -> Maintenance:

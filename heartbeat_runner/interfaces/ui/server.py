@@ -176,7 +176,7 @@ class Handler(BaseHTTPRequestHandler):
         if route == ["overview"]:
             return self._json({"jobs": page.jobs()})
         if route == ["alerts"]:
-            return self._json({"alerts": page.read(lambda: data.open_alerts(page.app.store))})
+            return self._json({"alerts": page.read(lambda: data.open_alerts(page.app.store, page.app.settings.lakehouse_dir))})
         if route == ["graph"]:
             return self._json(data.graph(page.jobs()))
         if route == ["ticks"]:

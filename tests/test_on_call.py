@@ -1,0 +1,166 @@
+"""The on-call view (issue 43): `status` in 80 columns, why a run failed everywhere, quiet closed pipes.
+
+One real lakehouse with 30 jobs over 15 sources: job J07 is a local job whose output ends in
+"ERROR: ledger balance mismatch", the source ``delta_table:up.missing`` cannot be sensed. Every
+command runs as a user runs it: the real CLI in its own process, on a pseudo-terminal or piped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import re
+import subprocess
+import sys
+import threading
+
+import pytest
+from harness import HEADER, MARKER_JOB, CliLakehouse
+from harness import config_row as row
+
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+JOBS = [f"J{i:02d}" for i in range(1, 31)]
+FAILING = "J07"
+REASON = "ERROR: ledger balance mismatch: expected 1200.00, booked 1199.50"
+#: a name longer than the view's name column: shortened in the middle, never the id
+LONG_NAME = "nightly_ledger_reconciliation_for_the_emea_finance_region_and_its_subsidiaries"
+FAILING_JOB = ("import sys; print('loading ledger'); print('checking balances'); "
+               f"print({REASON!r}); print('done', file=sys.stderr); sys.exit(1)")
+
+
+def source_of(job: str) -> tuple[str, str]:
+    """Job Jnn reads source nn mod 15: 14 trigger-file folders and one Delta table that does not exist."""
+    number = int(job[1:]) % 15
+    return ("delta_table", "up.missing") if number == 0 else ("trigger_file", f"drop{number:02d}")
+
+
+@pytest.fixture(scope="module")
+def lake(tmp_path_factory) -> CliLakehouse:
+    root = tmp_path_factory.mktemp("on_call")
+    config = root / "config.csv"
+    config.write_text("\n".join([HEADER, *(row(*source_of(job), job, name=LONG_NAME if job == "J12" else None)
+                                           for job in JOBS)]) + "\n")
+    jobs = ["jobs:"] + [f"  {job!r}: [{sys.executable!r}, '-c', {FAILING_JOB if job == FAILING else MARKER_JOB!r}]"
+                        for job in JOBS]
+    (root / "jobs.yml").write_text("\n".join(jobs) + "\n")
+    lake = CliLakehouse(root / "lakehouse", config=config, jobs_file=root / "jobs.yml",
+                        env={"FORCE_COLOR": "", "TTY_COMPATIBLE": "", "NO_COLOR": "", "COLUMNS": "",
+                             "HEARTBEAT_UI_URL": "http://heartbeat.example:8080"})
+    lake.home.mkdir()
+    lake.cli("seed")
+    for _ in range(3):  # the baseline; J07 and J22 (they read drop07) triggered; J07's failure noticed
+        ticked = lake.cli("run", check=False)                         # exit 2: up.missing cannot be sensed
+        assert ticked.returncode == 2 and "up.missing" in ticked.stdout, ticked.stderr
+        lake.drop_trigger_file(source_of(FAILING)[1], "a.done")
+        lake.wait_local_runs()
+    return lake
+
+
+def on_a_terminal(lake: CliLakehouse, *args: str, columns: int = 80, lines: int = 50) -> str:
+    """What ``args`` print on a pseudo-terminal of ``columns`` x ``lines`` (escape codes removed)."""
+    leader, follower = pty.openpty()
+    env = {**lake.env, "COLUMNS": str(columns), "LINES": str(lines), "TERM": "xterm-256color"}
+    chunks: list[bytes] = []
+
+    def read() -> None:
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:
+                return
+            if not chunk:
+                return
+            chunks.append(chunk)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        proc = subprocess.run(lake.command(*args), env=env, stdout=follower, stderr=subprocess.PIPE, text=True,
+                              timeout=300, cwd=lake.home.parent)
+    finally:
+        os.close(follower)
+    reader.join(30)
+    os.close(leader)
+    assert proc.returncode == 0, proc.stderr
+    screen = b"".join(chunks).decode()
+    screen = screen.rsplit("\x1b[2K", 1)[-1]                         # a redrawn view: its last frame
+    return ANSI.sub("", screen).replace("\r\n", "\n").replace("\r", "")
+
+
+def assert_on_call_view(text: str, width: int) -> None:
+    lines = text.rstrip("\n").splitlines()
+    assert len(lines) <= 40, text
+    assert max(map(len, lines)) <= width, text
+    jobs = [line.split()[0] for line in lines if re.match(r"J\d\d ", line)]
+    assert sorted(jobs) == JOBS, text                                 # one line per job, every id whole
+    failed = next(line for line in lines if line.startswith(FAILING + " "))
+    assert " failed " in failed and "ERROR: ledger" in failed, text
+    assert jobs[0] == FAILING, text                                   # what needs attention first
+    assert jobs[1:3] == ["J15", "J30"], text                          # then the jobs whose source fails sensing
+    assert any(re.match(r"runner: (ticking|NOT TICKING) \(last tick ended .* UTC", line) for line in lines), text
+    assert any("delta_table:up.missing" in line and "not found" in line for line in lines), text
+    assert re.search(r"30 job\(s\): 1 failed · 2 sensing error · (\d+ \w+ · )*\d+ idle", text), text
+    named = next(line for line in lines if line.startswith("J12 "))
+    name = named.split()[1]
+    assert name.startswith("nightly_") and name.endswith("ies") and "…" in name, named  # cut in the middle
+
+
+def test_status_fits_80_columns_on_a_terminal_and_piped(lake):
+    assert_on_call_view(on_a_terminal(lake, "status"), 80)
+    piped = lake.cli("status", env={"COLUMNS": "80"}).stdout
+    assert_on_call_view(piped, 80)
+    whole = lake.cli("status").stdout                                 # piped without COLUMNS: nothing cut
+    failed = next(line for line in whole.splitlines() if line.startswith(FAILING + " "))
+    assert REASON in failed and LONG_NAME in whole
+
+
+def test_status_watch_fits_the_screen_with_the_failure_and_the_runner(lake):
+    text = on_a_terminal(lake, "status", "--watch", "0.2", "--watch-count", "1", lines=24)
+    lines = [line for line in text.splitlines() if line.strip()]
+    assert len(lines) <= 24 and max(map(len, lines)) <= 80, text
+    assert any(line.startswith(FAILING + " ") and "ERROR: ledger" in line for line in lines), text
+    assert any(line.startswith("runner: ") for line in lines), text
+    assert any("delta_table:up.missing" in line for line in lines), text
+    assert re.search(r"… \d+ more: ", text), text                    # the rest counted, not silently dropped
+
+
+def test_status_wide_and_json_keep_the_control_table(lake):
+    wide = lake.cli("status", "--wide").stdout
+    assert "TRIGGER_JOB_ID" in wide and "SENSOR_SOURCE" in wide and wide.count("\nJ") >= 30
+    rows = json.loads(lake.cli("status", "--json").stdout)
+    assert len(rows) == 30 and {r["trigger_job_id"] for r in rows} == set(JOBS)
+
+
+def test_a_failed_runs_reason_is_in_explain_the_api_fields_and_the_verdict(lake):
+    explained = lake.cli("explain", "--job-id", FAILING).stdout
+    assert explained.splitlines()[0].startswith(f"job {FAILING}: blocked by failure: {REASON}"), explained
+    found = json.loads(lake.cli("explain", "--job-id", FAILING, "--json").stdout)
+    (failed_run,) = [r for r in found["runs"] if r["outcome"] == "FAILED"]
+    assert REASON in failed_run["message"]
+
+
+def test_runs_is_one_line_per_tick_with_zoned_times(lake):
+    text = lake.cli("runs", env={"COLUMNS": "80"}).stdout
+    lines = text.rstrip("\n").splitlines()
+    assert len(lines) == 1 + 3 and max(map(len, lines)) <= 80, text  # a header and the three ticks
+    assert all(" UTC " in line for line in lines[1:]), text
+    berlin = lake.cli("runs", env={"COLUMNS": "80", "HEARTBEAT_TIMEZONE": "Europe/Berlin"}).stdout
+    assert all(re.search(r" CES?T ", line) for line in berlin.splitlines()[1:]), berlin
+    refused = lake.cli("runs", check=False, env={"HEARTBEAT_TIMEZONE": "Mars/Olympus"})
+    assert refused.returncode == 1 and "HEARTBEAT_TIMEZONE" in refused.stderr and "Traceback" not in refused.stderr
+
+
+READ_COMMANDS = ["status", "status --wide", "status --json", "runs", "runs --json", f"explain --job-id {FAILING}",
+                 "alerts", "alerts --all", "check", "validate"]
+
+
+def test_every_read_command_piped_into_head_ends_quietly(lake):
+    """`… | head -1` through a real shell pipe: exit status 0, no traceback, the first line shown."""
+    command = " ".join(lake.command())
+    for args in READ_COMMANDS:
+        proc = subprocess.run(["bash", "-o", "pipefail", "-c", f"{command} {args} | head -1"], env=lake.env,
+                              capture_output=True, text=True, timeout=300, cwd=lake.home.parent)
+        assert proc.returncode in (0, 2) if args == "check" else proc.returncode == 0, (args, proc.stderr)
+        assert "Traceback" not in proc.stderr and "failed unexpectedly" not in proc.stderr, (args, proc.stderr)
+        assert len(proc.stdout.splitlines()) == 1, (args, proc.stdout)
