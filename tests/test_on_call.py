@@ -7,6 +7,7 @@ command runs as a user runs it: the real CLI in its own process, on a pseudo-ter
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import pty
@@ -14,9 +15,15 @@ import re
 import subprocess
 import sys
 import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from urllib.parse import urlsplit
 
 import pytest
-from harness import HEADER, MARKER_JOB, CliLakehouse
+from alert_receivers import AlertReceiver
+from harness import HEADER, MARKER_JOB, CliLakehouse, serving_page
 from harness import config_row as row
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -35,9 +42,26 @@ def source_of(job: str) -> tuple[str, str]:
     return ("delta_table", "up.missing") if number == 0 else ("trigger_file", f"drop{number:02d}")
 
 
+#: the status page's address alert messages link to
+UI_URL = "http://heartbeat.example:8080"
+#: no tick for this long: `check` says the runner is not ticking
+NOT_TICKING_AFTER_S = 6
+
+
 @pytest.fixture(scope="module")
-def lake(tmp_path_factory) -> CliLakehouse:
+def receiver() -> Iterator[AlertReceiver]:
+    with AlertReceiver() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def lake(tmp_path_factory, receiver) -> CliLakehouse:
     root = tmp_path_factory.mktemp("on_call")
+    policies = root / "run_policies.yml"
+    policies.write_text(f"alerts:\n  group_interval: off\n  destinations:\n"
+                        f"    hook: {{type: webhook, url_env: HB_TEST_ON_CALL_HOOK}}\n"
+                        f"  runner: {{not_ticking_after: {NOT_TICKING_AFTER_S}s}}\n"
+                        f"  default:\n    job: {{failed: true}}\n")
     config = root / "config.csv"
     config.write_text("\n".join([HEADER, *(row(*source_of(job), job, name=LONG_NAME if job == "J12" else None)
                                            for job in JOBS)]) + "\n")
@@ -46,7 +70,8 @@ def lake(tmp_path_factory) -> CliLakehouse:
     (root / "jobs.yml").write_text("\n".join(jobs) + "\n")
     lake = CliLakehouse(root / "lakehouse", config=config, jobs_file=root / "jobs.yml",
                         env={"FORCE_COLOR": "", "TTY_COMPATIBLE": "", "NO_COLOR": "", "COLUMNS": "",
-                             "HEARTBEAT_UI_URL": "http://heartbeat.example:8080"})
+                             "HEARTBEAT_UI_URL": UI_URL, "HEARTBEAT_RUN_POLICY": str(policies),
+                             "HB_TEST_ON_CALL_HOOK": f"{receiver.url}/hook"})
     lake.home.mkdir()
     lake.cli("seed")
     for _ in range(3):  # the baseline; J07 and J22 (they read drop07) triggered; J07's failure noticed
@@ -60,7 +85,8 @@ def lake(tmp_path_factory) -> CliLakehouse:
 def on_a_terminal(lake: CliLakehouse, *args: str, columns: int = 80, lines: int = 50) -> str:
     """What ``args`` print on a pseudo-terminal of ``columns`` x ``lines`` (escape codes removed)."""
     leader, follower = pty.openpty()
-    env = {**lake.env, "COLUMNS": str(columns), "LINES": str(lines), "TERM": "xterm-256color"}
+    env = {**{k: v for k, v in lake.env.items() if k not in ("FORCE_COLOR", "TTY_COMPATIBLE", "NO_COLOR")},
+           "COLUMNS": str(columns), "LINES": str(lines), "TERM": "xterm-256color"}
     chunks: list[bytes] = []
 
     def read() -> None:
@@ -101,13 +127,16 @@ def assert_on_call_view(text: str, width: int) -> None:
     assert any(re.match(r"runner: (ticking|NOT TICKING) \(last tick ended .* UTC", line) for line in lines), text
     assert any("delta_table:up.missing" in line and "not found" in line for line in lines), text
     assert re.search(r"30 job\(s\): 1 failed · 2 sensing error · (\d+ \w+ · )*\d+ idle", text), text
+    assert sum(line.startswith("open alerts: ") for line in lines) == 1, text
     named = next(line for line in lines if line.startswith("J12 "))
     name = named.split()[1]
     assert name.startswith("nightly_") and name.endswith("ies") and "…" in name, named  # cut in the middle
 
 
 def test_status_fits_80_columns_on_a_terminal_and_piped(lake):
-    assert_on_call_view(on_a_terminal(lake, "status"), 80)
+    on_screen = on_a_terminal(lake, "status")
+    assert_on_call_view(on_screen, 80)
+    assert "open alerts: 1" in on_screen and f"job {FAILING}: run " in on_screen
     piped = lake.cli("status", env={"COLUMNS": "80"}).stdout
     assert_on_call_view(piped, 80)
     whole = lake.cli("status").stdout                                 # piped without COLUMNS: nothing cut
@@ -164,3 +193,91 @@ def test_every_read_command_piped_into_head_ends_quietly(lake):
         assert proc.returncode in (0, 2) if args == "check" else proc.returncode == 0, (args, proc.stderr)
         assert "Traceback" not in proc.stderr and "failed unexpectedly" not in proc.stderr, (args, proc.stderr)
         assert len(proc.stdout.splitlines()) == 1, (args, proc.stdout)
+
+
+def test_the_webhook_message_carries_the_reason_and_a_link_to_the_jobs_view(lake, receiver):
+    failed = [a for body in receiver.wait(1) for a in body["alerts"] if a["kind"] == "JOB_FAILED"]
+    assert len({a["key"] for a in failed}) == 1, failed                 # one alert (delivered once or again)
+    alert = failed[0]
+    assert alert["jobs"] == [FAILING] and REASON in alert["summary"]
+    assert alert["link"] == f"{UI_URL}/#/jobs/{FAILING}"
+    (listed,) = json.loads(lake.cli("alerts", "--json").stdout)
+    assert listed["kind"] == "JOB_FAILED" and REASON in listed["summary"]
+
+
+def api(base: str, path: str) -> dict:
+    with urllib.request.urlopen(base + path, timeout=60) as answer:
+        return json.loads(answer.read())
+
+
+def raw_post(base: str, path: str, body: bytes, headers: dict[str, str]) -> tuple[int, dict]:
+    """A POST with exactly these headers (urllib would set Content-Length itself); the status and the JSON."""
+    address = urlsplit(base)
+    connection = http.client.HTTPConnection(address.hostname, address.port, timeout=60)
+    try:
+        connection.putrequest("POST", path)
+        for name, value in headers.items():
+            connection.putheader(name, value)
+        connection.endheaders(body)
+        answer = connection.getresponse()
+        return answer.status, json.loads(answer.read())
+    finally:
+        connection.close()
+
+
+def test_the_page_api_gives_the_zone_the_reason_and_the_output_tail_and_refuses_bad_requests_in_one_line(lake):
+    with serving_page(lake, "--allow-actions") as base:
+        assert api(base, "/api/meta")["timezone"] == "UTC"
+        (failed,) = [job for job in api(base, "/api/overview")["jobs"] if job["job_id"] == FAILING]
+        assert failed["last_run"]["failure_reason"] == REASON
+        runs = api(base, f"/api/jobs/{FAILING}")["runs"]
+        assert runs[0]["failure_reason"] == REASON
+        assert runs[0]["output_tail"] == ["loading ledger", "checking balances", REASON, "done"]
+        (quiet,) = [job for job in api(base, "/api/overview")["jobs"] if job["job_id"] == "J01"]
+        assert quiet["last_run"] is None
+        completed = api(base, "/api/jobs/J22")["runs"]               # J22 read the same drop and succeeded
+        assert completed[0]["outcome"] == "COMPLETED"
+        assert completed[0]["failure_reason"] is None and completed[0]["output_tail"] is None
+
+        act = {"Content-Type": "application/json", "X-Heartbeat-Action": "confirm"}
+        for length in ("abc", "-5", "1e3"):
+            status, answer = raw_post(base, "/api/actions/pause", b"{}", {**act, "Content-Length": length})
+            assert status == 400 and "Content-Length" in answer["error"] and "\n" not in answer["error"], answer
+        try:
+            urllib.request.urlopen(base + "/api/jobs/" + "x" * 20_000, timeout=60)
+        except urllib.error.HTTPError as exc:
+            answer = json.loads(exc.read())
+            assert exc.code == 404 and len(answer["error"]) < 300 and "…" in answer["error"], answer
+        else:
+            raise AssertionError("an unknown job answered 200")
+
+
+def test_a_json_number_is_taken_as_a_job_id(lake):
+    """`{"job_id": 7}` means job "7": the page's API takes it (here: an unknown job, 404, not "expected text")."""
+    from heartbeat_runner.interfaces.ui.actions import ActionRequest
+
+    assert ActionRequest.parse("pause", {"job_id": 7}).job_id == "7"
+    for wrong in (True, 7.5, ["J07"]):
+        with pytest.raises(Exception, match="field job_id: expected text"):
+            ActionRequest.parse("pause", {"job_id": wrong})
+
+
+def test_runner_not_ticking_is_an_alert_like_every_other_and_resolves_when_ticks_resume(lake, receiver):
+    ticked = json.loads((lake.home / "locks" / "heartbeat.alive").read_text())["ticked_at"]
+    time.sleep(max(0.0, ticked + NOT_TICKING_AFTER_S + 0.5 - time.time()))
+    assert lake.cli("check", check=False).returncode == 2
+    listed = json.loads(lake.cli("alerts", "--all", "--json").stdout)
+    (down,) = [a for a in listed if a["kind"] == "RUNNER_NOT_TICKING"]
+    assert down["is_open"] and down["raise_delivered_to"] == "hook"
+    assert "RUNNER_NOT_TICKING" in lake.cli("alerts", env={"COLUMNS": "200"}).stdout
+    with serving_page(lake) as base:
+        assert "RUNNER_NOT_TICKING" in [a["kind"] for a in api(base, "/api/alerts")["alerts"]]
+    lake.cli("run", check=False)                                      # ticking again (exit 2: up.missing)
+    assert lake.cli("check").returncode == 0
+    listed = json.loads(lake.cli("alerts", "--all", "--json").stdout)
+    (resolved,) = [a for a in listed if a["kind"] == "RUNNER_NOT_TICKING"]
+    assert not resolved["is_open"] and resolved["resolved_at"] and resolved["alert_key"] == down["alert_key"]
+    assert not any(a["kind"] == "RUNNER_NOT_TICKING" for a in json.loads(lake.cli("alerts", "--json").stdout))
+    sent = [(a["kind"], a["action"]) for body in receiver.hooks() for a in body["alerts"]]
+    assert sent.count(("RUNNER_NOT_TICKING", "raise")) == 1 and sent.count(("RUNNER_NOT_TICKING", "resolve")) == 1
+    assert not (lake.home / "alerts" / "not_ticking.json").exists()

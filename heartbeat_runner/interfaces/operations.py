@@ -294,7 +294,16 @@ def _cursor_at(store: TableStore, source_key: str, as_of: datetime | None) -> st
 
 def unknown_job(job_id: str) -> NotFoundError:
     """The error for a job id the control table does not have (CLI exit code and page 404 follow its kind)."""
-    return NotFoundError(f"job {job_id!r} is not in the control table")
+    return NotFoundError(f"job {shown_id(job_id)!r} is not in the control table")
+
+
+#: the longest an id given by a user is repeated in an answer or error (a longer one ends in "…")
+SHOWN_ID_CHARS = 120
+
+
+def shown_id(text: str) -> str:
+    """An id as given, to repeat in a message: at most SHOWN_ID_CHARS characters."""
+    return text if len(text) <= SHOWN_ID_CHARS else text[:SHOWN_ID_CHARS - 1] + "…"
 
 
 def parse_since(text: str) -> datetime:

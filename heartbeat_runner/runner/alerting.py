@@ -368,7 +368,8 @@ class AlertMonitor(TickObserver):
     def _record_not_ticking(self, run_id: str) -> None:
         """The "runner not ticking" alert ``check`` raised (kept in a file while no runner ticks): this runner
         ticks, so it records the alert in the lakehouse, raised at its ``since`` and resolved now, with the
-        destinations that accepted its raise; ``check`` sends the resolve and then forgets the file."""
+        destinations that accepted its raise, and sends the resolve like any other (its outbox records the
+        delivery); from then on ``check`` only forgets the file."""
         path = not_ticking_path(self.lakehouse_dir)
         state = _not_ticking_state(path)
         if not state or state.get("recorded"):
@@ -378,12 +379,14 @@ class AlertMonitor(TickObserver):
                           tuple(d.name for d in self.policies.destinations))
         delivered = [m.split(":")[0] for m in state.get("sent", []) if m.endswith(":raise")]
         attempts = [Attempt(destination, (notice,), attempt=1) for destination in delivered]
+        resolved = OpenAlert(alert.identity, alert.key, replace(notice, action=AlertAction.RESOLVE),
+                             alert.destinations)
         self._append([self._raised_event(alert, run_id), *self._attempt_events(attempts, run_id),
-                      self._resolved_event(OpenAlert(alert.identity, alert.key,
-                                                     replace(notice, action=AlertAction.RESOLVE),
-                                                     alert.destinations), run_id)])
+                      self._resolved_event(resolved, run_id)])
         state["recorded"] = True
         replace_whole(path, json.dumps(state))
+        if self.outbox is not None and self._loaded_at is not None:  # a first load queues it from the events
+            self._submit([resolved])
 
     # -- liveness --------------------------------------------------------------------------------
 
@@ -621,6 +624,9 @@ def watch_runner(lakehouse_dir: Path, policies: AlertPolicies, *, timeout_s: flo
     found = runner_liveness(lakehouse_dir, policies)
     path = not_ticking_path(lakehouse_dir)
     state = _not_ticking_state(path)
+    if state.get("recorded"):  # a runner ticked, recorded it and sends its resolve: that alert is over here
+        path.unlink(missing_ok=True)
+        state = {}
     if found.healthy and not state:
         return found
     if not found.healthy and not state:
@@ -642,9 +648,7 @@ def watch_runner(lakehouse_dir: Path, policies: AlertPolicies, *, timeout_s: flo
             state["sent"].append(mark)
         except DeliveryError as exc:
             log.warning("sending the %s failed: %s", notice.action.value, exc)
-    # forgotten once resolved everywhere and recorded in the lakehouse by the runner whose tick resolved it
-    done = state["resolved"] and state.get("recorded") and all(f"{d.name}:resolve" in state["sent"]
-                                                              for d in policies.destinations)
+    done = state["resolved"] and all(f"{d.name}:resolve" in state["sent"] for d in policies.destinations)
     path.parent.mkdir(parents=True, exist_ok=True)
     if done:
         path.unlink(missing_ok=True)
