@@ -58,10 +58,10 @@ from heartbeat_runner.interfaces.output import (
     STATUS_COLUMNS,
     Column,
     Fit,
-    compact_table,
     LiveLine,
     Snapshot,
     Steps,
+    compact_table,
     console_for,
     cut_line,
     emit,
@@ -926,8 +926,8 @@ def _deadline_note(app: App, settings: Settings, job_id: str) -> str | None:
     from heartbeat_runner.runner.alerting import overdue_now
 
     policies = load_run_policies(settings.run_policy_file).alerts
-    overdue = (overdue_now(policies, app.store.control_rows(), job_id, app.store.deadlines_seen())
-               if policies.enabled else None)
+    overdue = (overdue_now(policies, app.store.control_rows(), job_id, app.store.deadlines_seen(),
+                           app.store.sensing_failures()) if policies.enabled else None)
     return None if overdue is None else f"overdue since {overdue.deadline} ({overdue.due:%Y-%m-%d %H:%M} UTC): " \
                                         f"{overdue.reason}"
 

@@ -259,12 +259,7 @@ class AlertMonitor(TickObserver):
     def _load_failing_sources(self) -> None:
         """Since when each failing source fails, from the run report: a runner that starts (a tick per process)
         counts ``sensing_error_after`` from the same instant as a loop that saw the first failure."""
-        for row in self.store.sensing_failures():
-            source = self.state.source(row["source_key"])
-            since = row.get("failing_since")
-            if since is not None and (source.failing_since is None or as_utc(since) < source.failing_since):
-                source.failing_since = as_utc(since)
-            source.last_error = source.last_error or row.get("sensing_error")
+        fold_sensing_failures(self.state, self.store.sensing_failures())
 
     def _load_trigger_errors(self, rows: list[dict]) -> None:
         """Since when each job's trigger call is refused (its first TRIGGER_ERROR after its latest run or reset):
@@ -476,13 +471,25 @@ def fold_control_rows(state: HotState, rows: list[dict], *, times: bool) -> HotS
 
 
 def overdue_now(policies: AlertPolicies, control_rows: list[dict], job_id: str,
-                seen: dict[str, dict[str, str]]) -> Overdue | None:
+                seen: dict[str, dict[str, str]], sensing_failures: Iterable[dict] = ()) -> Overdue | None:
     """The job's missed deadline and its cause as the control table tells it now (``explain``), or None.
-    A deadline no runner has seen yet counts from now, as the runner will count it (nothing is written)."""
+    A deadline no runner has seen yet counts from now, as the runner will count it (nothing is written).
+    ``sensing_failures`` (the store's): a failing source is named as failing, as the verdict does."""
     state = fold_control_rows(HotState(), control_rows, times=True)
+    fold_sensing_failures(state, sensing_failures)
     now = utcnow()
     _apply_deadlines(state, deadlines_since(policies, [job_id], seen, now))
     return next((o for o in overdue_jobs(policies, state, now) if o.job_id == job_id), None)
+
+
+def fold_sensing_failures(state: HotState, failures: Iterable[dict]) -> None:
+    """Since when each failing source fails, and its error, from the store's ``sensing_failures`` rows."""
+    for row in failures:
+        source = state.source(row["source_key"])
+        since = row.get("failing_since")
+        if since is not None and (source.failing_since is None or as_utc(since) < source.failing_since):
+            source.failing_since = as_utc(since)
+        source.last_error = source.last_error or row.get("sensing_error")
 
 
 def held_jobs(alerts: Iterable[OpenAlert]) -> dict[tuple[str, str], str]:
