@@ -281,3 +281,22 @@ def test_runner_not_ticking_is_an_alert_like_every_other_and_resolves_when_ticks
     sent = [(a["kind"], a["action"]) for body in receiver.hooks() for a in body["alerts"]]
     assert sent.count(("RUNNER_NOT_TICKING", "raise")) == 1 and sent.count(("RUNNER_NOT_TICKING", "resolve")) == 1
     assert not (lake.home / "alerts" / "not_ticking.json").exists()
+
+
+def test_the_reason_is_the_line_that_names_the_error_redacted_and_bounded():
+    """A Python traceback gives its last line; a log its last ERROR line (not a later INFO line); output
+    without either its last line; a URL's path and query are never kept; a huge line is cut."""
+    from heartbeat_runner.jobs.base import REASON_CHARS, failure_reason, output_tail
+
+    traceback = ("step 1\nTraceback (most recent call last):\n  File \"etl.py\", line 3, in <module>\n"
+                 "    check()\nValueError: ledger balance mismatch\n")
+    assert failure_reason(output_tail(traceback)) == "ValueError: ledger balance mismatch"
+    log = "INFO start\nERROR: ledger balance mismatch\nINFO cleaning up\n\n"
+    assert failure_reason(output_tail(log)) == "ERROR: ledger balance mismatch"
+    assert failure_reason(output_tail("loaded 3 rows\nwriting failed, giving up\n")) == "writing failed, giving up"
+    assert failure_reason(output_tail("")) is None
+    leaky = "ERROR: cannot reach https://user:hunter2@db.example.com/orders?token=s3cr3t\n"
+    reason = failure_reason(output_tail(leaky))
+    assert reason is not None and "db.example.com" in reason and "hunter2" not in reason and "s3cr3t" not in reason
+    tail = output_tail("\n".join(f"line {i}" for i in range(100)) + "\nERROR " + "x" * 5000)
+    assert len(tail) == 20 and tail[0] == "line 81" and len(failure_reason(tail) or "") == REASON_CHARS
