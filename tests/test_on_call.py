@@ -201,8 +201,8 @@ def test_the_webhook_message_carries_the_reason_and_a_link_to_the_jobs_view(lake
     alert = failed[0]
     assert alert["jobs"] == [FAILING] and REASON in alert["summary"]
     assert alert["link"] == f"{UI_URL}/#/jobs/{FAILING}"
-    (listed,) = json.loads(lake.cli("alerts", "--json").stdout)
-    assert listed["kind"] == "JOB_FAILED" and REASON in listed["summary"]
+    (listed,) = [a for a in json.loads(lake.cli("alerts", "--json").stdout) if a["kind"] == "JOB_FAILED"]
+    assert REASON in listed["summary"] and listed["link"] == alert["link"]
 
 
 def api(base: str, path: str) -> dict:
