@@ -180,6 +180,14 @@ def test_runs_is_one_line_per_tick_with_zoned_times(lake):
     assert refused.returncode == 1 and "HEARTBEAT_TIMEZONE" in refused.stderr and "Traceback" not in refused.stderr
 
 
+def test_with_columns_set_no_read_command_prints_a_longer_line(lake):
+    for args in (["status", "--wide"], ["explain", "--job-id", FAILING], ["alerts", "--all"], ["runs"]):
+        text = lake.cli(*args, env={"COLUMNS": "80"}).stdout
+        assert text.strip() and max(map(len, text.splitlines())) <= 80, (args, text)
+    explained = lake.cli("explain", "--job-id", FAILING, env={"COLUMNS": "80"}).stdout
+    assert "ERROR: ledger balance mismatch" in explained                # folded, not cut
+
+
 READ_COMMANDS = ["status", "status --wide", "status --json", "runs", "runs --json", f"explain --job-id {FAILING}",
                  "alerts", "alerts --all", "check", "validate"]
 

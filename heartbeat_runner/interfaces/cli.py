@@ -67,6 +67,7 @@ from heartbeat_runner.interfaces.output import (
     emit,
     emit_json,
     fit_width,
+    fits_width,
     print_lines,
     short_time,
     show_times_in,
@@ -649,7 +650,7 @@ def cmd_status(args: argparse.Namespace, app: App) -> int:
         if sequences:
             emit(sequences, SEQUENCE_COLUMNS, as_json=False, title="\nCatch-up sequences (run k of n; windows of run k)")
         if not args.json:
-            print(f"\n{_health_line(health)}")
+            _say("", _health_line(health))
         return 0
     console = console_for()
     print_lines(console, render(_on_call(app, health), fit_width(console)))
@@ -663,6 +664,15 @@ def _on_call(app: App, health: Liveness) -> OnCall:
 
     alerts = list_alerts(app.store, include_resolved=False, limit=MAX_LIMIT, lakehouse_dir=app.settings.lakehouse_dir)
     return on_call(overview(app.store, app.settings.lakehouse_dir), alerts, health)
+
+
+def _say(*lines: str) -> None:
+    """Print lines of text on stdout: folded to the width where output must fit it (a terminal, $COLUMNS),
+    else each whole on one line."""
+    console = console_for()
+    wrap = fits_width(console)
+    for line in lines:
+        console.print(Text(line), soft_wrap=not wrap)
 
 
 def _health_line(health: Liveness) -> str:
@@ -796,21 +806,20 @@ def cmd_explain(args: argparse.Namespace, app: App) -> int:
                    "automatic_retry": retry, "late_data": late, "deadline": deadline, "asked": asked,
                    "runs": runs})
         return 0
-    print(f"job {found.job_id}: {found.verdict}")
+    _say(f"job {found.job_id}: {found.verdict}")
     last = runs[0] if runs else None
     if last and last["outcome"] == EventType.FAILED.value and last["output_tail"]:
-        print(f"output of run {last['job_run_id']} (its last {len(last['output_tail'])} line(s)):")
-        for line in last["output_tail"]:
-            print(f"  | {line}")
+        _say(f"output of run {last['job_run_id']} (its last {len(last['output_tail'])} line(s)):",
+             *(f"  | {line}" for line in last["output_tail"]))
     if asked:
-        print(f"asked: {asked}")
+        _say(f"asked: {asked}")
     if deadline:
-        print(f"deadline: {deadline}")
+        _say(f"deadline: {deadline}")
     if retry:
-        print(f"automatic retry: {retry}")
+        _say(f"automatic retry: {retry}")
     for item in late:
-        print(f"late data: {item['source_key']} window from {item['window_start']}: {item['rows']} row(s) "
-              "arrived after the window was final")
+        _say(f"late data: {item['source_key']} window from {item['window_start']}: {item['rows']} row(s) "
+             "arrived after the window was final")
     emit(found.rows, EXPLAIN_COLUMNS, as_json=False)
     return 0
 

@@ -2,9 +2,9 @@
 
 Every console comes from :func:`console_for`. On a terminal rich picks the width and the
 colours (none when NO_COLOR is set, which rich honours itself). Anywhere else (a pipe, a
-file, a test) the text is plain, without escape codes (unless FORCE_COLOR asks for them), at
-$COLUMNS or 160 columns, and a table is never squeezed below its natural width there: one
-line per row, for grep and awk. Progress and live lines go to stderr and are drawn only when
+file, a test) the text is plain, without escape codes (unless FORCE_COLOR asks for them); when
+$COLUMNS is set no line is longer (as on a terminal that wide), else a table is never squeezed
+below its natural width: one line per row, for grep and awk. Progress and live lines go to stderr and are drawn only when
 stderr is an interactive terminal; elsewhere they fall back to one plain line per step, as
 logs want.
 """
@@ -149,14 +149,26 @@ def _is_terminal(stream: object) -> bool:
         return False
 
 
+def columns_set() -> bool:
+    """Whether $COLUMNS asks for a width (then output off a terminal is never wider: ``… | less``, a log)."""
+    return bool(os.environ.get("COLUMNS", "").strip())
+
+
+def fits_width(console: Console) -> bool:
+    """Whether what ``console`` prints must fit its width: on a terminal, or off one when $COLUMNS is set."""
+    return on_screen(console) or columns_set()
+
+
 def show(console: Console, renderable: RenderableType) -> None:
-    """Print on ``console``; off a terminal at least as wide as the renderable needs, lines without trailing blanks."""
+    """Print on ``console``; off a terminal at least as wide as the renderable needs (no wider than $COLUMNS
+    when that is set), lines without trailing blanks."""
     if on_screen(console):
         # plain text (the rows one after another) is left to the terminal to wrap: no value is broken by us
         console.print(renderable, soft_wrap=isinstance(renderable, Text))
         return
     needed = console.measure(renderable, options=console.options.update_width(10_000)).maximum
-    wide = Console(file=console.file, width=max(console.width, needed), force_terminal=console.is_terminal,
+    width = console.width if columns_set() else max(console.width, needed)
+    wide = Console(file=console.file, width=width, force_terminal=console.is_terminal,
                    color_system=console.color_system, no_color=console.no_color,  # type: ignore[arg-type]
                    highlight=False, markup=False, emoji=False)
     with wide.capture() as captured:
@@ -294,10 +306,10 @@ def _table_or_none(console: Console, rows: Sequence[dict], columns: Sequence[str
                    caption: str | None = None) -> RenderableType:
     """The rows' table, or the title over ``(none)`` when there are no rows; on a terminal too narrow for the
     table with its ids whole, the rows one after another (:func:`records_view`)."""
-    if rows and on_screen(console) and table_min_width(rows, columns) > console.width:
+    if rows and fits_width(console) and table_min_width(rows, columns) > console.width:
         return records_view(rows, columns, title)
     if rows:
-        screen = on_screen(console)  # off a terminal (a pipe, a file) every value is printed whole
+        screen = fits_width(console)  # off a terminal (a pipe, a file) every value is printed whole, unless $COLUMNS
         return rows_table(rows, columns, title=title, caption=caption, wrap=screen,
                           max_width=MAX_CELL_WIDTH if screen else None, screen_width=console.width)
     lines = [Text(title, style="bold")] if title else []
@@ -381,9 +393,7 @@ Cell = tuple[str, str]
 def fit_width(console: Console) -> int | None:
     """The width a compact view must fit: the terminal's; off a terminal $COLUMNS when set, else None
     (no line is cut: one whole record per line, for grep and awk)."""
-    if on_screen(console):
-        return console.width
-    return _plain_width() if os.environ.get("COLUMNS", "").strip() else None
+    return console.width if fits_width(console) else None
 
 
 def middle_cut(text: str, width: int) -> str:
