@@ -46,6 +46,8 @@ endings as (
       cast(get_json_object(payload, '$.run_started_at') as timestamp) as run_started_at,
       cast(get_json_object(payload, '$.run_ended_at') as timestamp) as run_ended_at,
       cast(get_json_object(payload, '$.run_queued_s') as double) as queued_s,
+      get_json_object(payload, '$.failure_reason') as failure_reason,
+      get_json_object(payload, '$.output_tail') as output_tail,
       row_number() over (partition by trigger_job_id, job_run_id order by event_ts) as nth
     from job_events
     where event_type in ('COMPLETED', 'FAILED') and job_run_id is not null
@@ -74,6 +76,11 @@ select
   cast(unix_millis(d.run_ended_at) - unix_millis(d.run_started_at) as double) / 1000 as duration_s,
   d.queued_s,
   coalesce(d.message, a.trigger_error) as message,
+  case
+    when d.outcome = 'FAILED' then coalesce(d.failure_reason, d.message)
+    when d.outcome is null then a.trigger_error
+  end as failure_reason,
+  case when d.outcome = 'FAILED' then d.output_tail end as output_tail,
   r.parameters
 from requests r
 left join answers a on a.trigger_job_id = r.trigger_job_id and a.idempotency_token = r.idempotency_token

@@ -332,12 +332,12 @@ def sense_and_record(hb: Harness) -> TickResult:
 
 
 @contextlib.contextmanager
-def serving_page(lake: CliLakehouse) -> Iterator[str]:
-    """The status page (`ui`) of ``lake`` on a free loopback port, once it answers; its base URL."""
+def serving_page(lake: CliLakehouse, *options: str) -> Iterator[str]:
+    """The status page (`ui` with ``options``) of ``lake`` on a free loopback port, once it answers; its base URL."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    process = lake.start("ui", "--port", str(port))
+    process = lake.start("ui", "--port", str(port), *options)
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 120
     try:

@@ -36,8 +36,10 @@ def test_state_survives_across_processes(tmp_path):
     cli(tmp_path, "complete", "--job-id", "J1")
     status = json.loads(cli(tmp_path, "status", "--json").stdout)
     assert [r["status"] for r in status] == ["COMPLETED"] and status[0]["job_end_timestamp"]
-    table = cli(tmp_path, "status").stdout
+    table = cli(tmp_path, "status", "--wide").stdout
     assert "TRIGGER_JOB_ID" in table and "COMPLETED" in table
+    view = cli(tmp_path, "status").stdout
+    assert any(line.split()[:3] == ["J1", "job_J1", "idle"] for line in view.splitlines()), view
 
 
 def test_bad_config_is_refused_and_nothing_is_written(tmp_path):

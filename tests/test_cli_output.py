@@ -86,7 +86,7 @@ def test_a_table_off_a_terminal_is_plain_text_one_line_per_row():
     assert lines[0].split() == [c.upper() for c in STATUS_COLUMNS]
     (orders,) = [line for line in lines if line.startswith("101")]
     assert orders.split() == ["101", "daily_sales_report", "delta_table", "demo_sales.orders", "TRUE", "UNPAUSED",
-                              "COMPLETED", "2026-05-01", "08:30:00", "local-7", "-"]
+                              "COMPLETED", "2026-05-01", "08:30:00", "UTC", "local-7", "-"]
     assert "[bold]not markup[/bold]" in text  # cells are data, not rich markup
     assert all(line == line.rstrip() for line in lines)
 
@@ -108,7 +108,7 @@ def test_on_a_terminal_ids_and_states_stay_whole_and_long_text_is_folded_and_cli
     rows = [dict(ROWS[0], job_run_id="local-1234", status="IN_PROGRESS"), ROWS[1]]
     text = ANSI_SEQUENCE.sub("", table_text(rows, out=Tty()))
     assert "-[ 1 ]" not in text  # a table, not the rows one after another
-    for whole in ("local-1234", "IN_PROGRESS", "FAILED", "UNPAUSED", "2026-05-01 08:30:00", "demo_sales.orders"):
+    for whole in ("local-1234", "IN_PROGRESS", "FAILED", "UNPAUSED", "2026-05-01 08:30:00 UTC", "demo_sales.orders"):
         assert whole in text, whole
     assert "x" * 60 not in text  # free text is folded / clipped to fit
     assert max(len(line.rstrip()) for line in text.splitlines()) <= 140
@@ -311,7 +311,10 @@ def lake(tmp_path_factory) -> CliLakehouse:
 
 
 def test_status_watch_when_piped_prints_a_fresh_table_each_interval(lake):
-    text = lake.cli("status", "--watch", "0.5", "--watch-count", "2").stdout
+    view = lake.cli("status", "--watch", "0.5", "--watch-count", "2").stdout
+    assert view.count("every 0.5 s") == 2 and view.count("1 job(s): ") == 2 and not ANSI.search(view)
+    assert [line.split()[:3] for line in view.splitlines() if line.startswith("J1")] == [["J1", "job_J1", "idle"]] * 2
+    text = lake.cli("status", "--wide", "--watch", "0.5", "--watch-count", "2").stdout
     assert text.count("TRIGGER_JOB_ID") == 2 and text.count("Control table at ") == 2 and not ANSI.search(text)
     assert [line.split()[:4] for line in text.splitlines() if line.startswith("J1")] == \
         [["J1", "job_J1", "trigger_file", "drop"]] * 2

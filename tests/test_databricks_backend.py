@@ -69,6 +69,7 @@ def test_failed_run_reports_the_state_message(server, backend):
     status = backend.run_status(str(job), run_id)
     assert status.outcome is RunOutcome.FAILED
     assert "division by zero" in status.message and f"/runs/{run_id}" in status.message
+    assert status.failure_reason == "Task etl failed with message: division by zero"  # the one line; no link
 
 
 def test_parameters_reach_the_job_as_sent(server, backend):

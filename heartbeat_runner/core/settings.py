@@ -206,6 +206,10 @@ class Settings:
     wake_token: str | None = field(default=None, repr=False)
     #: the OpenLineage job namespace of the runs Heartbeat triggers (docs/lineage.md)
     lineage_namespace: str = "heartbeat"
+    #: the IANA zone times are shown in (CLI, page); stored times stay UTC
+    timezone: str = "UTC"
+    #: the status page's address, for links in alert messages (None: no page link)
+    ui_url: str | None = None
 
     @property
     def retry_policy_file(self) -> Path | None:
@@ -350,6 +354,26 @@ def _qualified_schema(value: object) -> str | None:
     return text or None
 
 
+def _timezone(value: object) -> str:
+    """An IANA time zone name (``Europe/Berlin``, ``UTC``) that this machine's zone database knows."""
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    text = str(value or "").strip() or "UTC"
+    try:
+        ZoneInfo(text)
+    except (ZoneInfoNotFoundError, ValueError) as exc:
+        raise ValueError("not a known IANA time zone (e.g. UTC, Europe/Berlin)") from exc
+    return text
+
+
+def _url(value: object) -> str | None:
+    """An http(s) address without a trailing slash; empty: not set."""
+    text = str(value or "").strip().rstrip("/")
+    if text and not text.lower().startswith(("http://", "https://")):
+        raise ValueError("not an http(s) address")
+    return text or None
+
+
 def _listed(value: object) -> tuple[str, ...]:
     """A comma-separated list, blanks dropped."""
     return tuple(part.strip() for part in str(value or "").split(",") if part.strip())
@@ -369,6 +393,8 @@ QualifiedSchema = Annotated[str | None, BeforeValidator(_qualified_schema),
 #: NoDecode: a comma-separated text, not the JSON pydantic-settings would otherwise expect for a tuple
 Names = Annotated[tuple[str, ...], NoDecode, BeforeValidator(_listed), _Accepts("comma-separated names")]
 Text = Annotated[str | None, _Accepts("text")]
+TimeZone = Annotated[str, BeforeValidator(_timezone), _Accepts("an IANA time zone name")]
+Url = Annotated[str | None, BeforeValidator(_url), _Accepts("an http(s) address")]
 
 
 def _var(name: str, default: Any, help: str, *, shown: str | None = None, **bounds: Any) -> Any:
@@ -532,6 +558,12 @@ class HeartbeatEnvironment(BaseSettings):
     wake_token: Text = _var("HEARTBEAT_WAKE_TOKEN", None,
                             "`POST /wake`: the bearer token callers present (required with a port; a secret: "
                             "set it from a secret store)", shown="none")
+    timezone: TimeZone = _var("HEARTBEAT_TIMEZONE", "UTC",
+                              "the time zone the CLI and the status page show times in (stored times stay UTC)",
+                              shown="`UTC`")
+    ui_url: Url = _var("HEARTBEAT_UI_URL", None,
+                       "the status page's address: alert messages (webhook, e-mail, PagerDuty) link to the job's view",
+                       shown="none")
     job_run_id: Text = _var("HEARTBEAT_JOB_RUN_ID", None,
                             "set by the local jobs backend for a job's processes: the run `complete` reports",
                             shown="none")
@@ -676,6 +708,8 @@ def settings_from(env: HeartbeatEnvironment) -> Settings:
         wake_host=env.wake_host,
         wake_token=env.wake_token,
         lineage_namespace=env.lineage_namespace,
+        timezone=env.timezone,
+        ui_url=env.ui_url,
     )
 
 

@@ -56,7 +56,29 @@ from heartbeat_runner.interfaces.operations import (
     with_sensing_errors,
 )
 from heartbeat_runner.interfaces.outcomes import outcome_of
-from heartbeat_runner.interfaces.output import STATUS_COLUMNS, LiveLine, Snapshot, Steps, emit, emit_json, watch
+from heartbeat_runner.interfaces.output import (
+    STATE_STYLES,
+    STATUS_COLUMNS,
+    Column,
+    Fit,
+    LiveLine,
+    Snapshot,
+    Steps,
+    compact_table,
+    console_for,
+    cut_line,
+    emit,
+    emit_json,
+    fit_width,
+    fits_width,
+    print_lines,
+    short_time,
+    show_times_in,
+    timestamp,
+    watch,
+    watch_lines,
+)
+from heartbeat_runner.interfaces.status_view import OnCall, health_line, on_call, render
 from heartbeat_runner.policies.event_windows import source_grains
 from heartbeat_runner.policies.run_policies import RunPolicies, alert_destination_problems, load_run_policies
 from heartbeat_runner.policies.run_policy_file import policy_problem
@@ -135,6 +157,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f"redraw it every SECONDS (default {DEFAULT_WATCH_S:g}) until Ctrl-C; with --json or "
                              "when not on a terminal, print a fresh one each time")
     status.add_argument("--watch-count", type=_count, help=argparse.SUPPRESS)  # stop after this many (for tests)
+    status.add_argument("--wide", action="store_true",
+                        help="the whole control table (one row per source and job) instead of one line per job")
     for name, text in (("pause", "stop sensing and triggering a job"), ("resume", "undo pause")):
         p = sub.add_parser(name, parents=[common], help=text)
         p.add_argument("--job-id", required=True)
@@ -280,6 +304,7 @@ def _main(argv: list[str] | None) -> int:
     try:
         settings = _settings(args)
         _log_format(args, settings)
+        show_times_in(settings.timezone)
         if command == "run" and getattr(args, "replay_new_sensors", False):
             settings = settings.with_(replay_new_sensors=True)
         _check_lakehouse_dir(command, settings)
@@ -608,6 +633,8 @@ class Views(enum.Enum):
     BUILT = "built"
     #: BUILT, and the control table rebuilt unless a runner is ticking (then as of its last build, noted)
     FRESH = "fresh"
+    #: FRESH without the note: the command's answer does not depend on how current the table is (an ask)
+    CURRENT = "current"
 
 
 @contextlib.contextmanager
@@ -623,12 +650,13 @@ def _opened(args: argparse.Namespace, settings: Settings, *, lease: bool = False
 
 
 def _prepare(app: App, views: Views) -> None:
-    """Make ``views`` ready (ConfigError when BUILT or FRESH and no config was loaded)."""
+    """Make ``views`` ready (ConfigError when BUILT, FRESH or CURRENT and no config was loaded)."""
     if views is Views.NONE:
         return
     app.require_config()
     app.ensure_views()
-    if views is Views.FRESH and not refresh_if_idle(app, tick_lease(app.store)):
+    fresh = views in (Views.FRESH, Views.CURRENT) and refresh_if_idle(app, tick_lease(app.store))
+    if views is Views.FRESH and not fresh:
         print("note: a runner is ticking; showing the control table as of its last build", file=sys.stderr)
 
 
@@ -654,26 +682,43 @@ def cmd_status(args: argparse.Namespace, app: App) -> int:
         return _watch_status(app, args)
     _prepare(app, Views.FRESH)
     health = runner_health(app.settings)
-    rows = with_sensing_errors(app.store, app.store.control_rows())
-    if args.json:
-        rows = with_runner_health(rows, health)
-    emit(rows, _status_columns(rows, args), as_json=args.json)
-    sequences = [] if args.json else app.store.open_sequences()
-    if sequences:
-        emit(sequences, SEQUENCE_COLUMNS, as_json=False, title="\nCatch-up sequences (run k of n; windows of run k)")
-    if not args.json:
-        print(f"\n{_health_line(health)}")
+    if args.json or args.wide:
+        rows = with_sensing_errors(app.store, app.store.control_rows())
+        if args.json:
+            rows = with_runner_health(rows, health)
+        emit(rows, _status_columns(rows, args), as_json=args.json)
+        sequences = [] if args.json else app.store.open_sequences()
+        if sequences:
+            emit(sequences, SEQUENCE_COLUMNS, as_json=False, title="\nCatch-up sequences (run k of n; windows of run k)")
+        if not args.json:
+            _say("", _health_line(health))
+        return 0
+    console = console_for()
+    print_lines(console, render(_on_call(app, health), fit_width(console)))
     return 0
+
+
+def _on_call(app: App, health: Liveness) -> OnCall:
+    """The on-call view's data: the page's overview of every job, the open alerts, the runner's health."""
+    from heartbeat_runner.interfaces.ui.data import overview
+    from heartbeat_runner.runner.alerting import list_alerts
+
+    alerts = list_alerts(app.store, include_resolved=False, limit=MAX_LIMIT, lakehouse_dir=app.settings.lakehouse_dir)
+    return on_call(overview(app.store, app.settings.lakehouse_dir), alerts, health)
+
+
+def _say(*lines: str) -> None:
+    """Print lines of text on stdout: folded to the width where output must fit it (a terminal, $COLUMNS),
+    else each whole on one line."""
+    console = console_for()
+    wrap = fits_width(console)
+    for line in lines:
+        console.print(Text(line), soft_wrap=not wrap)
 
 
 def _health_line(health: Liveness) -> str:
     """One line on the runner: ``runner: ticking`` with its last tick and interval, or what is wrong."""
-    if health.ticked_at is None:
-        return f"runner: NOT TICKING. {health.message}; start one with `run --loop`"
-    interval = f", about every {health.interval_s:.0f} s" if health.interval_s else ""
-    last = datetime.fromtimestamp(health.ticked_at, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-    state = "ticking" if health.healthy else "NOT TICKING"
-    return f"runner: {state} (last tick ended {last}, {health.age_s or 0:.0f} s ago{interval}; limit {health.limit_s:.0f} s)"
+    return health_line(health).plain
 
 
 def _status_columns(rows: list[dict], args: argparse.Namespace) -> list[str]:
@@ -682,22 +727,33 @@ def _status_columns(rows: list[dict], args: argparse.Namespace) -> list[str]:
 
 
 def _watch_status(app: App, args: argparse.Namespace) -> int:
-    """``status --watch``: the control table every ``args.watch`` seconds, rebuilt first unless a runner is ticking."""
+    """``status --watch``: the on-call view (``--wide``: the control table) every ``args.watch`` seconds, rebuilt
+    first unless a runner is ticking; on a terminal it fits the screen, the most urgent jobs first."""
     app.require_config()
     app.ensure_views()
     lease = tick_lease(app.store)
+    count = getattr(args, "watch_count", None)
+    if args.json or args.wide:
+        def read() -> Snapshot:
+            fresh = refresh_if_idle(app, lease)
+            health = runner_health(app.settings)
+            rows = with_sensing_errors(app.store, app.store.control_rows())
+            if args.json:
+                rows = with_runner_health(rows, health)
+            note = _health_line(health) + ("" if fresh else "; the table is as of its last build")
+            return rows, _status_columns(rows, args), note
 
-    def read() -> Snapshot:
+        watch(read, title="Control table", interval=args.watch, count=count, as_json=args.json)
+        return 0
+    console = console_for()
+
+    def lines(height: int | None) -> list[Text]:
         fresh = refresh_if_idle(app, lease)
-        health = runner_health(app.settings)
-        rows = with_sensing_errors(app.store, app.store.control_rows())
-        if args.json:
-            rows = with_runner_health(rows, health)
-        note = _health_line(health) + ("" if fresh else "; the table is as of its last build")
-        return rows, _status_columns(rows, args), note
+        view = render(_on_call(app, runner_health(app.settings)), fit_width(console), height)
+        note = f"every {args.watch:g} s" + ("" if fresh else "; a runner is ticking: as of its last build")
+        return [cut_line(Text(note, style="dim"), fit_width(console)), *view]
 
-    watch(read, title="Control table", interval=args.watch, count=getattr(args, "watch_count", None),
-          as_json=args.json)
+    watch_lines(lines, interval=args.watch, count=count)
     return 0
 
 
@@ -724,18 +780,36 @@ def cmd_complete(args: argparse.Namespace, app: App) -> int:
     return 0
 
 
-@_app_command(views=Views.FRESH)
+@_app_command(views=Views.CURRENT)
 def cmd_retry(args: argparse.Namespace, app: App) -> int:
     ask_retry(app, args.job_id, reason=args.reason)
     print(f"job {args.job_id}: retry asked; the next tick re-runs it over the data of its failed run")
     return 0
 
 
-@_app_command(views=Views.FRESH)
+@_app_command(views=Views.CURRENT)
 def cmd_trigger(args: argparse.Namespace, app: App) -> int:
     ask_trigger(app, args.job_id, reason=args.reason)
     print(f"job {args.job_id}: manual run asked; the next tick requests it (exactly once)")
     return 0
+
+
+#: `runs`: one line per tick (`--json` has every figure)
+TICK_COLUMNS = (Column("RUN"), Column("AT"), Column("TOOK"), Column("STATUS"), Column("WHAT", Fit.END, 12))
+
+
+def _tick_cells(tick: dict, now: datetime) -> list[tuple[str, str]]:
+    """One tick's line: its id, when, how long, its status and what it did (figures that are not 0)."""
+    sources = [f"sensed {tick['sources_sensed'] or 0}"] + [
+        f"{tick[key]} {word}" for key, word in (("sources_with_new_data", "new"), ("sensor_errors", "error(s)"),
+                                                ("sources_skipped", "skipped")) if tick[key]]
+    jobs = [f"{word} {tick[key]}" for key, word in (("jobs_triggered", "triggered"), ("jobs_completed", "completed"),
+                                                    ("jobs_failed", "failed")) if tick[key]]
+    what = "; ".join(filter(None, [", ".join(sources), ", ".join(jobs), tick["message"]]))
+    took = "-" if tick["duration_s"] is None else f"{tick['duration_s']:.1f}s"
+    status = str(tick["status"])
+    return [(str(tick["run_id"]), ""), (short_time(tick["snapshot_ts"], now, seconds=True), ""),
+            (took, ""), (status, STATE_STYLES.get(status, "")), (what, "")]
 
 
 @_app_command(views=Views.BUILT)
@@ -746,13 +820,14 @@ def cmd_runs(args: argparse.Namespace, app: App) -> int:
             emit_json([{**{c: t.get(c) for c in RUNS_COLUMNS}, "job_runs": t["job_runs"]}
                        for t in with_job_runs(app.store, ticks)])
         else:
-            emit(ticks, RUNS_COLUMNS, as_json=False)
+            console = console_for()
+            print_lines(console, compact_table(TICK_COLUMNS, [_tick_cells(t, datetime.now(timezone.utc)) for t in ticks], fit_width(console)))
         return 0
     run, report = run_details(app.store, args.run_id)
     if args.json:
         emit_json({"run": with_job_runs(app.store, [run])[0], "sources": report})
         return 0
-    print(f"run {run['run_id']} at {run['snapshot_ts']:%Y-%m-%d %H:%M:%S}: {run['status']}"
+    print(f"run {run['run_id']} at {timestamp(run['snapshot_ts'])}: {run['status']}"
           + (f" ({run['message']})" if run["message"] else ""))
     emit(report, REPORT_COLUMNS, as_json=False)
     return 0
@@ -766,22 +841,26 @@ def cmd_explain(args: argparse.Namespace, app: App) -> int:
     late = late_data(app.store, settings.run_policy_file, args.job_id)
     deadline = _deadline_note(app, settings, args.job_id)
     asked = pending_ask(app.store, args.job_id)
-    runs = latest_job_runs(app.store, args.job_id) if args.json else []
+    runs = latest_job_runs(app.store, args.job_id)
     if args.json:
         emit_json({"job_id": found.job_id, "verdict": found.verdict, "ready": found.is_ready, "rows": found.rows,
                    "automatic_retry": retry, "late_data": late, "deadline": deadline, "asked": asked,
                    "runs": runs})
         return 0
-    print(f"job {found.job_id}: {found.verdict}")
+    _say(f"job {found.job_id}: {found.verdict}")
+    last = runs[0] if runs else None
+    if last and last["outcome"] == EventType.FAILED.value and last["output_tail"]:
+        _say(f"output of run {last['job_run_id']} (its last {len(last['output_tail'])} line(s)):",
+             *(f"  | {line}" for line in last["output_tail"]))
     if asked:
-        print(f"asked: {asked}")
+        _say(f"asked: {asked}")
     if deadline:
-        print(f"deadline: {deadline}")
+        _say(f"deadline: {deadline}")
     if retry:
-        print(f"automatic retry: {retry}")
+        _say(f"automatic retry: {retry}")
     for item in late:
-        print(f"late data: {item['source_key']} window from {item['window_start']}: {item['rows']} row(s) "
-              "arrived after the window was final")
+        _say(f"late data: {item['source_key']} window from {item['window_start']}: {item['rows']} row(s) "
+             "arrived after the window was final")
     emit(found.rows, EXPLAIN_COLUMNS, as_json=False)
     return 0
 
@@ -903,8 +982,8 @@ def _deadline_note(app: App, settings: Settings, job_id: str) -> str | None:
     from heartbeat_runner.runner.alerting import overdue_now
 
     policies = load_run_policies(settings.run_policy_file).alerts
-    overdue = (overdue_now(policies, app.store.control_rows(), job_id, app.store.deadlines_seen())
-               if policies.enabled else None)
+    overdue = (overdue_now(policies, app.store.control_rows(), job_id, app.store.deadlines_seen(),
+                           app.store.sensing_failures()) if policies.enabled else None)
     return None if overdue is None else f"overdue since {overdue.deadline} ({overdue.due:%Y-%m-%d %H:%M} UTC): " \
                                         f"{overdue.reason}"
 
@@ -913,7 +992,8 @@ def _deadline_note(app: App, settings: Settings, job_id: str) -> str | None:
 def cmd_alerts(args: argparse.Namespace, app: App) -> int:
     from heartbeat_runner.runner.alerting import list_alerts
 
-    rows = list_alerts(app.store, include_resolved=args.all, limit=args.limit)
+    rows = list_alerts(app.store, include_resolved=args.all, limit=args.limit,
+                       lakehouse_dir=app.settings.lakehouse_dir)
     if args.json:
         emit_json(rows)
     elif not rows:

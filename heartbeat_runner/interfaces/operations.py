@@ -34,7 +34,7 @@ JOB_RUNS_VIEW = "heartbeat_job_runs"
 #: what `runs --json` and `explain --json` give of each job run: its own start, end and duration as its jobs
 #: backend recorded them (never when a tick noticed the end), and its queue time where the service has one
 JOB_RUN_FIELDS = ("trigger_job_id", "job_run_id", "outcome", "requested_at", "triggered_at", "started_at",
-                  "ended_at", "duration_s", "queued_s", "message")
+                  "ended_at", "duration_s", "queued_s", "message", "failure_reason", "output_tail")
 #: how many of a job's latest runs `explain --json` gives
 EXPLAIN_RUNS = 5
 
@@ -294,7 +294,16 @@ def _cursor_at(store: TableStore, source_key: str, as_of: datetime | None) -> st
 
 def unknown_job(job_id: str) -> NotFoundError:
     """The error for a job id the control table does not have (CLI exit code and page 404 follow its kind)."""
-    return NotFoundError(f"job {job_id!r} is not in the control table")
+    return NotFoundError(f"job {shown_id(job_id)!r} is not in the control table")
+
+
+#: the longest an id given by a user is repeated in an answer or error (a longer one ends in "…")
+SHOWN_ID_CHARS = 120
+
+
+def shown_id(text: str) -> str:
+    """An id as given, to repeat in a message: at most SHOWN_ID_CHARS characters."""
+    return text if len(text) <= SHOWN_ID_CHARS else text[:SHOWN_ID_CHARS - 1] + "…"
 
 
 def parse_since(text: str) -> datetime:
@@ -338,7 +347,17 @@ def job_runs(store: TableStore, *conditions: Cond, limit: int | None = None) -> 
     """Job runs Heartbeat requested (heartbeat_job_runs), newest request first, with JOB_RUN_FIELDS and
     ``tick_run_id`` (the tick that requested the run)."""
     rows = store.read(JOB_RUNS_VIEW, *conditions, order_by=["requested_at DESC"], limit=limit)
-    return [{**{name: row[name] for name in JOB_RUN_FIELDS}, "tick_run_id": row["tick_run_id"]} for row in rows]
+    return [{**{name: row[name] for name in JOB_RUN_FIELDS}, "output_tail": _lines(row["output_tail"]),
+             "tick_run_id": row["tick_run_id"]} for row in rows]
+
+
+def _lines(recorded: str | None) -> list[str] | None:
+    """An output tail as recorded with a failed run (a JSON array of lines) as a list, or None."""
+    try:
+        lines = json.loads(recorded) if recorded else None
+    except ValueError:
+        return None
+    return [str(line) for line in lines] if isinstance(lines, list) else None
 
 
 def latest_job_runs(store: TableStore, job_id: str) -> list[dict]:

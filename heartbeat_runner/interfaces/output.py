@@ -2,9 +2,9 @@
 
 Every console comes from :func:`console_for`. On a terminal rich picks the width and the
 colours (none when NO_COLOR is set, which rich honours itself). Anywhere else (a pipe, a
-file, a test) the text is plain, without escape codes (unless FORCE_COLOR asks for them), at
-$COLUMNS or 160 columns, and a table is never squeezed below its natural width there: one
-line per row, for grep and awk. Progress and live lines go to stderr and are drawn only when
+file, a test) the text is plain, without escape codes (unless FORCE_COLOR asks for them); when
+$COLUMNS is set no line is longer (as on a terminal that wide), else a table is never squeezed
+below its natural width: one line per row, for grep and awk. Progress and live lines go to stderr and are drawn only when
 stderr is an interactive terminal; elsewhere they fall back to one plain line per step, as
 logs want.
 """
@@ -17,9 +17,11 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import datetime, timezone, tzinfo
 from enum import Enum
 from typing import Any, TextIO
+from zoneinfo import ZoneInfo
 
 from rich import box
 from rich.console import Console, RenderableType
@@ -57,6 +59,55 @@ STATE_STYLES = {
 Snapshot = tuple[Sequence[dict], Sequence[str], "str | None"]
 
 
+class _Zone:
+    """The zone every time is shown in (HEARTBEAT_TIMEZONE, set once by the CLI; UTC until then).
+    Stored times are UTC; a time without a zone is read as UTC."""
+
+    zone: tzinfo = timezone.utc
+
+
+def show_times_in(name: str) -> None:
+    """Show every time from now on in the IANA zone ``name`` (already validated by the settings)."""
+    _Zone.zone = timezone.utc if name == "UTC" else ZoneInfo(name)
+
+
+def local_time(value: datetime) -> datetime:
+    """``value`` (UTC when it has no zone) in the display zone."""
+    return (value if value.tzinfo else value.replace(tzinfo=timezone.utc)).astimezone(_Zone.zone)
+
+
+def zone_name(at: datetime | None = None) -> str:
+    """The display zone's abbreviation at ``at`` (default now): ``UTC``, ``CET``, ``CEST``."""
+    return local_time(at or datetime.now(timezone.utc)).tzname() or "UTC"
+
+
+def short_time(value: datetime | None, now: datetime, *, seconds: bool = False) -> str:
+    """``08:30 UTC`` when ``value`` falls on ``now``'s day (in the display zone), else ``05-01 08:30 UTC``;
+    ``-`` when unknown. With ``seconds``: ``08:30:15 UTC``."""
+    if value is None:
+        return "-"
+    shown, today = local_time(value), local_time(now)
+    day = "" if shown.date() == today.date() else f"{shown:%m-%d} "
+    clock = f"{shown:%H:%M:%S}" if seconds else f"{shown:%H:%M}"
+    return f"{day}{clock} {shown.tzname()}"
+
+
+def timestamp(value: datetime) -> str:
+    """``2026-05-01 08:30:00 UTC``: a time in the display zone, with the zone."""
+    shown = local_time(value)
+    return f"{shown:%Y-%m-%d %H:%M:%S} {shown.tzname()}"
+
+
+class _Console(Console):
+    """rich's Console, except that a reader who went away (``… | head -1``) is the command's business:
+    rich would end the process with status 1; here the BrokenPipeError goes on to ``cli.main``, which
+    ends quietly with 0 (and the page's server, which drops that one answer)."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        raise BrokenPipeError("the reader of the output went away")
+
+
 def console_for(stream: TextIO | None = None) -> Console:
     """A rich Console writing to ``stream`` (default: stdout as it is now).
 
@@ -65,7 +116,7 @@ def console_for(stream: TextIO | None = None) -> Console:
     FORCE_COLOR asks for colour). Markup, emoji codes and highlighting are off: what is printed
     is data, shown as it is.
     """
-    console = Console(file=stream if stream is not None else sys.stdout, highlight=False, markup=False, emoji=False)
+    console = _Console(file=stream if stream is not None else sys.stdout, highlight=False, markup=False, emoji=False)
     if not on_screen(console):
         console.width = _plain_width()
     return console
@@ -98,14 +149,26 @@ def _is_terminal(stream: object) -> bool:
         return False
 
 
+def columns_set() -> bool:
+    """Whether $COLUMNS asks for a width (then output off a terminal is never wider: ``… | less``, a log)."""
+    return bool(os.environ.get("COLUMNS", "").strip())
+
+
+def fits_width(console: Console) -> bool:
+    """Whether what ``console`` prints must fit its width: on a terminal, or off one when $COLUMNS is set."""
+    return on_screen(console) or columns_set()
+
+
 def show(console: Console, renderable: RenderableType) -> None:
-    """Print on ``console``; off a terminal at least as wide as the renderable needs, lines without trailing blanks."""
+    """Print on ``console``; off a terminal at least as wide as the renderable needs (no wider than $COLUMNS
+    when that is set), lines without trailing blanks."""
     if on_screen(console):
         # plain text (the rows one after another) is left to the terminal to wrap: no value is broken by us
         console.print(renderable, soft_wrap=isinstance(renderable, Text))
         return
     needed = console.measure(renderable, options=console.options.update_width(10_000)).maximum
-    wide = Console(file=console.file, width=max(console.width, needed), force_terminal=console.is_terminal,
+    width = console.width if columns_set() else max(console.width, needed)
+    wide = Console(file=console.file, width=width, force_terminal=console.is_terminal,
                    color_system=console.color_system, no_color=console.no_color,  # type: ignore[arg-type]
                    highlight=False, markup=False, emoji=False)
     with wide.capture() as captured:
@@ -122,7 +185,7 @@ def _cell(value: Any) -> str:
     if isinstance(value, Enum):
         value = value.value
     if isinstance(value, datetime):
-        return value.strftime("%Y-%m-%d %H:%M:%S")
+        return timestamp(value)
     if isinstance(value, float):
         return f"{value:.3f}"
     if isinstance(value, (list, tuple)):
@@ -243,10 +306,10 @@ def _table_or_none(console: Console, rows: Sequence[dict], columns: Sequence[str
                    caption: str | None = None) -> RenderableType:
     """The rows' table, or the title over ``(none)`` when there are no rows; on a terminal too narrow for the
     table with its ids whole, the rows one after another (:func:`records_view`)."""
-    if rows and on_screen(console) and table_min_width(rows, columns) > console.width:
+    if rows and fits_width(console) and table_min_width(rows, columns) > console.width:
         return records_view(rows, columns, title)
     if rows:
-        screen = on_screen(console)  # off a terminal (a pipe, a file) every value is printed whole
+        screen = fits_width(console)  # off a terminal (a pipe, a file) every value is printed whole, unless $COLUMNS
         return rows_table(rows, columns, title=title, caption=caption, wrap=screen,
                           max_width=MAX_CELL_WIDTH if screen else None, screen_width=console.width)
     lines = [Text(title, style="bold")] if title else []
@@ -284,7 +347,7 @@ def watch(read: Callable[[], Snapshot], *, title: str, interval: float, count: i
             while count is None or shown < count:
                 started = time.monotonic()
                 rows, columns, note = read()
-                heading = f"{title} at {datetime.now():%H:%M:%S}, every {interval:g} s"
+                heading = f"{title} at {timestamp(datetime.now(timezone.utc))}, every {interval:g} s"
                 if isinstance(live, Live):
                     caption = "; ".join(filter(None, [note, "Ctrl-C to stop"]))
                     live.update(_table_or_none(console, rows, columns, heading, caption), refresh=True)
@@ -294,6 +357,148 @@ def watch(read: Callable[[], Snapshot], *, title: str, interval: float, count: i
                     emit(rows, columns, as_json=as_json, title=None if as_json else heading, out=out)
                     if note and not as_json:
                         console.print(Text(f"({note})"))
+                    out.flush()
+                shown += 1
+                if count is None or shown < count:
+                    time.sleep(max(0.0, interval - (time.monotonic() - started)))
+    except KeyboardInterrupt:
+        pass
+    return shown
+
+
+# -- compact views: one line per record, fitted to the width -----------------------------------
+
+class Fit(str, Enum):
+    """How a column of a compact view gives way when the line is too long."""
+
+    WHOLE = "whole"    # never cut (ids, states, times, figures)
+    MIDDLE = "middle"  # cut in the middle with "…" (names: their start and end tell them apart)
+    END = "end"        # cut at the end with "…" (free text: its start says most)
+
+
+@dataclass(frozen=True)
+class Column:
+    header: str
+    fit: Fit = Fit.WHOLE
+    #: the narrowest a cut column gets before the others give way
+    min_width: int = 8
+
+
+#: the most of a line's free room (what the whole columns leave) a name takes before free text gives way
+NAME_SHARE = 0.35
+#: a compact view's cell: its text and a rich style ("" for none)
+Cell = tuple[str, str]
+
+
+def fit_width(console: Console) -> int | None:
+    """The width a compact view must fit: the terminal's; off a terminal $COLUMNS when set, else None
+    (no line is cut: one whole record per line, for grep and awk)."""
+    return console.width if fits_width(console) else None
+
+
+def middle_cut(text: str, width: int) -> str:
+    """``text`` at most ``width`` characters, its middle replaced by "…" when too long."""
+    if len(text) <= width:
+        return text
+    if width <= 1:
+        return "…"[:width]
+    head = (width - 1 + 1) // 2
+    return text[:head] + "…" + text[len(text) - (width - 1 - head):]
+
+
+def end_cut(text: str, width: int) -> str:
+    """``text`` at most ``width`` characters, ending in "…" when too long."""
+    return text if len(text) <= width else text[:max(0, width - 1)] + "…"[:width]
+
+
+def compact_table(columns: Sequence[Column], rows: Sequence[Sequence[Cell]], width: int | None) -> list[Text]:
+    """A header line and one line per row, columns two spaces apart, every line at most ``width`` characters
+    (None: nothing cut). WHOLE columns are never cut; when the line is too long the END columns shrink first
+    (to their min_width), then the MIDDLE ones, then the END ones to nothing."""
+    natural = [max([len(c.header)] + [len(r[i][0]) for r in rows]) for i, c in enumerate(columns)]
+    widths = list(natural) if width is None else _fitted(columns, natural, width)
+    lines = [_joined([(c.header, "bold") for c in columns], widths, columns)]
+    lines += [_joined(row, widths, columns) for row in rows]
+    return lines
+
+
+def _fitted(columns: Sequence[Column], natural: list[int], width: int) -> list[int]:
+    """Column widths for a line of at most ``width``: a MIDDLE column first takes at most NAME_SHARE of the
+    room the WHOLE columns leave; then END columns shrink to their min_width, MIDDLE ones to theirs, then
+    both to one character. WHOLE columns keep their width even when the line cannot fit."""
+    widths = list(natural)
+    room = width - COLUMN_GAP * (len(widths) - 1) - sum(w for w, c in zip(widths, columns) if c.fit is Fit.WHOLE)
+    over = sum(widths) + COLUMN_GAP * (len(widths) - 1) - width
+    if over <= 0:
+        return widths
+    for i, column in enumerate(columns):
+        if column.fit is Fit.MIDDLE:
+            capped = min(widths[i], max(column.min_width, int(room * NAME_SHARE)))
+            over -= widths[i] - capped
+            widths[i] = capped
+    for fit, floor in ((Fit.END, True), (Fit.MIDDLE, True), (Fit.END, False), (Fit.MIDDLE, False)):
+        for i in reversed(range(len(columns))):
+            if over <= 0:
+                return widths
+            if columns[i].fit is not fit:
+                continue
+            lowest = min(widths[i], columns[i].min_width) if floor else 1
+            give = min(over, widths[i] - lowest)
+            widths[i] -= give
+            over -= give
+    return widths
+
+
+def _joined(cells: Sequence[Cell], widths: Sequence[int], columns: Sequence[Column]) -> Text:
+    line = Text()
+    for i, ((text, style), column) in enumerate(zip(cells, columns)):
+        shown = middle_cut(text, widths[i]) if column.fit is Fit.MIDDLE else end_cut(text, widths[i]) \
+            if column.fit is Fit.END else text
+        last = i == len(columns) - 1
+        line.append(shown if last else shown.ljust(widths[i]), style=style)
+        if not last:
+            line.append(" " * COLUMN_GAP)
+    line.rstrip()
+    return line
+
+
+def cut_line(text: Text | str, width: int | None) -> Text:
+    """One line of a compact view, cut at the end with "…" to ``width`` (None: whole)."""
+    line = text.copy() if isinstance(text, Text) else Text(text)
+    if width is not None and len(line) > width:
+        line.truncate(width - 1)
+        line.append("…")
+    return line
+
+
+def print_lines(console: Console, lines: Sequence[Text]) -> None:
+    """Print already fitted lines as they are: never wrapped, never padded."""
+    for line in lines:
+        console.print(line, soft_wrap=True)
+
+
+def watch_lines(read: Callable[[int | None], list[Text]], *, interval: float, count: int | None = None,
+                out: TextIO | None = None) -> int:
+    """Show what ``read(height)`` returns every ``interval`` seconds, ``count`` times (None: until Ctrl-C).
+
+    On a terminal the view is redrawn in place (rich Live), ``read`` told the terminal's height so the view
+    fits it; elsewhere each reading is appended after a blank line (on a terminal that cannot redraw, fitted to
+    its height too; off a terminal ``read(None)``: whole). Ctrl-C ends it normally.
+    Returns how many readings were shown."""
+    out = out if out is not None else sys.stdout
+    console = console_for(out)
+    in_place = can_redraw(console)
+    shown = 0
+    try:
+        with Live(console=console, auto_refresh=False, transient=False) if in_place else nullcontext() as live:
+            while count is None or shown < count:
+                started = time.monotonic()
+                if isinstance(live, Live):
+                    live.update(Text("\n").join(read(console.height - 1)), refresh=True)
+                else:
+                    if shown:
+                        console.line()
+                    print_lines(console, read(console.height - 1 if on_screen(console) else None))
                     out.flush()
                 shown += 1
                 if count is None or shown < count:

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import abc
 import enum
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from heartbeat_runner.core.errors import JobsBackendError
+from heartbeat_runner.core.secrets import redact
 from heartbeat_runner.core.settings import Settings
 from heartbeat_runner.jobs.calls import ApiBudget, Calls, call_all
 
@@ -57,18 +59,56 @@ class RunStatus:
     end_time: datetime | None = None
     #: seconds the run waited in the jobs service's queue before it started, where the service says
     queue_s: float | None = None
+    #: a failed run: the one line that says what went wrong (redacted, at most REASON_CHARS), if known
+    failure_reason: str | None = None
+    #: a failed run: the last lines of its output (redacted, at most TAIL_LINES), where the backend keeps them
+    output_tail: tuple[str, ...] | None = None
 
-    def timing(self) -> dict[str, str | float]:
+    def timing(self) -> dict[str, str | float | list[str]]:
         """The run's own times for its end event's payload (``run_started_at``, ``run_ended_at``,
-        ``run_queued_s``; what is unknown is left out): the source of every duration shown."""
-        timing: dict[str, str | float] = {}
+        ``run_queued_s``; what is unknown is left out): the source of every duration shown; a failed
+        run's ``failure_reason`` and ``output_tail`` ride along."""
+        timing: dict[str, str | float | list[str]] = {}
         if self.start_time is not None:
             timing["run_started_at"] = self.start_time.isoformat()
         if self.end_time is not None:
             timing["run_ended_at"] = self.end_time.isoformat()
         if self.queue_s is not None:
             timing["run_queued_s"] = self.queue_s
+        if self.failure_reason:
+            timing["failure_reason"] = self.failure_reason
+        if self.output_tail:
+            timing["output_tail"] = list(self.output_tail)
         return timing
+
+
+#: The most lines of a failed run's output kept with its outcome, and the longest line / reason kept.
+TAIL_LINES = 20
+TAIL_LINE_CHARS = 300
+REASON_CHARS = 200
+#: An output line that names a failure: an ERROR/FATAL log line, an exception (Python's last traceback line).
+_FAILURE_LINE = re.compile(r"\b(ERROR|FATAL|CRITICAL)\b|^(\w+\.)*\w*(Error|Exception)\b(:|$)|\bTraceback\b")
+
+
+def shorten(text: str, limit: int) -> str:
+    """``text`` cut to at most ``limit`` characters, ending in an ellipsis when cut."""
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def output_tail(text: str, secrets: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """The last TAIL_LINES non-empty lines of ``text``, each redacted and at most TAIL_LINE_CHARS long."""
+    lines = [line for line in text.splitlines() if line.strip()][-TAIL_LINES:]
+    return tuple(shorten(redact(line, secrets), TAIL_LINE_CHARS) for line in lines)
+
+
+def failure_reason(tail: tuple[str, ...]) -> str | None:
+    """The line of a failed run's output tail that says what went wrong: the last one naming an error
+    (``ERROR …``, ``ValueError: …``, the final line of a traceback), else the last line; None when empty.
+    Invariant: one line, at most REASON_CHARS characters, taken from the already redacted tail."""
+    named = [line for line in tail if _FAILURE_LINE.search(line.strip()) and line.strip() != "Traceback "
+             "(most recent call last):"]
+    chosen = named[-1] if named else (tail[-1] if tail else None)
+    return None if chosen is None else shorten(chosen.strip(), REASON_CHARS)
 
 
 @dataclass(frozen=True)

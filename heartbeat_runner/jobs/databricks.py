@@ -39,8 +39,10 @@ from databricks.sdk.errors import (
 from heartbeat_runner.core.errors import AuthError, JobNotFoundError, JobsBackendError, describe, first_line
 from heartbeat_runner.core.metrics import metrics
 from heartbeat_runner.core.records import as_utc
+from heartbeat_runner.core.secrets import redact
 from heartbeat_runner.core.settings import JobsApiLimits, JobsBackendKind, Settings, read_environment, settings_from
 from heartbeat_runner.jobs.base import (
+    REASON_CHARS,
     FailedJob,
     JobsBackend,
     Reconciliation,
@@ -49,6 +51,7 @@ from heartbeat_runner.jobs.base import (
     RunRef,
     RunStatus,
     TriggerRequest,
+    shorten,
 )
 from heartbeat_runner.jobs.calls import ApiBudget, RateLimiter, call_all
 
@@ -610,9 +613,10 @@ def run_status_of(run: WireRun) -> RunStatus:
         text = ": ".join(p for p in (reason, run.message) if p)
         if run.page_url:
             text += f" ({run.page_url})"
+    reason = shorten(redact(run.message), REASON_CHARS) if outcome is RunOutcome.FAILED and run.message else None
     return RunStatus(run_id=str(run.run_id), outcome=outcome, message=text,
                      start_time=_from_ms(run.start_ms), end_time=_from_ms(run.end_ms) if outcome.finished else None,
-                     queue_s=run.queue_ms / 1000 if run.queue_ms else None)
+                     queue_s=run.queue_ms / 1000 if run.queue_ms else None, failure_reason=reason)
 
 
 def _mapping(value: object) -> Mapping[str, Any]:

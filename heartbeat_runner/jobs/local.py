@@ -41,7 +41,15 @@ from heartbeat_runner.core.files import create_exclusively, replace_whole
 from heartbeat_runner.core.processes import pid_alive, process_command
 from heartbeat_runner.core.settings import JobsBackendKind, Settings
 from heartbeat_runner.core.yaml_files import read_yaml_mapping
-from heartbeat_runner.jobs.base import JobsBackend, RunOutcome, RunOutput, RunStatus, TriggerRequest
+from heartbeat_runner.jobs.base import (
+    JobsBackend,
+    RunOutcome,
+    RunOutput,
+    RunStatus,
+    TriggerRequest,
+    failure_reason,
+    output_tail,
+)
 from heartbeat_runner.sensing.watch import FolderWatch
 
 #: How much of the end of a run's output.log ``run_output`` returns.
@@ -137,6 +145,15 @@ class LocalJobsBackend(JobsBackend):
             log.seek(max(0, log_path.stat().st_size - OUTPUT_TAIL_BYTES))
             return RunOutput(text=log.read().decode("utf-8", errors="replace"))
 
+    def _output_tail(self, run_dir: Path) -> tuple[str, ...]:
+        """The last lines of a run's output.log, redacted (empty when it has none)."""
+        log_path = run_dir / "output.log"
+        if not log_path.is_file():
+            return ()
+        with open(log_path, "rb") as log:
+            log.seek(max(0, log_path.stat().st_size - OUTPUT_TAIL_BYTES))
+            return output_tail(log.read().decode("utf-8", errors="replace"))
+
     def run_status(self, job_id: str, run_id: str) -> RunStatus:
         run_dir = self._run_dir(run_id)
         if not run_dir.is_dir():
@@ -146,12 +163,16 @@ class LocalJobsBackend(JobsBackend):
         result = _read_json(run_dir / "result.json")
         if result is not None:
             code = int(result["exit_code"])
+            tail = () if code == 0 else self._output_tail(run_dir)
+            reason = failure_reason(tail)
+            where = f"exit code {code}; output in {run_dir / 'output.log'}"
             return RunStatus(
                 run_id=run_id,
                 outcome=RunOutcome.SUCCESS if code == 0 else RunOutcome.FAILED,
-                message=None if code == 0 else f"exit code {code}; output in {run_dir / 'output.log'}",
+                message=None if code == 0 else f"{reason} ({where})" if reason else where,
                 start_time=_parse_ts(result.get("started_at")) or started,
                 end_time=_parse_ts(result.get("ended_at")),
+                failure_reason=reason, output_tail=tail or None,
             )
         if not (run_dir / "launched").exists():
             return self._unclaimed_status(job_id, run_id, run_dir, meta, started)

@@ -24,6 +24,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from urllib.parse import quote
 
 from heartbeat_runner.core.faults import FaultPoint, crash_point
 from heartbeat_runner.core.files import replace_whole
@@ -108,6 +109,8 @@ class AlertMonitor(TickObserver):
     policies: AlertPolicies
     lakehouse_dir: Path
     outbox: Outbox[Notice] | None = None
+    #: the status page's address (HEARTBEAT_UI_URL): a job alert links to the job's view there
+    ui_url: str | None = None
     state: HotState = field(default_factory=HotState)
     open: dict[str, OpenAlert] = field(default_factory=dict)  # by identity
     _loaded_at: float | None = None
@@ -126,6 +129,10 @@ class AlertMonitor(TickObserver):
     def observe(self, result: TickResult) -> None:
         """After a tick: liveness, then (with alert policies) fold, evaluate, record, queue. Never raises."""
         self._write_liveness(result)
+        try:
+            self._record_not_ticking(result.run_id)
+        except Exception:  # noqa: BLE001 - recording must never fail the tick; it tries again next tick
+            log.exception("recording the runner-not-ticking alert failed")
         if not self.policies.enabled:
             return
         try:
@@ -223,6 +230,10 @@ class AlertMonitor(TickObserver):
             job.failure, job.output_link = event.get("message"), self._output_link(job_id, job.failed_run)
 
     def _output_link(self, job_id: str, run_id: str) -> str | None:
+        """The job's view on the status page when HEARTBEAT_UI_URL is set (its reason, output and runs),
+        else the run's page at its jobs service (None for a local run)."""
+        if self.ui_url:
+            return job_view_link(self.ui_url, job_id)
         try:
             output = self.backend.run_output(job_id, run_id)
         except Exception:  # noqa: BLE001 - a link is a nicety; the alert goes without it
@@ -252,12 +263,7 @@ class AlertMonitor(TickObserver):
     def _load_failing_sources(self) -> None:
         """Since when each failing source fails, from the run report: a runner that starts (a tick per process)
         counts ``sensing_error_after`` from the same instant as a loop that saw the first failure."""
-        for row in self.store.sensing_failures():
-            source = self.state.source(row["source_key"])
-            since = row.get("failing_since")
-            if since is not None and (source.failing_since is None or as_utc(since) < source.failing_since):
-                source.failing_since = as_utc(since)
-            source.last_error = source.last_error or row.get("sensing_error")
+        fold_sensing_failures(self.state, self.store.sensing_failures())
 
     def _load_trigger_errors(self, rows: list[dict]) -> None:
         """Since when each job's trigger call is refused (its first TRIGGER_ERROR after its latest run or reset):
@@ -358,6 +364,29 @@ class AlertMonitor(TickObserver):
         """One commit; alert events change nothing the control table derives, so it stays current."""
         self.control.append_beside(events)
 
+    def _record_not_ticking(self, run_id: str) -> None:
+        """The "runner not ticking" alert ``check`` raised (kept in a file while no runner ticks): this runner
+        ticks, so it records the alert in the lakehouse, raised at its ``since`` and resolved now, with the
+        destinations that accepted its raise, and sends the resolve like any other (its outbox records the
+        delivery); from then on ``check`` only forgets the file."""
+        path = not_ticking_path(self.lakehouse_dir)
+        state = _not_ticking_state(path)
+        if not state or state.get("recorded"):
+            return
+        notice = Notice(**{**state["notice"], "jobs": tuple(state["notice"]["jobs"]), "action": AlertAction.RAISE})
+        alert = OpenAlert(f"{notice.kind}|{notice.subject}|", notice.key, notice,
+                          tuple(d.name for d in self.policies.destinations))
+        delivered = [m.split(":")[0] for m in state.get("sent", []) if m.endswith(":raise")]
+        attempts = [Attempt(destination, (notice,), attempt=1) for destination in delivered]
+        resolved = OpenAlert(alert.identity, alert.key, replace(notice, action=AlertAction.RESOLVE),
+                             alert.destinations)
+        self._append([self._raised_event(alert, run_id), *self._attempt_events(attempts, run_id),
+                      self._resolved_event(resolved, run_id)])
+        state["recorded"] = True
+        replace_whole(path, json.dumps(state))
+        if self.outbox is not None and self._loaded_at is not None:  # a first load queues it from the events
+            self._submit([resolved])
+
     # -- liveness --------------------------------------------------------------------------------
 
     def _write_liveness(self, result: TickResult) -> None:
@@ -383,6 +412,11 @@ class AlertMonitor(TickObserver):
 
 #: an interval measured across runner processes counts at most this long (a lakehouse idle for days)
 MAX_INTERVAL_S = 3600.0
+
+
+def job_view_link(ui_url: str, job_id: str) -> str:
+    """The address of ``job_id``'s view on the status page at ``ui_url`` (the page's ``#/jobs/<id>`` route)."""
+    return f"{ui_url.rstrip('/')}/#/jobs/{quote(job_id, safe='')}"
 
 
 @dataclass(frozen=True)
@@ -443,13 +477,25 @@ def fold_control_rows(state: HotState, rows: list[dict], *, times: bool) -> HotS
 
 
 def overdue_now(policies: AlertPolicies, control_rows: list[dict], job_id: str,
-                seen: dict[str, dict[str, str]]) -> Overdue | None:
+                seen: dict[str, dict[str, str]], sensing_failures: Iterable[dict] = ()) -> Overdue | None:
     """The job's missed deadline and its cause as the control table tells it now (``explain``), or None.
-    A deadline no runner has seen yet counts from now, as the runner will count it (nothing is written)."""
+    A deadline no runner has seen yet counts from now, as the runner will count it (nothing is written).
+    ``sensing_failures`` (the store's): a failing source is named as failing, as the verdict does."""
     state = fold_control_rows(HotState(), control_rows, times=True)
+    fold_sensing_failures(state, sensing_failures)
     now = utcnow()
     _apply_deadlines(state, deadlines_since(policies, [job_id], seen, now))
     return next((o for o in overdue_jobs(policies, state, now) if o.job_id == job_id), None)
+
+
+def fold_sensing_failures(state: HotState, failures: Iterable[dict]) -> None:
+    """Since when each failing source fails, and its error, from the store's ``sensing_failures`` rows."""
+    for row in failures:
+        source = state.source(row["source_key"])
+        since = row.get("failing_since")
+        if since is not None and (source.failing_since is None or as_utc(since) < source.failing_since):
+            source.failing_since = as_utc(since)
+        source.last_error = source.last_error or row.get("sensing_error")
 
 
 def held_jobs(alerts: Iterable[OpenAlert]) -> dict[tuple[str, str], str]:
@@ -494,10 +540,43 @@ def _open_alert(payload: dict, action: AlertAction) -> OpenAlert:
     return OpenAlert(payload["identity"], notice.key, notice, tuple(payload.get("destinations", ())))
 
 
-def list_alerts(store: TableStore, *, include_resolved: bool, limit: int) -> list[dict]:
-    """Rows of the heartbeat_alerts view, newest first: the open ones, or all."""
+def list_alerts(store: TableStore, *, include_resolved: bool, limit: int,
+                lakehouse_dir: Path | None = None) -> list[dict]:
+    """Rows of the heartbeat_alerts view, newest first: the open ones, or all. With ``lakehouse_dir``, the
+    "runner not ticking" alert ``check`` raised and no runner has recorded yet (none ticks) comes first,
+    open, in the same shape: one list of alerts whoever raised them."""
     where = [] if include_resolved else [Cond("is_open", True)]
-    return store.read(ALERTS_VIEW, *where, order_by=["raised_at DESC"], limit=limit)
+    rows = store.read(ALERTS_VIEW, *where, order_by=["raised_at DESC"], limit=limit)
+    pending = not_ticking_row(lakehouse_dir) if lakehouse_dir is not None else None
+    return ([pending] + rows)[:limit] if pending else rows
+
+
+def not_ticking_path(lakehouse_dir: Path) -> Path:
+    """Where ``check`` keeps the open "runner not ticking" alert and the destinations that accepted it."""
+    return lakehouse_dir / "alerts" / "not_ticking.json"
+
+
+def _not_ticking_state(path: Path) -> dict:
+    try:
+        state = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return state if isinstance(state, dict) and isinstance(state.get("notice"), dict) else {}
+
+
+def not_ticking_row(lakehouse_dir: Path) -> dict | None:
+    """The open "runner not ticking" alert as a heartbeat_alerts row, while no runner has recorded it."""
+    state = _not_ticking_state(not_ticking_path(lakehouse_dir))
+    if not state or state.get("recorded") or state.get("resolved"):
+        return None
+    notice = state["notice"]
+    since = datetime.fromisoformat(notice["since"])
+    delivered = sorted(m.split(":")[0] for m in state.get("sent", []) if m.endswith(":raise"))
+    return {"alert_key": notice["key"], "kind": notice["kind"], "severity": notice["severity"],
+            "subject": notice["subject"], "summary": notice["summary"], "jobs": json.dumps(list(notice["jobs"])),
+            "link": notice.get("link"), "since_ts": since, "raised_at": since, "resolved_at": None, "is_open": True,
+            "destinations": None, "raise_delivered_to": ",".join(delivered) or None, "resolve_delivered_to": None,
+            "failed_deliveries": 0, "last_delivery_error": None}
 
 
 # -- the watcher: "runner not ticking" ---------------------------------------------------------
@@ -556,10 +635,10 @@ def watch_runner(lakehouse_dir: Path, policies: AlertPolicies, *, timeout_s: flo
     from heartbeat_runner.senders.send import DeliveryError, send
 
     found = runner_liveness(lakehouse_dir, policies)
-    path = lakehouse_dir / "alerts" / "not_ticking.json"
-    try:
-        state = json.loads(path.read_text())
-    except (OSError, ValueError):
+    path = not_ticking_path(lakehouse_dir)
+    state = _not_ticking_state(path)
+    if state.get("recorded"):  # a runner ticked, recorded it and sends its resolve: that alert is over here
+        path.unlink(missing_ok=True)
         state = {}
     if found.healthy and not state:
         return found

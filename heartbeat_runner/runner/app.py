@@ -113,7 +113,8 @@ class App:
                               progress=progress, policies=policies.retry,
                               sequences=Sequences(self.store, policies.catch_up, policies.windows),
                               maintenance=self.maintenance(progress) if self.settings.auto_maintenance else None)
-        alerts = AlertMonitor(self.store, self.control, jobs, policies.alerts, self.settings.lakehouse_dir)
+        alerts = AlertMonitor(self.store, self.control, jobs, policies.alerts, self.settings.lakehouse_dir,
+                              ui_url=self.settings.ui_url)
         lineage = self.lineage_monitor(heartbeat.ctx)
         heartbeat.observer = alerts if lineage is None else TickObservers([alerts, lineage])
         return heartbeat

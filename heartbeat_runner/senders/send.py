@@ -204,7 +204,7 @@ def send_pagerduty(destination: Destination, notices: list[Notice], timeout_s: f
                                "component": notice.subject, "class": notice.kind,
                                "custom_details": {"since": notice.since, "jobs": list(notice.jobs)}}
             if notice.link:
-                body["links"] = [{"href": notice.link, "text": "run output"}]
+                body["links"] = [{"href": notice.link, "text": "job and run output"}]
         _post_json(destination.url, body, timeout_s)
 
 

@@ -180,13 +180,23 @@ class ActionRequest:
 
 
 def _text(body: Mapping[str, object], name: str) -> str | None:
-    """A text field of the body, stripped; None when absent or blank; HeartbeatError when not text."""
+    """A text field of the body, stripped; None when absent or blank. A whole number stands for its digits
+    (a job id sent as ``123``: one meaning only); anything else that is not text is refused, naming the field."""
     value = body.get(name)
     if value is None:
         return None
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
     if not isinstance(value, str):
-        raise InvalidInputError(f"field {name}: expected text")
+        raise InvalidInputError(f"field {name}: expected text (or a whole number), got {_json_kind(value)}")
     return value.strip() or None
+
+
+def _json_kind(value: object) -> str:
+    """What a JSON value is, in JSON's words."""
+    if isinstance(value, bool):
+        return "true/false"
+    return {float: "a number with a fraction", list: "a list", dict: "an object"}.get(type(value), "another kind")
 
 
 def perform(app: App, request: ActionRequest, by: str) -> str:

@@ -96,6 +96,10 @@ class RunRecord:
     catch_up: str | None = None
     #: for a run an operator asked for (`trigger`, the page's "Run now"): who asked and why (job page only)
     manual: str | None = None
+    #: a failed run (or a refused request): one line saying what went wrong; None otherwise
+    failure_reason: str | None = None
+    #: a failed run: the last lines of its output (redacted), where its backend keeps them; None otherwise
+    output_tail: list[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -193,7 +197,17 @@ def _run_record(row: dict) -> RunRecord:
                      triggered_at=row["triggered_at"], started_at=row["started_at"], ended_at=row["ended_at"],
                      duration_s=row["duration_s"], queued_s=row["queued_s"],
                      is_retry=bool(row["is_retry"]), message=row["message"], windows=windows_of(row["parameters"]),
-                     catch_up=catch_up_of(row["parameters"]))
+                     catch_up=catch_up_of(row["parameters"]), failure_reason=row.get("failure_reason"),
+                     output_tail=tail_of(row.get("output_tail")))
+
+
+def tail_of(recorded: str | None) -> list[str] | None:
+    """The output tail recorded with a failed run (a JSON array of lines), or None."""
+    try:
+        lines = json.loads(recorded) if recorded else None
+    except ValueError:
+        return None
+    return [str(line) for line in lines] if isinstance(lines, list) else None
 
 
 def catch_up_of(parameters: str | None) -> str | None:
@@ -259,7 +273,7 @@ def job_page(store: TableStore, job_id: str, policy_file: Path | None = None,
     notes = manual_notes(store, job_id, [r["idempotency_token"] for r in rows])
     runs = [replace(_run_record(r), manual=notes.get(r["idempotency_token"])) for r in rows]
     asked = pending_ask(store, job_id)
-    alerts = [a for a in open_alerts(store) if job_id in a["jobs"]]
+    alerts = [a for a in open_alerts(store, lakehouse_dir) if job_id in a["jobs"]]
     return as_json({
         "job_id": job_id,
         "job_name": found.rows[0]["trigger_job_name"],
@@ -286,9 +300,10 @@ def manual_notes(store: TableStore, job_id: str, tokens: list[str]) -> dict[str,
     return {r["idempotency_token"]: r["message"] for r in found if r["message"]}
 
 
-def open_alerts(store: TableStore) -> list[dict[str, Any]]:
-    """The open alerts (heartbeat_alerts, what `alerts` lists), newest first; ``jobs`` as a list of job ids."""
-    rows = list_alerts(store, include_resolved=False, limit=OPEN_ALERTS_SHOWN)
+def open_alerts(store: TableStore, lakehouse_dir: Path | None = None) -> list[dict[str, Any]]:
+    """The open alerts (heartbeat_alerts, what `alerts` lists; with ``lakehouse_dir`` also the "runner not
+    ticking" alert `check` raised), newest first; ``jobs`` as a list of job ids."""
+    rows = list_alerts(store, include_resolved=False, limit=OPEN_ALERTS_SHOWN, lakehouse_dir=lakehouse_dir)
     return as_json([{**row, "jobs": json.loads(row["jobs"]) if row["jobs"] else []} for row in rows])
 
 

@@ -14,7 +14,7 @@ Routes::
     GET  /static/<file>                  its script and style sheet
     GET  /favicon.svg, /favicon.ico      its icon (SVG)
     GET  /metrics                        this process's Prometheus metrics (core/metrics.py)
-    GET  /api/meta                       version, refresh interval, whether this user may act
+    GET  /api/meta                       version, refresh interval, whether this user may act, time zone
     GET  /api/runner                     is a runner ticking: last tick, its interval, the limit
     GET  /api/overview                   every job: phase, dependencies, last run
     GET  /api/alerts                     the open alerts (heartbeat_alerts), newest first
@@ -42,7 +42,7 @@ from urllib.parse import unquote, urlsplit
 from heartbeat_runner import __version__
 from heartbeat_runner.core.errors import HeartbeatError, InvalidInputError, describe
 from heartbeat_runner.core.metrics import CONTENT_TYPE, metrics
-from heartbeat_runner.interfaces.operations import refresh_if_idle, runner_health
+from heartbeat_runner.interfaces.operations import refresh_if_idle, runner_health, shown_id
 from heartbeat_runner.interfaces.outcomes import outcome_of
 from heartbeat_runner.interfaces.ui import data
 from heartbeat_runner.interfaces.ui.actions import ActionPolicy, ActionRefused, ActionRequest, forwarded_user, perform
@@ -61,6 +61,8 @@ ACTION_HEADER = "X-Heartbeat-Action"
 DEFAULT_REFRESH_S = 5.0
 OVERVIEW_CACHE_S = 1.0
 MAX_BODY_BYTES = 64 * 1024
+#: what writing to (or reading from) a client that went away raises
+CLIENT_GONE = (BrokenPipeError, ConnectionResetError, ConnectionAbortedError)
 
 
 @dataclass
@@ -144,14 +146,26 @@ class Handler(BaseHTTPRequestHandler):
 
     def _guarded(self, route: Callable[[], None]) -> None:
         """Turn errors into JSON answers, by their kind (``outcomes.ERROR_OUTCOMES``: 403 refused, 404 unknown
-        job/run, 400 bad input, 409 conflict, 503 try again, 500 otherwise)."""
+        job/run, 400 bad input, 409 conflict, 503 try again, 500 otherwise). A client that went away while
+        its answer was written (the page navigated on) is noted at debug level: nobody is left to answer."""
         try:
             route()
+        except CLIENT_GONE as exc:
+            log.debug("ui client %s went away during %s: %s", self.address_string(), shown_id(self.path), exc)
+            self.close_connection = True
         except HeartbeatError as exc:
             self._error(outcome_of(exc).http_status, str(exc))
         except Exception as exc:  # noqa: BLE001 - a failing read answers this request only; the page stays up
-            log.exception("ui request %s failed", self.path)
+            log.exception("ui request %s failed", shown_id(self.path))
             self._error(outcome_of(exc).http_status, describe(exc))
+
+    def handle_one_request(self) -> None:
+        """http.server's, with a client gone mid-request (reset while its request is read) ending quietly."""
+        try:
+            super().handle_one_request()
+        except CLIENT_GONE as exc:
+            log.debug("ui client %s went away: %s", self.address_string(), exc)
+            self.close_connection = True
 
     # -- GET ----------------------------------------------------------------------------------
 
@@ -174,7 +188,7 @@ class Handler(BaseHTTPRequestHandler):
         if parts == ["metrics"]:
             return self._send(HTTPStatus.OK, metrics().exposition(), CONTENT_TYPE)
         if parts[0] != "api":
-            return self._error(HTTPStatus.NOT_FOUND, f"no page at /{'/'.join(parts)}")
+            return self._error(HTTPStatus.NOT_FOUND, f"no page at /{shown_id('/'.join(parts))}")
         route = parts[1:]
         if route == ["meta"]:
             return self._json(self._meta())
@@ -183,7 +197,7 @@ class Handler(BaseHTTPRequestHandler):
         if route == ["overview"]:
             return self._json({"jobs": page.jobs()})
         if route == ["alerts"]:
-            return self._json({"alerts": page.read(lambda: data.open_alerts(page.app.store))})
+            return self._json({"alerts": page.read(lambda: data.open_alerts(page.app.store, page.app.settings.lakehouse_dir))})
         if route == ["graph"]:
             return self._json(data.graph(page.jobs()))
         if route == ["ticks"]:
@@ -194,27 +208,29 @@ class Handler(BaseHTTPRequestHandler):
                                                               settings.lakehouse_dir)))
         if len(route) == 5 and route[0] == "jobs" and route[2] == "runs" and route[4] == "output":
             return self._run_output(route[1], route[3])
-        return self._error(HTTPStatus.NOT_FOUND, f"no API at /{'/'.join(parts)}")
+        return self._error(HTTPStatus.NOT_FOUND, f"no API at /{shown_id('/'.join(parts))}")
 
     def _meta(self) -> dict[str, Any]:
         policy = self.page.policy
         return {"version": __version__, "refresh_s": self.page.refresh_s, "actions_enabled": policy.enabled,
                 "can_act": policy.can_act(self.headers), "user": forwarded_user(self.headers),
-                "schema": self.page.app.settings.schema, "phases": [phase.value for phase in data.JobPhase]}
+                "schema": self.page.app.settings.schema, "phases": [phase.value for phase in data.JobPhase],
+                "timezone": self.page.app.settings.timezone}
 
     def _static(self, name: str) -> None:
         suffix = name[name.rfind("."):] if "." in name else ""
         if "/" in name or suffix not in STATIC_TYPES:
-            return self._error(HTTPStatus.NOT_FOUND, f"no file {name}")
+            return self._error(HTTPStatus.NOT_FOUND, f"no file {shown_id(name)}")
         asset = resources.files("heartbeat_runner.interfaces.ui").joinpath("static", name)
         if not asset.is_file():
-            return self._error(HTTPStatus.NOT_FOUND, f"no file {name}")
+            return self._error(HTTPStatus.NOT_FOUND, f"no file {shown_id(name)}")
         self._send(HTTPStatus.OK, asset.read_bytes(), STATIC_TYPES[suffix])
 
     def _run_output(self, job_id: str, run_id: str) -> None:
         output = self.page.read(lambda: data.run_output(self.page.app.store, self.page.backend(), job_id, run_id))
         if output is None:
-            return self._error(HTTPStatus.NOT_FOUND, f"no output is kept for run {run_id} of job {job_id} "
+            return self._error(HTTPStatus.NOT_FOUND, f"no output is kept for run {shown_id(run_id)} of job "
+                                                     f"{shown_id(job_id)} "
                                                      "(or it is not a run of that job)")
         if output.url:
             return self._send(HTTPStatus.FOUND, b"", "text/plain", {"Location": output.url})
@@ -237,7 +253,13 @@ class Handler(BaseHTTPRequestHandler):
         self._json({"done": self.page.act(request, by)})
 
     def _body(self) -> dict[str, Any]:
-        length = int(self.headers.get("Content-Length") or 0)
+        """The request's JSON object; InvalidInputError (400, one line) for a Content-Length that is not a
+        whole number from 0 to MAX_BODY_BYTES, a body that is not JSON, or JSON that is not an object."""
+        declared = (self.headers.get("Content-Length") or "0").strip()
+        if not declared.isdigit():
+            raise InvalidInputError(f"header Content-Length: expected a whole number of bytes, got "
+                                    f"{shown_id(declared)!r}")
+        length = int(declared)
         if length > MAX_BODY_BYTES:
             raise InvalidInputError(f"request body over {MAX_BODY_BYTES} bytes")
         try:

@@ -1,0 +1,170 @@
+"""The on-call view `status` prints: one line per job, what needs attention first.
+
+On top: the counts by status, the runner's health, the open alerts and the failing sources; then
+one line per job (id, name, status, since, verdict) in the order an on-call engineer works
+through them: failed, trigger errors, sensing errors, overdue, running, then the rest. Every line
+fits the width it is given (ids, states and times are never cut; names are shortened in the middle,
+verdicts at the end); with no width (a pipe without $COLUMNS) nothing is cut. With a height
+(``status --watch`` on a terminal) the job lines stop where the screen does and the last line says
+how many more there are.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+from rich.text import Text
+
+from heartbeat_runner.interfaces.output import Column, Fit, compact_table, cut_line, short_time, timestamp
+from heartbeat_runner.interfaces.ui.data import JobPhase, JobSummary
+from heartbeat_runner.runner.alerting import Liveness
+
+#: the most open alerts and failing sources listed on top (the rest are counted)
+TOP_ALERTS = 5
+TOP_SOURCES = 5
+
+
+class Attention(str, enum.Enum):
+    """A job's status in the on-call view, in the order the view lists them (most urgent first)."""
+
+    FAILED = "failed"
+    TRIGGER_ERROR = "trigger error"
+    SENSING_ERROR = "sensing error"
+    OVERDUE = "overdue"
+    RUNNING = "running"
+    READY = "ready"
+    WAITING = "waiting"
+    PAUSED = "paused"
+    IDLE = "idle"
+
+
+STYLES = {Attention.FAILED: "bold red", Attention.TRIGGER_ERROR: "bold red", Attention.SENSING_ERROR: "red",
+          Attention.OVERDUE: "yellow", Attention.RUNNING: "cyan", Attention.READY: "green",
+          Attention.WAITING: "yellow", Attention.PAUSED: "dim", Attention.IDLE: "dim"}
+_BY_PHASE = {JobPhase.FAILED: Attention.FAILED, JobPhase.TRIGGER_ERROR: Attention.TRIGGER_ERROR,
+             JobPhase.SENSING_ERROR: Attention.SENSING_ERROR, JobPhase.RUNNING: Attention.RUNNING,
+             JobPhase.READY: Attention.READY, JobPhase.WAITING: Attention.WAITING,
+             JobPhase.PAUSED: Attention.PAUSED, JobPhase.IDLE: Attention.IDLE}
+#: the kind of alert that makes a job overdue
+OVERDUE_KIND = "JOB_OVERDUE"
+JOB_COLUMNS = (Column("JOB"), Column("NAME", Fit.MIDDLE, 8), Column("STATUS"), Column("SINCE"),
+               Column("VERDICT", Fit.END, 16))
+
+
+@dataclass(frozen=True)
+class JobLine:
+    """One job as the on-call view lists it."""
+
+    job_id: str
+    name: str
+    attention: Attention
+    since: datetime | None
+    verdict: str
+
+
+@dataclass(frozen=True)
+class OnCall:
+    """What the view shows: the jobs (already in attention order), the open alerts and the runner."""
+
+    jobs: list[JobLine]
+    alerts: list[dict]
+    health: Liveness
+    #: failing sources: source key -> its sensing error
+    failing: dict[str, str]
+
+
+def on_call(jobs: Sequence[JobSummary], alerts: list[dict], health: Liveness) -> OnCall:
+    """The view of ``jobs`` (the page's overview), the open ``alerts`` and the runner's ``health``."""
+    overdue = {job for a in alerts if a.get("kind") == OVERDUE_KIND for job in _jobs_of(a)}
+    lines = [_line(job, overdue) for job in jobs]
+    order = list(Attention)
+    lines.sort(key=lambda line: (order.index(line.attention), line.job_id))
+    failing = {d.label: d.sensing_error for job in jobs for d in job.dependencies if d.sensing_error}
+    return OnCall(lines, alerts, health, dict(sorted(failing.items())))
+
+
+def _jobs_of(alert: dict) -> list[str]:
+    jobs = alert.get("jobs")
+    if isinstance(jobs, str):
+        try:
+            jobs = json.loads(jobs)
+        except ValueError:
+            return []
+    return [str(j) for j in jobs or []]
+
+
+def _line(job: JobSummary, overdue: set[str]) -> JobLine:
+    attention = _BY_PHASE[job.phase]
+    if job.job_id in overdue and order_of(attention) > order_of(Attention.OVERDUE):
+        attention = Attention.OVERDUE
+    verdict = job.verdict
+    run = job.last_run
+    if attention is Attention.FAILED and run is not None and run.failure_reason:
+        verdict = f"{run.failure_reason} (run {run.job_run_id}; `explain` for more)"
+    return JobLine(job.job_id, job.job_name or "", attention, job.since, verdict)
+
+
+def order_of(attention: Attention) -> int:
+    return list(Attention).index(attention)
+
+
+def render(view: OnCall, width: int | None, height: int | None = None, now: datetime | None = None) -> list[Text]:
+    """The view's lines, each at most ``width`` characters (None: whole), at most ``height`` lines (None: all)."""
+    now = now or datetime.now(timezone.utc)
+    top = [cut_line(line, width) for line in _summary(view, now)]
+    table = compact_table(JOB_COLUMNS, [_cells(line, now) for line in view.jobs], width)
+    if height is not None and len(top) + 1 + len(table) > height:
+        room = max(1, height - len(top) - 3)  # a blank line, the header and the "… more" line
+        rest = Counter(line.attention.value for line in view.jobs[room:])
+        more = ", ".join(f"{n} {state}" for state, n in rest.items())
+        table = table[:1 + room] + [cut_line(Text(f"… {len(view.jobs) - room} more: {more}", style="dim"), width)]
+    return top + [Text("")] + table
+
+
+def _summary(view: OnCall, now: datetime) -> list[Text]:
+    counts = Counter(line.attention for line in view.jobs)
+    parts = [Text(f"{n} {state.value}", style=STYLES[state]) for state in Attention if (n := counts[state])]
+    lines = [Text.assemble(f"{len(view.jobs)} job(s): ", Text(" · ").join(parts),
+                           f"   (at {timestamp(now)})")]
+    lines.append(health_line(view.health))
+    if view.alerts:
+        lines.append(Text(f"open alerts: {len(view.alerts)}", style="bold"))
+        for alert in view.alerts[:TOP_ALERTS]:
+            lines.append(Text.assemble("  ", (str(alert.get("severity") or "").upper(), _severity(alert)), " ",
+                                       f"{alert.get('summary')}"))
+        if len(view.alerts) > TOP_ALERTS:
+            lines.append(Text(f"  … {len(view.alerts) - TOP_ALERTS} more: `alerts`", style="dim"))
+    else:
+        lines.append(Text("open alerts: none", style="dim"))
+    if view.failing:
+        lines.append(Text(f"sensing errors: {len(view.failing)} source(s)", style="red"))
+        for source, error in list(view.failing.items())[:TOP_SOURCES]:
+            lines.append(Text(f"  {source}: {error}"))
+        if len(view.failing) > TOP_SOURCES:
+            lines.append(Text(f"  … {len(view.failing) - TOP_SOURCES} more: `status --wide`", style="dim"))
+    return lines
+
+
+def _severity(alert: dict) -> str:
+    return "bold red" if str(alert.get("severity")).lower() in ("error", "critical") else "yellow"
+
+
+def health_line(health: Liveness) -> Text:
+    """One line on the runner: ``runner: ticking`` with its last tick and interval, or what is wrong."""
+    if health.ticked_at is None:
+        return Text.assemble(("runner: NOT TICKING", "bold red"), f". {health.message}; start one with `run --loop`")
+    interval = f", about every {health.interval_s:.0f} s" if health.interval_s else ""
+    last = timestamp(datetime.fromtimestamp(health.ticked_at, timezone.utc))
+    state = ("runner: ticking", "green") if health.healthy else ("runner: NOT TICKING", "bold red")
+    return Text.assemble(state, f" (last tick ended {last}, {health.age_s or 0:.0f} s ago{interval}; "
+                                f"limit {health.limit_s:.0f} s)")
+
+
+def _cells(line: JobLine, now: datetime) -> list[tuple[str, str]]:
+    return [(line.job_id, ""), (line.name, ""), (line.attention.value, STYLES[line.attention]),
+            (short_time(line.since, now), ""), (line.verdict, "")]
