@@ -175,7 +175,7 @@ def test_overview_lists_every_job_with_its_phase_and_clicks_through_to_the_verdi
                                         Cond("is_active", True))[0]["verdict"]
     assert verdict == expected and verdict.startswith("blocked by failure")
     runs = texts(browser, "#runs tbody tr")
-    assert len(runs) == 1 and "FAILED" in runs[0] and "exit code 1" in runs[0]
+    assert len(runs) == 1 and "FAILED" in runs[0] and "ERROR: ledger balance mismatch" in runs[0]
     assert any("TRIGGERED" in e for e in texts(browser, "#events tbody tr"))
     browser.execute_script("state.filter.q = ''")  # the next test starts unfiltered
 
@@ -272,7 +272,7 @@ def test_open_alerts_show_on_the_overview_and_on_the_job_they_name(page, browser
     assert alerts[0]["alert_key"] in {r["alert_key"] for r in lakehouse.app.store.read("heartbeat_alerts")}
     browser.get(page + "/#/")
     panel = wait_for(browser, "#open-alerts")
-    assert "1 open alert" in panel.text and "JOB_FAILED" in panel.text and "exit code 1" in panel.text
+    assert "1 open alert" in panel.text and "JOB_FAILED" in panel.text and "ledger balance mismatch" in panel.text
     assert "the lakehouse only" in panel.text  # no destination configured
     browser.get(page + "/#/jobs/finance_close")
     assert "JOB_FAILED" in wait_for(browser, "#job-alerts").text
@@ -476,7 +476,7 @@ def test_the_overview_fits_the_screen_and_shows_each_jobs_verdict(page, browser,
         for job, text in shown:
             assert text is not None and text.startswith(verdicts[job]), (job, text)
         failed = dict(shown)["finance_close"]  # needs attention: first
-        assert "exit code 1" in failed  # why its last run failed, under the verdict
+        assert "ledger balance mismatch" in failed  # why its last run failed, under the verdict
         assert browser.execute_script(HEADER_OVERLAPS) == []
         screenshot(browser, tmp_path, f"ui-overview-{width}")
         for path, drawn in (("#/graph", "#graph .node"), ("#/ticks", "#ticks tbody tr"),
@@ -546,7 +546,7 @@ def test_the_failed_runs_reason_and_output_are_on_the_job_page(page, browser, tm
     browser.get(page + "/#/jobs/finance_close")
     wait_for(browser, "#failure-box")
     wait_until(browser, lambda d: LEDGER_ERROR in d.find_element(By.ID, "failure-tail").text)
-    assert "exit code 1" in browser.find_element(By.ID, "failure-reason").text
+    assert "ledger balance mismatch" in browser.find_element(By.ID, "failure-reason").text
     assert browser.find_element(By.ID, "failure-tail").is_displayed()
     screenshot(browser, tmp_path, "ui-job")
     browser.find_element(By.CSS_SELECTOR, "#runs [data-output]").click()
