@@ -11,9 +11,12 @@ import uuid
 from pathlib import Path
 
 
-def _aside(path: Path, text: str) -> Path:
+def _aside(path: Path, text: str | bytes) -> Path:
     aside = path.with_name(f".{path.name}.{uuid.uuid4().hex}.aside")
-    aside.write_text(text)
+    if isinstance(text, bytes):
+        aside.write_bytes(text)
+    else:
+        aside.write_text(text)
     return aside
 
 
@@ -29,6 +32,6 @@ def create_exclusively(path: Path, text: str) -> bool:
         aside.unlink(missing_ok=True)
 
 
-def replace_whole(path: Path, text: str) -> None:
-    """Make ``path`` hold ``text``, whole (created or replaced)."""
+def replace_whole(path: Path, text: str | bytes) -> None:
+    """Make ``path`` hold ``text`` (or bytes), whole (created or replaced)."""
     os.replace(_aside(path, text), path)

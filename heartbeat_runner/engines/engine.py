@@ -785,7 +785,8 @@ def _open_local(settings: Settings, port: int = 0, session_id: str | None = None
         raise ValueError("the local target needs the embedded engine: pip install 'heartbeat-runner[local]'")
 
     settings.warehouse_dir.mkdir(parents=True, exist_ok=True)
-    server = LocalServer(SailProcess.start(port), port=port, session_id=session_id)
+    # the client's Spark Connect modules (~0.5-1 s to import) load while the server process starts
+    server = LocalServer(SailProcess.start(port, meanwhile=_import_connect_client), port=port, session_id=session_id)
     try:
         spark = _connect_local(settings, server.url)
     except Exception:
@@ -801,6 +802,11 @@ def _open_local(settings: Settings, port: int = 0, session_id: str | None = None
 
     engine.closer = close
     return engine
+
+
+def _import_connect_client() -> None:
+    """Load what :func:`_connect_local` needs (a cold process spends most of its connect time importing it)."""
+    import pyspark.sql.connect.session  # noqa: F401
 
 
 def _connect_local(settings: Settings, url: str) -> SparkSession:

@@ -29,6 +29,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -61,15 +62,22 @@ class SailProcess:
     start_s: float
 
     @classmethod
-    def start(cls, port: int = 0, *, timeout_s: float = START_TIMEOUT_S) -> SailProcess:
-        """Spawn the server (``port`` 0: any free port) and wait until it listens."""
+    def start(cls, port: int = 0, *, timeout_s: float = START_TIMEOUT_S,
+              meanwhile: Callable[[], object] | None = None) -> SailProcess:
+        """Spawn the server (``port`` 0: any free port) and wait until it listens.
+
+        ``meanwhile`` runs in this process while the child starts (a cold start overlaps the client's
+        own imports with the server's); if it raises, the child is stopped and the error goes on.
+        """
         began = time.monotonic()
         env = {**CHILD_ENVIRONMENT, **os.environ}
         process = _spawn([sys.executable, "-m", "heartbeat_runner.engines.sail_process", str(port), str(os.getpid())],
                          env)
         try:
+            if meanwhile is not None:
+                meanwhile()
             bound = _read_port(process, timeout_s)
-        except EngineStartError:
+        except BaseException:
             _stop(process)
             raise
         return cls(process=process, port=bound, start_s=time.monotonic() - began)
