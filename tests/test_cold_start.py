@@ -48,6 +48,18 @@ def test_a_corrupt_or_partial_saved_manifest_is_not_cached(tmp_path):
     assert cache.load() is None
 
 
+def test_a_saved_manifest_others_may_write_is_never_loaded(tmp_path):
+    """The cache is a pickle: in a lakehouse folder shared with other users, a file they could have written
+    is not loaded (the next parse replaces it)."""
+    path = tmp_path / MANIFEST_CACHE
+    cache = ManifestCache(path, "a" * 64)
+    cache.save({"nodes": ["m"]})
+    assert path.stat().st_mode & 0o777 == 0o600 and cache.load() == {"nodes": ["m"]}
+    for mode in (0o620, 0o602, 0o666):
+        path.chmod(mode)
+        assert cache.load() is None, oct(mode)
+
+
 def _columns(hb: Harness, view: str) -> list[str]:
     return hb.spark.table(f"heartbeat.{view}").columns
 

@@ -17,6 +17,7 @@ import os
 import pickle
 import re
 import shutil
+import stat
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -369,7 +370,9 @@ class ManifestCache:
     Invariant: :meth:`load` returns a manifest only when the file's digest equals ``inputs`` (so a changed
     model, macro, seed, profile, var or dbt version is never served from it); a missing, partial, corrupt
     or foreign file is simply "not cached". The file is written whole (core/files.py) and lives in the
-    lakehouse's own dbt folder, which only Heartbeat writes.
+    lakehouse's own dbt folder, which only Heartbeat writes. It is a pickle, so it is loaded only when this
+    user owns it and nobody else may write it (mode 0600 when saved): a lakehouse folder shared with other
+    users can then never make the runner load their file.
     """
 
     path: Path
@@ -378,6 +381,9 @@ class ManifestCache:
     def load(self) -> Any:
         """The saved manifest, or None."""
         try:
+            if not _private(self.path):
+                log.warning("ignoring the saved dbt manifest %s: it is not this user's alone", self.path)
+                return None
             data = self.path.read_bytes()
         except OSError:
             return None
@@ -396,11 +402,18 @@ class ManifestCache:
             body = pickle.dumps(manifest, protocol=pickle.HIGHEST_PROTOCOL)
             self.path.parent.mkdir(parents=True, exist_ok=True)
             replace_whole(self.path, self._header() + b"\n" + body)
+            self.path.chmod(0o600)
         except Exception as exc:  # noqa: BLE001 - a cache that cannot be written is no error
             log.debug("could not save the dbt manifest to %s: %s", self.path, exc)
 
     def _header(self) -> bytes:
         return f"heartbeat-dbt-manifest {self.inputs}".encode()
+
+
+def _private(path: Path) -> bool:
+    """``path`` is owned by this process's user and writable by nobody else (OSError when it is missing)."""
+    found = path.stat()
+    return found.st_uid == os.getuid() and not found.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
 
 
 def view_models(manifest: Any) -> list[str]:
