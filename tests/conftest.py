@@ -8,6 +8,10 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 os.environ.setdefault("DBT_SEND_ANONYMOUS_USAGE_STATS", "false")
+# pytest-xdist's workers get COLUMNS=80 and LINES=24: the CLI run by a test would then fit its output to 80
+# columns, as it does for a user who sets COLUMNS. The tests that mean it set COLUMNS themselves.
+for _name in ("COLUMNS", "LINES"):
+    os.environ.pop(_name, None)
 
 from harness import ENGINES, Harness  # noqa: E402
 
