@@ -137,3 +137,17 @@ def pytest_runtest_logreport(report):
         if text.strip():
             sys.stderr.write(f"---- {section}\n{text[-3000:]}\n")
     sys.stderr.flush()
+
+
+@pytest.fixture
+def restore_signals():
+    """``run_loop`` installs SIGINT/SIGTERM handlers and, stopped by a signal, arms the shutdown watchdog:
+    put pytest's handlers back and disarm it."""
+    import faulthandler
+    import signal
+
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    faulthandler.cancel_dump_traceback_later()
+    for sig, handler in saved.items():
+        signal.signal(sig, handler)

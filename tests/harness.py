@@ -352,3 +352,17 @@ def serving_page(lake: CliLakehouse, *options: str) -> Iterator[str]:
     finally:
         process.terminate()
         process.wait(timeout=60)
+
+
+def project_copy(root: Path) -> Path:
+    """The dbt project as an installed Heartbeat ships it, in a folder a test may change."""
+    import shutil
+
+    repo = Path(__file__).resolve().parents[1]
+    project = root / "project"
+    project.mkdir()
+    for name in ("dbt_project.yml", "profiles.example.yml"):
+        shutil.copyfile(repo / name, project / name)
+    for name in ("models", "macros", "seeds"):
+        shutil.copytree(repo / name, project / name)
+    return project

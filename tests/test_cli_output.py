@@ -248,17 +248,6 @@ def test_the_watch_options():
 
 # -- the status line of run --loop -----------------------------------------------------------------
 
-@pytest.fixture
-def restore_signals():
-    """``run_loop`` installs SIGINT/SIGTERM handlers and, stopped by a signal, arms the shutdown watchdog:
-    put pytest's handlers back and disarm it."""
-    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-    yield
-    faulthandler.cancel_dump_traceback_later()
-    for sig, handler in saved.items():
-        signal.signal(sig, handler)
-
-
 def loop_of(tick, args: argparse.Namespace) -> int:
     """The loop of ``run --loop`` over ``tick``, showing what the CLI shows for ``args``."""
     return run_loop(tick, RunConfig(interval_s=args.interval, lease_wait_s=0.0), cli._LoopStatus(args))

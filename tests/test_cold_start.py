@@ -9,23 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-from harness import HEADER, CliLakehouse, Harness, marker_jobs_file
+from harness import HEADER, CliLakehouse, Harness, marker_jobs_file, project_copy
 from harness import config_row as row
 
 from heartbeat_runner.lakehouse.dbt_invoke import MANIFEST_CACHE, ManifestCache
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def _project_copy(root: Path) -> Path:
-    """The dbt project as an installed Heartbeat ships it, in a folder a test may change."""
-    project = root / "project"
-    project.mkdir()
-    for name in ("dbt_project.yml", "profiles.example.yml"):
-        shutil.copyfile(REPO / name, project / name)
-    for name in ("models", "macros", "seeds"):
-        shutil.copytree(REPO / name, project / name)
-    return project
 
 
 def test_a_saved_manifest_is_served_only_for_the_inputs_it_was_parsed_from(tmp_path):
@@ -65,7 +54,7 @@ def _columns(hb: Harness, view: str) -> list[str]:
 
 
 def test_a_new_process_reuses_the_parse_until_a_model_changes_and_survives_a_corrupt_cache(tmp_path):
-    project = _project_copy(tmp_path)
+    project = project_copy(tmp_path)
     env = {"HEARTBEAT_PROJECT_DIR": str(project)}
     with Harness(tmp_path, **env) as hb:
         hb.seed(row("trigger_file", "drops", "J"))

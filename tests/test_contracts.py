@@ -6,7 +6,7 @@ import re
 import shutil
 from pathlib import Path
 
-from harness import Harness
+from harness import Harness, project_copy
 from harness import config_row as row
 
 from heartbeat_runner.lakehouse.dbt_invoke import view_models
@@ -31,17 +31,6 @@ def test_the_views_are_every_view_model_each_after_the_views_it_reads(tmp_path):
         assert {t.name for t in hb.spark.catalog.listTables("heartbeat")} >= set(order)
 
 
-def _project_copy(root: Path) -> Path:
-    """The dbt project as an installed Heartbeat ships it, in a folder a test may change."""
-    project = root / "project"
-    project.mkdir()
-    for name in ("dbt_project.yml", "profiles.example.yml"):
-        shutil.copyfile(REPO / name, project / name)
-    for name in ("models", "macros", "seeds"):
-        shutil.copytree(REPO / name, project / name)
-    return project
-
-
 def _columns(hb: Harness, view: str) -> list[str]:
     return hb.spark.table(f"heartbeat.{view}").columns
 
@@ -51,7 +40,7 @@ def test_after_an_upgrade_that_changed_a_view_the_next_start_creates_it_from_the
     SQL. An upgraded Heartbeat whose view changed must not re-create the old one from that SQL (it
     would serve the old view until someone ran `seed`): the first start after the upgrade builds the
     views again; the start after that restores them, without dbt."""
-    project = _project_copy(tmp_path)
+    project = project_copy(tmp_path)
     env = {"HEARTBEAT_PROJECT_DIR": str(project)}
     with Harness(tmp_path, **env) as hb:
         hb.seed(row("trigger_file", "drops", "J"))

@@ -114,13 +114,3 @@ def test_a_failed_ticks_row_carries_its_kind_and_a_redacted_message():
     assert json.loads(summary.stage_timings) == {"error_kind": "transient"}
 
 
-@pytest.fixture
-def restore_signals():
-    """run_loop installs SIGINT/SIGTERM handlers and, stopped by a signal, arms the shutdown watchdog."""
-    import faulthandler
-
-    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-    yield
-    faulthandler.cancel_dump_traceback_later()
-    for sig, handler in saved.items():
-        signal.signal(sig, handler)

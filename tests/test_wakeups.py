@@ -49,16 +49,6 @@ def test_wake_ups_in_a_burst_coalesce_into_one_scope_and_a_poll_forgets_them():
     assert wakes.take() == POLL
 
 
-@pytest.fixture
-def restore_signals():
-    """run_loop installs SIGINT/SIGTERM handlers and, stopped by a signal, arms the shutdown watchdog."""
-    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-    yield
-    faulthandler.cancel_dump_traceback_later()
-    for sig, handler in saved.items():
-        signal.signal(sig, handler)
-
-
 def test_a_wake_up_ticks_at_once_for_its_sources_and_never_moves_the_next_poll(restore_signals):
     """Interval 600 s: after the first poll, every tick the loop makes comes from a wake-up, limited to the
     sources it named; the ticks a burst asks for while one runs coalesce into one."""
