@@ -14,10 +14,8 @@ import io
 import json
 import logging
 import os
-import pickle
 import re
 import shutil
-import stat
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -48,8 +46,6 @@ PROJECT_INPUTS = ("dbt_project.yml", "models", "macros")
 MERGE_SOURCES = "_merge_sources"
 #: a staged MERGE source older than this was left by a dbt process that did not clean up after itself
 MERGE_SOURCE_MAX_AGE_S = 3600
-#: the parsed manifest a new process may start from (ManifestCache), under the dbt work folder
-MANIFEST_CACHE = "manifest.pickle"
 #: what a run id is made of (core.records.new_run_id)
 _RUN_ID = re.compile(r"[0-9A-Za-z_-]{1,64}")
 
@@ -131,13 +127,20 @@ class DbtProject:
 
         manifest = self.manifest() if reuse_manifest else None
 
+        location_root = str(self.settings.warehouse_dir / self.settings.schema) if self.engine.is_local else ""
         stage_root = merge_stage_dir(self.settings) if self.engine.ops.stages_merge_sources else None
         full = [
             *args,
             "--project-dir", str(self.settings.project_dir),
             "--profiles-dir", str(self._profiles_dir()),
             "--target", self.settings.target.value,
-            "--vars", json.dumps({**self._project_vars(), **(extra_vars or {})}),
+            "--vars", json.dumps({"heartbeat_location_root": location_root,
+                                  "heartbeat_merge_stage_root": str(stage_root or ""),
+                                  "heartbeat_archive_margin_minutes": self.settings.archive_margin_minutes,
+                                  "heartbeat_stage_events": self.engine.ops.stage_events,
+                                  "heartbeat_change_feed": self.engine.ops.writes_change_feed,
+                                  "heartbeat_list_by_name": self.engine.ops.lists_relations_by_name,
+                                  **(extra_vars or {})}),
             "--log-path", str(self.work_dir / "logs"),
         ]
         if quiet:
@@ -159,57 +162,18 @@ class DbtProject:
             raise DbtError(_failure_summary(args, result))
         return result
 
-    def _project_vars(self) -> dict[str, object]:
-        """The ``--vars`` every dbt call of this project gets (a build may add its own)."""
-        location_root = str(self.settings.warehouse_dir / self.settings.schema) if self.engine.is_local else ""
-        stage_root = merge_stage_dir(self.settings) if self.engine.ops.stages_merge_sources else None
-        return {"heartbeat_location_root": location_root,
-                "heartbeat_merge_stage_root": str(stage_root or ""),
-                "heartbeat_archive_margin_minutes": self.settings.archive_margin_minutes,
-                "heartbeat_stage_events": self.engine.ops.stage_events,
-                "heartbeat_change_feed": self.engine.ops.writes_change_feed,
-                "heartbeat_list_by_name": self.engine.ops.lists_relations_by_name}
-
     def manifest(self) -> Any:
         """The parsed project, kept between dbt calls of this process (parsing costs ~0.5-5 s).
 
         Parsed again when a project file or the seed changes. ``--vars`` and the
-        environment dbt reads are fixed per project, so they cannot go stale. A new process
-        starts from the manifest the last one saved (:class:`ManifestCache`) when every input
-        of the parse is byte for byte the same; otherwise it parses, and saves the result.
+        environment dbt reads are fixed per project, so they cannot go stale.
         """
         if self._parsed is None:
             self.restore_seed_file()
         fingerprint = self._fingerprint()
         if self._parsed is None or self._parsed[0] != fingerprint:
-            cache = ManifestCache(self.work_dir / MANIFEST_CACHE, self._parse_inputs())
-            # a change this process saw is parsed; the first call may start from the last process's parse
-            manifest = cache.load() if self._parsed is None else None
-            if manifest is None:
-                manifest = self.invoke(["parse"]).result
-                cache.save(manifest)
-            self._parsed = (fingerprint, manifest)
+            self._parsed = (fingerprint, self.invoke(["parse"]).result)
         return self._parsed[1]
-
-    def _parse_inputs(self) -> str:
-        """A digest of everything dbt's parse reads: the project's files and the seed by content, the
-        profile, the vars and environment of :meth:`invoke`, and the versions of dbt and Heartbeat."""
-        from dbt.version import __version__ as dbt_version
-
-        from heartbeat_runner import __version__
-
-        digest = hashlib.sha256(self._project_digest().encode())
-        profiles = self._profiles_dir() / "profiles.yml"
-        for path in (self.seed_csv, profiles):
-            digest.update(f"\0{path}\0".encode())
-            with contextlib.suppress(FileNotFoundError):
-                digest.update(path.read_bytes())
-        with self._environment():
-            environment = {k: v for k, v in os.environ.items() if k.startswith(("HEARTBEAT_", "DBT_", "DATABRICKS_"))}
-        digest.update(json.dumps({"vars": self._project_vars(), "env": environment, "dbt": dbt_version,
-                                  "heartbeat": __version__, "project": str(self.settings.project_dir),
-                                  "target": self.settings.target.value}, sort_keys=True, default=str).encode())
-        return digest.hexdigest()
 
     def _fingerprint(self) -> tuple:
         root = self.settings.project_dir
@@ -361,59 +325,6 @@ class DbtProject:
         for path in statements:
             self.engine.sql(path.read_text(encoding="utf-8"))
         return True
-
-
-@dataclass(frozen=True)
-class ManifestCache:
-    """dbt's parsed manifest saved between processes, under the digest of what it was parsed from.
-
-    Invariant: :meth:`load` returns a manifest only when the file's digest equals ``inputs`` (so a changed
-    model, macro, seed, profile, var or dbt version is never served from it); a missing, partial, corrupt
-    or foreign file is simply "not cached". The file is written whole (core/files.py) and lives in the
-    lakehouse's own dbt folder, which only Heartbeat writes. It is a pickle, so it is loaded only when this
-    user owns it and nobody else may write it (mode 0600 when saved): a lakehouse folder shared with other
-    users can then never make the runner load their file.
-    """
-
-    path: Path
-    inputs: str
-
-    def load(self) -> Any:
-        """The saved manifest, or None."""
-        try:
-            if not _private(self.path):
-                log.warning("ignoring the saved dbt manifest %s: it is not this user's alone", self.path)
-                return None
-            data = self.path.read_bytes()
-        except OSError:
-            return None
-        head, _, body = data.partition(b"\n")
-        if head != self._header():
-            return None
-        try:
-            return pickle.loads(body)
-        except Exception as exc:  # noqa: BLE001 - any unreadable file is only "not cached"
-            log.debug("ignoring the saved dbt manifest %s: %s", self.path, exc)
-            return None
-
-    def save(self, manifest: Any) -> None:
-        """Save ``manifest`` for the next process; a failure to write only costs that process a parse."""
-        try:
-            body = pickle.dumps(manifest, protocol=pickle.HIGHEST_PROTOCOL)
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            replace_whole(self.path, self._header() + b"\n" + body)
-            self.path.chmod(0o600)
-        except Exception as exc:  # noqa: BLE001 - a cache that cannot be written is no error
-            log.debug("could not save the dbt manifest to %s: %s", self.path, exc)
-
-    def _header(self) -> bytes:
-        return f"heartbeat-dbt-manifest {self.inputs}".encode()
-
-
-def _private(path: Path) -> bool:
-    """``path`` is owned by this process's user and writable by nobody else (OSError when it is missing)."""
-    found = path.stat()
-    return found.st_uid == os.getuid() and not found.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
 
 
 def view_models(manifest: Any) -> list[str]:
