@@ -182,7 +182,7 @@ def test_a_failure_stops_the_sequence_until_the_window_succeeds(tmp_path):
         assert hb.job_status("J") == {"FAILED"}
         assert [json.loads(p["heartbeat_catch_up"])["run"] for p in recorded(out, "J")] == [1, 2]  # no run 3
         assert explain(hb.app.store, "J").verdict.startswith("blocked by failure")
-        status = subprocess.run([sys.executable, "-m", "heartbeat_runner", "status"], capture_output=True, text=True,
+        status = subprocess.run([sys.executable, "-m", "heartbeat_runner", "status", "--wide"], capture_output=True, text=True,
                                 timeout=180, env={**os.environ, "HEARTBEAT_HOME": str(hb.home),
                                                   "HEARTBEAT_CONFIG": str(hb.config_path)})
         assert "Catch-up sequences" in status.stdout and "version 2" in status.stdout, status.stdout + status.stderr
