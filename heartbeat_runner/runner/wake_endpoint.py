@@ -28,6 +28,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from heartbeat_runner.core.errors import InvalidInputError
+from heartbeat_runner.core.http_bodies import BodyTooLarge, read_body
 from heartbeat_runner.core.settings import Settings
 from heartbeat_runner.runner.wakeups import WakeSignal
 
@@ -102,9 +103,11 @@ class _WakeHandler(BaseHTTPRequestHandler):
         if not self._authorized():
             return HTTPStatus.UNAUTHORIZED, {"error": "Authorization: Bearer <HEARTBEAT_WAKE_TOKEN> required"}
         try:
-            asked = _sources(self._body())
-        except ValueError as exc:
-            return _status_of(exc), {"error": str(exc)}
+            asked = _sources(read_body(self.headers, self.rfile, MAX_BODY))
+        except BodyTooLarge as exc:
+            return HTTPStatus.REQUEST_ENTITY_TOO_LARGE, {"error": str(exc)}
+        except InvalidInputError as exc:
+            return HTTPStatus.BAD_REQUEST, {"error": str(exc)}
         if asked is None:
             self.wakes.wake()
             return HTTPStatus.ACCEPTED, {"woken": "every source"}
@@ -122,15 +125,6 @@ class _WakeHandler(BaseHTTPRequestHandler):
         scheme, _, given = (self.headers.get("Authorization") or "").partition(" ")
         return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), self.token.encode())
 
-    def _body(self) -> bytes:
-        text = self.headers.get("Content-Length") or "0"
-        if not text.isdigit():
-            raise ValueError("Content-Length must be a whole number of bytes")
-        length = int(text)
-        if length > MAX_BODY:
-            raise _TooLarge(f"the body is over {MAX_BODY} bytes")
-        return self.rfile.read(length) if length else b""
-
     def _answer(self, status: HTTPStatus, answer: dict[str, Any]) -> None:
         body = json.dumps(answer).encode()
         try:
@@ -143,14 +137,6 @@ class _WakeHandler(BaseHTTPRequestHandler):
             pass  # the caller went away; it has nothing to learn
 
 
-class _TooLarge(ValueError):
-    pass
-
-
-def _status_of(exc: ValueError) -> HTTPStatus:
-    return HTTPStatus.REQUEST_ENTITY_TOO_LARGE if isinstance(exc, _TooLarge) else HTTPStatus.BAD_REQUEST
-
-
 def _sources(body: bytes) -> list[str] | None:
     """The names in ``{"sources": [...]}``; None for an empty body or no ``sources`` (wake every source)."""
     if not body.strip():
@@ -158,14 +144,14 @@ def _sources(body: bytes) -> list[str] | None:
     try:
         found = json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError):
-        raise ValueError('the body must be JSON: {"sources": ["<sensor_id>", ...]}') from None
+        raise InvalidInputError('the body must be JSON: {"sources": ["<sensor_id>", ...]}') from None
     if not isinstance(found, dict):
-        raise ValueError('the body must be a JSON object: {"sources": ["<sensor_id>", ...]}')
+        raise InvalidInputError('the body must be a JSON object: {"sources": ["<sensor_id>", ...]}')
     sources = found.get("sources")
     if sources is None:
         return None
     if not isinstance(sources, list) or not all(isinstance(s, str) and s for s in sources):
-        raise ValueError('"sources" must be a list of sensor ids or source keys (text)')
+        raise InvalidInputError('"sources" must be a list of sensor ids or source keys (text)')
     if len(sources) > MAX_SOURCES:
-        raise ValueError(f'"sources" names more than {MAX_SOURCES}')
+        raise InvalidInputError(f'"sources" names more than {MAX_SOURCES}')
     return sources

@@ -68,15 +68,12 @@ class WakeSignal:
         self._everything = False
         #: a run may have ended: a tick is due even when no source is named
         self._runs = False
-        #: wake-ups received (for the loop's log line and the tests)
-        self.received = 0
 
     def wake(self, source_key: str | None = None) -> None:
         """Ask for a tick now: sensing ``source_key``, or every source (None). Thread-safe, never blocks
         for long. HEARTBEAT_FAIL_AT=lose_wake_up loses it (tests: the next poll must catch the change)."""
         fail_point(FaultPoint.LOSE_WAKE_UP)
         with self._changed:
-            self.received += 1
             if source_key is None:
                 self._everything = True
             else:
@@ -91,7 +88,6 @@ class WakeSignal:
         """A run a jobs backend started may have ended: tick now (sensing only what else was named), so its
         end is recorded at once. Thread-safe."""
         with self._changed:
-            self.received += 1
             self._runs = True
             self._changed.notify_all()
 

@@ -41,6 +41,7 @@ from urllib.parse import unquote, urlsplit
 
 from heartbeat_runner import __version__
 from heartbeat_runner.core.errors import HeartbeatError, InvalidInputError, describe
+from heartbeat_runner.core.http_bodies import read_body
 from heartbeat_runner.core.metrics import CONTENT_TYPE, metrics
 from heartbeat_runner.interfaces.operations import refresh_if_idle, runner_health, shown_id
 from heartbeat_runner.interfaces.outcomes import outcome_of
@@ -255,15 +256,8 @@ class Handler(BaseHTTPRequestHandler):
     def _body(self) -> dict[str, Any]:
         """The request's JSON object; InvalidInputError (400, one line) for a Content-Length that is not a
         whole number from 0 to MAX_BODY_BYTES, a body that is not JSON, or JSON that is not an object."""
-        declared = (self.headers.get("Content-Length") or "0").strip()
-        if not declared.isdigit():
-            raise InvalidInputError(f"header Content-Length: expected a whole number of bytes, got "
-                                    f"{shown_id(declared)!r}")
-        length = int(declared)
-        if length > MAX_BODY_BYTES:
-            raise InvalidInputError(f"request body over {MAX_BODY_BYTES} bytes")
         try:
-            body = json.loads(self.rfile.read(length) or b"{}")
+            body = json.loads(read_body(self.headers, self.rfile, MAX_BODY_BYTES) or b"{}")
         except ValueError as exc:
             raise InvalidInputError(f"request body is not JSON: {exc}") from exc
         if not isinstance(body, dict):
