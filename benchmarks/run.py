@@ -108,9 +108,6 @@ class Workload:
         import pandas as pd
         from deltalake import write_deltalake
 
-        from heartbeat_runner.sensing.config import COLUMNS
-
-        self.stamps.mkdir(parents=True, exist_ok=True)
         frame = pd.DataFrame({"id": range(ROWS_PER_TABLE), "amount": [1.0] * ROWS_PER_TABLE})
         for sensor in self.sensors:
             if sensor.kind == "delta_table":
@@ -118,6 +115,13 @@ class Workload:
             else:
                 self.trigger_dir(sensor).mkdir(parents=True, exist_ok=True)
                 (self.trigger_dir(sensor) / "batch_0000.done").write_text("ready\n")
+        self.generate_config()
+
+    def generate_config(self) -> None:
+        """The config CSV and the jobs file (each job appends a timestamp to its stamp file)."""
+        from heartbeat_runner.sensing.config import COLUMNS
+
+        self.stamps.mkdir(parents=True, exist_ok=True)
         lines = [",".join(COLUMNS)]
         for s in self.sensors:
             query = f'"{s.preprocess_query}"' if s.preprocess_query else ""

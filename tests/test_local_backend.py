@@ -5,16 +5,19 @@ Real job processes; the claim files are the backend's own (``<state>/tokens/<tok
 
 from __future__ import annotations
 
+import json
+import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
 from pathlib import Path
 
 import pytest
 
 from heartbeat_runner.core.errors import JobsBackendError
 from heartbeat_runner.jobs.base import RunOutcome, TriggerRequest
-from heartbeat_runner.jobs.local import LocalJobsBackend
+from heartbeat_runner.jobs.local import LAUNCH_SCRIPT, LocalJobsBackend, is_job_run
 
 APPEND = "import sys; open(sys.argv[1], 'a').write('ran\\n')"
 
@@ -107,3 +110,44 @@ def test_a_command_that_cannot_start_is_a_trigger_error_and_the_next_call_tries_
     (tmp_path / "gone").mkdir()
     run_id = backend.trigger(request)
     assert _finished(backend, run_id) is RunOutcome.SUCCESS
+
+
+def test_two_launchers_of_one_run_run_its_command_once_and_report_it_whole(tmp_path):
+    """The launcher a run is started through (a shell script, not a Python interpreter per job): started twice on
+    the same run directory at once, the command runs once; ``result.json`` holds its exit code and its own start
+    and end, which the backend reads back as the run's outcome and times."""
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    marker = tmp_path / "ran.txt"
+    command = ["/bin/sh", "-c", f"sleep 0.3; echo ran >> {marker}; exit 3"]
+    launchers = [subprocess.Popen(["/bin/sh", str(LAUNCH_SCRIPT), str(run_dir), "--", *command]) for _ in range(2)]
+    assert any(is_job_run(p.pid) for p in launchers)
+    codes = sorted(p.wait(30) for p in launchers)
+    assert codes == [0, 3]                                   # the second launcher ran nothing, quietly
+    assert marker.read_text() == "ran\n"
+    result = json.loads((run_dir / "result.json").read_text())
+    assert result["exit_code"] == 3
+    started, ended = (datetime.fromisoformat(result[k]) for k in ("started_at", "ended_at"))
+    assert 0.2 <= (ended - started).total_seconds() < 30 and started.utcoffset().total_seconds() == 0
+    assert not [p.name for p in run_dir.iterdir() if p.name.startswith(".")], "files left aside"
+
+
+def test_a_job_killed_by_a_signal_or_whose_command_is_missing_fails_with_its_reason(tmp_path):
+    """What an on-call reads: a command that does not exist fails with the shell's own words in the run's output;
+    a job killed by SIGKILL fails (exit code 137, as a shell reports it)."""
+    jobs = tmp_path / "jobs.yml"
+    jobs.write_text("jobs:\n  missing: ['/no/such/etl-command']\n  killed: ['/bin/sh', '-c', 'kill -9 $$']\n")
+    backend = LocalJobsBackend(jobs, tmp_path / "state")
+    missing = backend.trigger(TriggerRequest("missing", None, "t-missing"))
+    killed = backend.trigger(TriggerRequest("killed", None, "t-killed"))
+    statuses = {}
+    for job, run_id in (("missing", missing), ("killed", killed)):
+        deadline = time.monotonic() + 60
+        while (status := backend.run_status(job, run_id)).outcome in (RunOutcome.PENDING, RunOutcome.RUNNING):
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        statuses[job] = status
+    assert statuses["missing"].outcome is RunOutcome.FAILED and "exit code 127" in (statuses["missing"].message or "")
+    assert "/no/such/etl-command" in "\n".join(statuses["missing"].output_tail or ())
+    assert statuses["killed"].outcome is RunOutcome.FAILED and "exit code 137" in (statuses["killed"].message or "")
