@@ -57,7 +57,7 @@ ROWS_PER_TABLE = 1000
 #: metric -> (target, "max" if the measured value must stay at or below it, else "min")
 TARGETS: dict[str, tuple[float, str]] = {
     "steady_tick_1000_s": (0.15, "max"),
-    "busy_tick_1000_s": (15.0, "max"),
+    "busy_tick_1000_s": (1.5, "max"),  # issue 44 (was 15 s)
     "cold_start_10_s": (8.0, "max"),
     "loop_latency_s": (4.0, "max"),
     "peak_rss_1000_mib": (1536.0, "max"),

@@ -10,6 +10,7 @@ restarts, the rest ~20 s); sensor and tick counts are chosen for that. Memory is
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -399,3 +400,36 @@ def test_the_loops_ceiling_leaves_out_the_local_job_runs_it_started(tmp_path):
         for pid in reversed(process_tree(job.pid)):  # the job's process, then its launcher
             os.kill(pid, signal.SIGKILL)
         job.wait(timeout=30)
+
+
+def test_a_default_memory_bound_below_the_workload_follows_it_and_one_the_user_set_is_obeyed(tmp_path):
+    """At 10,000 sources a fresh engine holds more than the default HEARTBEAT_ENGINE_MAX_RSS_MB and the tree more
+    than HEARTBEAT_MAX_RSS_MB: with the defaults obeyed literally the loop recycled its engine and restarted itself
+    after every tick (a commit took 7-12 s to reach its job at --interval 1). A bound left at its default now
+    rises to 1.5x what a fresh process holds after its first tick; a bound the user set is obeyed as it is.
+    Real engines and ticks; the policies differ only in whether the (tiny) bound was set by the user."""
+    from heartbeat_runner.core.settings import MemoryPolicy
+    from heartbeat_runner.runner.loop import memory_guard
+    from heartbeat_runner.runner.memory import RestartRequested
+
+    lake = _lakehouse(tmp_path, delta=1, files=1)
+    recycles = {}
+    for user_set in (False, True):
+        settings = load_settings(lakehouse_dir=str(lake.home), env=lake.env)
+        memory = MemoryPolicy(engine_max_rss_mb=1.0, engine_max_rss_set=user_set, max_rss_mb=1.0,
+                              max_rss_set=user_set, engine_park_after_s=0)
+        settings = dataclasses.replace(settings, memory=memory)
+        with open_app(settings) as app:
+            heartbeat, after_tick = app.heartbeat(), memory_guard(app)
+            restarts = 0
+            for _ in range(4):
+                heartbeat.tick()
+                try:
+                    after_tick()
+                except RestartRequested as exc:
+                    restarts += 1
+                    assert "HEARTBEAT_MAX_RSS_MB=1" in str(exc)
+            recycles[user_set] = (app.engine.recycles, restarts)
+            heartbeat.close()
+    assert recycles[False] == (0, 0)   # the default follows what the workload needs
+    assert recycles[True] == (4, 4)    # the user's bound: recycled and past the ceiling after every tick

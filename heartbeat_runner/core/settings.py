@@ -128,6 +128,11 @@ class MemoryPolicy:
     #: after a tick in which the whole process tree (runner and engine) holds more than this many
     #: MiB, ``run --loop`` restarts itself (same command line and pid): a safety net, not the fix
     max_rss_mb: float = 1024.0
+    #: whether the user set the two MiB bounds (HEARTBEAT_ENGINE_MAX_RSS_MB, HEARTBEAT_MAX_RSS_MB): a bound
+    #: left at its default follows the workload (raised above what a fresh process holds after its first
+    #: tick, runner/memory.py); a bound the user set is obeyed as it is
+    engine_max_rss_set: bool = False
+    max_rss_set: bool = False
 
 
 @dataclass(frozen=True)
@@ -517,7 +522,8 @@ class HeartbeatEnvironment(BaseSettings):
         "reads); `0`: never ([docs/memory.md](docs/memory.md))", ge=0)
     engine_max_rss_mb: Annotated[float, _Accepts("a number of MiB")] = _var(
         "HEARTBEAT_ENGINE_MAX_RSS_MB", 200.0,
-        "... or as soon as that process holds more than this many MiB (`serve` too); `0`: no bound", ge=0)
+        "... or as soon as that process holds more than this many MiB (`serve` too); `0`: no bound. Unset, the "
+        "bound follows the workload: at least 1.5× what a fresh engine holds after its first tick", ge=0)
     engine_park_after: Duration = _var(
         "HEARTBEAT_ENGINE_PARK_AFTER_S", 120.0,
         "`run --loop` ends the embedded engine's process after this long without a query (idle ticks need none) "
@@ -530,7 +536,8 @@ class HeartbeatEnvironment(BaseSettings):
         "HEARTBEAT_MAX_RSS_MB", 1024.0,
         "after a tick in which the whole process tree (the runner and its engine, not local job runs) holds more "
         "than this many MiB, `run --loop` restarts itself (same command line and pid; logged, counted in the run "
-        "summaries); `0`: off", ge=0)
+        "summaries); `0`: off. Unset, the bound follows the workload: at least 1.5× what the tree holds after "
+        "its first tick", ge=0)
     ui_operators: Names = _var("HEARTBEAT_UI_OPERATORS", (),
                                "`ui --allow-actions`: the e-mail addresses of the users who may act", shown="none")
     ui_operator_groups: Names = _var("HEARTBEAT_UI_OPERATOR_GROUPS", (),
@@ -689,7 +696,8 @@ def settings_from(env: HeartbeatEnvironment) -> Settings:
         memory=MemoryPolicy(
             engine_recycle_ticks=env.engine_recycle_ticks, engine_max_rss_mb=env.engine_max_rss_mb,
             engine_park_after_s=env.engine_park_after, idle_flush_parked_s=env.idle_flush_parked,
-            max_rss_mb=env.max_rss_mb),
+            max_rss_mb=env.max_rss_mb, engine_max_rss_set="engine_max_rss_mb" in env.model_fields_set,
+            max_rss_set="max_rss_mb" in env.model_fields_set),
         lease_ttl_s=env.lease_ttl,
         lease_wait_s=env.lease_wait,
         max_removal_share=env.max_removal_share,

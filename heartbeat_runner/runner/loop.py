@@ -335,14 +335,13 @@ def memory_guard(app: App) -> Callable[[], None]:
     """What the loop does after each tick: recycle the embedded engine when due, and raise
     RestartRequested once the process tree holds more than HEARTBEAT_MAX_RSS_MB."""
     recycler = EngineRecycler(app, app.settings.memory)
-    ceiling = MemoryCeiling(app.settings.memory.max_rss_mb)
+    ceiling = MemoryCeiling(app.settings.memory.max_rss_mb, user_set=app.settings.memory.max_rss_set)
 
     def after_tick() -> None:
         recycler.after_use()
         rss = ceiling.passed()
         if rss is not None:
-            raise RestartRequested(f"the process tree holds {rss:.0f} MiB, more than "
-                                   f"HEARTBEAT_MAX_RSS_MB={ceiling.max_rss_mb:g}")
+            raise RestartRequested(f"the process tree holds {rss:.0f} MiB, more than {ceiling.bound.describe()}")
 
     return after_tick
 

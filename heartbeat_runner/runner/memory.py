@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from heartbeat_runner.core.errors import HeartbeatError
 from heartbeat_runner.core.metrics import metrics
@@ -40,6 +40,43 @@ def loop_restarts() -> int:
     return int(text) if text.isdigit() else 0
 
 
+#: a bound left at its default is at least this many times what a fresh process holds after its first tick
+WORKLOAD_HEADROOM = 1.5
+
+
+@dataclass
+class WorkloadBound:
+    """A MiB bound that, left at its default, follows the workload.
+
+    Invariant: ``mib()`` is the configured bound when the user set it (or it is 0: off), else the larger of
+    the default and ``WORKLOAD_HEADROOM`` × the largest size ``fresh`` reported (what a fresh process holds
+    after its first tick). So a lakehouse whose working set is above the default (10,000 sources hold
+    ~1 GiB) is not recycled or restarted after every tick, which would gain nothing and cost a start each
+    time, while one that grows past its own fresh size still is."""
+
+    configured: float
+    user_set: bool
+    variable: str
+    fresh_mib: float = 0.0
+
+    def mib(self) -> float:
+        if self.user_set or not self.configured:
+            return self.configured
+        return max(self.configured, WORKLOAD_HEADROOM * self.fresh_mib)
+
+    def fresh(self, rss_mib: float) -> None:
+        """A fresh process's size after its first tick; logs once when that raises the bound."""
+        before = self.mib()
+        self.fresh_mib = max(self.fresh_mib, rss_mib)
+        if self.mib() > before:
+            log.info("%s: %.0f MiB right after a fresh start, so its default bound of %g MiB becomes %.0f MiB "
+                     "(set %s to fix a bound)", self.variable, rss_mib, self.configured, self.mib(), self.variable)
+
+    def describe(self) -> str:
+        raised = "" if self.mib() == self.configured else f" (default {self.configured:g}, raised to the workload)"
+        return f"{self.variable}={self.mib():.0f}{raised}"
+
+
 @dataclass
 class EngineRecycler:
     """Replaces the embedded engine's process when it has served enough or grown too large."""
@@ -47,14 +84,25 @@ class EngineRecycler:
     app: App
     policy: MemoryPolicy
     uses: int = 0
+    bound: WorkloadBound = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.bound = WorkloadBound(self.policy.engine_max_rss_mb, self.policy.engine_max_rss_set,
+                                   "HEARTBEAT_ENGINE_MAX_RSS_MB")
 
     def due(self) -> str | None:
-        """Why the engine should be recycled now, or None."""
-        every, bound = self.policy.engine_recycle_ticks, self.policy.engine_max_rss_mb
+        """Why the engine should be recycled now, or None. The first use of a fresh engine tells the bound
+        what the workload needs (:class:`WorkloadBound`)."""
+        every = self.policy.engine_recycle_ticks
         if every and self.uses >= every:
             return f"{self.uses} uses"
-        if bound and (rss := self.app.engine.engine_rss_bytes() / MIB) > bound:
-            return f"{rss:.0f} MiB > HEARTBEAT_ENGINE_MAX_RSS_MB={bound:g}"
+        if not self.bound.configured:
+            return None
+        rss = self.app.engine.engine_rss_bytes() / MIB
+        if self.uses == 1:
+            self.bound.fresh(rss)
+        if rss > self.bound.mib():
+            return f"{rss:.0f} MiB > {self.bound.describe()}"
         return None
 
     def after_use(self) -> float | None:
@@ -84,6 +132,13 @@ class MemoryCeiling:
     local job runs it started (their memory is the jobs', and they outlive a restart)."""
 
     max_rss_mb: float
+    #: False: the bound is the default, raised to what this process holds after its first tick (WorkloadBound)
+    user_set: bool = True
+    bound: WorkloadBound = field(init=False)
+    _checks: int = 0
+
+    def __post_init__(self) -> None:
+        self.bound = WorkloadBound(self.max_rss_mb, self.user_set, "HEARTBEAT_MAX_RSS_MB")
 
     def passed(self) -> float | None:
         """The tree's RSS in MiB when it is above the ceiling, else None. The tree's RSS is read (and kept in
@@ -91,7 +146,11 @@ class MemoryCeiling:
         rss_bytes = tree_rss_bytes(leave_out=is_job_run)
         metrics().tree_rss.set(rss_bytes)
         rss = rss_bytes / MIB
-        return rss if self.max_rss_mb and rss > self.max_rss_mb else None
+        self._checks += 1
+        if self._checks == 1:
+            self.bound.fresh(rss)
+        limit = self.bound.mib()
+        return rss if limit and rss > limit else None
 
 
 class RestartRequested(HeartbeatError):
