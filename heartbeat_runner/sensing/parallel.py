@@ -48,10 +48,11 @@ class SensingOutcome:
         return Outcome.NEW_DATA if self.result and self.result.new_data else Outcome.NO_NEW_DATA
 
 
-def _unchanged(targets: list[SensingTarget], ctx: SenseContext,
-               source_for: Callable[[str], Source]) -> dict[str, str]:
+def _unchanged(targets: list[SensingTarget], ctx: SenseContext, source_for: Callable[[str], Source],
+               timeout_s: float) -> dict[str, str]:
     """The targets their source classes rule out in bulk (``Source.unchanged``), by source key. A bulk look
-    that fails rules nothing out: every target is then sensed one by one, as without it."""
+    that fails, or takes longer than ``timeout_s`` (a hung network file system), rules nothing out: every
+    target is then sensed one by one, each with its own timeout, as without it."""
     by_class: dict[type, tuple[Source, list[SensingTarget]]] = {}
     for target in targets:
         try:
@@ -61,12 +62,30 @@ def _unchanged(targets: list[SensingTarget], ctx: SenseContext,
         by_class.setdefault(type(source), (source, []))[1].append(target)
     out: dict[str, str] = {}
     for source, group in by_class.values():
+        out.update(_bulk_look(source, group, ctx, timeout_s))
+    return out
+
+
+def _bulk_look(source: Source, group: list[SensingTarget], ctx: SenseContext, timeout_s: float) -> dict[str, str]:
+    """``source.unchanged(group)`` on a thread of its own, waited for at most ``timeout_s``; {} when it fails or
+    is still running then (the thread is abandoned, as a hung sensing worker is)."""
+    answer: list[dict[str, str]] = []
+
+    def look() -> None:
         try:
-            out.update(source.unchanged(group, ctx))
-        except Exception as exc:  # noqa: BLE001 - see above
+            answer.append(source.unchanged(group, ctx))
+        except Exception as exc:  # noqa: BLE001 - see _unchanged
             log.warning("%s: the bulk look for unchanged sources failed, sensing each (%s)",
                         type(source).__name__, describe(exc))
-    return out
+
+    thread = threading.Thread(target=contextvars.copy_context().run, args=(look,), daemon=True, name="sense-bulk")
+    thread.start()
+    thread.join(timeout_s)
+    if thread.is_alive():
+        log.warning("%s: the bulk look for unchanged sources took more than %gs, sensing each",
+                    type(source).__name__, timeout_s)
+        return {}
+    return answer[0] if answer else {}
 
 
 #: a worker takes up to this many targets at a time (fewer when that would leave workers idle): thousands of
@@ -107,7 +126,7 @@ def sense_all(
     results: dict[str, SensingOutcome] = {}
     jobs_of = {t.source_key: jobs for t, jobs in targets}
     by_key = {t.source_key: t for t, _ in targets}
-    ruled_out = _unchanged(list(by_key.values()), ctx, source_for)
+    ruled_out = _unchanged(list(by_key.values()), ctx, source_for, timeout_s)
     for key, detail in ruled_out.items():
         outcome = SensingOutcome(by_key[key], jobs_of[key], SenseResult(new_data=False, detail=detail), None, 0.0)
         results[key] = outcome
