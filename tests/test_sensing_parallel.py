@@ -18,7 +18,8 @@ CTX = SenseContext(engine=None, trigger_dir=Path("/nonexistent"))  # type: ignor
 
 @dataclass
 class FakeSource:
-    """Behaviour by sensor_id: ``hang`` blocks until released, ``fail`` raises, others sleep briefly."""
+    """Behaviour by sensor_id: ``hang`` blocks until released, ``fail`` raises, ``q…`` answers at once (a local
+    file look), others sleep briefly."""
 
     release: threading.Event = field(default_factory=threading.Event)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -40,6 +41,8 @@ class FakeSource:
                 self.release.wait(30)
             elif target.sensor_id.startswith("fail"):
                 raise ConnectionError("upstream refused\nsecond line")
+            elif target.sensor_id.startswith("q"):
+                pass
             else:
                 time.sleep(0.05)
             return SenseResult(new_data=True, cursor_to='{"n":1}')
@@ -99,3 +102,26 @@ def test_an_unknown_source_type_is_an_error_not_a_crash():
 
     [outcome] = sense_all(targets("a"), CTX, max_workers=1, timeout_s=5, source_for=source_for)
     assert outcome.outcome is Outcome.ERROR and "unknown sensor_source" in outcome.error
+
+
+def test_thousands_of_quick_sources_go_in_chunks_and_a_hung_one_in_a_chunk_holds_up_only_itself():
+    """Ten thousand local sources are handed to the workers in chunks (a lock round per source cost more than
+    sensing it). A source that hangs inside a chunk still times out alone: the rest of its chunk goes back to
+    the queue and is sensed by the worker that takes the hung one's place; every source is sensed once."""
+    fake = FakeSource()
+    ids = [f"q{i}" for i in range(10_000)]
+    ids[5] = "hang-in-a-chunk"
+    sensed: list[str] = []
+    began = time.monotonic()
+    try:
+        outcomes = sense_all(targets(*ids), CTX, max_workers=2, timeout_s=1.5, source_for=lambda _: fake,
+                             on_done=lambda o: sensed.append(o.target.sensor_id))
+    finally:
+        fake.release.set()
+    by_id = {o.target.sensor_id: o for o in outcomes}
+    assert [o.target.sensor_id for o in outcomes] == ids                     # input order kept
+    assert by_id["hang-in-a-chunk"].error == "timed out after 1.5s"
+    assert all(by_id[i].outcome is Outcome.NEW_DATA for i in ids if i != "hang-in-a-chunk")
+    assert sorted(sensed) == sorted(ids)                                     # each reported once
+    assert max(fake.finished_at[i] for i in ids if i.startswith("q")) - began < 1.4  # none waited for the hung one
+    assert fake.most_running <= 2

@@ -48,10 +48,11 @@ class SensingOutcome:
         return Outcome.NEW_DATA if self.result and self.result.new_data else Outcome.NO_NEW_DATA
 
 
-def _unchanged(targets: list[SensingTarget], ctx: SenseContext,
-               source_for: Callable[[str], Source]) -> dict[str, str]:
+def _unchanged(targets: list[SensingTarget], ctx: SenseContext, source_for: Callable[[str], Source],
+               timeout_s: float) -> dict[str, str]:
     """The targets their source classes rule out in bulk (``Source.unchanged``), by source key. A bulk look
-    that fails rules nothing out: every target is then sensed one by one, as without it."""
+    that fails, or takes longer than ``timeout_s`` (a hung network file system), rules nothing out: every
+    target is then sensed one by one, each with its own timeout, as without it."""
     by_class: dict[type, tuple[Source, list[SensingTarget]]] = {}
     for target in targets:
         try:
@@ -61,12 +62,47 @@ def _unchanged(targets: list[SensingTarget], ctx: SenseContext,
         by_class.setdefault(type(source), (source, []))[1].append(target)
     out: dict[str, str] = {}
     for source, group in by_class.values():
+        out.update(_bulk_look(source, group, ctx, timeout_s))
+    return out
+
+
+def _bulk_look(source: Source, group: list[SensingTarget], ctx: SenseContext, timeout_s: float) -> dict[str, str]:
+    """``source.unchanged(group)`` on a thread of its own, waited for at most ``timeout_s``; {} when it fails or
+    is still running then (the thread is abandoned, as a hung sensing worker is)."""
+    answer: list[dict[str, str]] = []
+
+    def look() -> None:
         try:
-            out.update(source.unchanged(group, ctx))
-        except Exception as exc:  # noqa: BLE001 - see above
+            answer.append(source.unchanged(group, ctx))
+        except Exception as exc:  # noqa: BLE001 - see _unchanged
             log.warning("%s: the bulk look for unchanged sources failed, sensing each (%s)",
                         type(source).__name__, describe(exc))
-    return out
+
+    thread = threading.Thread(target=contextvars.copy_context().run, args=(look,), daemon=True, name="sense-bulk")
+    thread.start()
+    thread.join(timeout_s)
+    if thread.is_alive():
+        log.warning("%s: the bulk look for unchanged sources took more than %gs, sensing each",
+                    type(source).__name__, timeout_s)
+        return {}
+    return answer[0] if answer else {}
+
+
+#: a worker takes up to this many targets at a time (fewer when that would leave workers idle): thousands of
+#: local sources cost more in handing each one to a thread than in sensing it (~30 µs for a file look)
+MAX_CHUNK = 64
+
+
+@dataclass
+class _Worker:
+    """One sensing thread's share: the targets it took (``chunk``, consumed from the left), the one it is
+    sensing now and since when. The pool's thread reads ``current`` without the lock (one tuple, replaced
+    whole) to find a target past its timeout; it then takes back the rest of the chunk and abandons the
+    worker (``abandoned``), whose hung call may never return."""
+
+    chunk: deque[SensingTarget]
+    current: tuple[str, float] | None = None
+    abandoned: bool = False
 
 
 def sense_all(
@@ -80,14 +116,17 @@ def sense_all(
 ) -> list[SensingOutcome]:
     """Sense every target with at most ``max_workers`` at a time; never wait past a timeout.
 
-    A few long-lived workers take targets from a queue: a thread per target costs more
-    than sensing a local source does (about a second per thousand targets).
+    A few long-lived workers take targets from a queue, in chunks (:data:`MAX_CHUNK`) when there are many:
+    a thread per target costs more than sensing a local source does (about a second per thousand targets),
+    and so does a lock round per target at ten thousand. A worker whose queue is empty takes from the far
+    end of another's chunk. Each target still has its own timeout, counted from when its worker began it:
+    a target past it is recorded as timed out, the rest of its worker's chunk goes back to the queue, and
+    a new worker takes the abandoned one's slot.
     """
     results: dict[str, SensingOutcome] = {}
-    started: dict[str, float] = {}  # source key -> when a worker began sensing it
     jobs_of = {t.source_key: jobs for t, jobs in targets}
     by_key = {t.source_key: t for t, _ in targets}
-    ruled_out = _unchanged(list(by_key.values()), ctx, source_for)
+    ruled_out = _unchanged(list(by_key.values()), ctx, source_for, timeout_s)
     for key, detail in ruled_out.items():
         outcome = SensingOutcome(by_key[key], jobs_of[key], SenseResult(new_data=False, detail=detail), None, 0.0)
         results[key] = outcome
@@ -96,56 +135,97 @@ def sense_all(
     queue = deque(t for key, t in by_key.items() if key not in ruled_out)
     if not queue:
         return [results[t.source_key] for t, _ in targets]
+    workers_n = min(max(1, max_workers), len(queue))
+    chunk_size = max(1, min(MAX_CHUNK, len(queue) // (4 * workers_n)))
     changed = threading.Condition()
+    workers: list[_Worker] = []
 
-    def finish(outcome: SensingOutcome) -> bool:
-        """Record an outcome (under ``changed``); False when the target had already timed out."""
+    def finish(outcome: SensingOutcome) -> None:
+        """Record an outcome (under ``changed``) unless the target already has one (it timed out)."""
         key = outcome.target.source_key
         if key in results:
-            return False
+            return
         results[key] = outcome
-        started.pop(key, None)
         if on_done is not None:
             on_done(outcome)
         if len(results) == len(by_key):
             changed.notify_all()
-        return True
 
-    def worker() -> None:
+    def sense_one(target: SensingTarget, begin: float) -> SensingOutcome:
+        try:
+            result, error = source_for(target.sensor_source).sense(target, ctx), None
+        except Exception as exc:  # noqa: BLE001 - any failure is this source's error only
+            result, error = None, describe(exc)
+            log.info("sensing %s failed: %s", target.source_key, error, extra={"source": target.source_key})
+        return SensingOutcome(target, jobs_of[target.source_key], result, error, time.monotonic() - begin)
+
+    def take(me: _Worker) -> bool:
+        """Fill ``me``'s chunk from the queue or, once it is empty, from the far end of another worker's
+        chunk (so a target that hangs holds up only itself, and no worker idles while others have work).
+        False when there is nothing left to take (under ``changed``)."""
+        for _ in range(min(chunk_size, len(queue))):
+            me.chunk.append(queue.popleft())
+        for other in workers:
+            if me.chunk:
+                break
+            for _ in range(len(other.chunk) // 2 or 1):
+                try:
+                    me.chunk.append(other.chunk.pop())  # its owner takes from the left: each target goes once
+                except IndexError:
+                    break
+        return bool(me.chunk)
+
+    def work(me: _Worker) -> None:
         while True:
             with changed:
-                if not queue:
+                if me.abandoned or not take(me):
                     return
-                target = queue.popleft()
-                started[target.source_key] = begin = time.monotonic()
-            try:
-                result, error = source_for(target.sensor_source).sense(target, ctx), None
-            except Exception as exc:  # noqa: BLE001 - any failure is this source's error only
-                result, error = None, describe(exc)
-                log.info("sensing %s failed: %s", target.source_key, error, extra={"source": target.source_key})
+            done = []
+            while not me.abandoned:
+                try:
+                    target = me.chunk.popleft()  # the pool's thread may take the rest back meanwhile
+                except IndexError:
+                    break
+                begin = time.monotonic()
+                me.current = (target.source_key, begin)
+                done.append(sense_one(target, begin))
+                me.current = None
             with changed:
-                if not finish(SensingOutcome(target, jobs_of[target.source_key], result, error,
-                                             time.monotonic() - begin)):
-                    return  # it timed out and a new worker took this one's place
+                for outcome in done:
+                    finish(outcome)
 
     def start_worker() -> None:
+        me = _Worker(deque())
+        workers.append(me)
         # the tick's run id and stage go along into the worker's log lines (core/logs.py)
-        threading.Thread(target=contextvars.copy_context().run, args=(worker,), daemon=True,
+        threading.Thread(target=contextvars.copy_context().run, args=(work, me), daemon=True,
                          name="sense-worker").start()
 
+    def time_out(me: _Worker, key: str, began: float, now: float) -> None:
+        """``me`` has sensed ``key`` for longer than the timeout: record that, hand the rest of its chunk back
+        to the queue, and start a worker in its place (under ``changed``)."""
+        me.abandoned = True
+        finish(SensingOutcome(by_key[key], jobs_of[key], None, f"timed out after {timeout_s:g}s", now - began))
+        while True:
+            try:
+                queue.appendleft(me.chunk.pop())
+            except IndexError:
+                break
+        if queue:
+            start_worker()
+
     with changed:
-        for _ in range(min(max(1, max_workers), len(queue))):
+        for _ in range(workers_n):
             start_worker()
         while len(results) < len(by_key):
-            # Targets started later have later deadlines, so the earliest one now is the next to check.
-            deadline = min(started.values(), default=time.monotonic()) + timeout_s
-            changed.wait(timeout=max(0.0, deadline - time.monotonic()) + 0.001)
+            # every target being sensed, abandoned workers' too (one may have taken a last target as it was
+            # abandoned); the earliest begun is the next to time out
+            sensing = [(me, current) for me in workers if (current := me.current) is not None
+                       and current[0] not in results]
+            deadline = min((began for _, (_, began) in sensing), default=time.monotonic()) + timeout_s
+            changed.wait(timeout=min(max(0.0, deadline - time.monotonic()) + 0.001, timeout_s))
             now = time.monotonic()
-            for key, begin in list(started.items()):
-                if now - begin >= timeout_s:
-                    finish(SensingOutcome(by_key[key], jobs_of[key], None,
-                                          f"timed out after {timeout_s:g}s", now - begin))
-                    if queue:
-                        start_worker()  # the hung worker is abandoned; its slot goes to a new one
+            for me, (key, began) in sensing:
+                if now - began >= timeout_s and me.current == (key, began) and key not in results:
+                    time_out(me, key, began, now)
     return [results[t.source_key] for t, _ in targets]
-

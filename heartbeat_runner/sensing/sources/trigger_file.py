@@ -61,6 +61,23 @@ class TriggerFileSource(Source):
         return FolderWatch({f: frozenset(k) for f, k in folders.items()}, {f.parent for f in folders}, wake,
                            ignore=_hidden).start()
 
+    def unchanged(self, targets: Sequence[SensingTarget], ctx: SenseContext) -> dict[str, str]:
+        """Folders with no visible file after their cursor's: exactly what :meth:`sense` would find, in one pass
+        without a worker thread per folder (at thousands of folders the hand-offs cost more than the
+        listings). A folder that cannot be listed, or a target without a cursor, is left to :meth:`sense`."""
+        out = {}
+        for target in targets:
+            try:
+                cursor = load_cursor(target.cursor)
+                if cursor is None:
+                    continue
+                folder = self.folder(target, ctx)
+                if not _newer(_visible_files(folder), cursor):
+                    out[target.source_key] = _nothing_new(folder)
+            except Exception:  # noqa: BLE001 - in doubt, leave it in: sensing reports what is wrong
+                continue
+        return out
+
     def sense(self, target: SensingTarget, ctx: SenseContext) -> SenseResult:
         folder = self.folder(target, ctx)
         files = _visible_files(folder)
@@ -69,11 +86,9 @@ class TriggerFileSource(Source):
         if cursor is None and not ctx.replay_new_sensors:
             cursor_to = dump_cursor({"mtime_ns": newest[0], "name": newest[1]}) if newest else dump_cursor({})
             return SenseResult(new_data=False, cursor_to=cursor_to, detail="new sensor: baseline")
-        mark = (cursor.get("mtime_ns", -1), cursor.get("name", "")) if cursor else (-1, "")
-        new = sorted(f for f in files if f > mark)
+        new = _newer(files, cursor)
         if not new:
-            detail = "folder does not exist yet" if not folder.exists() else "no new trigger file"
-            return SenseResult(new_data=False, detail=detail)
+            return SenseResult(new_data=False, detail=_nothing_new(folder))
         return SenseResult(
             new_data=True,
             cursor_to=dump_cursor({"mtime_ns": new[-1][0], "name": new[-1][1]}),
@@ -82,6 +97,16 @@ class TriggerFileSource(Source):
             rows=len(new),
             detail=f"{len(new)} new file(s)",
         )
+
+
+def _newer(files: list[tuple[int, str]], cursor: dict | None) -> list[tuple[int, str]]:
+    """The files after the cursor's (modification time, name), oldest first."""
+    mark = (cursor.get("mtime_ns", -1), cursor.get("name", "")) if cursor else (-1, "")
+    return sorted(f for f in files if f > mark)
+
+
+def _nothing_new(folder: Path) -> str:
+    return "folder does not exist yet" if not folder.exists() else "no new trigger file"
 
 
 def _hidden(name: str) -> bool:
