@@ -189,10 +189,19 @@ def test_email_goes_over_starttls_with_a_message_id_from_the_alert_key(tmp_path)
         send(destination, [notice])
         send(destination, [replace(notice, action=AlertAction.RESOLVE)])
         first, second = mail.wait(2)
-    assert mail.tls_sessions == 2
+        cause = "overdue since 06:00 UTC (2026-11-23 06:00 UTC): waiting on trigger_file:drop, which has had no " \
+                "new data since never"
+        storm = [Notice(f"{i}" * 32, AlertAction.RAISE, "JOB_OVERDUE", f"job J{i}", f"job J{i} {cause}", "error",
+                        "2026-11-23T06:00:00+00:00", jobs=(f"J{i}",), cause=cause) for i in range(1, 4)]
+        send(destination, storm)
+        (third,) = mail.wait(3)[2:]
+    assert mail.tls_sessions == 3
     assert first["Message-ID"] == message_id([notice]) == f"<{'k' * 32}.raise@heartbeat>"
     assert second["In-Reply-To"] == first["Message-ID"]          # the resolve threads under the raise
     assert "job 1: run 7 failed: boom" in first["Subject"]
+    subject = str(third["Subject"]).replace("\r", "").replace("\n", "")  # unfolded
+    assert subject == f"[heartbeat] [ERROR] 3 jobs {cause} (jobs: J1, J2, J3)"[:200]  # the cause, once
+    assert mail_keys(third) == [n.key for n in storm]
 
 
 # -- conditions through real ticks ------------------------------------------------------------------

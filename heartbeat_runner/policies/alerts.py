@@ -565,6 +565,7 @@ def overdue_jobs(policies: AlertPolicies, state: HotState, now: datetime) -> lis
     """Jobs whose latest deadline passed without a run that completed in its period, with the cause."""
     found = []
     periods: dict[Deadline, tuple[datetime, datetime]] = {}  # jobs share a few deadlines: each computed once
+    waiting: dict[tuple[str, ...], str] = {}
     for job in state.jobs.values():
         deadline = policies.for_job(job.job_id).deadline
         if deadline is None:
@@ -580,13 +581,15 @@ def overdue_jobs(policies: AlertPolicies, state: HotState, now: datetime) -> lis
         late = tuple(sorted(k for k in job.hard_sources
                             if (f := state.sources.get(k)) is None or f.last_new_data is None or f.last_new_data < start
                             or f.failing_since is not None))
-        found.append(Overdue(job.job_id, due, deadline, late, _overdue_reason(job, late, state, start)))
+        if late and late not in waiting:  # many jobs wait on one source: its words are made once
+            waiting[late] = "; ".join(_waiting_on(state.sources.get(key), key) for key in late)
+        found.append(Overdue(job.job_id, due, deadline, late,
+                             waiting[late] if late else _overdue_reason(job, start)))
     return found
 
 
-def _overdue_reason(job: JobFacts, late: tuple[str, ...], state: HotState, start: datetime) -> str:
-    if late:
-        return "; ".join(_waiting_on(state.sources.get(key), key) for key in late)
+def _overdue_reason(job: JobFacts, start: datetime) -> str:
+    """Why a job whose hard sources all have data in the period is still overdue."""
     if job.running_since is not None:
         return f"run {job.run_id or '?'} running since {_when(job.running_since)}"
     if job.failed_run is not None:
@@ -610,7 +613,12 @@ def _deadline_alerts(policies: AlertPolicies, state: HotState, now: datetime) ->
     """One alert per overdue job and deadline period, subject ``job <id>``, saying its current root cause.
     Its identity is the job and the deadline: it stays one alert whatever the cause becomes, until the job
     completes in the period, its deadline is removed or the next deadline replaces it."""
+    heads: dict[tuple[Deadline, datetime], tuple[str, str]] = {}  # jobs share a few deadlines: worded once
     for item in sorted(overdue_jobs(policies, state, now), key=lambda o: o.job_id):
-        cause = f"overdue since {item.deadline} ({_when(item.due)}): {item.reason}"
+        if (item.deadline, item.due) not in heads:
+            heads[(item.deadline, item.due)] = (f"overdue since {item.deadline} ({_when(item.due)}): ",
+                                                deadline_period(item.due))
+        head, period = heads[(item.deadline, item.due)]
+        cause = head + item.reason
         yield Alert(AlertKind.JOB_OVERDUE, f"job {item.job_id}", f"job {item.job_id} {cause}", item.due,
-                    period=deadline_period(item.due), jobs=(item.job_id,), cause=cause)
+                    period=period, jobs=(item.job_id,), cause=cause)
