@@ -4,8 +4,9 @@
   can read it: `select * from heartbeat_alerts where is_open`.
 
   Built from the alert events of heartbeat_events (hot log and archive): ALERT_RAISED and
-  ALERT_RESOLVED carry the alert (payload), ALERT_SENT / ALERT_DELIVERY_FAILED one destination's
-  answer. idempotency_token holds the alert key on all four.
+  ALERT_RESOLVED carry the alert (payload), ALERT_UPDATED its new words when its cause moved on
+  (the summary is the latest words), ALERT_SENT / ALERT_DELIVERY_FAILED one destination's answer.
+  idempotency_token holds the alert key on all five.
 #}
 {{ config(materialized='view') }}
 
@@ -18,12 +19,21 @@ alert_events as (
     get_json_object(payload, '$.action') as action,
     get_json_object(payload, '$.destination') as destination
   from events
-  where event_type in ('ALERT_RAISED', 'ALERT_RESOLVED', 'ALERT_SENT', 'ALERT_DELIVERY_FAILED')
+  where event_type in ('ALERT_RAISED', 'ALERT_UPDATED', 'ALERT_RESOLVED', 'ALERT_SENT', 'ALERT_DELIVERY_FAILED')
 ),
 
 raised as (
-  select alert_key, min(event_ts) as raised_at, max(payload) as payload, max(message) as summary
+  select alert_key, min(event_ts) as raised_at, max(payload) as payload
   from alert_events where event_type = 'ALERT_RAISED'
+  group by alert_key
+),
+
+worded as (
+  select
+    alert_key,
+    max_by(message, event_ts) as summary,
+    max(case when event_type = 'ALERT_UPDATED' then event_ts end) as updated_at
+  from alert_events where event_type in ('ALERT_RAISED', 'ALERT_UPDATED')
   group by alert_key
 ),
 
@@ -53,11 +63,12 @@ select
   get_json_object(r.payload, '$.kind') as kind,
   get_json_object(r.payload, '$.severity') as severity,
   get_json_object(r.payload, '$.subject') as subject,
-  r.summary,
+  w.summary,
   get_json_object(r.payload, '$.jobs') as jobs,
   get_json_object(r.payload, '$.link') as link,
   cast(get_json_object(r.payload, '$.since') as timestamp) as since_ts,
   r.raised_at,
+  w.updated_at,
   s.resolved_at,
   s.resolved_at is null as is_open,
   get_json_object(r.payload, '$.destinations') as destinations,
@@ -66,5 +77,6 @@ select
   coalesce(d.failed_deliveries, 0) as failed_deliveries,
   d.last_delivery_error
 from raised r
+join worded w on w.alert_key = r.alert_key
 left join resolved s on s.alert_key = r.alert_key
 left join deliveries d on d.alert_key = r.alert_key

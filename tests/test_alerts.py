@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import logging
 import signal
+import sys
 import time
+import urllib.request
 from collections import Counter
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
@@ -135,10 +137,13 @@ def test_a_deadline_is_a_time_of_day_in_its_zone():
     assert summer == datetime(2026, 7, 1, 4, 0, tzinfo=timezone.utc)  # CEST
 
 
-def test_overdue_jobs_are_grouped_by_the_late_source_that_holds_them_up():
-    """Ten jobs waiting on one late chain: one alert naming the ten and the chain's last data; a job whose run is
-    still going says so; a job completed in the period is not overdue."""
+def test_each_overdue_job_is_its_own_alert_and_a_message_names_their_shared_cause_once():
+    """Ten jobs waiting on one late chain: ten alerts, subject the job, each saying the chain's last data; one
+    message of them leads with the cause and lists the ten. A job whose run is still going says so; a job
+    completed in the period is not overdue. When the chain gets data, each alert's words change, not its key."""
     from heartbeat_runner.policies.alerts import AlertKind, HotState, alert_policies, evaluate
+    from heartbeat_runner.runner.alerting import _notice
+    from heartbeat_runner.senders.send import digest_text
 
     now = datetime(2026, 11, 23, 6, 30, tzinfo=timezone.utc)
     policies = alert_policies({"alerts": {"default": {"job": {"deadline": "06:00 Europe/Berlin"}}}})
@@ -146,22 +151,33 @@ def test_overdue_jobs_are_grouped_by_the_late_source_that_holds_them_up():
     chain, fx = state.source("sap_b4:CHAIN_X"), state.source("delta_table:fx")
     chain.last_new_data = datetime(2026, 11, 22, 21, 14, tzinfo=timezone.utc)
     fx.last_new_data = now - timedelta(minutes=10)
-    for i in range(10):
-        state.job(f"J{i}").hard_sources.update({chain.source_key, fx.source_key})
+    waiting = [f"J{i}" for i in range(10)]
+    for job in waiting:
+        state.job(job).hard_sources.update({chain.source_key, fx.source_key})
     state.job("RUNNING").hard_sources.add(fx.source_key)
     state.job("RUNNING").running_since = now - timedelta(hours=2)
     state.job("DONE").hard_sources.add(chain.source_key)
     state.job("DONE").last_completed = datetime(2026, 11, 23, 1, 0, tzinfo=timezone.utc)  # after Berlin midnight
     alerts = {a.subject: a for a in evaluate(policies, state, now)}
-    assert set(alerts) == {"source sap_b4:CHAIN_X", "job RUNNING"}
-    grouped = alerts["source sap_b4:CHAIN_X"]
-    assert grouped.kind is AlertKind.JOB_OVERDUE and grouped.jobs == tuple(f"J{i}" for i in range(10))
-    assert grouped.summary.startswith("10 jobs (J0, J1, J2, J3, J4, J5, J6, J7, J8, J9) overdue since 06:00 "
-                                      "Europe/Berlin (2026-11-23 05:00 UTC): waiting on sap_b4:CHAIN_X, which has "
-                                      "had no new data since 2026-11-22 21:14 UTC")
+    assert set(alerts) == {f"job {job}" for job in [*waiting, "RUNNING"]}
+    assert all(a.kind is AlertKind.JOB_OVERDUE and a.jobs == (a.subject[4:],) for a in alerts.values())
+    cause = ("overdue since 06:00 Europe/Berlin (2026-11-23 05:00 UTC): waiting on sap_b4:CHAIN_X, which has had "
+             "no new data since 2026-11-22 21:14 UTC")
+    assert alerts["job J3"].summary == f"job J3 {cause}"
     assert "run ? running since 2026-11-23 04:30 UTC" in alerts["job RUNNING"].summary
-    later = {a.subject: a.key for a in evaluate(policies, state, now + timedelta(minutes=5))}
-    assert later[grouped.subject] == grouped.key                   # the same alert at the next tick
+
+    text = digest_text([_notice(a, AlertAction.RAISE) for a in alerts.values()])
+    assert text.splitlines() == ["Heartbeat: 11 alert update(s)",
+                                 f"• [ERROR] 10 jobs {cause} (jobs: {', '.join(waiting)})",
+                                 f"• [ERROR] {alerts['job RUNNING'].summary}"]
+    storm = [_notice(alerts[f"job {job}"], AlertAction.RAISE) for job in waiting]
+    assert digest_text(storm) == f"[ERROR] 10 jobs {cause} (jobs: {', '.join(waiting)})"
+
+    chain.last_new_data = now + timedelta(minutes=1)              # the chain turns green; no run completed yet
+    later = {a.subject: a for a in evaluate(policies, state, now + timedelta(minutes=5))}
+    assert {s: a.key for s, a in later.items()} == {s: a.key for s, a in alerts.items()}  # the same alerts
+    assert later["job J3"].summary == ("job J3 overdue since 06:00 Europe/Berlin (2026-11-23 05:00 UTC): every "
+                                       "hard source has new data since 2026-11-22 23:00 UTC, yet no run completed")
 
 
 def test_email_goes_over_starttls_with_a_message_id_from_the_alert_key(tmp_path):
@@ -173,10 +189,19 @@ def test_email_goes_over_starttls_with_a_message_id_from_the_alert_key(tmp_path)
         send(destination, [notice])
         send(destination, [replace(notice, action=AlertAction.RESOLVE)])
         first, second = mail.wait(2)
-    assert mail.tls_sessions == 2
+        cause = "overdue since 06:00 UTC (2026-11-23 06:00 UTC): waiting on trigger_file:drop, which has had no " \
+                "new data since never"
+        storm = [Notice(f"{i}" * 32, AlertAction.RAISE, "JOB_OVERDUE", f"job J{i}", f"job J{i} {cause}", "error",
+                        "2026-11-23T06:00:00+00:00", jobs=(f"J{i}",), cause=cause) for i in range(1, 4)]
+        send(destination, storm)
+        (third,) = mail.wait(3)[2:]
+    assert mail.tls_sessions == 3
     assert first["Message-ID"] == message_id([notice]) == f"<{'k' * 32}.raise@heartbeat>"
     assert second["In-Reply-To"] == first["Message-ID"]          # the resolve threads under the raise
     assert "job 1: run 7 failed: boom" in first["Subject"]
+    subject = str(third["Subject"]).replace("\r", "").replace("\n", "")  # unfolded
+    assert subject == f"[heartbeat] [ERROR] 3 jobs {cause} (jobs: J1, J2, J3)"[:200]  # the cause, once
+    assert mail_keys(third) == [n.key for n in storm]
 
 
 # -- conditions through real ticks ------------------------------------------------------------------
@@ -275,10 +300,11 @@ def test_a_receiver_that_is_down_or_hangs_gets_the_alert_once_it_is_back(hb, rec
 
 @pytest.mark.slow
 def test_late_source_for_50_jobs_is_one_message_delivered_across_kills_and_watched_by_check(tmp_path, receiver):
-    """A real runner: 50 jobs past their deadline because their one hard source has no data make ONE alert
-    naming all 50 and the source; SIGKILL after the send but before it is recorded: sent again once, same key;
-    a crash after recording a resolve and before sending it: sent once by the next run; `explain` and `alerts`
-    show it; `check` says "runner not ticking" once the killed runner's limit has passed."""
+    """A real runner: 50 jobs past their deadline because their one hard source has no data are 50 alerts (one
+    per job) in ONE webhook message that leads with the source and lists the 50; SIGKILL after the send but
+    before it is recorded: sent again once, same keys; a crash after recording the resolves and before sending
+    them: sent once by the next run, again as one message; `explain` and `alerts` show them; `check` says
+    "runner not ticking" once the killed runner's limit has passed."""
     from harness import HEADER, CliLakehouse, marker_jobs_file
 
     jobs = [f"J{i:02d}" for i in range(1, 51)]
@@ -304,10 +330,14 @@ def test_late_source_for_50_jobs_is_one_message_delivered_across_kills_and_watch
         runner.wait(30)
     assert len(found) == 1, runner.stderr.read()
     first = found[0]
-    (overdue,) = first["alerts"]
-    assert overdue["kind"] == "JOB_OVERDUE" and overdue["jobs"] == jobs
-    assert "50 jobs" in first["text"] and "waiting on trigger_file:drop, which has had no new data" in first["text"]
-    assert len(lake.events("ALERT_RAISED")) == 1 and not lake.events("ALERT_SENT")
+    assert [(n["kind"], n["jobs"], n["subject"]) for n in first["alerts"]] == [
+        ("JOB_OVERDUE", [job], f"job {job}") for job in jobs]
+    keys = [n["key"] for n in first["alerts"]]
+    assert len(set(keys)) == 50
+    assert first["text"].startswith(f"[ERROR] 50 jobs overdue since {due:%H:%M} UTC ({due:%Y-%m-%d %H:%M} UTC): "
+                                    "waiting on trigger_file:drop, which has had no new data since never (jobs: "
+                                    f"{', '.join(jobs)})")
+    assert len(lake.events("ALERT_RAISED")) == 50 and not lake.events("ALERT_SENT")
 
     ticked = json.loads((lake.home / "locks" / "heartbeat.alive").read_text())["ticked_at"]
     time.sleep(max(0.0, ticked + 8.5 - time.time()))
@@ -320,25 +350,29 @@ def test_late_source_for_50_jobs_is_one_message_delivered_across_kills_and_watch
     lake.cli("run")                                                 # re-sends what was not recorded as sent
     assert lake.cli("check").returncode == 0                        # ticking again: resolved
     hooks = [n for body in receiver.hooks() for n in body["alerts"]]
-    assert [(n["kind"], n["action"]) for n in hooks] == [("JOB_OVERDUE", "raise"), ("RUNNER_NOT_TICKING", "raise"),
-                                                         ("JOB_OVERDUE", "raise"), ("RUNNER_NOT_TICKING", "resolve")]
-    assert hooks[0]["key"] == hooks[2]["key"]                        # delivered twice at most, one key
-    # PagerDuty's send may or may not have happened before the kill: once or twice, never more
-    assert [p["dedup_key"] for p in receiver.pagerduty() if p["event_action"] == "trigger"].count(overdue["key"]) in (
-        1, 2)
+    assert [(n["kind"], n["action"]) for n in hooks] == [("JOB_OVERDUE", "raise")] * 50 + [
+        ("RUNNER_NOT_TICKING", "raise")] + [("JOB_OVERDUE", "raise")] * 50 + [("RUNNER_NOT_TICKING", "resolve")]
+    assert [n["key"] for n in hooks[51:101]] == keys                 # delivered twice at most, same keys
+    # PagerDuty: one event per alert; its send may or may not have happened before the kill: once or twice each
+    triggers = Counter(p["dedup_key"] for p in receiver.pagerduty() if p["event_action"] == "trigger")
+    assert set(keys) <= set(triggers) and all(triggers[key] in (1, 2) for key in keys)
     explained = lake.cli("explain", "--job-id", "J07").stdout
     assert "deadline: overdue since" in explained and "waiting on trigger_file:drop" in explained
-    (listed,) = json.loads(lake.cli("alerts", "--json").stdout)
-    assert listed["alert_key"] == overdue["key"] and listed["raise_delivered_to"] == "hook,pager"
+    listed = json.loads(lake.cli("alerts", "--json").stdout)
+    assert sorted(a["alert_key"] for a in listed) == sorted(keys)
+    assert {a["raise_delivered_to"] for a in listed} == {"hook,pager"}
 
     policy_file(tmp_path, receiver, "  runner: {not_ticking_after: 8s}\n", group="1h")  # the deadline is gone
     crashed = lake.cli("run", check=False, env={"HEARTBEAT_CRASH_AT": "after_alert_recorded"})
-    resolved = [json.loads(e["payload"])["kind"] for e in lake.events("ALERT_RESOLVED")]
-    assert crashed.returncode == 86 and sorted(resolved) == ["JOB_OVERDUE", "RUNNER_NOT_TICKING"], resolved
+    resolved = Counter(json.loads(e["payload"])["kind"] for e in lake.events("ALERT_RESOLVED"))
+    assert crashed.returncode == 86 and resolved == Counter({"JOB_OVERDUE": 50, "RUNNER_NOT_TICKING": 1}), resolved
     lake.cli("run")
-    sent = [n for body in receiver.hooks() for n in body["alerts"]]   # (a digest may carry two)
-    assert [(n["kind"], n["action"], n["key"]) for n in sent[4:]] == [("JOB_OVERDUE", "resolve", overdue["key"])]
-    assert len(sent) == 5                                             # the raise was not sent a third time
+    bodies = receiver.hooks()
+    sent = [n for body in bodies for n in body["alerts"]]
+    assert sorted((n["kind"], n["action"], n["key"]) for n in sent[102:]) == sorted(
+        ("JOB_OVERDUE", "resolve", key) for key in keys)
+    assert len(sent) == 152                                           # the raises were not sent a third time
+    assert bodies[-1]["text"].startswith("[RESOLVED] 50 jobs overdue since")  # one message for the 50 resolves
 
 
 def test_check_allows_three_of_the_runners_intervals_plus_a_minute(tmp_path):
@@ -698,10 +732,16 @@ def test_a_deadline_is_first_checked_at_its_first_occurrence_after_it_was_config
     assert json.loads(raised["payload"])["since"] == due.isoformat()
 
 
-def test_an_overdue_alert_holds_its_jobs_until_they_complete(hb, receiver, tmp_path):
-    """J1 and J2 wait on two late sources, J3 on a third. Data reaching one of J1's sources, then the runs
-    starting, neither resolve nor re-raise anything: J1 and J2 stay one alert, J3 its own, each raised once and
-    resolved once, when its jobs have completed."""
+def alert_rows(hb) -> dict[str, dict]:
+    """The heartbeat_alerts view by subject."""
+    return {r["subject"]: r for r in hb.app.store.read("heartbeat_alerts")}
+
+
+def test_an_overdue_alert_is_one_per_job_and_its_words_follow_the_cause(hb, receiver, tmp_path):
+    """J1 and J2 wait on two late sources, J3 on a third: three alerts, one message naming J1 and J2's shared
+    cause once. Data reaching one of J1's sources, then the runs starting, re-word the open alerts (recorded,
+    shown by heartbeat_alerts) without sending, resolving or re-raising anything; a quiet tick writes nothing;
+    each alert is resolved once, when its job has completed."""
     hb.jobs(J1=0, J2=0, J3=0)
     for table in ("sales.a", "sales.b", "sales.c"):
         hb.create_table(table, "id int")
@@ -713,23 +753,90 @@ def test_an_overdue_alert_holds_its_jobs_until_they_complete(hb, receiver, tmp_p
     monitor = hb.heartbeat.observer
     hb.tick()                                                       # baseline, before the deadline
     wait_past(due)
-    hb.tick()                                                       # overdue: two alerts
+    hb.tick()                                                       # overdue: three alerts
     raised = {json.loads(e["payload"])["subject"]: json.loads(e["payload"]) for e in overdue_events(
         hb, "ALERT_RAISED")}
-    assert {s: r["jobs"] for s, r in raised.items()} == {"source delta_table:sales.a": ["J1", "J2"],
-                                                         "source delta_table:sales.c": ["J3"]}
+    assert {s: r["jobs"] for s, r in raised.items()} == {"job J1": ["J1"], "job J2": ["J2"], "job J3": ["J3"]}
+    settle(monitor)
+    (message,) = receiver.hooks()
+    both = (f"overdue since {due:%H:%M} UTC ({due:%Y-%m-%d %H:%M} UTC): waiting on delta_table:sales.a, which has "
+            "had no new data since never; waiting on delta_table:sales.b, which has had no new data since never")
+    assert f"• [ERROR] 2 jobs {both} (jobs: J1, J2)" in message["text"].splitlines()
+    assert raised["job J1"]["summary"] == f"job J1 {both}"
+
     hb.insert("sales.a", "(1)")
-    hb.tick()                                                       # J1, J2 still wait on sales.b
-    assert len(overdue_events(hb, "ALERT_RAISED")) == 2 and not overdue_events(hb, "ALERT_RESOLVED")
+    hb.tick()                                                       # J1, J2 still wait on sales.b: re-worded
+    assert sorted(json.loads(e["payload"])["subject"] for e in overdue_events(hb, "ALERT_UPDATED")) == [
+        "job J1", "job J2"]
+    view = alert_rows(hb)
+    assert view["job J1"]["summary"] == (f"job J1 overdue since {due:%H:%M} UTC ({due:%Y-%m-%d %H:%M} UTC): waiting "
+                                         "on delta_table:sales.b, which has had no new data since never")
+    assert view["job J1"]["updated_at"] is not None and view["job J3"]["updated_at"] is None
+    assert view["job J3"]["summary"] == raised["job J3"]["summary"]
+    settle(monitor)
+    hb.tick()                                                       # records the sends
+    version = hb.app.store.events_version()
+    hb.tick()
+    assert hb.app.store.events_version() == version                 # no new cause, nothing to record: nothing written
     hb.insert("sales.b", "(1)")
     hb.insert("sales.c", "(1)")
     hb.tick()                                                       # the three runs start
     assert hb.job_status("J1") == hb.job_status("J3") == {"IN_PROGRESS"}
-    assert len(overdue_events(hb, "ALERT_RAISED")) == 2 and not overdue_events(hb, "ALERT_RESOLVED")
+    assert all(" running since " in r["summary"] for r in alert_rows(hb).values()), alert_rows(hb)
+    assert len(overdue_events(hb, "ALERT_RAISED")) == 3 and not overdue_events(hb, "ALERT_RESOLVED")
     hb.wait_for_jobs()                                              # completed: resolved
     settle(monitor)
     hb.tick()
     resolved = overdue_events(hb, "ALERT_RESOLVED")
     assert sorted(json.loads(e["payload"])["subject"] for e in resolved) == sorted(raised)
-    assert by_kind(notices(receiver)) == {"JOB_OVERDUE": Counter({"raise": 2, "resolve": 2})}
-    assert Counter(p["event_action"] for p in receiver.pagerduty()) == Counter({"trigger": 2, "resolve": 2})
+    assert by_kind(notices(receiver)) == {"JOB_OVERDUE": Counter({"raise": 3, "resolve": 3})}
+    assert Counter(p["event_action"] for p in receiver.pagerduty()) == Counter({"trigger": 3, "resolve": 3})
+
+
+def test_an_open_overdue_alert_says_the_current_cause_everywhere_without_paging_again(tmp_path, receiver):
+    """A real runner, one process per tick: J1's overdue alert is raised "waiting on trigger_file:drop, which
+    has had no new data since never". The file arrives, the run starts, then fails: the same alert (same key)
+    now says "run … failed: ERROR: …" in `alerts --json`, `/api/alerts` and `explain`, each reading the words
+    the last runner recorded (ALERT_UPDATED); nothing more was sent; a runner that finds nothing new writes no
+    second update."""
+    from harness import HEADER, CliLakehouse, serving_page
+
+    failing = "import sys; print('ERROR: ledger balance mismatch'); sys.exit(1)"
+    config, jobs_file = tmp_path / "config.csv", tmp_path / "jobs.yml"
+    config.write_text(f"{HEADER}\n{row('trigger_file', 'drop', 'J1')}\n")
+    jobs_file.write_text(f"jobs:\n  'J1': [{sys.executable!r}, '-c', {failing!r}]\n")
+    lake = CliLakehouse(tmp_path / "lakehouse", config=config, jobs_file=jobs_file,
+                        env={"HEARTBEAT_RUN_POLICY": str(tmp_path / "run_policies.yml"),
+                             HOOK_ENV: f"{receiver.url}/hook", PD_ENV: PD_KEY})
+    lake.home.mkdir()
+    lake.cli("seed")
+    due = deadline_in(12)
+    policy_file(tmp_path, receiver, f"  default:\n    job: {{failed: false, deadline: '{due:%H:%M:%S} UTC'}}\n")
+    lake.cli("run")                                                 # the deadline seen before it passes
+    wait_past(due)
+    lake.cli("run")                                                 # overdue: raised and sent
+    (raised,) = json.loads(lake.cli("alerts", "--json").stdout)
+    overdue = f"job J1 overdue since {due:%H:%M} UTC ({due:%Y-%m-%d %H:%M} UTC): "
+    assert raised["subject"] == "job J1"
+    assert raised["summary"] == overdue + "waiting on trigger_file:drop, which has had no new data since never"
+    lake.drop_trigger_file("drop", "a.done")
+    lake.cli("run")                                                 # the run starts
+    (running,) = json.loads(lake.cli("alerts", "--json").stdout)
+    assert running["summary"].startswith(overdue + "run ") and " running since " in running["summary"]
+    lake.wait_local_runs()
+    lake.cli("run", check=False)                                    # the run failed
+    lake.cli("run", check=False)                                    # nothing new
+    (listed,) = json.loads(lake.cli("alerts", "--json").stdout)
+    assert listed["alert_key"] == raised["alert_key"] and listed["updated_at"] is not None
+    assert listed["summary"].startswith(overdue + "run ") and " failed: ERROR: ledger balance mismatch" in \
+        listed["summary"], listed
+    assert len(lake.events("ALERT_UPDATED")) == 2                    # running, then failed: not once per runner
+    reason = listed["summary"].removeprefix("job J1 ")
+    assert f"deadline: {reason}" in lake.cli("explain", "--job-id", "J1").stdout
+    with serving_page(lake) as base, urllib.request.urlopen(f"{base}/api/alerts", timeout=60) as answer:
+        (shown,) = json.loads(answer.read())["alerts"]
+    assert shown["summary"] == listed["summary"]
+    assert [(n["key"], n["action"]) for n in notices(receiver)] == [(raised["alert_key"], "raise")]  # sent once
+    (paged,) = receiver.pagerduty()
+    assert paged["event_action"] == "trigger" and paged["payload"]["component"] == "job J1"
+    assert paged["payload"]["group"] == raised["summary"].removeprefix("job J1 ")  # the cause, one per cause

@@ -32,6 +32,7 @@ class EventType(str, enum.Enum):
     JOB_RESUMED = "JOB_RESUMED"
     ALERT_RAISED = "ALERT_RAISED"      # an alert condition began (recorded before any message is sent)
     ALERT_RESOLVED = "ALERT_RESOLVED"  # it cleared (recorded before the resolve messages are sent)
+    ALERT_UPDATED = "ALERT_UPDATED"    # an open alert's words changed with its cause (nothing is sent)
     ALERT_SENT = "ALERT_SENT"          # a destination accepted the raise or resolve message
     ALERT_DELIVERY_FAILED = "ALERT_DELIVERY_FAILED"  # a destination refused or did not answer (retried)
     LINEAGE_SENT = "LINEAGE_SENT"      # the OpenLineage transport accepted a run's START / COMPLETE / FAIL event

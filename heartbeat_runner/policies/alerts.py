@@ -8,12 +8,14 @@ Invariants:
 - an alert's *identity* (kind, subject, period) is what a condition is about; its *key* is a digest of the
   identity and the time the condition began, so it is the same on every tick, in every process that
   sees the same facts, and a receiver can de-duplicate on it;
-- a source late for many jobs, and jobs overdue because of one late source, are one alert each
-  (grouped by the source), never one per job;
+- a source late for many jobs is one alert (naming them); an overdue job is one alert per job and deadline
+  period (subject ``job <id>``: the job the on-call must act on), whatever its cause is or becomes;
+- an overdue alert's words are recomputed from the current root cause every tick (``Alert.live_words``):
+  another source getting data, or a run starting or failing, changes its summary, never its identity;
+  the cause is kept apart (``Alert.cause``) so that a message about many jobs overdue for one cause names
+  the cause once (``senders/send.py`` groups them);
 - a deadline is first checked at its first occurrence after it was configured (or after the job was
-  added): never against a day it did not exist;
-- an overdue alert keeps the jobs it holds until each completes (or the next deadline replaces it):
-  another source getting data, or a run starting, changes its words, never its identity.
+  added): never against a day it did not exist.
 """
 
 from __future__ import annotations
@@ -21,7 +23,6 @@ from __future__ import annotations
 import enum
 import hashlib
 import re
-from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, time, timedelta, timezone
@@ -440,9 +441,6 @@ class JobFacts:
 class HotState:
     sources: dict[str, SourceFacts] = field(default_factory=dict)
     jobs: dict[str, JobFacts] = field(default_factory=dict)
-    #: (job, deadline period) -> the subject of the open JOB_OVERDUE alert holding the job: the job stays in
-    #: that alert until it completes, whatever its cause becomes (the monitor keeps this from its open alerts)
-    held: dict[tuple[str, str], str] = field(default_factory=dict)
 
     def source(self, key: str) -> SourceFacts:
         return self.sources.setdefault(key, SourceFacts(key))
@@ -451,9 +449,19 @@ class HotState:
         return self.jobs.setdefault(job_id, JobFacts(job_id))
 
 
+#: the kinds whose words follow the condition's current cause while the alert is open (recorded as
+#: ALERT_UPDATED when they change): an overdue job's root cause moves on (data arrives, a run starts or
+#: fails) at a few moments in the alert's life. Other kinds keep their words as raised: their identity fixes
+#: them (a failed run, a run too long), or they quote an upstream error that may differ at every tick.
+LIVE_WORDS = frozenset({AlertKind.JOB_OVERDUE})
+
+
 @dataclass(frozen=True)
 class Alert:
-    """One condition that holds now. ``identity`` is what it is about; ``key`` also says since when."""
+    """One condition that holds now. ``identity`` is what it is about; ``key`` also says since when.
+
+    ``cause`` (None for most kinds): the words of ``summary`` after the subject that alerts about several
+    jobs can share (``job 7 overdue since …: waiting on …`` has cause ``overdue since …: waiting on …``)."""
 
     kind: AlertKind
     subject: str
@@ -462,6 +470,7 @@ class Alert:
     period: str = ""
     jobs: tuple[str, ...] = ()
     link: str | None = None
+    cause: str | None = None
 
     @property
     def identity(self) -> str:
@@ -474,6 +483,11 @@ class Alert:
     @property
     def severity(self) -> Severity:
         return SEVERITY[self.kind]
+
+    @property
+    def live_words(self) -> bool:
+        """Whether an open alert's summary is kept current (``LIVE_WORDS``) rather than kept as raised."""
+        return self.kind in LIVE_WORDS
 
 
 def alert_key(identity: str, since: datetime) -> str:
@@ -551,6 +565,7 @@ def overdue_jobs(policies: AlertPolicies, state: HotState, now: datetime) -> lis
     """Jobs whose latest deadline passed without a run that completed in its period, with the cause."""
     found = []
     periods: dict[Deadline, tuple[datetime, datetime]] = {}  # jobs share a few deadlines: each computed once
+    waiting: dict[tuple[str, ...], str] = {}
     for job in state.jobs.values():
         deadline = policies.for_job(job.job_id).deadline
         if deadline is None:
@@ -566,13 +581,15 @@ def overdue_jobs(policies: AlertPolicies, state: HotState, now: datetime) -> lis
         late = tuple(sorted(k for k in job.hard_sources
                             if (f := state.sources.get(k)) is None or f.last_new_data is None or f.last_new_data < start
                             or f.failing_since is not None))
-        found.append(Overdue(job.job_id, due, deadline, late, _overdue_reason(job, late, state, start)))
+        if late and late not in waiting:  # many jobs wait on one source: its words are made once
+            waiting[late] = "; ".join(_waiting_on(state.sources.get(key), key) for key in late)
+        found.append(Overdue(job.job_id, due, deadline, late,
+                             waiting[late] if late else _overdue_reason(job, start)))
     return found
 
 
-def _overdue_reason(job: JobFacts, late: tuple[str, ...], state: HotState, start: datetime) -> str:
-    if late:
-        return "; ".join(_waiting_on(state.sources.get(key), key) for key in late)
+def _overdue_reason(job: JobFacts, start: datetime) -> str:
+    """Why a job whose hard sources all have data in the period is still overdue."""
     if job.running_since is not None:
         return f"run {job.run_id or '?'} running since {_when(job.running_since)}"
     if job.failed_run is not None:
@@ -593,16 +610,15 @@ def deadline_period(due: datetime) -> str:
 
 
 def _deadline_alerts(policies: AlertPolicies, state: HotState, now: datetime) -> Iterable[Alert]:
-    """One alert per late source (naming every overdue job waiting on it), one per job overdue for another reason;
-    a job an open alert already holds (``state.held``) stays in it."""
-    by_cause: dict[tuple[str, datetime], list[Overdue]] = defaultdict(list)
-    for item in overdue_jobs(policies, state, now):
-        held = state.held.get((item.job_id, deadline_period(item.due)))
-        cause = held or (f"source {item.late_sources[0]}" if item.late_sources else f"job {item.job_id}")
-        by_cause[(cause, item.due)].append(item)
-    for (subject, due), items in sorted(by_cause.items()):
-        jobs = tuple(sorted(i.job_id for i in items))
-        first = items[0]
-        who = f"job {jobs[0]}" if len(jobs) == 1 else f"{len(jobs)} jobs ({', '.join(jobs)})"
-        yield Alert(AlertKind.JOB_OVERDUE, subject, f"{who} overdue since {first.deadline} ({_when(due)}): "
-                    f"{first.reason}", due, period=deadline_period(due), jobs=jobs)
+    """One alert per overdue job and deadline period, subject ``job <id>``, saying its current root cause.
+    Its identity is the job and the deadline: it stays one alert whatever the cause becomes, until the job
+    completes in the period, its deadline is removed or the next deadline replaces it."""
+    heads: dict[tuple[Deadline, datetime], tuple[str, str]] = {}  # jobs share a few deadlines: worded once
+    for item in sorted(overdue_jobs(policies, state, now), key=lambda o: o.job_id):
+        if (item.deadline, item.due) not in heads:
+            heads[(item.deadline, item.due)] = (f"overdue since {item.deadline} ({_when(item.due)}): ",
+                                                deadline_period(item.due))
+        head, period = heads[(item.deadline, item.due)]
+        cause = head + item.reason
+        yield Alert(AlertKind.JOB_OVERDUE, f"job {item.job_id}", f"job {item.job_id} {cause}", item.due,
+                    period=period, jobs=(item.job_id,), cause=cause)

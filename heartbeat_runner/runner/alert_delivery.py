@@ -5,9 +5,11 @@ the OpenLineage transport). The tick hands it items (a raise or a resolve of one
 event) *after* they are recorded; the thread sends them with bounded timeouts, retries failures with
 exponential back-off, and groups a storm: a grouped channel gets at most one send per ``group_interval``
 (the first at once, what comes meanwhile as one batch). For alerts (:func:`alert_outbox`) a webhook or email
-destination is grouped (one digest); PagerDuty gets one event per notice, because its ``dedup_key`` must be
-the alert's key for a resolve to find its trigger; the root-cause grouping already makes one alert of a late
-source's many jobs. A channel with ``max_batch`` 1 (lineage) gets its items one at a time, in order.
+destination is grouped: one message, in which the alerts of many jobs overdue for one cause are one line
+leading with the cause (``senders/send.py``: ``digest_lines``). PagerDuty gets one event per notice, because
+its ``dedup_key`` must be the alert's key for a resolve to find its trigger; the events of one cause carry
+one ``group``, and the service's own alert grouping folds them into one incident (docs/alerts.md).
+A channel with ``max_batch`` 1 (lineage) gets its items one at a time, in order.
 
 What happened to each attempt comes back through :meth:`Outbox.drain` for the tick to record
 (ALERT_SENT / ALERT_DELIVERY_FAILED); an attempt's error is the sender's redacted one line.

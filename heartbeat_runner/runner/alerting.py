@@ -4,7 +4,12 @@ Crash-safe like triggering: ALERT_RAISED / ALERT_RESOLVED are appended *before* 
 out (the payload names the destinations); ALERT_SENT is appended after a destination accepted it,
 on a later tick (the outbox's thread only sends). A runner that starts reads the alert events once
 and re-queues every notice not yet recorded as sent: a kill between a send and its record sends it
-again, once, with the same key. Event ids are deterministic, so a replayed record is one event.
+again, once, with the same key (and the alert's current words). Event ids are deterministic, so a
+replayed record is one event.
+
+An open alert whose words follow its cause (an overdue job: ``Alert.live_words``) is re-worded when the
+cause moves on: ALERT_UPDATED records the new summary (``heartbeat_alerts``, ``alerts``, the page show
+it); nothing is sent for it, so a cause that changes never pages anyone again.
 
 Cost: the tick's own result is the input; the control table is read when the monitor starts (and
 every ``REFRESH_S`` for config changes), the FAILED events of a tick only when a job failed. A tick
@@ -52,8 +57,8 @@ from heartbeat_runner.senders.send import AlertAction, Attempt, Notice
 
 log = logging.getLogger(__name__)
 
-ALERT_EVENT_TYPES = [EventType.ALERT_RAISED.value, EventType.ALERT_RESOLVED.value, EventType.ALERT_SENT.value,
-                     EventType.ALERT_DELIVERY_FAILED.value]
+ALERT_EVENT_TYPES = [EventType.ALERT_RAISED.value, EventType.ALERT_RESOLVED.value, EventType.ALERT_UPDATED.value,
+                     EventType.ALERT_SENT.value, EventType.ALERT_DELIVERY_FAILED.value]
 #: seconds between re-reads of which jobs read which sources (a seed while the loop runs)
 REFRESH_S = 600.0
 #: seconds ``close`` waits for messages still queued (a single ``run``)
@@ -97,6 +102,15 @@ class OpenAlert:
     key: str
     notice: Notice
     destinations: tuple[str, ...]
+
+
+@dataclass
+class Changes:
+    """What one evaluation changed: alerts raised, re-worded (recorded, not sent) and resolved."""
+
+    raised: list[OpenAlert] = field(default_factory=list)
+    updated: list[OpenAlert] = field(default_factory=list)
+    resolved: list[OpenAlert] = field(default_factory=list)
 
 
 @dataclass
@@ -157,10 +171,11 @@ class AlertMonitor(TickObserver):
         assert self.outbox is not None
         attempts = self.outbox.drain()
         before = dict(self.open)
-        self.state.held = held_jobs(self.open.values())
-        raised, resolved = self._changes(evaluate(self.policies, self.state, utcnow()))
+        changes = self._changes(evaluate(self.policies, self.state, utcnow()))
+        raised, resolved = changes.raised, changes.resolved
         events = self._attempt_events(attempts, result.run_id)
         events += [self._raised_event(a, result.run_id) for a in raised]
+        events += [self._updated_event(a, result.run_id) for a in changes.updated]
         events += [self._resolved_event(a, result.run_id) for a in resolved]
         try:
             self._append(events)  # recorded first: then sent
@@ -293,16 +308,21 @@ class AlertMonitor(TickObserver):
                                order_by=["event_ts"])
         sent: set[tuple[str, str, str]] = set()
         recorded: list[tuple[str, OpenAlert, AlertAction]] = []
+        words: dict[str, dict] = {}  # alert key -> the payload of its latest ALERT_UPDATED
         for row in rows:
             payload = json.loads(row["payload"] or "{}")
             kind = EventType(row["event_type"])
             if kind is EventType.ALERT_SENT:
                 sent.update((k, payload["action"], payload["destination"]) for k in payload.get("keys", []))
+            elif kind is EventType.ALERT_UPDATED:
+                words[payload["key"]] = payload
             elif kind in (EventType.ALERT_RAISED, EventType.ALERT_RESOLVED):
                 action = AlertAction.RAISE if kind is EventType.ALERT_RAISED else AlertAction.RESOLVE
                 recorded.append((payload["identity"], _open_alert(payload, action), action))
         unsent = []
         for identity, alert, action in recorded:
+            if action is AlertAction.RAISE and alert.key in words:  # its current words, not those it was raised with
+                alert = _reworded(alert, words[alert.key])
             if action is AlertAction.RAISE:
                 self.open[identity] = alert
             else:
@@ -314,21 +334,27 @@ class AlertMonitor(TickObserver):
 
     # -- raising and resolving ------------------------------------------------------------------
 
-    def _changes(self, alerts: list[Alert]) -> tuple[list[OpenAlert], list[OpenAlert]]:
-        """The alerts that began (keyed now) and the open ones whose condition cleared."""
+    def _changes(self, alerts: list[Alert]) -> Changes:
+        """The alerts that began (keyed now), the open ones re-worded (their cause moved on: ``live_words``) and
+        the open ones whose condition cleared. ``self.open`` gets new records, never changed ones (a caller
+        that cannot record the changes puts its copy back)."""
         now = {a.identity: a for a in alerts}
         destinations = tuple(d.name for d in self.policies.destinations)
-        raised = []
+        changes = Changes()
         for identity, alert in now.items():
-            if identity not in self.open:
+            known = self.open.get(identity)
+            if known is None:
                 self.open[identity] = OpenAlert(identity, alert.key, _notice(alert, AlertAction.RAISE), destinations)
-                raised.append(self.open[identity])
-        resolved = []
+                changes.raised.append(self.open[identity])
+            elif alert.live_words and (alert.summary, alert.cause) != (known.notice.summary, known.notice.cause):
+                self.open[identity] = replace(known, notice=replace(known.notice, summary=alert.summary,
+                                                                    cause=alert.cause))
+                changes.updated.append(self.open[identity])
         for identity in [i for i in self.open if i not in now]:
             gone = self.open.pop(identity)
-            resolved.append(OpenAlert(identity, gone.key, replace(gone.notice, action=AlertAction.RESOLVE),
-                                      gone.destinations))
-        return raised, resolved
+            changes.resolved.append(OpenAlert(identity, gone.key, replace(gone.notice, action=AlertAction.RESOLVE),
+                                              gone.destinations))
+        return changes
 
     def _raised_event(self, alert: OpenAlert, run_id: str) -> Event:
         return self._event(EventType.ALERT_RAISED, alert, run_id)
@@ -336,11 +362,16 @@ class AlertMonitor(TickObserver):
     def _resolved_event(self, alert: OpenAlert, run_id: str) -> Event:
         return self._event(EventType.ALERT_RESOLVED, alert, run_id)
 
-    def _event(self, kind: EventType, alert: OpenAlert, run_id: str) -> Event:
+    def _updated_event(self, alert: OpenAlert, run_id: str) -> Event:
+        """The alert's new words; at most one per alert and tick (a replayed tick records it once)."""
+        return self._event(EventType.ALERT_UPDATED, alert, run_id, run_id)
+
+    def _event(self, kind: EventType, alert: OpenAlert, run_id: str, *parts: str) -> Event:
         notice = alert.notice
         payload = {**notice.as_dict(), "identity": alert.identity, "destinations": list(alert.destinations)}
-        return Event(event_type=kind, run_id=run_id, snapshot_ts=utcnow(), event_id=alert_event_id(kind, alert.key),
-                     idempotency_token=alert.key, message=notice.summary, payload=json.dumps(payload, sort_keys=True))
+        return Event(event_type=kind, run_id=run_id, snapshot_ts=utcnow(),
+                     event_id=alert_event_id(kind, alert.key, *parts), idempotency_token=alert.key,
+                     message=notice.summary, payload=json.dumps(payload, sort_keys=True))
 
     def _attempt_events(self, attempts: list[Attempt[Notice]], run_id: str) -> list[Event]:
         """ALERT_SENT for each accepted message, ALERT_DELIVERY_FAILED for each refused one (retried)."""
@@ -498,16 +529,6 @@ def fold_sensing_failures(state: HotState, failures: Iterable[dict]) -> None:
         source.last_error = source.last_error or row.get("sensing_error")
 
 
-def held_jobs(alerts: Iterable[OpenAlert]) -> dict[tuple[str, str], str]:
-    """(job, deadline period) -> subject of each open JOB_OVERDUE alert, for every job it names."""
-    held = {}
-    for alert in alerts:
-        if alert.notice.kind == AlertKind.JOB_OVERDUE.value:
-            period = alert.identity.rpartition("|")[2]
-            held.update({(job, period): alert.notice.subject for job in alert.notice.jobs})
-    return held
-
-
 def _seed_times(job: JobFacts, source: SourceFacts, row: dict) -> None:
     """Times from the control table when the monitor starts (afterwards the ticks move them)."""
     fetched = row.get("latest_event_fetched_timestamp")
@@ -530,14 +551,19 @@ def _seed_times(job: JobFacts, source: SourceFacts, row: dict) -> None:
 def _notice(alert: Alert, action: AlertAction) -> Notice:
     return Notice(key=alert.key, action=action, kind=alert.kind.value, subject=alert.subject, summary=alert.summary,
                   severity=alert.severity.value, since=alert.since.astimezone(timezone.utc).isoformat(),
-                  jobs=alert.jobs, link=alert.link)
+                  jobs=alert.jobs, link=alert.link, cause=alert.cause)
 
 
 def _open_alert(payload: dict, action: AlertAction) -> OpenAlert:
     notice = Notice(key=payload["key"], action=action, kind=payload["kind"], subject=payload["subject"],
                     summary=payload["summary"], severity=payload["severity"], since=payload["since"],
-                    jobs=tuple(payload.get("jobs", ())), link=payload.get("link"))
+                    jobs=tuple(payload.get("jobs", ())), link=payload.get("link"), cause=payload.get("cause"))
     return OpenAlert(payload["identity"], notice.key, notice, tuple(payload.get("destinations", ())))
+
+
+def _reworded(alert: OpenAlert, payload: dict) -> OpenAlert:
+    """``alert`` with the words an ALERT_UPDATED ``payload`` recorded."""
+    return replace(alert, notice=replace(alert.notice, summary=payload["summary"], cause=payload.get("cause")))
 
 
 def list_alerts(store: TableStore, *, include_resolved: bool, limit: int,
@@ -574,7 +600,8 @@ def not_ticking_row(lakehouse_dir: Path) -> dict | None:
     delivered = sorted(m.split(":")[0] for m in state.get("sent", []) if m.endswith(":raise"))
     return {"alert_key": notice["key"], "kind": notice["kind"], "severity": notice["severity"],
             "subject": notice["subject"], "summary": notice["summary"], "jobs": json.dumps(list(notice["jobs"])),
-            "link": notice.get("link"), "since_ts": since, "raised_at": since, "resolved_at": None, "is_open": True,
+            "link": notice.get("link"), "since_ts": since, "raised_at": since, "updated_at": None, "resolved_at": None,
+            "is_open": True,
             "destinations": None, "raise_delivered_to": ",".join(delivered) or None, "resolve_delivered_to": None,
             "failed_deliveries": 0, "last_delivery_error": None}
 

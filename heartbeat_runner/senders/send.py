@@ -70,11 +70,17 @@ class Notice:
     since: str
     jobs: tuple[str, ...] = ()
     link: str | None = None
+    #: the words after the subject ``job <id>`` that notices about several jobs may share (an overdue job's
+    #: deadline and root cause): a message names a shared cause once and lists the jobs (None: not shared)
+    cause: str | None = None
+
+    @property
+    def mark(self) -> str:
+        return "RESOLVED" if self.action is AlertAction.RESOLVE else self.severity.upper()
 
     @property
     def text(self) -> str:
-        mark = "RESOLVED" if self.action is AlertAction.RESOLVE else self.severity.upper()
-        return f"[{mark}] {self.summary}" + (f" <{self.link}>" if self.link else "")
+        return f"[{self.mark}] {self.summary}" + (f" <{self.link}>" if self.link else "")
 
     def as_dict(self) -> dict[str, object]:
         return {**asdict(self), "action": self.action.value, "jobs": list(self.jobs)}
@@ -95,12 +101,33 @@ class Attempt(Generic[Item]):
         return self.error is None
 
 
+def digest_lines(notices: list[Notice]) -> list[str]:
+    """One line per notice, except that the notices of one kind and action sharing a ``cause`` (50 jobs overdue
+    because one source is late) are one line that leads with the cause and lists the jobs, in the order
+    they came: ``[ERROR] 50 jobs overdue since …: waiting on …, which has had no new data since … (jobs: …)``."""
+    groups: dict[tuple[str, ...], list[Notice]] = {}
+    for index, notice in enumerate(notices):
+        shared = (notice.kind, notice.action.value, notice.cause) if notice.cause else (str(index),)
+        groups.setdefault(shared, []).append(notice)
+    lines = []
+    for group in groups.values():
+        first = group[0]
+        if len(group) == 1 or first.cause is None:
+            lines.append(first.text)
+            continue
+        jobs = [job for notice in group for job in notice.jobs]
+        lines.append(f"[{first.mark}] {len(jobs)} jobs {first.cause} (jobs: {', '.join(jobs)})")
+    return lines
+
+
 def digest_text(notices: list[Notice]) -> str:
-    """The text of a message: one notice's own, or a digest with one line per notice."""
-    if len(notices) == 1:
-        return notices[0].text
-    lines = "\n".join(f"• {n.text}" for n in notices)
-    return f"Heartbeat: {len(notices)} alert update(s)\n{lines}"
+    """The text of a message: one notice's own, one line for notices sharing a cause, or a digest with one
+    line per notice or shared cause (``digest_lines``)."""
+    lines = digest_lines(notices)
+    if len(lines) == 1:
+        return lines[0]
+    listed = "\n".join(f"• {line}" for line in lines)
+    return f"Heartbeat: {len(notices)} alert update(s)\n{listed}"
 
 
 def message_id(notices: list[Notice]) -> str:
@@ -200,9 +227,13 @@ def send_pagerduty(destination: Destination, notices: list[Notice], timeout_s: f
         body: dict[str, object] = {"routing_key": routing_key, "dedup_key": notice.key,
                                    "event_action": "trigger" if notice.action is AlertAction.RAISE else "resolve"}
         if notice.action is AlertAction.RAISE:
-            body["payload"] = {"summary": notice.summary[:1024], "source": SOURCE, "severity": notice.severity,
-                               "component": notice.subject, "class": notice.kind,
-                               "custom_details": {"since": notice.since, "jobs": list(notice.jobs)}}
+            payload: dict[str, object] = {
+                "summary": notice.summary[:1024], "source": SOURCE, "severity": notice.severity,
+                "component": notice.subject, "class": notice.kind,
+                "custom_details": {"since": notice.since, "jobs": list(notice.jobs)}}
+            if notice.cause:  # one value for one cause's alerts: the service's alert grouping can fold on it
+                payload["group"] = notice.cause[:255]
+            body["payload"] = payload
             if notice.link:
                 body["links"] = [{"href": notice.link, "text": "job and run output"}]
         _post_json(destination.url, body, timeout_s)
@@ -211,8 +242,8 @@ def send_pagerduty(destination: Destination, notices: list[Notice], timeout_s: f
 def send_email(destination: Destination, notices: list[Notice], timeout_s: float, secrets: SecretResolver) -> None:
     """One email over SMTP, upgraded with STARTTLS (unless ``starttls: false``), Message-ID from the alert key."""
     message = EmailMessage()
-    first = notices[0]
-    message["Subject"] = (f"[heartbeat] {first.text}" if len(notices) == 1
+    first, lines = notices[0], digest_lines(notices)
+    message["Subject"] = (f"[heartbeat] {lines[0]}" if len(lines) == 1
                           else f"[heartbeat] {len(notices)} alert update(s)")[:200]
     message["From"] = destination.sender
     message["To"] = ", ".join(destination.to)
