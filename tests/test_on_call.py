@@ -191,8 +191,8 @@ def test_with_columns_set_no_read_command_prints_a_longer_line(lake):
     assert "ERROR: ledger balance mismatch" in explained                # folded, not cut
 
 
-READ_COMMANDS = ["status", "status --wide", "status --json", "runs", "runs --json", f"explain --job-id {FAILING}",
-                 "alerts", "alerts --all", "check", "validate"]
+READ_COMMANDS = ["status", "status --wide", "status --json", "status --watch 0.2 --watch-count 3", "runs", "runs --json",
+                 f"explain --job-id {FAILING}", "alerts", "alerts --all", "check", "validate", "--help"]
 
 
 def test_every_read_command_piped_into_head_ends_quietly(lake):
