@@ -3,9 +3,10 @@
   with what the jobs API answered and how the run ended: the job page's timeline and the
   overview's "last run". Durations are the run's own (its start and end as the jobs service
   or the local job process recorded them), never the time Heartbeat took to notice the end.
-  `parameters` is the JSON the job received, including the windows
-  it consumed (`heartbeat_windows`). A run recorded by `complete` or found through the
-  jobs API without a request of ours has no row here.
+  `parameters` is the JSON the job received, including the windows it consumed
+  (`heartbeat_windows`). A run an operator asked for (`trigger`, the page's "Run now")
+  is_manual, with its request's note (who asked, why) as manual_note. A run recorded by
+  `complete` or found through the jobs API without a request of ours has no row here.
 #}
 {{ config(materialized='view') }}
 
@@ -20,7 +21,9 @@ requests as (
     min(event_ts) as requested_at,
     max(run_id) as tick_run_id,
     max(payload) as parameters,
-    max(case when event_type = 'RETRY_REQUESTED' then 1 else 0 end) = 1 as is_retry
+    max(case when event_type = 'RETRY_REQUESTED' then 1 else 0 end) = 1 as is_retry,
+    {# the tick notes who asked on the TRIGGER_REQUESTED of a manual run (`trigger`, "Run now") only #}
+    max(case when event_type = 'TRIGGER_REQUESTED' then message end) as manual_note
   from job_events
   where event_type in ({{ heartbeat_request_types() }})
   group by trigger_job_id, idempotency_token
@@ -60,6 +63,8 @@ select
   r.idempotency_token,
   r.tick_run_id,
   r.is_retry,
+  r.manual_note is not null as is_manual,
+  r.manual_note,
   r.requested_at,
   a.triggered_at,
   a.job_run_id,

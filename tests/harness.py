@@ -334,6 +334,13 @@ def sense_and_record(hb: Harness) -> TickResult:
 @contextlib.contextmanager
 def serving_page(lake: CliLakehouse, *options: str) -> Iterator[str]:
     """The status page (`ui` with ``options``) of ``lake`` on a free loopback port, once it answers; its base URL."""
+    with page_process(lake, *options) as (base, _):
+        yield base
+
+
+@contextlib.contextmanager
+def page_process(lake: CliLakehouse, *options: str) -> Iterator[tuple[str, subprocess.Popen]]:
+    """:func:`serving_page` with the server's process too (its log is on its stderr once it ended)."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -348,7 +355,7 @@ def serving_page(lake: CliLakehouse, *options: str) -> Iterator[str]:
             except OSError:
                 assert process.poll() is None and time.monotonic() < deadline, "the page did not start"
                 time.sleep(0.5)
-        yield base
+        yield base, process
     finally:
         process.terminate()
         process.wait(timeout=60)

@@ -182,10 +182,16 @@ def test_a_failure_stops_the_sequence_until_the_window_succeeds(tmp_path):
         assert hb.job_status("J") == {"FAILED"}
         assert [json.loads(p["heartbeat_catch_up"])["run"] for p in recorded(out, "J")] == [1, 2]  # no run 3
         assert explain(hb.app.store, "J").verdict.startswith("blocked by failure")
+        env = {**os.environ, "HEARTBEAT_HOME": str(hb.home), "HEARTBEAT_CONFIG": str(hb.config_path)}
         status = subprocess.run([sys.executable, "-m", "heartbeat_runner", "status", "--wide"], capture_output=True, text=True,
-                                timeout=180, env={**os.environ, "HEARTBEAT_HOME": str(hb.home),
-                                                  "HEARTBEAT_CONFIG": str(hb.config_path)})
+                                timeout=180, env=env)
         assert "Catch-up sequences" in status.stdout and "version 2" in status.stdout, status.stdout + status.stderr
+        compact = subprocess.run([sys.executable, "-m", "heartbeat_runner", "status"], capture_output=True, text=True,
+                                 timeout=180, env={**env, "COLUMNS": "80"}).stdout   # the on-call view: a line each
+        lines = compact.splitlines()
+        assert "catch-up sequences: 1" in lines and max(map(len, lines)) <= 80, compact
+        (sequence,) = [line for line in lines if line.startswith("  J: run 2 of 3 failed")]
+        assert "version 2" in sequence, compact                                  # run 2's window
 
         record_job_event(hb.app, "J", EventType.COMPLETED, message="window 2 fixed by hand")  # the operator
         hb.app.control.refresh()

@@ -12,6 +12,8 @@ import json
 import os
 import pty
 import re
+import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -19,11 +21,12 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 import pytest
 from alert_receivers import AlertReceiver
-from harness import HEADER, MARKER_JOB, CliLakehouse, serving_page
+from harness import HEADER, MARKER_JOB, CliLakehouse, page_process, serving_page
 from harness import config_row as row
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -188,8 +191,8 @@ def test_with_columns_set_no_read_command_prints_a_longer_line(lake):
     assert "ERROR: ledger balance mismatch" in explained                # folded, not cut
 
 
-READ_COMMANDS = ["status", "status --wide", "status --json", "runs", "runs --json", f"explain --job-id {FAILING}",
-                 "alerts", "alerts --all", "check", "validate"]
+READ_COMMANDS = ["status", "status --wide", "status --json", "status --watch 0.2 --watch-count 3", "runs", "runs --json",
+                 f"explain --job-id {FAILING}", "alerts", "alerts --all", "check", "validate", "--help"]
 
 
 def test_every_read_command_piped_into_head_ends_quietly(lake):
@@ -308,3 +311,107 @@ def test_the_reason_is_the_line_that_names_the_error_redacted_and_bounded():
     assert reason is not None and "db.example.com" in reason and "hunter2" not in reason and "s3cr3t" not in reason
     tail = output_tail("\n".join(f"line {i}" for i in range(100)) + "\nERROR " + "x" * 5000)
     assert len(tail) == 20 and tail[0] == "line 81" and len(failure_reason(tail) or "") == REASON_CHARS
+
+
+# -- a run in progress, a manual run, a client that goes away -------------------------------------------------
+
+#: a local job that prints 120 kB and runs until the test drops ``release`` in the lakehouse (at most 5 min)
+HELD_JOB = ("import os, pathlib, time; f = pathlib.Path(os.environ['HEARTBEAT_HOME']) / 'release'; "
+            "print(('working ' * 100 + chr(10)) * 200, flush=True); any(f.exists() or time.sleep(0.1) for _ in range(3000))")
+ASKED_WHY = "check the ledger by hand"
+
+
+@dataclass(frozen=True)
+class Held:
+    """A lakehouse whose job H1 is running: started by an operator's `trigger` (its sources had no new data)."""
+
+    lake: CliLakehouse
+    run_id: str
+    #: what the `run` that started it printed
+    ticked: str
+
+
+@pytest.fixture(scope="module")
+def held(tmp_path_factory) -> Iterator[Held]:
+    root = tmp_path_factory.mktemp("held")
+    config = root / "config.csv"
+    config.write_text("\n".join([HEADER, row("trigger_file", "drop01", "H1"), row("trigger_file", "drop02", "H2")]) + "\n")
+    (root / "jobs.yml").write_text(f"jobs:\n  'H1': [{sys.executable!r}, '-c', {HELD_JOB!r}]\n"
+                                   f"  'H2': [{sys.executable!r}, '-c', {MARKER_JOB!r}]\n")
+    lake = CliLakehouse(root / "lakehouse", config=config, jobs_file=root / "jobs.yml",
+                        env={"FORCE_COLOR": "", "TTY_COMPATIBLE": "", "NO_COLOR": "", "COLUMNS": ""})
+    lake.home.mkdir()
+    lake.cli("seed")
+    lake.cli("run")                                                   # the baseline: nothing new anywhere
+    lake.cli("trigger", "--job-id", "H1", "--reason", ASKED_WHY)
+    ticked = lake.cli("run").stdout
+    started = re.search(r"triggered job H1 \(run (\S+)\)", ticked)
+    assert started, ticked
+    yield Held(lake, started.group(1), ticked)
+    (lake.home / "release").touch()                                   # never left running
+
+
+def job_line(status: str, job: str) -> str:
+    return next(line for line in status.splitlines() if line.startswith(job + " "))
+
+
+def test_a_running_manual_run_says_so_in_status_explain_runs_and_the_page(held):
+    """A run in progress whose sources have no new data since it started: every view says it is running (not
+    "waiting for new data"), through a later tick too, and labels it a manual run, as a retry is labelled."""
+    lake, run_id = held.lake, held.run_id
+    assert re.search(rf"job H1: manual run asked by \S+ \({ASKED_WHY}\); nothing new pending", held.ticked), held.ticked
+    later = lake.cli("run").stdout                                    # a tick while it runs: nothing new, H1 not run
+    assert "triggered" not in later.replace("triggered 0", ""), later
+    line = job_line(lake.cli("status").stdout, "H1")
+    assert re.search(rf" running +\d\d:\d\d UTC +manual run: already running \(run {run_id}\)", line), line
+    assert "waiting for new data" not in line
+    explained = lake.cli("explain", "--job-id", "H1").stdout
+    assert explained.startswith(f"job H1: already running (run {run_id})"), explained
+    (requested,) = [r for tick in json.loads(lake.cli("runs", "--json").stdout) for r in tick["job_runs"]]
+    assert requested["is_manual"] and not requested["is_retry"] and ASKED_WHY in requested["manual_note"]
+    with serving_page(lake) as base:
+        (job,) = [j for j in api(base, "/api/overview")["jobs"] if j["job_id"] == "H1"]
+        assert job["phase"] == "RUNNING" and job["verdict"].startswith(f"already running (run {run_id})"), job
+        assert job["last_run"]["outcome"] == "RUNNING" and ASKED_WHY in job["last_run"]["manual"]
+        (quiet,) = [j for j in api(base, "/api/overview")["jobs"] if j["job_id"] == "H2"]
+        assert quiet["last_run"] is None
+        page = api(base, "/api/jobs/H1")
+        assert page["phase"] == "RUNNING" and page["verdict"].startswith("already running"), page["verdict"]
+        assert page["runs"][0]["job_run_id"] == run_id and ASKED_WHY in page["runs"][0]["manual"]
+
+    (lake.home / "release").touch()                                   # the run ends; the next tick notices
+    lake.wait_local_runs()
+    lake.cli("run")
+    line = job_line(lake.cli("status").stdout, "H1")
+    assert " idle " in line and "running" not in line, line
+    with serving_page(lake) as base:
+        (job,) = [j for j in api(base, "/api/overview")["jobs"] if j["job_id"] == "H1"]
+        assert job["last_run"]["outcome"] == "COMPLETED" and ASKED_WHY in job["last_run"]["manual"]
+
+
+def gone_mid_answer(base: str, path: str, read: int) -> None:
+    """Ask for ``path`` on a socket with a small receive buffer, read ``read`` bytes of the answer, then drop
+    the connection with a reset (as a browser tab closed mid-refresh)."""
+    address = urlsplit(base)
+    with socket.socket() as client:
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1024)
+        client.connect((address.hostname, address.port))
+        client.sendall(f"GET {path} HTTP/1.1\r\nHost: {address.netloc}\r\n\r\n".encode())
+        if read:
+            client.recv(read)
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close: a reset
+
+
+def test_a_client_that_goes_away_mid_answer_leaves_no_traceback_and_the_server_answers_on(held):
+    """Clients reset the connection before their answer and after its first bytes (the run's 64 kB output does
+    not fit the socket buffers): each is one info line in the server's log (`ui -v`), never a traceback."""
+    with page_process(held.lake, "-v") as (base, process):
+        output = f"/api/jobs/H1/runs/{held.run_id}/output"
+        for path in ("/api/overview", "/api/jobs/H1", "/api/ticks", "/api/graph", output):
+            gone_mid_answer(base, path, 0)                            # gone before the answer
+            gone_mid_answer(base, path, 64)                           # gone after its first bytes
+        assert api(base, "/api/jobs/H1")["job_id"] == "H1"            # still answering, the same connection kind
+        assert len(api(base, "/api/overview")["jobs"]) == 2
+    log = process.stderr.read() if process.stderr else ""
+    assert f"went away during {output}" in log, log                   # the server did see clients go
+    assert "Traceback" not in log and "Exception" not in log and "ERROR" not in log, log

@@ -385,7 +385,8 @@ def test_an_operator_retries_a_failed_job_from_its_page_and_the_next_tick_reruns
 
 
 def test_an_operator_runs_a_job_now_from_its_page_once(operator_page, browser, lakehouse):
-    """Run now: confirmed, audited (via ui), shown in the verdict until the next tick requests the run."""
+    """Run now: confirmed, audited (via ui), shown in the verdict until the next tick requests the run; the run
+    is labelled manual (who asked, why) on the job page and in the overview's last run."""
     from selenium.webdriver.common.by import By
 
     browser.get(operator_page + "/#/jobs/orders_etl")
@@ -411,6 +412,9 @@ def test_an_operator_runs_a_job_now_from_its_page_once(operator_page, browser, l
     wait_until(browser, lambda b: b.find_element(By.ID, "action-result").text == "")  # the run ended: notice gone
     newest = texts(browser, "#runs tbody tr")[0]
     assert "COMPLETED" in newest and "manual" in newest and "month-end rerun" in newest  # labelled, with its reason
+    browser.get(operator_page + "/#/")                                # the overview's last run: labelled too
+    tag = wait_for(browser, "tr[data-job='orders_etl'] .c-run .tag")
+    assert tag.text == "manual" and "month-end rerun" in (tag.get_attribute("title") or "")
 
 
 # -- the on-call view (issue 43) ----------------------------------------------------------------

@@ -626,6 +626,8 @@ def _print_tick(result: TickResult, args: argparse.Namespace) -> None:
         print(f"  job {problem}", flush=True)
     for job_id in result.retried:
         print(f"  retried job {job_id} (retry policy)", flush=True)
+    for job_id, note in result.manual.items():
+        print(f"  job {job_id}: {note}", flush=True)
     if result.carried:
         print(f"  carried to the next tick (jobs API budget): {len(result.carried)} job(s), "
               f"{', '.join(result.carried[:10])}{' ...' if len(result.carried) > 10 else ''}", flush=True)
@@ -708,12 +710,13 @@ def cmd_status(args: argparse.Namespace, app: App) -> int:
 
 
 def _on_call(app: App, health: Liveness) -> OnCall:
-    """The on-call view's data: the page's overview of every job, the open alerts, the runner's health."""
+    """The on-call view's data: the page's overview of every job, the open alerts, the runner's health, the
+    catch-up sequences in progress."""
     from heartbeat_runner.interfaces.ui.data import overview
     from heartbeat_runner.runner.alerting import list_alerts
 
     alerts = list_alerts(app.store, include_resolved=False, limit=MAX_LIMIT, lakehouse_dir=app.settings.lakehouse_dir)
-    return on_call(overview(app.store, app.settings.lakehouse_dir), alerts, health)
+    return on_call(overview(app.store, app.settings.lakehouse_dir), alerts, health, app.store.open_sequences())
 
 
 def _say(*lines: str) -> None:

@@ -33,8 +33,9 @@ RUN_REPORT_ALL_VIEW = "heartbeat_run_report_all"
 JOB_RUNS_VIEW = "heartbeat_job_runs"
 #: what `runs --json` and `explain --json` give of each job run: its own start, end and duration as its jobs
 #: backend recorded them (never when a tick noticed the end), and its queue time where the service has one
-JOB_RUN_FIELDS = ("trigger_job_id", "job_run_id", "outcome", "requested_at", "triggered_at", "started_at",
-                  "ended_at", "duration_s", "queued_s", "message", "failure_reason", "output_tail")
+JOB_RUN_FIELDS = ("trigger_job_id", "job_run_id", "outcome", "is_retry", "is_manual", "manual_note", "requested_at",
+                  "triggered_at", "started_at", "ended_at", "duration_s", "queued_s", "message", "failure_reason",
+                  "output_tail")
 #: how many of a job's latest runs `explain --json` gives
 EXPLAIN_RUNS = 5
 

@@ -1,9 +1,10 @@
 """The on-call view `status` prints: one line per job, what needs attention first.
 
-On top: the counts by status, the runner's health, the open alerts and the failing sources; then
-one line per job (id, name, status, since, verdict) in the order an on-call engineer works
-through them: failed, trigger errors, sensing errors, overdue, running, then the rest. Every line
-fits the width it is given (ids, states and times are never cut; names are shortened in the middle,
+On top: the counts by status, the runner's health, the open alerts, the failing sources and the
+catch-up sequences in progress (a line each); then one line per job (id, name, status, since,
+verdict) in the order an on-call engineer works through them: failed, trigger errors, sensing
+errors, overdue, running, then the rest (a running or failed job's verdict says when its run is a
+retry or a manual run). Every line fits the width it is given (ids, states and times are never cut; names are shortened in the middle,
 verdicts at the end); with no width (a pipe without $COLUMNS) nothing is cut. With a height
 (``status --watch`` on a terminal) the job lines stop where the screen does and the last line says
 how many more there are.
@@ -20,13 +21,16 @@ from datetime import datetime, timezone
 
 from rich.text import Text
 
+from heartbeat_runner.core.records import EventType
 from heartbeat_runner.interfaces.output import Column, Fit, compact_table, cut_line, short_time, timestamp
-from heartbeat_runner.interfaces.ui.data import JobPhase, JobSummary
+from heartbeat_runner.interfaces.ui.data import JobPhase, JobSummary, RunRecord
 from heartbeat_runner.runner.alerting import Liveness
 
 #: the most open alerts and failing sources listed on top (the rest are counted)
 TOP_ALERTS = 5
 TOP_SOURCES = 5
+#: the most catch-up sequences listed on top (the rest are counted; `status --wide` has them all)
+TOP_SEQUENCES = 5
 
 
 class Attention(str, enum.Enum):
@@ -68,6 +72,57 @@ class JobLine:
 
 
 @dataclass(frozen=True)
+class CatchUp:
+    """A catch-up sequence in progress (a row of heartbeat_job_sequences not finished yet): run ``run`` of
+    ``runs`` of job ``job_id``, where it stands, and the windows of that run ("source:id from → to")."""
+
+    job_id: str
+    run: int
+    runs: int
+    state: str
+    windows: str
+
+    @classmethod
+    def of(cls, row: dict) -> CatchUp:
+        run, runs = int(row["run"]), int(row["runs"])
+        windows = ", ".join(f"{w.get('sensor_source')}:{w.get('sensor_id')} {_span(w)}" for w in _windows(row.get("windows")))
+        return cls(str(row["trigger_job_id"]), run, runs, _sequence_state(row, run), windows)
+
+    def line(self) -> str:
+        return f"  {self.job_id}: run {self.run} of {self.runs} {self.state}" + (
+            f" · {self.windows}" if self.windows else "")
+
+
+def _windows(recorded: str | None) -> list[dict]:
+    """A sequence's windows (the JSON list its run received as heartbeat_windows); none when unreadable."""
+    try:
+        found = json.loads(recorded or "[]")
+    except ValueError:
+        return []
+    return [w for w in found if isinstance(w, dict)] if isinstance(found, list) else []
+
+
+def _span(window: dict) -> str:
+    start, end = window.get("from") or "…", window.get("to") or "…"
+    return str(start) if start == end else f"{start} → {end}"
+
+
+def _sequence_state(row: dict, run: int) -> str:
+    """Where a sequence stands, from its job's latest lifecycle event."""
+    if row.get("is_paused"):
+        return "paused"
+    if row.get("next_run_due"):
+        return f"done, run {run + 1} due next tick"
+    event = row.get("last_lifecycle_event")
+    if event == EventType.FAILED.value:
+        return "failed"
+    if event in (EventType.TRIGGER_REQUESTED.value, EventType.NEXT_WINDOW_REQUESTED.value,
+                 EventType.RETRY_REQUESTED.value):
+        return "running"
+    return str(event or "not started").lower()
+
+
+@dataclass(frozen=True)
 class OnCall:
     """What the view shows: the jobs (already in attention order), the open alerts and the runner."""
 
@@ -76,16 +131,20 @@ class OnCall:
     health: Liveness
     #: failing sources: source key -> its sensing error
     failing: dict[str, str]
+    #: catch-up sequences in progress, by job id
+    sequences: list[CatchUp]
 
 
-def on_call(jobs: Sequence[JobSummary], alerts: list[dict], health: Liveness) -> OnCall:
-    """The view of ``jobs`` (the page's overview), the open ``alerts`` and the runner's ``health``."""
+def on_call(jobs: Sequence[JobSummary], alerts: list[dict], health: Liveness, sequences: Sequence[dict]) -> OnCall:
+    """The view of ``jobs`` (the page's overview), the open ``alerts``, the runner's ``health`` and the catch-up
+    ``sequences`` not finished yet (rows of heartbeat_job_sequences)."""
     overdue = {job for a in alerts if a.get("kind") == OVERDUE_KIND for job in _jobs_of(a)}
     lines = [_line(job, overdue) for job in jobs]
     order = list(Attention)
     lines.sort(key=lambda line: (order.index(line.attention), line.job_id))
     failing = {d.label: d.sensing_error for job in jobs for d in job.dependencies if d.sensing_error}
-    return OnCall(lines, alerts, health, dict(sorted(failing.items())))
+    catch_ups = sorted((CatchUp.of(row) for row in sequences), key=lambda c: c.job_id)
+    return OnCall(lines, alerts, health, dict(sorted(failing.items())), catch_ups)
 
 
 def _jobs_of(alert: dict) -> list[str]:
@@ -106,7 +165,16 @@ def _line(job: JobSummary, overdue: set[str]) -> JobLine:
     run = job.last_run
     if attention is Attention.FAILED and run is not None and run.failure_reason:
         verdict = f"{run.failure_reason} (run {run.job_run_id}; `explain` for more)"
+    if job.phase in (JobPhase.RUNNING, JobPhase.FAILED) and run is not None and (kind := run_kind(run)):
+        verdict = f"{kind}: {verdict}"
     return JobLine(job.job_id, job.job_name or "", attention, job.since, verdict)
+
+
+def run_kind(run: RunRecord) -> str | None:
+    """How a run came about when not by the dependency rule: "retry" or "manual run" (None: neither)."""
+    if run.is_retry:
+        return "retry"
+    return "manual run" if run.manual else None
 
 
 def order_of(attention: Attention) -> int:
@@ -147,6 +215,11 @@ def _summary(view: OnCall, now: datetime) -> list[Text]:
             lines.append(Text(f"  {source}: {error}"))
         if len(view.failing) > TOP_SOURCES:
             lines.append(Text(f"  … {len(view.failing) - TOP_SOURCES} more: `status --wide`", style="dim"))
+    if view.sequences:
+        lines.append(Text(f"catch-up sequences: {len(view.sequences)}", style="cyan"))
+        lines += [Text(sequence.line()) for sequence in view.sequences[:TOP_SEQUENCES]]
+        if len(view.sequences) > TOP_SEQUENCES:
+            lines.append(Text(f"  … {len(view.sequences) - TOP_SEQUENCES} more: `status --wide`", style="dim"))
     return lines
 
 

@@ -138,6 +138,8 @@ class TickResult:
     ended_at: dict[str, datetime] = field(default_factory=dict)
     trigger_errors: list[JobProblem] = field(default_factory=list)
     retried: list[str] = field(default_factory=list)  # job ids re-run by their retry policy
+    #: job id -> the note of the run an operator asked for (`trigger`, "Run now") this tick requested
+    manual: dict[str, str] = field(default_factory=dict)
     overdue: list[JobProblem] = field(default_factory=list)  # runs past their maximum duration
     #: runs the jobs service skipped without executing them: their data is asked for again at a later tick
     runs_skipped: list[JobProblem] = field(default_factory=list)
@@ -204,7 +206,7 @@ class TickResult:
             "triggered": [t.as_dict() for t in self.triggered],
             "completed": self.completed, "failed": self.failed,
             "trigger_errors": [p.as_dict() for p in self.trigger_errors],
-            "retried": self.retried,
+            "retried": self.retried, "manual": self.manual,
             "overdue": [p.as_dict("message") for p in self.overdue],
             "runs_skipped": [p.as_dict("message") for p in self.runs_skipped],
             "carried": self.carried, "api_notes": self.api_notes, "recovered": self.recovered,
@@ -536,6 +538,7 @@ class Heartbeat:
                 planned.append((want, *self._request_for(want, result.run_id, events)))
             except SourceError as exc:  # a catch-up policy the source cannot apply: this job waits
                 result.trigger_errors.append(JobProblem(want.job_id, f"catch-up plan: {exc}"))
+        result.manual.update({want.job_id: note for want, _, _ in planned if (note := want.message)})
         self._request_runs(result, [self._requested_event(result, req, payload, ",".join(want.consumed) or None,
                                                           want.message)
                                     for want, req, payload in planned], carried + [req for _, req, _ in planned])

@@ -17,7 +17,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from heartbeat_runner.core.records import EventType, JobState, JobStatus, Outcome, TickStatus
+from heartbeat_runner.core.records import JobState, JobStatus, Outcome, TickStatus
 from heartbeat_runner.interfaces.operations import (
     RUN_REPORT_ALL_VIEW,
     explain,
@@ -94,7 +94,7 @@ class RunRecord:
     windows: list[dict[str, Any]] = field(default_factory=list)
     #: "2 of 3" for a run of a bounded catch-up sequence
     catch_up: str | None = None
-    #: for a run an operator asked for (`trigger`, the page's "Run now"): who asked and why (job page only)
+    #: for a run an operator asked for (`trigger`, the page's "Run now"): who asked and why
     manual: str | None = None
     #: a failed run (or a refused request): one line saying what went wrong; None otherwise
     failure_reason: str | None = None
@@ -197,7 +197,8 @@ def _run_record(row: dict) -> RunRecord:
                      triggered_at=row["triggered_at"], started_at=row["started_at"], ended_at=row["ended_at"],
                      duration_s=row["duration_s"], queued_s=row["queued_s"],
                      is_retry=bool(row["is_retry"]), message=row["message"], windows=windows_of(row["parameters"]),
-                     catch_up=catch_up_of(row["parameters"]), failure_reason=row.get("failure_reason"),
+                     catch_up=catch_up_of(row["parameters"]), manual=row.get("manual_note"),
+                     failure_reason=row.get("failure_reason"),
                      output_tail=tail_of(row.get("output_tail")))
 
 
@@ -270,8 +271,7 @@ def job_page(store: TableStore, job_id: str, policy_file: Path | None = None,
     found = explain(store, job_id, idle_sensing(lakehouse_dir) if lakehouse_dir else None)
     active = [r for r in found.rows if r["is_active"]]
     rows = store.read(JOB_RUNS_VIEW, Cond("trigger_job_id", job_id), order_by=["requested_at DESC"], limit=RECENT_RUNS)
-    notes = manual_notes(store, job_id, [r["idempotency_token"] for r in rows])
-    runs = [replace(_run_record(r), manual=notes.get(r["idempotency_token"])) for r in rows]
+    runs = [_run_record(r) for r in rows]
     asked = pending_ask(store, job_id)
     alerts = [a for a in open_alerts(store, lakehouse_dir) if job_id in a["jobs"]]
     return as_json({
@@ -286,18 +286,6 @@ def job_page(store: TableStore, job_id: str, policy_file: Path | None = None,
         "late_data": late_data(store, policy_file, job_id),
         "alerts": alerts,
     })
-
-
-def manual_notes(store: TableStore, job_id: str, tokens: list[str]) -> dict[str, str]:
-    """Idempotency token -> the note of its request, for the runs among ``tokens`` an operator asked for.
-
-    The tick writes a note ("manual run asked by …") on the TRIGGER_REQUESTED event of an asked run only;
-    an automatic request has none, so having a note is what marks a manual run (one read for all runs)."""
-    if not tokens:
-        return {}
-    found = store.read(EVENTS, Cond("trigger_job_id", job_id), Cond("event_type", EventType.TRIGGER_REQUESTED.value),
-                       Cond("idempotency_token", tokens, "in"), columns=["idempotency_token", "message"])
-    return {r["idempotency_token"]: r["message"] for r in found if r["message"]}
 
 
 def open_alerts(store: TableStore, lakehouse_dir: Path | None = None) -> list[dict[str, Any]]:

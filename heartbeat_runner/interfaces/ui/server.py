@@ -148,11 +148,12 @@ class Handler(BaseHTTPRequestHandler):
     def _guarded(self, route: Callable[[], None]) -> None:
         """Turn errors into JSON answers, by their kind (``outcomes.ERROR_OUTCOMES``: 403 refused, 404 unknown
         job/run, 400 bad input, 409 conflict, 503 try again, 500 otherwise). A client that went away while
-        its answer was written (the page navigated on) is noted at debug level: nobody is left to answer."""
+        its answer was written (the page navigated on) is one line at info level (``ui -v``), never a
+        traceback: nobody is left to answer."""
         try:
             route()
         except CLIENT_GONE as exc:
-            log.debug("ui client %s went away during %s: %s", self.address_string(), shown_id(self.path), exc)
+            log.info("ui client %s went away during %s: %s", self.address_string(), shown_id(self.path), exc)
             self.close_connection = True
         except HeartbeatError as exc:
             self._error(outcome_of(exc).http_status, str(exc))
@@ -165,7 +166,7 @@ class Handler(BaseHTTPRequestHandler):
         try:
             super().handle_one_request()
         except CLIENT_GONE as exc:
-            log.debug("ui client %s went away: %s", self.address_string(), exc)
+            log.info("ui client %s went away: %s", self.address_string(), exc)
             self.close_connection = True
 
     # -- GET ----------------------------------------------------------------------------------

@@ -87,11 +87,13 @@ function runDuration(r) {
 }
 // Why a run failed: the reason the server derived (failure_reason), else the run's own message.
 const failureReason = (r) => (r && (r.outcome === "FAILED" || r.outcome === "TRIGGER_ERROR") ? r.failure_reason || r.message || "" : "");
-// What kind of run it was: a retry, a manual run (with its reason), a catch-up step.
-function runKind(r) {
+// What kind of run it was: a retry, a manual run (who asked and why: beside it, or with ``brief`` in its
+// title), a catch-up step.
+function runKind(r, brief = false) {
   const kinds = [];
   if (r.is_retry) kinds.push('<span class="tag">retry</span>');
-  if (r.manual || r.is_manual) kinds.push(`<span class="tag">manual</span>${typeof r.manual === "string" ? ` <span class="muted">${esc(r.manual)}</span>` : ""}`);
+  if (r.manual && brief) kinds.push(`<span class="tag" title="${esc(r.manual)}">manual</span>`);
+  else if (r.manual) kinds.push(`<span class="tag">manual</span> <span class="muted">${esc(r.manual)}</span>`);
   if (r.catch_up) kinds.push(`<span class="tag">catch-up ${esc(r.catch_up)}</span>`);
   return kinds.join(" ");
 }
@@ -391,7 +393,7 @@ function verdictHtml(j) {
 // One job: its row, and under it (on a screen too narrow for the Verdict column) the verdict.
 function jobRow(j) {
   const run = j.last_run;
-  const runCell = run ? `${badge(run.outcome)} ${runKind(run)} ${runDuration(run)}<br><span class="muted">${when(run.ended_at || run.triggered_at || run.requested_at)}</span>` : `<span class="muted">never</span>`;
+  const runCell = run ? `${badge(run.outcome)} ${runKind(run, true)} ${runDuration(run)}<br><span class="muted">${when(run.ended_at || run.triggered_at || run.requested_at)}</span>` : `<span class="muted">never</span>`;
   return `<tbody class="job"><tr data-job="${esc(j.job_id)}">
     <td class="c-job"><a class="job-link" href="${jobHref(j.job_id)}">${breakable(j.job_id)}</a><br><span class="muted">${esc(j.job_name)}</span></td>
     <td class="c-status">${badge(j.phase)}${overdue(j) ? ` ${badge("OVERDUE")}` : ""}</td>
