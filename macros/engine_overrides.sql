@@ -110,6 +110,10 @@
   literal) breaks the statement. Render escaped literals ourselves instead.
 #}
 {% macro spark__load_csv_rows(model, agate_table) %}
+  {%- set seed_file = var('heartbeat_seed_file', '') -%}
+  {%- if seed_file -%}
+    {{ return(heartbeat_load_csv_file(model, agate_table, seed_file)) }}
+  {%- endif -%}
   {% set batch_size = get_batch_size() %}
   {% set column_override = model['config'].get('column_types', {}) %}
   {% set statements = [] %}
@@ -132,6 +136,35 @@
     {% endif %}
   {% endfor %}
   {{ return(statements[0] if statements else '') }}
+{% endmacro %}
+
+{#
+  Where the engine runs on this machine (the runner sets `heartbeat_seed_file` to the seed's path: the
+  embedded engine, local Apache Spark), the engine reads the seed's CSV file itself rather than an INSERT
+  of every row as literals (10,000 rows: ~13 s, the text built here and then parsed by the engine; the
+  file read: well under a second). Every field is read as text (RFC 4180: quotes, doubled quotes, line
+  breaks inside quotes) and cast as the table declares; an empty field, or one that says null, is NULL, as
+  agate (dbt's CSV reader) reads it.
+#}
+{% macro heartbeat_load_csv_file(model, agate_table, seed_file) %}
+  {%- set column_override = model['config'].get('column_types', {}) -%}
+  {% call statement('heartbeat_seed_rows') -%}
+    create or replace temporary view heartbeat_seed_rows using csv
+    options (path {{ heartbeat_sql_literal(seed_file) }}, header 'true', multiLine 'true', quote '"',
+             escape '"', mode 'FAILFAST')
+  {%- endcall %}
+  {% set sql %}
+    insert into {{ this.render() }}
+    select
+      {% for col_name in agate_table.column_names -%}
+        {%- set type = column_override.get(col_name, adapter.convert_type(agate_table, loop.index0)) -%}
+        cast(case when lower(trim(`{{ col_name }}`)) in ('', 'null') then null else `{{ col_name }}` end as {{ type }})
+        {%- if not loop.last %},{% endif %}
+      {% endfor %}
+    from heartbeat_seed_rows
+  {% endset %}
+  {% do adapter.add_query(sql, abridge_sql_log=True) %}
+  {{ return(sql) }}
 {% endmacro %}
 
 {% macro heartbeat_sql_literal(value) -%}

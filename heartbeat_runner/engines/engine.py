@@ -103,6 +103,10 @@ class TableOps:
     #: engines whose MERGE would otherwise run the source query more than once (Sail three times,
     #: local Apache Spark twice: its control-table MERGE took 6.6 s from the view, 2.0 + 2.0 s staged)
     stages_merge_sources: bool = False
+    #: the engine reads the config seed's CSV file itself (dbt var heartbeat_seed_file,
+    #: macros/engine_overrides.sql): engines on this machine, where the file is; elsewhere dbt sends the rows
+    #: as INSERTs of literals (10,000 rows took ~13 s that way on Sail, the text built and then parsed)
+    seeds_from_file: bool = False
     #: dbt lists the schema's relations by name (views apart, every table Delta) instead of with
     #: SHOW TABLE EXTENDED, which reads every table's metadata (dbt var heartbeat_list_by_name,
     #: macros/engine_overrides.sql): local Apache Spark, where Heartbeat's schema holds Delta tables only
@@ -259,6 +263,7 @@ class EmbeddedOps(TableOps):
     maintenance_check_interval_s: float = 0.0
     writes_change_feed: bool = False
     stages_merge_sources: bool = True
+    seeds_from_file: bool = True
 
     def location(self, name: str) -> Path:
         return self.warehouse_dir.joinpath(*name.split(".")[-2:])
@@ -860,7 +865,7 @@ def _open_spark_local(settings: Settings) -> Engine:
     if not running.shared:  # the holder made the schema when it opened the lakehouse
         running.spark.sql(f"CREATE SCHEMA IF NOT EXISTS {settings.schema}")
     local = {"stage_events": True, "local_files": True, "stages_merge_sources": True, "lists_relations_by_name": True,
-             "frames_from_arrow": True, "lease_in_files": True}
+             "frames_from_arrow": True, "lease_in_files": True, "seeds_from_file": True}
     ops = DeltaSparkOps(**local) if running.delta_table_api else TableOps(**local)
     return Engine(session=running.spark, settings=settings, ops=ops, joined=running.shared)
 

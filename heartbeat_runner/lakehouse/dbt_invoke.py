@@ -140,6 +140,7 @@ class DbtProject:
                                   "heartbeat_stage_events": self.engine.ops.stage_events,
                                   "heartbeat_change_feed": self.engine.ops.writes_change_feed,
                                   "heartbeat_list_by_name": self.engine.ops.lists_relations_by_name,
+                                  "heartbeat_seed_file": str(self.seed_csv) if self.engine.ops.seeds_from_file else "",
                                   **(extra_vars or {})}),
             "--log-path", str(self.work_dir / "logs"),
         ]
