@@ -13,7 +13,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from heartbeat_runner.core.errors import describe
 from heartbeat_runner.core.records import Outcome
@@ -96,13 +96,15 @@ MAX_CHUNK = 64
 @dataclass
 class _Worker:
     """One sensing thread's share: the targets it took (``chunk``, consumed from the left), the one it is
-    sensing now and since when. The pool's thread reads ``current`` without the lock (one tuple, replaced
-    whole) to find a target past its timeout; it then takes back the rest of the chunk and abandons the
-    worker (``abandoned``), whose hung call may never return."""
+    sensing now and since when, and the outcomes of its chunk not recorded yet (``done``: recorded together,
+    one lock round per chunk). The pool's thread reads ``current`` without the lock (one tuple, replaced
+    whole) to find a target past its timeout; it then records ``done``, takes back the rest of the chunk and
+    abandons the worker (``abandoned``), whose hung call may never return."""
 
     chunk: deque[SensingTarget]
     current: tuple[str, float] | None = None
     abandoned: bool = False
+    done: list[SensingOutcome] = field(default_factory=list)
 
 
 def sense_all(
@@ -159,6 +161,12 @@ def sense_all(
             log.info("sensing %s failed: %s", target.source_key, error, extra={"source": target.source_key})
         return SensingOutcome(target, jobs_of[target.source_key], result, error, time.monotonic() - begin)
 
+    def record(me: _Worker) -> None:
+        """Record what ``me`` has sensed so far (under ``changed``)."""
+        done, me.done = me.done, []
+        for outcome in done:
+            finish(outcome)
+
     def take(me: _Worker) -> bool:
         """Fill ``me``'s chunk from the queue or, once it is empty, from the far end of another worker's
         chunk (so a target that hangs holds up only itself, and no worker idles while others have work).
@@ -180,7 +188,6 @@ def sense_all(
             with changed:
                 if me.abandoned or not take(me):
                     return
-            done = []
             while not me.abandoned:
                 try:
                     target = me.chunk.popleft()  # the pool's thread may take the rest back meanwhile
@@ -188,11 +195,10 @@ def sense_all(
                     break
                 begin = time.monotonic()
                 me.current = (target.source_key, begin)
-                done.append(sense_one(target, begin))
+                me.done.append(sense_one(target, begin))
                 me.current = None
             with changed:
-                for outcome in done:
-                    finish(outcome)
+                record(me)
 
     def start_worker() -> None:
         me = _Worker(deque())
@@ -202,10 +208,11 @@ def sense_all(
                          name="sense-worker").start()
 
     def time_out(me: _Worker, key: str, began: float, now: float) -> None:
-        """``me`` has sensed ``key`` for longer than the timeout: record that, hand the rest of its chunk back
-        to the queue, and start a worker in its place (under ``changed``)."""
+        """``me`` has sensed ``key`` for longer than the timeout: record that and what ``me`` sensed before it,
+        hand the rest of its chunk back to the queue, and start a worker in its place (under ``changed``)."""
         me.abandoned = True
         finish(SensingOutcome(by_key[key], jobs_of[key], None, f"timed out after {timeout_s:g}s", now - began))
+        record(me)
         while True:
             try:
                 queue.appendleft(me.chunk.pop())
