@@ -16,6 +16,9 @@
     NULL                 nothing happened yet (new row) or the job was reset
 
   Rows removed from the config are retired (is_active = false), never deleted.
+
+  A tick usually changes few rows: its new data and its trigger requests are folded into the rows
+  they change by the MERGEs of macros/heartbeat_folds.sql, which give what this derivation would.
 #}
 {{
   config(
@@ -26,75 +29,6 @@
     post_hook="{{ heartbeat_unstage_events() }}",
   )
 }}
-
-{% if var('heartbeat_fold_run', none) is not none and is_incremental() %}
-{#
-  Folding one tick's trigger requests (var heartbeat_fold_run: that tick's run id). The runner asks
-  for it only when every event since the table's last build is a TRIGGER_REQUESTED of that run (one
-  per job) or the TRIGGERED answer to one (lakehouse/control_table.py, Appended). Such a request changes only
-  its job's active rows, and the derivation below would give them exactly this: IN_PROGRESS since
-  the request, its token and run, the sequence its payload plans, nothing pending (every NEW_DATA
-  event of their sources came before it), no failure or error since. The MERGE leaves every other
-  row as it is. tests/test_fold.py compares a folded table with one derived from all the events.
-#}
-{# each request of the run with the run its answer started (one read of the events) #}
-with answered as (
-  select
-    idempotency_token,
-    max(trigger_job_id) filter (where event_type = 'TRIGGER_REQUESTED') as trigger_job_id,
-    max(event_ts) filter (where event_type = 'TRIGGER_REQUESTED') as event_ts,
-    max(payload) filter (where event_type = 'TRIGGER_REQUESTED') as payload,
-    max(job_run_id) filter (where event_type = 'TRIGGERED') as job_run_id
-  from {{ source('heartbeat', 'heartbeat_events') }}
-  where run_id = '{{ var('heartbeat_fold_run') }}' and event_type in ('TRIGGER_REQUESTED', 'TRIGGERED')
-  group by idempotency_token
-),
-
-requests as (
-  select * from answered where trigger_job_id is not null
-)
-
-select
-  c.sensor_source,
-  c.sensor_id,
-  c.sensor_read_type,
-  c.asset_description,
-  c.upstream_key,
-  c.preprocess_query,
-  c.latest_event_fetched_timestamp,
-  c.trigger_job_id,
-  c.trigger_job_name,
-  'IN_PROGRESS' as status,
-  r.event_ts as status_change_timestamp,
-  r.event_ts as job_start_timestamp,
-  cast(null as timestamp) as job_end_timestamp,
-  c.job_state,
-  c.dependency_flag,
-  c.is_hard,
-  c.source_key,
-  cast(0 as bigint) as pending_events,
-  cast(null as string) as pending_event_ids,
-  cast(null as string) as pending_window_from,
-  cast(null as string) as pending_window_to,
-  r.job_run_id,
-  r.idempotency_token as last_idempotency_token,
-  r.idempotency_token as base_idempotency_token,
-  cast(0 as bigint) as consecutive_failures,
-  cast(null as string) as last_error,
-  c.is_active,
-  c.retired_timestamp,
-  c.row_created_timestamp,
-  current_timestamp() as updated_at,
-  'TRIGGER_REQUESTED' as last_lifecycle_event,
-  r.event_ts as base_requested_ts,
-  cast(get_json_object(r.payload, '$._run') as int) as sequence_run,
-  cast(get_json_object(r.payload, '$._runs') as int) as sequence_runs,
-  get_json_object(r.payload, '$.heartbeat_windows') as sequence_windows
-from {{ this }} c
-join requests r on r.trigger_job_id = c.trigger_job_id
-where c.is_active
-
-{% else %}
 
 with config as (
   select
@@ -383,6 +317,4 @@ select
 from previous p
 left anti join keyed k
   on p.sensor_source = k.sensor_source and p.sensor_id = k.sensor_id and p.trigger_job_id = k.trigger_job_id
-{% endif %}
-
 {% endif %}

@@ -81,8 +81,9 @@ def test_only_one_runs_own_requests_and_their_answers_fold():
     span = Appended(base_version=10)
     span.add([_request("r1", "J1"), _request("r1", "J2")])
     span.add([_request("r1", "J1", EventType.TRIGGERED)])
-    assert span.fold_run(12) == "r1"
-    assert span.fold_run(13) is None  # another process committed meanwhile
+    folded = span.requests_to_fold(12)
+    assert folded is not None and {(r.trigger_job_id, r.job_run_id) for r in folded} == {("J1", "7"), ("J2", None)}
+    assert span.requests_to_fold(13) is None  # another process committed meanwhile
 
     for other in (_request("r2", "J3"),                                      # another run's request
                   _request("r1", "J1"),                                      # a second request of one job
@@ -93,6 +94,31 @@ def test_only_one_runs_own_requests_and_their_answers_fold():
         span = Appended(base_version=10)
         span.add([_request("r1", "J1"), _request("r1", "J2")])
         span.add([other])
-        assert span.fold_run(12) is None, other
+        assert span.requests_to_fold(12) is None, other
 
-    assert Appended(base_version=10).fold_run(10) is None  # nothing requested: nothing to fold
+    assert Appended(base_version=10).requests_to_fold(10) is None  # nothing requested: nothing to fold
+
+
+def _sensed(run_id: str, key: str, kind: EventType = EventType.NEW_DATA) -> Event:
+    return Event(event_type=kind, run_id=run_id, snapshot_ts=utcnow(), source_key=key, cursor_to="1")
+
+
+def test_only_one_commit_of_one_runs_sensing_folds_as_new_data():
+    span = Appended(base_version=10)
+    span.add([_sensed("r1", "a"), _sensed("r1", "b"), _sensed("r1", "c", EventType.CURSOR)])
+    folded = span.new_data(11)
+    assert folded is not None and [e.source_key for e in folded] == ["a", "b"]  # a CURSOR changes no control row
+    assert span.new_data(12) is None  # another process committed meanwhile
+
+    for commit in ([_sensed("r1", "a"), _sensed("r2", "b")],  # two runs' events
+                   [_sensed("r1", "a"), _sensed("r1", "a")],  # two of one source
+                   [_sensed("r1", "a"), _config_loaded()],  # anything else
+                   [_sensed("r1", "a"), _request("r1", "J1")]):
+        span = Appended(base_version=10)
+        span.add(commit)
+        assert span.new_data(11) is None, commit
+
+    span = Appended(base_version=10)
+    span.add([_sensed("r1", "a")])
+    span.add([_sensed("r1", "b")])  # a second commit
+    assert span.new_data(12) is None

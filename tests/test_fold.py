@@ -1,8 +1,12 @@
-"""A tick that triggers folds its trigger requests into the control table instead of deriving every row
-again (models/heartbeat_control.sql, lakehouse/control_table.py Appended). What `status`, the page and the next tick
+"""A tick folds its new data and its trigger requests into the control table instead of deriving every row
+again (macros/heartbeat_folds.sql, lakehouse/control_table.py Appended), and merges the sensor state table
+without a dbt command (macros/heartbeat_sensor_state.sql). What `status`, the page, followers and the next tick
 read must be exactly what a build from all the events gives: each folded table is compared with one."""
 
 from __future__ import annotations
+
+import sys
+import time
 
 import pytest
 from harness import config_row as row
@@ -19,11 +23,18 @@ def control_table(hb) -> list[dict]:
     return [{k: v for k, v in r.items() if k != "updated_at"} for r in rows]
 
 
+def sensor_state(hb) -> list[dict]:
+    """Every row of the sensor state table."""
+    return hb.app.store.read("heartbeat_sensor_state", order_by=["sensor_id"])
+
+
 def assert_as_derived(hb) -> None:
-    """The control table as it is equals the one a build from all the events makes."""
-    folded = control_table(hb)
+    """The control table as it is equals the one a build from all the events makes, and the sensor state
+    table the runner merged without dbt equals the one dbt's build of the model makes."""
+    folded, state = control_table(hb), sensor_state(hb)
     hb.app.control.refresh(force=True)
     assert control_table(hb) == folded
+    assert sensor_state(hb) == state
 
 
 @ON_SPARK
@@ -67,4 +78,91 @@ def test_a_tick_whose_request_is_refused_derives_the_table(hb):
     assert result.triggered_job_ids == ["J1"] and [p.job_id for p in result.trigger_errors] == ["UNKNOWN"]
     assert not result.control_folded
     assert hb.job_status("UNKNOWN") == {JobStatus.NEW_EVENT_AVAILABLE.value}
+    assert_as_derived(hb)
+
+
+def _long_and_short_jobs(hb, **exit_codes: int) -> None:
+    """``hb.jobs`` plus LONG, a job that runs until the file <root>/release appears (kept IN_PROGRESS)."""
+    hb.jobs(**exit_codes)
+    release = hb.root / "release"
+    wait = f"import pathlib, time\nwhile not pathlib.Path({str(release)!r}).exists(): time.sleep(0.1)"
+    with open(hb.jobs_path, "a") as jobs:
+        jobs.write(f"  'LONG':\n    command: [{sys.executable!r}, '-c', {wait!r}]\n")
+
+
+@ON_SPARK
+def test_a_ticks_new_data_folds_into_what_a_full_build_derives_whatever_each_row_was(hb):
+    """New data reaches rows in every state: never run, completed, failed, running (once and twice), already
+    pending, soft rows, a source shared by several jobs, a Delta table with a version window. The control
+    table each tick leaves (its new data folded in before triggering, then its requests folded in) is the
+    one all the events derive."""
+    _long_and_short_jobs(hb, OK=0, BAD=1, PAIR=0, SHARED=0)
+    hb.create_table("up.orders", "id int")
+    hb.seed(row("trigger_file", "w", "OK"), row("trigger_file", "y", "OK", hard="FALSE"),
+            row("trigger_file", "x", "BAD"), row("trigger_file", "x", "LONG"),
+            row("trigger_file", "y", "PAIR"), row("trigger_file", "z", "PAIR"),
+            row("delta_table", "up.orders", "SHARED"), row("trigger_file", "x", "SHARED", hard="FALSE"))
+    hb.tick()
+
+    def settle(*jobs: str) -> None:
+        deadline = time.monotonic() + 60
+        while any(hb.job_status(j) == {JobStatus.IN_PROGRESS.value} for j in jobs):
+            assert time.monotonic() < deadline, f"{jobs} did not end"
+            time.sleep(0.3)
+            hb.tick()
+
+    def folding_tick(*triggered: str):
+        result = hb.tick()
+        assert result.new_data_folded and sorted(result.triggered_job_ids) == sorted(triggered)
+        assert_as_derived(hb)
+        return result
+
+    hb.drop_trigger_file("w", "1.done")
+    hb.drop_trigger_file("x", "1.done")
+    hb.insert("up.orders", "(1)")
+    folding_tick("BAD", "LONG", "OK", "SHARED")
+    settle("OK", "BAD", "SHARED")
+    assert hb.job_status("BAD") == {JobStatus.FAILED.value} and hb.job_status("LONG") == {JobStatus.IN_PROGRESS.value}
+
+    # x reaches a failed, a running and a completed soft row; y a completed soft row and a never-run one:
+    # nothing can start (BAD failed, LONG runs, soft rows never trigger, PAIR lacks z)
+    hb.drop_trigger_file("x", "2.done")
+    hb.drop_trigger_file("y", "2.done")
+    folding_tick()
+    assert hb.job_status("PAIR") == {JobStatus.NEW_EVENT_AVAILABLE.value, None}
+
+    # OK (w with its pending soft y), PAIR (z beside its pending y) and SHARED (a Delta window) start
+    hb.drop_trigger_file("w", "3.done")
+    hb.drop_trigger_file("z", "3.done")
+    hb.insert("up.orders", "(2)")
+    assert folding_tick("OK", "PAIR", "SHARED").control_folded  # the requests fold onto the folded new data
+    settle("OK", "PAIR", "SHARED")
+
+    # x again: the running and the failed job's rows already had data pending; now two events each
+    hb.drop_trigger_file("x", "4.done")
+    folding_tick()
+    assert {r["trigger_job_id"]: r["pending_events"] for r in hb.rows() if r["sensor_id"] == "x"} == \
+        {"BAD": 2, "LONG": 2, "SHARED": 1}
+    (hb.root / "release").touch()
+    hb.wait_for_jobs(timeout=60)
+
+
+@ON_SPARK
+def test_new_data_recorded_beside_another_processs_commit_is_derived_not_folded(hb):
+    """An operator's ask committed by another process between the tick's first refresh and its sensing
+    append: the events moved by more than the tick's own commit, so the build derives every row."""
+    hb.jobs(J1=0, J2=0)
+    hb.seed(row("trigger_file", "a", "J1"), row("trigger_file", "b", "J2"))
+    hb.tick()
+    hb.drop_trigger_file("a", "1.done")
+    original = hb.heartbeat.sensed_events
+
+    def sensed_then_asked(result):
+        ask_trigger(hb.app, "J2", by="another process")
+        return original(result)
+
+    hb.heartbeat.sensed_events = sensed_then_asked
+    result = hb.tick()
+    assert not result.new_data_folded
+    assert sorted(result.triggered_job_ids) == ["J1", "J2"]
     assert_as_derived(hb)

@@ -14,7 +14,6 @@ import io
 import json
 import logging
 import os
-import re
 import shutil
 import time
 from collections.abc import Iterator
@@ -46,8 +45,6 @@ PROJECT_INPUTS = ("dbt_project.yml", "models", "macros")
 MERGE_SOURCES = "_merge_sources"
 #: a staged MERGE source older than this was left by a dbt process that did not clean up after itself
 MERGE_SOURCE_MAX_AGE_S = 3600
-#: what a run id is made of (core.records.new_run_id)
-_RUN_ID = re.compile(r"[0-9A-Za-z_-]{1,64}")
 
 
 class DbtError(HeartbeatError):
@@ -63,6 +60,8 @@ class DbtProject:
     _parsed: tuple[tuple, Any] | None = field(default=None, repr=False)
     #: the derived tables were given the columns older Heartbeats did not make (see _migrate_once)
     _migrated: bool = field(default=False, repr=False)
+    #: macro SQL rendered in this process, by key (see macro_sql)
+    _rendered: dict[str, str] = field(default_factory=dict, repr=False)
 
     @property
     def settings(self):
@@ -248,19 +247,34 @@ class DbtProject:
         """Rebuild the control table alone (the sensor state table is left for a later build)."""
         self._build(CONTROL_MODEL)
 
-    def build_sensor_state(self) -> None:
-        """Rebuild the sensor state table alone (the control table includes the events already)."""
-        self._build(SENSOR_STATE_MODEL)
+    def macro_sql(self, macro: str, *args: str) -> str:
+        """The SQL the project's ``macro`` renders to with ``args`` (names, not values: values reach such SQL
+        as a temporary view's rows, see TableStore.merge_rows), for the runner to run without a dbt command.
 
-    def fold_control(self, run_id: str) -> None:
-        """Fold run ``run_id``'s trigger requests and their answers into the control table rather than derive
-        every row again, and build the sensor state table. Valid only when every event since the control
-        table's build is one of those (lakehouse/control_table.py checks that); a fold reads a few events of
-        one run, so nothing is staged."""
-        if not _RUN_ID.fullmatch(run_id):  # it becomes a literal of the model's SQL
-            raise ValueError(f"not a run id: {run_id!r}")
-        self._build(CONTROL_MODEL, SENSOR_STATE_MODEL,
-                    extra_vars={"heartbeat_fold_run": run_id, "heartbeat_stage_events": False})
+        Rendered by ``dbt compile --inline`` once, then kept in this process and in ``<lakehouse>/dbt/``
+        keyed on what it depends on: the project's files (a changed macro renders again), the target and the
+        schema (the relation names in it). A cold process reads it back rather than start dbt for it."""
+        call = f"{{{{ {macro}({', '.join(repr(a) for a in args)}) }}}}"
+        key = hashlib.sha256("\0".join([self._project_digest(), self.settings.target.value, self.settings.schema,
+                                         call]).encode()).hexdigest()
+        if (found := self._rendered.get(key)) is not None:
+            return found
+        path = self.work_dir / "rendered" / f"{macro}.json"
+        sql = _saved_sql(path, key)
+        if sql is None:
+            sql = self._render(call)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            replace_whole(path, json.dumps({"key": key, "sql": sql}))
+        self._rendered[key] = sql
+        return sql
+
+    def _render(self, call: str) -> str:
+        """What dbt compiles the Jinja ``call`` to, with the project's macros and relations."""
+        # --log-level none: compile prints what it rendered, --quiet or not
+        result = self.invoke(["compile", "--inline", call, "--no-populate-cache", "--log-level", "none"],
+                             reuse_manifest=True)
+        compiled: Any = result.result  # a RunExecutionResult of one inline node
+        return str(compiled.results[0].node.compiled_code)
 
     def rebuild_from_all_events(self) -> None:
         """The full-rebuild path: re-derive every row from every event ever recorded (hot log and
@@ -328,6 +342,17 @@ class DbtProject:
         for path in statements:
             self.engine.sql(path.read_text(encoding="utf-8"))
         return True
+
+
+def _saved_sql(path: Path, key: str) -> str | None:
+    """The SQL saved at ``path`` under ``key`` (see DbtProject.macro_sql), or None (none, or another key's)."""
+    try:
+        record = json.loads(path.read_text())
+    except (FileNotFoundError, ValueError):
+        return None
+    if isinstance(record, dict) and record.get("key") == key and isinstance(record.get("sql"), str):
+        return str(record["sql"])
+    return None
 
 
 def view_models(manifest: Any) -> list[str]:

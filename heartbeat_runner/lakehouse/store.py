@@ -338,11 +338,18 @@ class TableStore:
     def _merge_lease(self, statement: str, lease_name: str, seen: LeaseInfo, new: LeaseInfo, what: str) -> None:
         row = (lease_name, new.owner, new.host, int(new.pid), float(new.acquired_at), float(new.expires_at),
                new.wanted_by, float(new.wanted_at), seen.owner, float(seen.expires_at))
-        view = f"heartbeat_lease_source_{uuid.uuid4().hex}"
-        self.engine.frame([row], _struct(LEASE_SOURCE_COLUMNS)).createOrReplaceTempView(view)
+        self.merge_rows(lambda view: statement.format(table=self.name(LEASE), source=view),
+                        LEASE_SOURCE_COLUMNS, [row], what)
+
+    def merge_rows(self, statement: Callable[[str], str], columns: Sequence[str], rows: Sequence[tuple],
+                   what: str, *, view: str | None = None) -> None:
+        """Run the write ``statement(view)`` over ``rows`` (tuples of ``columns``), given to it as a temporary
+        view (``view``, else one named for this call): values reach SQL as data, never as text. Retried when it
+        loses a commit race. A named ``view`` is for SQL rendered with that name; one caller at a time uses it."""
+        view = view or f"heartbeat_rows_{uuid.uuid4().hex}"
+        self.engine.frame(rows, _struct(columns)).createOrReplaceTempView(view)
         try:
-            retry_lost_commits(lambda: self.engine.sql(statement.format(table=self.name(LEASE), source=view)).collect(),
-                               what)
+            retry_lost_commits(lambda: self.engine.sql(statement(view)).collect(), what)
         finally:
             self.spark.catalog.dropTempView(view)
 

@@ -157,6 +157,8 @@ class TickResult:
     sql_parses: int = 0
     #: the control table's last build of the tick folded its trigger requests in (see ControlTable.refresh)
     control_folded: bool = False
+    #: the control build before triggering folded the tick's new data in (see ControlTable.refresh)
+    new_data_folded: bool = False
     maintenance: MaintenanceResult | None = None
     #: which due sources the tick sensed: every one (a poll), or those a wake-up named
     scope: TickScope = POLL
@@ -355,7 +357,8 @@ class Heartbeat:
            processes' commits (a config load, ``complete``, ``reset``, another runner) and a tick that
            crashed between its append and its build must be in it; in a loop nobody else writes to, the
            previous tick's last build is current and this one costs a version read;
-        2. after the new-data events, control table only: the ready view must see them to trigger;
+        2. after the new-data events, control table only: the ready view must see them to trigger; it folds
+           the tick's new data in when nothing else was recorded since the first;
         3. before the report: what triggering and reconciliation recorded, with the sensor state table
            (what other products follow), so ``status``, the page and the next tick read current state; it
            folds the tick's own requests in when that is all it recorded.
@@ -382,7 +385,8 @@ class Heartbeat:
             self._append(result, self.sensed_events(result))
         crash_point(FaultPoint.AFTER_NEW_DATA_EVENTS)
         with _stage(timings, "dbt"):
-            self.refresh_models(control_only=True)  # triggering reads the control table alone
+            # triggering reads the control table alone; the tick's new data folds into it when that is all
+            result.new_data_folded = self.refresh_models(control_only=True).folded_new_data
         self._budget = ApiBudget(self.settings.jobs_api)
         with _stage(timings, "triggering"):
             # two independent reads of the control table just built: at once

@@ -1,0 +1,113 @@
+{#
+  Folding one tick's new data into the control table, as one MERGE the runner runs itself
+  (lakehouse/control_table.py, NewDataSpan; compiled once by dbt, then run without it).
+
+  `new_data` is a relation the runner fills with the NEW_DATA events it has just appended, at
+  most one per source: source_key, event_id, event_ts, snapshot_ts, window_from, window_to.
+  The runner folds only when that append is the one commit since the control table's last build
+  and it holds NEW_DATA and CURSOR events only (CURSOR events change no control row). Such events
+  change only the rows of their sources, and each to what models/heartbeat_control.sql would
+  derive from all the events:
+
+  - the row's latest fetch is the new event's snapshot;
+  - the event is pending for the row unless the row was created after it (the derivation's
+    `event_ts > consumed_after`: the job's latest trigger request or reset is an event recorded
+    before this append, so only the row's creation can come later);
+  - a pending event joins the pending ids (sorted) and counts; it opens the pending window when
+    nothing was pending and always ends it (it is the latest);
+  - the row's status becomes NEW_EVENT_AVAILABLE unless its job is IN_PROGRESS or FAILED, which
+    new data does not change; a row that becomes NEW_EVENT_AVAILABLE takes the event's time as
+    its status change and loses its run's start and end, as derived rows do.
+
+  Every other column, and every other row, stays as built. tests/test_fold.py compares folded
+  tables with ones derived from all the events.
+#}
+{% macro heartbeat_fold_new_data(new_data) -%}
+merge into {{ ref('heartbeat_control') }} as control
+using (
+  select
+    r.sensor_source, r.sensor_id, r.trigger_job_id,
+    greatest(coalesce(r.latest_event_fetched_timestamp, r.snapshot_ts), r.snapshot_ts) as latest_event_fetched_timestamp,
+    case when r.becomes_ready then 'NEW_EVENT_AVAILABLE' else r.status end as status,
+    case when r.becomes_ready then r.event_ts else r.status_change_timestamp end as status_change_timestamp,
+    case when r.becomes_ready then cast(null as timestamp) else r.job_start_timestamp end as job_start_timestamp,
+    case when r.becomes_ready then cast(null as timestamp) else r.job_end_timestamp end as job_end_timestamp,
+    r.pending_events + case when r.pending then 1 else 0 end as pending_events,
+    case
+      when r.pending then concat_ws(',', sort_array(concat(coalesce(split(r.pending_event_ids, ','), array()), array(r.event_id))))
+      else r.pending_event_ids
+    end as pending_event_ids,
+    case when r.pending and r.pending_events = 0 then r.window_from else r.pending_window_from end as pending_window_from,
+    case when r.pending then r.window_to else r.pending_window_to end as pending_window_to
+  from (
+    select
+      c.*,
+      n.event_id, n.event_ts, n.snapshot_ts, n.window_from, n.window_to,
+      n.event_ts > c.row_created_timestamp as pending,
+      n.event_ts > c.row_created_timestamp and coalesce(c.status, '') not in ('IN_PROGRESS', 'FAILED', 'NEW_EVENT_AVAILABLE')
+        as becomes_ready
+    from {{ ref('heartbeat_control') }} c
+    join {{ new_data }} n on n.source_key = c.source_key
+    where c.is_active
+  ) r
+) as folded
+on control.sensor_source = folded.sensor_source
+  and control.sensor_id = folded.sensor_id
+  and control.trigger_job_id = folded.trigger_job_id
+when matched then update set
+  latest_event_fetched_timestamp = folded.latest_event_fetched_timestamp,
+  status = folded.status,
+  status_change_timestamp = folded.status_change_timestamp,
+  job_start_timestamp = folded.job_start_timestamp,
+  job_end_timestamp = folded.job_end_timestamp,
+  pending_events = folded.pending_events,
+  pending_event_ids = folded.pending_event_ids,
+  pending_window_from = folded.pending_window_from,
+  pending_window_to = folded.pending_window_to,
+  updated_at = current_timestamp()
+{%- endmacro %}
+
+{#
+  Folding one tick's trigger requests into the control table, as one MERGE the runner runs itself.
+
+  `requests` is a relation the runner fills with the TRIGGER_REQUESTED events it appended since the
+  control table's last build, one per job, each with the run its TRIGGERED answer started (none yet:
+  NULL): trigger_job_id, idempotency_token, event_ts, payload, job_run_id. The runner folds only when
+  those requests and their answers are all it appended since (lakehouse/control_table.py, Appended). A
+  request changes only its job's active rows, and models/heartbeat_control.sql would derive exactly this
+  for them: IN_PROGRESS since the request, its token and run, the sequence its payload plans, nothing
+  pending (every NEW_DATA event of their sources came before it), no failure or error since. Every other
+  row stays as built. tests/test_fold.py compares folded tables with ones derived from all the events.
+#}
+{% macro heartbeat_fold_requests(requests) -%}
+merge into {{ ref('heartbeat_control') }} as control
+using (
+  select c.sensor_source, c.sensor_id, c.trigger_job_id, r.idempotency_token, r.event_ts, r.payload, r.job_run_id
+  from {{ ref('heartbeat_control') }} c
+  join {{ requests }} r on r.trigger_job_id = c.trigger_job_id
+  where c.is_active
+) as folded
+on control.sensor_source = folded.sensor_source
+  and control.sensor_id = folded.sensor_id
+  and control.trigger_job_id = folded.trigger_job_id
+when matched then update set
+  status = 'IN_PROGRESS',
+  status_change_timestamp = folded.event_ts,
+  job_start_timestamp = folded.event_ts,
+  job_end_timestamp = cast(null as timestamp),
+  pending_events = cast(0 as bigint),
+  pending_event_ids = cast(null as string),
+  pending_window_from = cast(null as string),
+  pending_window_to = cast(null as string),
+  job_run_id = folded.job_run_id,
+  last_idempotency_token = folded.idempotency_token,
+  base_idempotency_token = folded.idempotency_token,
+  consecutive_failures = cast(0 as bigint),
+  last_error = cast(null as string),
+  updated_at = current_timestamp(),
+  last_lifecycle_event = 'TRIGGER_REQUESTED',
+  base_requested_ts = folded.event_ts,
+  sequence_run = cast(get_json_object(folded.payload, '$._run') as int),
+  sequence_runs = cast(get_json_object(folded.payload, '$._runs') as int),
+  sequence_windows = get_json_object(folded.payload, '$.heartbeat_windows')
+{%- endmacro %}
