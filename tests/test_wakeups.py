@@ -110,6 +110,38 @@ def test_a_folder_watch_wakes_on_a_renamed_in_file_and_ignores_temporary_ones(tm
     assert not missing.watching and "does not exist" in missing.unwatched[tmp_path / "nowhere"]
 
 
+def test_reading_files_under_a_watched_root_queues_nothing_so_a_big_sensing_pass_never_overflows(
+        tmp_path, caplog, monkeypatch):
+    """A tick at 10,000 sources reads every Delta log under the watched warehouse. Reads must not reach the
+    watch: inotify's queue (fs.inotify.max_queued_events, 16,384 by default) overflowed on them in a busy
+    loop, and each overflow re-walks the whole tree. 20,000 reads deliver no event at all; then one write
+    wakes, and nothing overflowed."""
+    from heartbeat_runner.sensing import watch as watch_module
+
+    delivered: list[str] = []
+    dispatch = watch_module._Handler.dispatch
+    monkeypatch.setattr(watch_module._Handler, "dispatch",
+                        lambda self, event: (delivered.append(event.event_type), dispatch(self, event))[1])
+    woken: list[str] = []
+    logs = tmp_path / "warehouse" / "t" / "_delta_log"
+    logs.mkdir(parents=True)
+    for i in range(200):
+        (logs / f"{i:020d}.json").write_text("{}")
+    watch = FolderWatch({logs: frozenset({"t"})}, {tmp_path / "warehouse"}, woken.append).start()
+    try:
+        with caplog.at_level("WARNING", logger="watchdog"):
+            for _ in range(100):
+                for path in logs.iterdir():
+                    path.read_bytes()
+            time.sleep(1)
+            assert not woken and not delivered
+            (logs / "commit.json").write_text("{}")
+            wait_for(lambda: "t" in woken, 10, "a wake-up for the write")
+        assert not [r for r in caplog.records if "overflow" in r.getMessage().lower()]
+    finally:
+        watch.close()
+
+
 # -- the real runner ----------------------------------------------------------------------------------
 
 @pytest.fixture

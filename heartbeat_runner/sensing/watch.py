@@ -123,8 +123,21 @@ def _schedule(observer: BaseObserver, handler: _Handler, root: Path) -> str | No
     """Watch ``root`` and its subfolders; why not, when it cannot be."""
     if not root.is_dir():
         return "the folder does not exist yet"
+    from watchdog.events import (
+        DirCreatedEvent,
+        DirMovedEvent,
+        FileClosedEvent,
+        FileCreatedEvent,
+        FileModifiedEvent,
+        FileMovedEvent,
+    )
+
+    # only what a write makes: the kernel then queues nothing for reads, so sensing ten thousand Delta logs
+    # under a watched root does not overflow inotify's queue (each overflow re-walks the whole tree); the
+    # folder events keep new subfolders watched
+    wanted = [FileCreatedEvent, FileModifiedEvent, FileMovedEvent, FileClosedEvent, DirCreatedEvent, DirMovedEvent]
     try:
-        observer.schedule(handler, str(root), recursive=True)  # type: ignore[arg-type]
+        observer.schedule(handler, str(root), recursive=True, event_filter=wanted)  # type: ignore[arg-type]
     except OSError as exc:  # ENOSPC: the inotify watch limit (fs.inotify.max_user_watches); EACCES
         return f"cannot watch it: {exc.strerror or exc}"
     return None
