@@ -433,3 +433,31 @@ def test_a_default_memory_bound_below_the_workload_follows_it_and_one_the_user_s
             heartbeat.close()
     assert recycles[False] == (0, 0)   # the default follows what the workload needs
     assert recycles[True] == (4, 4)    # the user's bound: recycled and past the ceiling after every tick
+
+
+def test_a_stop_signal_during_a_tick_stops_the_loop_even_when_its_memory_asks_for_a_restart(restore_signals):
+    """At 10,000 sources a SIGTERM that arrived during a tick was followed by the memory ceiling's restart: the
+    new process never saw the signal and ticked on (a supervisor's stop was ignored until its SIGKILL). A
+    restart asked for after a stop signal is a stop."""
+    import argparse
+
+    from heartbeat_runner.core.records import utcnow
+    from heartbeat_runner.interfaces import cli
+    from heartbeat_runner.runner.loop import LoopHooks, RunConfig, run_loop
+    from heartbeat_runner.runner.memory import RestartRequested
+    from heartbeat_runner.runner.tick import TickResult
+
+    ticks = []
+
+    def tick(start, scope):
+        ticks.append(start.run_id)
+        signal.raise_signal(signal.SIGTERM)  # the supervisor stops the loop while this tick runs
+        return TickResult(run_id=start.run_id, snapshot_ts=utcnow(), scope=scope)
+
+    def past_the_ceiling() -> None:
+        raise RestartRequested("the process tree holds 4,000 MiB, more than HEARTBEAT_MAX_RSS_MB=1")
+
+    args = argparse.Namespace(interval=1, json=False)
+    code = run_loop(tick, RunConfig(interval_s=1, lease_wait_s=0.0), cli._LoopStatus(args),
+                    LoopHooks(after_tick=past_the_ceiling))
+    assert code == 0 and len(ticks) == 1

@@ -363,7 +363,14 @@ def run_loop(tick: LoopTick, config: RunConfig, view: LoopView, hooks: LoopHooks
     state, scope, poll_at = LoopState(), POLL, 0.0
     with view.session():
         while not stop.is_set():
-            end = _loop_tick(tick, scope, config, view, hooks, state, poll_at)
+            try:
+                end = _loop_tick(tick, scope, config, view, hooks, state, poll_at)
+            except RestartRequested:
+                if not stop.is_set():
+                    raise
+                # a stop signal came during the tick: stop; a restart would replace the process and lose it
+                log.info("not restarting: the loop was asked to stop")
+                break
             if end.exit_code is not None:
                 return end.exit_code
             state, poll_at = end.state, end.next_at
