@@ -111,3 +111,62 @@ when matched then update set
   sequence_runs = cast(get_json_object(folded.payload, '$._runs') as int),
   sequence_windows = get_json_object(folded.payload, '$.heartbeat_windows')
 {%- endmacro %}
+
+{#
+  Folding the ends of runs into the control table, as one MERGE the runner runs itself.
+
+  `ends` is a relation the runner fills with the COMPLETED and FAILED events of one commit, one per job:
+  trigger_job_id, event_type, event_ts, message, payload (a run's own end time as `run_ended_at`). The
+  runner folds them only in a span it can fold (lakehouse/control_table.py, Appended), onto the rows as
+  the folds before it left them. Such an event is its job's latest lifecycle event, so
+  models/heartbeat_control.sql would derive, for every active row of the job:
+
+  - FAILED: FAILED since the event, the run's end, one more failure since the request a retry re-runs,
+    the event's message as the error;
+  - COMPLETED: COMPLETED since the event with the run's end and no error, or, when data of the row's
+    source arrived during the run (pending), NEW_EVENT_AVAILABLE since the first of it, without a run;
+  - the run's start (its request), its tokens, its sequence and what is pending stay as they were.
+
+  The first pending event's time is read from the events table for the rows that have any.
+#}
+{% macro heartbeat_fold_ends(ends) -%}
+merge into {{ ref('heartbeat_control') }} as control
+using (
+  select
+    c.sensor_source, c.sensor_id, c.trigger_job_id, c.consecutive_failures, c.job_start_timestamp,
+    e.event_type, e.event_ts, e.message,
+    coalesce(cast(get_json_object(e.payload, '$.run_ended_at') as timestamp), e.event_ts) as ended_ts,
+    e.event_type = 'COMPLETED' and c.pending_events > 0 as data_waits,
+    p.first_pending_ts
+  from {{ ref('heartbeat_control') }} c
+  join {{ ends }} e on e.trigger_job_id = c.trigger_job_id
+  left join (
+    select w.sensor_source, w.sensor_id, w.trigger_job_id, min(n.event_ts) as first_pending_ts
+    from (
+      select r.sensor_source, r.sensor_id, r.trigger_job_id, explode(split(r.pending_event_ids, ',')) as event_id
+      from {{ ref('heartbeat_control') }} r
+      join {{ ends }} x on x.trigger_job_id = r.trigger_job_id
+      where r.is_active and r.pending_events > 0
+    ) w
+    join {{ source('heartbeat', 'heartbeat_events') }} n on n.event_id = w.event_id and n.event_type = 'NEW_DATA'
+    group by w.sensor_source, w.sensor_id, w.trigger_job_id
+  ) p on p.sensor_source = c.sensor_source and p.sensor_id = c.sensor_id and p.trigger_job_id = c.trigger_job_id
+  where c.is_active
+) as folded
+on control.sensor_source = folded.sensor_source
+  and control.sensor_id = folded.sensor_id
+  and control.trigger_job_id = folded.trigger_job_id
+when matched then update set
+  status = case
+    when folded.event_type = 'FAILED' then 'FAILED'
+    when folded.data_waits then 'NEW_EVENT_AVAILABLE'
+    else 'COMPLETED'
+  end,
+  status_change_timestamp = case when folded.data_waits then folded.first_pending_ts else folded.event_ts end,
+  job_start_timestamp = case when folded.data_waits then cast(null as timestamp) else folded.job_start_timestamp end,
+  job_end_timestamp = case when folded.data_waits then cast(null as timestamp) else folded.ended_ts end,
+  consecutive_failures = folded.consecutive_failures + case when folded.event_type = 'FAILED' then 1 else 0 end,
+  last_error = case when folded.event_type = 'FAILED' then folded.message end,
+  last_lifecycle_event = folded.event_type,
+  updated_at = current_timestamp()
+{%- endmacro %}

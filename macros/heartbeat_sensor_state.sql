@@ -12,9 +12,22 @@
              'upstream_value', 'sensor_source', 'latest_event_fetched_timestamp']) }}
 {%- endmacro %}
 
-{# One row per sensed source; `previous` is the table as it is (none: a first build). #}
-{% macro heartbeat_sensor_state_rows(previous) -%}
-with rows_by_source as (
+{#
+  One row per sensed source; `previous` is the table as it is (none: a first build). `changed` (a relation
+  of source_key and trigger_job_id, one of them set per row), when given, limits the rows to the sources it
+  names and the sources of the jobs it names: what a tick's folds changed.
+#}
+{% macro heartbeat_sensor_state_rows(previous, changed=none) -%}
+with
+{%- if changed is not none %}
+changed_sources as (
+  select source_key from {{ changed }} where source_key is not null
+  union
+  select c.source_key from {{ ref('heartbeat_control') }} c join {{ changed }} j on j.trigger_job_id = c.trigger_job_id
+),
+{%- endif %}
+
+rows_by_source as (
   select
     source_key,
     max(sensor_source) as sensor_source,
@@ -28,10 +41,20 @@ with rows_by_source as (
     max(latest_event_fetched_timestamp) as latest_event_fetched_timestamp
   from {{ ref('heartbeat_control') }}
   where is_active
+  {%- if changed is not none %} and source_key in (select source_key from changed_sources){% endif %}
   group by source_key
 ),
 
+{%- if changed is not none %}
+changed_cursor_events as (
+  select * from {{ heartbeat_cursor_events() }} e where e.source_key in (select source_key from changed_sources)
+),
+
+cursors as {{ heartbeat_latest('changed_cursor_events', 'source_key') }},
+{%- else %}
+
 cursors as {{ heartbeat_latest_cursors() }},
+{%- endif %}
 
 {# the rows as the last build left them: none at a first build or a full refresh #}
 previous as (
@@ -85,17 +108,23 @@ left join cursors c on c.source_key = r.source_key
 where r.latest_event_fetched_timestamp is not null
 {%- endmacro %}
 
-{% macro heartbeat_merge_sensor_state() -%}
+{#
+  `changed` (see heartbeat_sensor_state_rows), when given, brings only the rows of the sources a tick's folds
+  changed, and deletes none (a source leaves the table only by a config load, which dbt builds).
+#}
+{% macro heartbeat_merge_sensor_state(changed=none) -%}
 {%- set columns = ['sensor_id'] + heartbeat_sensor_state_columns() -%}
 {%- set target = ref('heartbeat_sensor_state') -%}
 merge into {{ target }} as DBT_INTERNAL_DEST
 using (
-{{ heartbeat_sensor_state_rows(target) }}
+{{ heartbeat_sensor_state_rows(target, changed) }}
 ) as DBT_INTERNAL_SOURCE
 on DBT_INTERNAL_SOURCE.sensor_id = DBT_INTERNAL_DEST.sensor_id
 when matched and ({{ heartbeat_any_column_changed(heartbeat_sensor_state_columns()) }}) then update set
   {% for c in columns %}{{ c }} = DBT_INTERNAL_SOURCE.{{ c }}{{ ', ' if not loop.last }}{% endfor %}
 when not matched then insert ({{ columns | join(', ') }})
   values ({% for c in columns %}DBT_INTERNAL_SOURCE.{{ c }}{{ ', ' if not loop.last }}{% endfor %})
+{%- if changed is none %}
 when not matched by source then delete
+{%- endif %}
 {%- endmacro %}

@@ -7,7 +7,7 @@ from __future__ import annotations
 from harness import config_row as row
 
 from heartbeat_runner.core.records import Event, EventType, JobStatus, utcnow
-from heartbeat_runner.lakehouse.control_table import Appended, ControlTable, Scope
+from heartbeat_runner.lakehouse.control_table import Appended, ControlTable, FoldKind, Scope
 from heartbeat_runner.runner.tick import TickResult
 from heartbeat_runner.sensing.parallel import sense_all
 
@@ -77,13 +77,19 @@ def _request(run_id: str, job: str, kind: EventType = EventType.TRIGGER_REQUESTE
                  idempotency_token=f"token-{job}", job_run_id="7" if kind is EventType.TRIGGERED else None)
 
 
+def _kinds(span: Appended, version: int) -> list[FoldKind] | None:
+    folds = span.folds(version)
+    return None if folds is None else [step.kind for step in folds]
+
+
 def test_only_one_runs_own_requests_and_their_answers_fold():
     span = Appended(base_version=10)
     span.add([_request("r1", "J1"), _request("r1", "J2")])
     span.add([_request("r1", "J1", EventType.TRIGGERED)])
-    folded = span.requests_to_fold(12)
-    assert folded is not None and {(r.trigger_job_id, r.job_run_id) for r in folded} == {("J1", "7"), ("J2", None)}
-    assert span.requests_to_fold(13) is None  # another process committed meanwhile
+    folds = span.folds(12)
+    assert folds is not None and [s.kind for s in folds] == [FoldKind.REQUESTS]
+    assert {(row[0], row[4]) for row in folds[0].fold_rows()} == {("J1", "7"), ("J2", None)}  # job, its run
+    assert span.folds(13) is None  # another process committed meanwhile
 
     for other in (_request("r2", "J3"),                                      # another run's request
                   _request("r1", "J1"),                                      # a second request of one job
@@ -94,31 +100,37 @@ def test_only_one_runs_own_requests_and_their_answers_fold():
         span = Appended(base_version=10)
         span.add([_request("r1", "J1"), _request("r1", "J2")])
         span.add([other])
-        assert span.requests_to_fold(12) is None, other
+        assert span.folds(12) is None, other
 
-    assert Appended(base_version=10).requests_to_fold(10) is None  # nothing requested: nothing to fold
+    assert _kinds(Appended(base_version=10), 10) == []  # nothing appended: nothing to fold
 
 
 def _sensed(run_id: str, key: str, kind: EventType = EventType.NEW_DATA) -> Event:
     return Event(event_type=kind, run_id=run_id, snapshot_ts=utcnow(), source_key=key, cursor_to="1")
 
 
-def test_only_one_commit_of_one_runs_sensing_folds_as_new_data():
+def _ended(run_id: str, job: str, kind: EventType = EventType.COMPLETED) -> Event:
+    return Event(event_type=kind, run_id=run_id, snapshot_ts=utcnow(), trigger_job_id=job, job_run_id="7")
+
+
+def test_a_ticks_own_commits_fold_in_order_and_anything_else_derives():
     span = Appended(base_version=10)
     span.add([_sensed("r1", "a"), _sensed("r1", "b"), _sensed("r1", "c", EventType.CURSOR)])
-    folded = span.new_data(11)
-    assert folded is not None and [e.source_key for e in folded] == ["a", "b"]  # a CURSOR changes no control row
-    assert span.new_data(12) is None  # another process committed meanwhile
+    span.add([_request("r1", "J1")])
+    span.add([_request("r1", "J1", EventType.TRIGGERED)])
+    span.add([_ended("r1", "J2"), _ended("r1", "J3", EventType.FAILED)])
+    folds = span.folds(14)
+    assert folds is not None and [s.kind for s in folds] == [FoldKind.NEW_DATA, FoldKind.REQUESTS, FoldKind.ENDS]
+    assert [row[0] for row in folds[0].fold_rows()] == ["a", "b"]  # a CURSOR changes no control row
+    assert span.folds(15) is None  # another process committed meanwhile
 
     for commit in ([_sensed("r1", "a"), _sensed("r2", "b")],  # two runs' events
                    [_sensed("r1", "a"), _sensed("r1", "a")],  # two of one source
                    [_sensed("r1", "a"), _config_loaded()],  # anything else
-                   [_sensed("r1", "a"), _request("r1", "J1")]):
+                   [_sensed("r1", "a"), _request("r1", "J1")],  # two kinds in one commit
+                   [_ended("r1", "J1"), _ended("r1", "J1", EventType.FAILED)],  # two ends of one job
+                   [_ended("r1", "J1"), Event(event_type=EventType.RETRY_REQUESTED, run_id="r1", snapshot_ts=utcnow(),
+                                              trigger_job_id="J2", idempotency_token="t")]):  # a retry
         span = Appended(base_version=10)
         span.add(commit)
-        assert span.new_data(11) is None, commit
-
-    span = Appended(base_version=10)
-    span.add([_sensed("r1", "a")])
-    span.add([_sensed("r1", "b")])  # a second commit
-    assert span.new_data(12) is None
+        assert span.folds(11) is None, commit

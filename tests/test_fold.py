@@ -54,7 +54,7 @@ def test_a_tick_that_triggers_folds_its_requests_into_what_a_full_build_derives(
     assert hb.job_status("J3") == {JobStatus.NEW_EVENT_AVAILABLE.value, None}
     assert_as_derived(hb)
 
-    hb.wait_for_jobs()  # a run's end is no request: those ticks derive the table
+    hb.wait_for_jobs()  # the ticks that record the runs ending fold them
     assert hb.job_status("J1") == {JobStatus.COMPLETED.value} and hb.job_status("J2") == {JobStatus.FAILED.value}
 
     ask_trigger(hb.app, "J1", by="test")  # a manual run over nothing new, asked by another process's commit
@@ -93,8 +93,9 @@ def _long_and_short_jobs(hb, **exit_codes: int) -> None:
 @ON_SPARK
 def test_a_ticks_new_data_folds_into_what_a_full_build_derives_whatever_each_row_was(hb):
     """New data reaches rows in every state: never run, completed, failed, running (once and twice), already
-    pending, soft rows, a source shared by several jobs, a Delta table with a version window. The control
-    table each tick leaves (its new data folded in before triggering, then its requests folded in) is the
+    pending, soft rows, a source shared by several jobs, a Delta table with a version window; runs end,
+    completed, failed, and completed with data that arrived while they ran. The control table each tick
+    leaves (its new data folded in before triggering, then its requests and the runs that ended) is the
     one all the events derive."""
     _long_and_short_jobs(hb, OK=0, BAD=1, PAIR=0, SHARED=0)
     hb.create_table("up.orders", "id int")
@@ -105,11 +106,15 @@ def test_a_ticks_new_data_folds_into_what_a_full_build_derives_whatever_each_row
     hb.tick()
 
     def settle(*jobs: str) -> None:
+        """Tick until ``jobs`` ended; each tick that records a run's end folds it, into the derived table."""
         deadline = time.monotonic() + 60
         while any(hb.job_status(j) == {JobStatus.IN_PROGRESS.value} for j in jobs):
             assert time.monotonic() < deadline, f"{jobs} did not end"
             time.sleep(0.3)
-            hb.tick()
+            result = hb.tick()
+            if result.completed or result.failed:
+                assert result.control_folded, result.as_dict()
+                assert_as_derived(hb)
 
     def folding_tick(*triggered: str):
         result = hb.tick()
@@ -143,7 +148,11 @@ def test_a_ticks_new_data_folds_into_what_a_full_build_derives_whatever_each_row
     folding_tick()
     assert {r["trigger_job_id"]: r["pending_events"] for r in hb.rows() if r["sensor_id"] == "x"} == \
         {"BAD": 2, "LONG": 2, "SHARED": 1}
+
+    # LONG ends with data that arrived while it ran: its row waits again, since the first of that data
     (hb.root / "release").touch()
+    settle("LONG")
+    assert hb.job_status("LONG") == {JobStatus.NEW_EVENT_AVAILABLE.value}
     hb.wait_for_jobs(timeout=60)
 
 

@@ -45,14 +45,51 @@ class Scope(Enum):
     CONTROL = ".control"   # the control table alone
 
 
+#: what a tick's sensing appends, and what a run's end
+_SENSED = {EventType.NEW_DATA, EventType.CURSOR}
+_ENDED = {EventType.COMPLETED, EventType.FAILED}
+
+
+class FoldKind(Enum):
+    """What one commit of a tick folds into the control table (each a MERGE of macros/heartbeat_folds.sql)."""
+
+    NEW_DATA = "heartbeat_fold_new_data"   # the sensing append: NEW_DATA (and CURSOR) events
+    REQUESTS = "heartbeat_fold_requests"   # trigger requests, with the runs their answers started
+    ENDS = "heartbeat_fold_ends"           # runs that ended: COMPLETED / FAILED
+
+    @property
+    def macro(self) -> str:
+        return self.value
+
+
+#: the temporary view a fold reads its rows from (the relation each macro of macros/heartbeat_folds.sql takes)
+FOLD_RELATION = "heartbeat_fold_rows"
+#: the columns of those rows, per fold
+FOLD_COLUMNS = {
+    FoldKind.NEW_DATA: ["source_key", "event_id", "event_ts", "snapshot_ts", "window_from", "window_to"],
+    FoldKind.REQUESTS: ["trigger_job_id", "idempotency_token", "event_ts", "payload", "job_run_id"],
+    FoldKind.ENDS: ["trigger_job_id", "event_type", "event_ts", "message", "payload"],
+}
+#: the columns of the sensor state merge's ``changed`` rows
+CHANGED_COLUMNS = ["source_key", "trigger_job_id"]
+
+
 @dataclass(frozen=True)
 class Refresh:
     """What one :meth:`ControlTable.refresh` did."""
 
     version: int          # the events version the refreshed tables include now
     built: bool           # the tables changed (False: they already included ``version``)
-    folded: bool = False  # the build folded one tick's trigger requests in (see Appended)
-    folded_new_data: bool = False  # the control table folded one tick's new data in (see Appended)
+    #: the folds that brought the control table there, in order (empty: derived by dbt, or nothing to do)
+    folds: tuple[FoldKind, ...] = ()
+
+    @property
+    def folded(self) -> bool:
+        return bool(self.folds)
+
+    @property
+    def folded_new_data(self) -> bool:
+        return FoldKind.NEW_DATA in self.folds
 
 
 @dataclass(frozen=True)
@@ -65,84 +102,142 @@ class FoldedRequest:
     payload: str | None
     job_run_id: str | None = None  # the run its TRIGGERED answer started; None while unanswered
 
+    def row(self) -> tuple:
+        return (self.trigger_job_id, self.idempotency_token, self.event_ts, self.payload, self.job_run_id)
+
+
+@dataclass
+class FoldStep:
+    """One commit's fold: its kind and the rows its MERGE reads (tuples of FOLD_COLUMNS[kind])."""
+
+    kind: FoldKind
+    rows: list[tuple] = field(default_factory=list)
+    #: REQUESTS only: the requests by token, answered in place by a later commit of TRIGGERED events
+    requests: dict[str, FoldedRequest] = field(default_factory=dict)
+    #: what the sensor state table must look at again: the sources the commit names, the jobs it names
+    source_keys: frozenset[str] = frozenset()
+    job_ids: frozenset[str] = frozenset()
+
+    def fold_rows(self) -> list[tuple]:
+        return [r.row() for r in self.requests.values()] if self.kind is FoldKind.REQUESTS else self.rows
+
+
+@dataclass
+class StateChanges:
+    """The sources and jobs whose sensor state rows folds changed since that table was last brought up to
+    date (macros/heartbeat_sensor_state.sql's ``changed``)."""
+
+    source_keys: set[str] = field(default_factory=set)
+    job_ids: set[str] = field(default_factory=set)
+
+    def add(self, steps: list[FoldStep]) -> StateChanges:
+        for step in steps:
+            self.source_keys |= step.source_keys
+            self.job_ids |= step.job_ids
+        return self
+
+    def rows(self) -> list[tuple]:
+        return [(key, None) for key in sorted(self.source_keys)] + [(None, job) for job in sorted(self.job_ids)]
+
 
 @dataclass
 class Appended:
     """The commits made through :meth:`ControlTable.append` since the latest refresh, and whether the next
-    build may fold them into the control table (macros/heartbeat_folds.sql) rather than derive every row again.
+    refresh may fold them into the control table, commit by commit (macros/heartbeat_folds.sql), rather than
+    derive every row again.
 
-    Two folds, each valid only while nobody else committed (the events version is the base plus these
-    commits):
+    Invariant: foldable (``steps`` not None) only while every commit since is one run's, nobody else committed
+    (the events version is the base plus these commits), and each commit is one of
 
-    - requests (:meth:`requests_to_fold`): every event appended since is a TRIGGER_REQUESTED of one run, one
-      per job, or the TRIGGERED answer to one of them;
-    - new data (:meth:`new_data`): the one commit since is one run's NEW_DATA and CURSOR events, at most one
-      NEW_DATA per source (a tick's sensing append).
+    - the sensing append: NEW_DATA and CURSOR events, at most one NEW_DATA per source (CURSOR events change no
+      control row);
+    - TRIGGER_REQUESTED events, one per job, none of a job already requested in the span;
+    - the TRIGGERED answers to requests of the span (folded with them);
+    - COMPLETED / FAILED events, one per job (runs that ended, or a failed job's successful run).
 
-    Anything else (a refusal, a run's end, a retry, the next run of a sequence, a skipped window, another
-    process's event) asks for the full build.
+    Anything else (a refusal, a skipped run, a retry, the next run of a sequence, a skipped window, a config
+    load, another process's event) asks for the full build.
     """
 
     base_version: int
     run_id: str | None = None
     commits: int = 0
-    requests: dict[str, FoldedRequest] = field(default_factory=dict)  # by idempotency token
-    foldable: bool = True
-    #: the NEW_DATA events of the span while it may still fold as new data (None: it may not)
-    new_data_events: list[Event] | None = field(default_factory=list)
+    #: the folds of the commits so far, in order (None: not foldable)
+    steps: list[FoldStep] | None = field(default_factory=list)
 
     def add(self, events: list[Event]) -> None:
         """Record one commit of ``events`` (not empty)."""
         self.commits += 1
-        self._add_new_data(events)
-        for event in events:
-            self.foldable = self.foldable and self._foldable(event)
-
-    def _add_new_data(self, events: list[Event]) -> None:
+        if self.steps is None:
+            return
         runs = {e.run_id for e in events}
-        fresh = [e for e in events if e.event_type is EventType.NEW_DATA]
-        keys = [e.source_key for e in fresh]
-        if (self.commits != 1 or len(runs) != 1 or len(set(keys)) != len(keys) or None in keys
-                or any(e.event_type not in _SENSED or e.trigger_job_id is not None for e in events)):
-            self.new_data_events = None
-        elif self.new_data_events is not None:
-            self.new_data_events = fresh
+        if len(runs) != 1 or (self.run_id is not None and runs != {self.run_id}):
+            self.steps = None
+            return
+        self.run_id = runs.pop()
+        kinds = {e.event_type for e in events}
+        if kinds == {EventType.TRIGGERED}:
+            self._answer(events)
+            return
+        step = self._step(kinds, events)
+        if step is None:
+            self.steps = None
+        else:
+            self.steps.append(step)
 
-    def new_data(self, events_version: int) -> list[Event] | None:
-        """The NEW_DATA events a control build at ``events_version`` may fold in, or None (derive every row)."""
-        if self.new_data_events is None or self.commits != 1 or events_version != self.base_version + 1:
+    def _step(self, kinds: set[EventType], events: list[Event]) -> FoldStep | None:
+        if kinds <= _SENSED:
+            return _new_data(events)
+        if kinds == {EventType.TRIGGER_REQUESTED}:
+            return _requests(events, {r.trigger_job_id for s in self.steps or [] for r in s.requests.values()})
+        if kinds <= _ENDED:
+            return _ends(events)
+        return None
+
+    def _answer(self, events: list[Event]) -> None:
+        """TRIGGERED events: each answers a request of the span, or the span is not foldable."""
+        steps = {token: step for step in self.steps or [] for token in step.requests}
+        for event in events:
+            token = event.idempotency_token or ""
+            step = steps.get(token)
+            if step is None:
+                self.steps = None
+                return
+            step.requests[token] = replace(step.requests[token], job_run_id=event.job_run_id)
+
+    def folds(self, events_version: int) -> list[FoldStep] | None:
+        """The folds that bring a control table built at the span's base to ``events_version``, or None."""
+        if self.steps is None or events_version != self.base_version + self.commits:
             return None
-        return self.new_data_events
+        return self.steps
 
-    def _foldable(self, event: Event) -> bool:
-        token, job = event.idempotency_token, event.trigger_job_id
-        self.run_id = self.run_id or event.run_id
-        if token is None or job is None or event.run_id != self.run_id:
-            return False
-        if event.event_type is EventType.TRIGGERED:
-            if token not in self.requests:
-                return False
-            self.requests[token] = replace(self.requests[token], job_run_id=event.job_run_id)
-            return True
-        if event.event_type is not EventType.TRIGGER_REQUESTED or job in {r.trigger_job_id for r in self.requests.values()}:
-            return False
-        self.requests[token] = FoldedRequest(job, token, event.event_ts, event.payload)
-        return True
 
-    def requests_to_fold(self, events_version: int) -> list[FoldedRequest] | None:
-        """The requests a build at ``events_version`` may fold in, or None (derive every row)."""
-        if not (self.foldable and self.requests and events_version == self.base_version + self.commits):
+def _new_data(events: list[Event]) -> FoldStep | None:
+    fresh = [e for e in events if e.event_type is EventType.NEW_DATA]
+    keys = [e.source_key for e in fresh]
+    if None in keys or len(set(keys)) != len(keys) or any(e.trigger_job_id is not None for e in events):
+        return None
+    return FoldStep(FoldKind.NEW_DATA, [(e.source_key, e.event_id, e.event_ts, e.snapshot_ts, e.window_from,
+                                          e.window_to) for e in fresh],
+                    source_keys=frozenset(e.source_key for e in events if e.source_key is not None))
+
+
+def _requests(events: list[Event], requested: set[str]) -> FoldStep | None:
+    found = {}
+    for e in events:
+        if e.trigger_job_id is None or e.idempotency_token is None or e.trigger_job_id in requested:
             return None
-        return list(self.requests.values())
+        requested = requested | {e.trigger_job_id}
+        found[e.idempotency_token] = FoldedRequest(e.trigger_job_id, e.idempotency_token, e.event_ts, e.payload)
+    return FoldStep(FoldKind.REQUESTS, requests=found, job_ids=frozenset(r.trigger_job_id for r in found.values()))
 
 
-#: what a tick's sensing appends
-_SENSED = (EventType.NEW_DATA, EventType.CURSOR)
-#: the temporary view a fold reads its rows from (macros/heartbeat_folds.sql: ``new_data``, ``requests``)
-FOLD_RELATION = "heartbeat_fold_rows"
-#: the columns of those rows, per fold
-NEW_DATA_FOLD_COLUMNS = ["source_key", "event_id", "event_ts", "snapshot_ts", "window_from", "window_to"]
-REQUEST_FOLD_COLUMNS = ["trigger_job_id", "idempotency_token", "event_ts", "payload", "job_run_id"]
+def _ends(events: list[Event]) -> FoldStep | None:
+    jobs = [e.trigger_job_id for e in events]
+    if None in jobs or len(set(jobs)) != len(jobs):
+        return None
+    return FoldStep(FoldKind.ENDS, [(e.trigger_job_id, e.event_type.value, e.event_ts, e.message, e.payload)
+                                    for e in events], job_ids=frozenset(j for j in jobs if j is not None))
 
 
 class ControlTable:
@@ -157,6 +252,8 @@ class ControlTable:
         self.dbt = dbt
         #: this object's commits since its latest refresh (None: none since, or no refresh yet)
         self._appended: Appended | None = None
+        #: what the sensor state table lacks of the control table's folds (None: not known, the whole table)
+        self._unmerged: StateChanges | None = None
 
     # -- what was built ------------------------------------------------------------------------------
 
@@ -207,82 +304,79 @@ class ControlTable:
 
     # -- building ------------------------------------------------------------------------------------
 
-    def refresh(self, *, force: bool = False, control_only: bool = False, fold: bool = False) -> Refresh:
-        """Build unless the tables already include the events version read now (``force``: build anyway).
+    def refresh(self, *, force: bool = False, control_only: bool = False) -> Refresh:
+        """Bring the tables up to the events version read now, unless they include it (``force``: derive anyway).
 
         ``control_only``: leave the sensor state table (what other products follow) for a later refresh;
         a tick asks for that between recording new data and triggering, where only the control table is read.
-        A full refresh when the control table alone is current builds the sensor state table alone.
+        A full refresh when the control table alone is current brings the sensor state table alone.
 
-        ``fold``: when everything appended through this object since the latest refresh is one run's
-        trigger requests and their answers (:class:`Appended`), and the control table is still the one built
-        at that refresh, fold them into the requested jobs' rows rather than derive every row again.
-        A ``control_only`` refresh after a tick's sensing append folds its new data the same way, with no dbt
-        command: one MERGE over the changed sources' rows (macros/heartbeat_folds.sql).
+        When everything appended through this object since the latest refresh can be folded (:class:`Appended`:
+        the tick's own new data, requests and their answers, runs that ended) and the control table is still
+        the one built at that refresh, each commit is folded into the rows it changes, in order, by one MERGE
+        the runner runs itself (macros/heartbeat_folds.sql); otherwise dbt derives every row. The sensor state
+        table is merged by the statement dbt's build of it makes (macros/heartbeat_sensor_state.sql), so a
+        refresh that folds starts no dbt command.
 
         Every call starts a new :class:`Appended` span at the version it read.
         """
         version = self.events_version()
         appended, self._appended = self._appended, Appended(version)
         if not force and self.built_version(Scope.FULL) == version:
+            self._unmerged = StateChanges()
             return Refresh(version, built=False)
         control_current = not force and self.built_version(Scope.CONTROL) == version
         if control_only and control_current:
             return Refresh(version, built=False)
         crash_point(FaultPoint.DURING_DBT_BUILD)
-        new_data = self._new_data(appended, version) if control_only and not force else None
-        if new_data is not None:
-            self._fold_new_data(new_data)
-            self._mark(version, Scope.CONTROL)
-            return Refresh(version, built=True, folded_new_data=True)
-        requests = self._requests(appended, version) if fold and not force and not control_only else None
-        if requests is not None:
-            self._fold_requests(requests)
-            self._merge_sensor_state()
+        folds = None if force or control_current else self._folds(appended, version)
+        if folds is not None:
+            for step in folds:
+                self._fold(step)
         elif control_only:
             self.dbt.build_control_only()
-        elif control_current:
-            self._merge_sensor_state()
-        else:
+        elif not control_current:
             self.dbt.build_control()
+        unmerged = None if folds is None and not control_current else self._unmerged
+        if unmerged is not None:
+            unmerged.add(folds or [])
+        if control_only:
+            self._unmerged = unmerged
+        elif folds is not None or control_current:
+            self._merge_sensor_state(unmerged)
         self._mark(version, Scope.CONTROL if control_only else Scope.FULL)
-        return Refresh(version, built=True, folded=requests is not None)
+        if not control_only:
+            self._unmerged = StateChanges()
+        return Refresh(version, built=True, folds=tuple(step.kind for step in folds or []))
 
-    def _requests(self, appended: Appended | None, version: int) -> list[FoldedRequest] | None:
-        """The requests to fold at ``version``: only onto the control table as built at the span's base."""
+    def _folds(self, appended: Appended | None, version: int) -> list[FoldStep] | None:
+        """The folds that bring the control table to ``version``: only onto the table as built at the span's base."""
         if appended is None or self.built_version(Scope.CONTROL) != appended.base_version:
             return None
-        return appended.requests_to_fold(version)
+        return appended.folds(version)
 
-    def _new_data(self, appended: Appended | None, version: int) -> list[Event] | None:
-        """The new data to fold at ``version``: only onto the control table as built at the span's base."""
-        if appended is None or self.built_version(Scope.CONTROL) != appended.base_version:
-            return None
-        return appended.new_data(version)
-
-    def _fold_new_data(self, events: list[Event]) -> None:
-        """One MERGE of ``events`` into their sources' rows (none: the control table is current as it is)."""
-        if not events:
+    def _fold(self, step: FoldStep) -> None:
+        """One MERGE of ``step``'s rows, given to its macro as the temporary view FOLD_RELATION (none: nothing)."""
+        rows = step.fold_rows()
+        if not rows:
             return
-        rows = [(e.source_key, e.event_id, e.event_ts, e.snapshot_ts, e.window_from, e.window_to) for e in events]
-        self._merge_rows("heartbeat_fold_new_data", NEW_DATA_FOLD_COLUMNS, rows, "folding new data into the control table")
+        statement = self.dbt.macro_sql(step.kind.macro, FOLD_RELATION)
+        self.store.merge_rows(lambda _view: statement, FOLD_COLUMNS[step.kind], rows,
+                              f"folding into the control table ({step.kind.name})", view=FOLD_RELATION)
 
-    def _fold_requests(self, requests: list[FoldedRequest]) -> None:
-        """One MERGE of ``requests`` into their jobs' rows."""
-        rows = [(r.trigger_job_id, r.idempotency_token, r.event_ts, r.payload, r.job_run_id) for r in requests]
-        self._merge_rows("heartbeat_fold_requests", REQUEST_FOLD_COLUMNS, rows,
-                         "folding trigger requests into the control table")
-
-    def _merge_rows(self, macro: str, columns: list[str], rows: list[tuple], what: str) -> None:
-        """Run ``macro``'s MERGE over ``rows``, the temporary view FOLD_RELATION it reads."""
-        statement = self.dbt.macro_sql(macro, FOLD_RELATION)
-        self.store.merge_rows(lambda _view: statement, columns, rows, what, view=FOLD_RELATION)
-
-    def _merge_sensor_state(self) -> None:
-        """The sensor state table brought to what the control table and the cursors give: the MERGE dbt's build
-        of it makes (macros/heartbeat_sensor_state.sql), without a dbt command."""
-        statement = self.dbt.macro_sql("heartbeat_merge_sensor_state")
-        retry_lost_commits(lambda: self.store.engine.sql(statement).collect(), "refreshing the sensor state table")
+    def _merge_sensor_state(self, changes: StateChanges | None) -> None:
+        """The sensor state table brought to what the control table and the cursors give, by the MERGE dbt's
+        build of it makes (macros/heartbeat_sensor_state.sql), without a dbt command: the rows of ``changes``
+        (what folds changed since it was last brought up to date; nothing: nothing to do), or every row."""
+        if changes is None:
+            statement = self.dbt.macro_sql("heartbeat_merge_sensor_state")
+            retry_lost_commits(lambda: self.store.engine.sql(statement).collect(), "refreshing the sensor state table")
+            return
+        rows = changes.rows()
+        if rows:
+            changed = self.dbt.macro_sql("heartbeat_merge_sensor_state", FOLD_RELATION)
+            self.store.merge_rows(lambda _view: changed, CHANGED_COLUMNS, rows,
+                                  "refreshing the sensor state table's changed rows", view=FOLD_RELATION)
 
     def build_with_views(self) -> None:
         """Build the tables and (re)create the views (a config load), then mark what they include."""

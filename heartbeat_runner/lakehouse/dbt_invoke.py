@@ -254,12 +254,14 @@ class DbtProject:
         Rendered by ``dbt compile --inline`` once, then kept in this process and in ``<lakehouse>/dbt/``
         keyed on what it depends on: the project's files (a changed macro renders again), the target and the
         schema (the relation names in it). A cold process reads it back rather than start dbt for it."""
+        if not all(name.isidentifier() for name in (macro, *args)):
+            raise ValueError(f"not a macro call of names: {macro}{args}")
         call = f"{{{{ {macro}({', '.join(repr(a) for a in args)}) }}}}"
         key = hashlib.sha256("\0".join([self._project_digest(), self.settings.target.value, self.settings.schema,
                                          call]).encode()).hexdigest()
         if (found := self._rendered.get(key)) is not None:
             return found
-        path = self.work_dir / "rendered" / f"{macro}.json"
+        path = self.work_dir / "rendered" / f"{'-'.join([macro, *args])}.json"  # args are names: safe in a file name
         sql = _saved_sql(path, key)
         if sql is None:
             sql = self._render(call)

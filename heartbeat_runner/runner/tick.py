@@ -8,7 +8,8 @@ The order is what makes a tick safe to crash anywhere:
    event, so it can never advance without the event (event ids are deterministic:
    hash of the source, the cursor event sensed from and the window, so re-sensing
    the same window after a crash yields the same event);
-3. rebuild the control table (dbt) when any event arrived since the last build
+3. bring the control table up to date when any event arrived since the last build: the tick's new data
+   folded into its sources' rows, else a dbt build
    (:class:`~heartbeat_runner.lakehouse.control_table.ControlTable` knows what it was built at);
 4. resume, first and in order, requests an earlier tick recorded that never got a run
    id (same token, so no second run: a crash, an unknown outcome, or the API budget);
@@ -21,9 +22,9 @@ The order is what makes a tick safe to crash anywhere:
 5. reconcile IN_PROGRESS jobs in one ``JobsBackend.reconcile`` (finished runs become
    COMPLETED / FAILED) and look for a successful run of FAILED jobs (unblocks them);
 6. bring the control and sensor state tables up to date, then write the run report. When all the
-   tick appended after its control build is its own trigger requests and their answers, the control
-   build folds them into the requested jobs' rows (``ControlTable.refresh(fold=True)``) instead of deriving
-   every row again; anything else, or another process's commit, and it derives the table from the events.
+   tick appended after its control build is its own trigger requests, their answers and the ends of runs,
+   each commit is folded into the rows it changes (``ControlTable.refresh``) instead of every row derived
+   again; anything else, or another process's commit, and dbt derives the table from the events.
 """
 
 from __future__ import annotations
@@ -361,7 +362,7 @@ class Heartbeat:
            the tick's new data in when nothing else was recorded since the first;
         3. before the report: what triggering and reconciliation recorded, with the sensor state table
            (what other products follow), so ``status``, the page and the next tick read current state; it
-           folds the tick's own requests in when that is all it recorded.
+           folds the tick's own requests and the runs that ended when that is all it recorded.
         """
         start = start or RunStart.now()
         with in_context(TICK_RUN_ID, start.run_id):  # every log line of the tick carries its run id
@@ -398,7 +399,7 @@ class Heartbeat:
             self._request_follow_ups(result, follow_ups)
         with _stage(timings, "report"):
             # what triggering and reconciliation recorded, before the report; its per-source rows meanwhile
-            refreshed, _ = concurrently(lambda: self.refresh_models(fold=True), lambda: self._write_evaluations(result))
+            refreshed, _ = concurrently(self.refresh_models, lambda: self._write_evaluations(result))
             result.control_folded = refreshed.folded
             result.sql_parses = self.store.engine.sql_count - parses_before
             self._write_report(result, began, time.monotonic())
@@ -464,12 +465,12 @@ class Heartbeat:
         figures = {"engine_recycles": engine.recycles, "engine_wakes": engine.wakes, "loop_restarts": self.loop_restarts}
         return {name: value for name, value in figures.items() if value}
 
-    def refresh_models(self, force: bool = False, *, control_only: bool = False, fold: bool = False) -> Refresh:
+    def refresh_models(self, force: bool = False, *, control_only: bool = False) -> Refresh:
         """Bring the control table (and, unless ``control_only``, the sensor state table) up to date; see
         :meth:`ControlTable.refresh`. The events table's version is read every tick (a file listing on local
         engines); a tick whose events table is gone fails here, even when idle ticks read nothing else, so
         the loop sees its lakehouse is unusable."""
-        refreshed = self.control.refresh(force=force, control_only=control_only, fold=fold)
+        refreshed = self.control.refresh(force=force, control_only=control_only)
         self._empty.seen(refreshed.version)
         return refreshed
 
