@@ -168,9 +168,10 @@ def test_archiving_keeps_what_a_waiting_job_has_not_consumed(tmp_path):
 
 
 def test_builds_leave_no_staged_merge_source_behind(hb):
-    """Each build of the control and sensor-state models computes its MERGE source once into parquet
+    """Each dbt build of the control and sensor-state models computes its MERGE source once into parquet
     files (the engine would otherwise run the source query several times); those files are gone once the
-    build is over, so a runner that builds every busy tick for a year does not fill the disk."""
+    build is over, so a runner that builds often for a year does not fill the disk. (A tick mostly folds;
+    a config load, a retry or a refused request builds with dbt, as `refresh(force=True)` does here.)"""
     from heartbeat_runner.lakehouse.dbt_invoke import merge_stage_dir
 
     hb.create_table("stage.orders", "id bigint")
@@ -179,6 +180,7 @@ def test_builds_leave_no_staged_merge_source_behind(hb):
     for i in range(3):
         hb.insert("stage.orders", f"({i})")
         hb.tick()
+        hb.app.control.refresh(force=True)
 
     staged = merge_stage_dir(hb.settings)
     assert staged.is_dir(), "no build staged its MERGE source"
