@@ -51,9 +51,7 @@ using (
     where c.is_active
   ) r
 ) as folded
-on control.sensor_source = folded.sensor_source
-  and control.sensor_id = folded.sensor_id
-  and control.trigger_job_id = folded.trigger_job_id
+on {{ heartbeat_control_row_match('control', 'folded') }}
 when matched then update set
   latest_event_fetched_timestamp = folded.latest_event_fetched_timestamp,
   status = folded.status,
@@ -87,9 +85,7 @@ using (
   join {{ requests }} r on r.trigger_job_id = c.trigger_job_id
   where c.is_active
 ) as folded
-on control.sensor_source = folded.sensor_source
-  and control.sensor_id = folded.sensor_id
-  and control.trigger_job_id = folded.trigger_job_id
+on {{ heartbeat_control_row_match('control', 'folded') }}
 when matched then update set
   status = 'IN_PROGRESS',
   status_change_timestamp = folded.event_ts,
@@ -153,9 +149,7 @@ using (
   ) p on p.sensor_source = c.sensor_source and p.sensor_id = c.sensor_id and p.trigger_job_id = c.trigger_job_id
   where c.is_active
 ) as folded
-on control.sensor_source = folded.sensor_source
-  and control.sensor_id = folded.sensor_id
-  and control.trigger_job_id = folded.trigger_job_id
+on {{ heartbeat_control_row_match('control', 'folded') }}
 when matched then update set
   status = case
     when folded.event_type = 'FAILED' then 'FAILED'
@@ -169,4 +163,11 @@ when matched then update set
   last_error = case when folded.event_type = 'FAILED' then folded.message end,
   last_lifecycle_event = folded.event_type,
   updated_at = current_timestamp()
+{%- endmacro %}
+
+{# A fold's MERGE matches a control row by its key (the control model's unique key). #}
+{% macro heartbeat_control_row_match(target, source) -%}
+{{ target }}.sensor_source = {{ source }}.sensor_source
+  and {{ target }}.sensor_id = {{ source }}.sensor_id
+  and {{ target }}.trigger_job_id = {{ source }}.trigger_job_id
 {%- endmacro %}
