@@ -96,7 +96,10 @@ def model_output_columns(manifest) -> dict[str, list[str]]:
     env = jinja2.Environment(extensions=["jinja2.ext.do"], undefined=jinja2.StrictUndefined)
     env.globals.update(ref=lambda *names: names[-1], source=lambda _source, table: table,
                        config=lambda *args, **kwargs: "", is_incremental=lambda: False,
-                       var=lambda _name, default=None: default, this="this")
+                       var=lambda _name, default=None: default, this="this",
+                       # dbt's `return` hands a value back from a macro; here it is only rendered (a macro's
+                       # value feeds config(), which is a no-op above)
+                       **{"return": lambda value: value})
     schema = {seed.name: dict.fromkeys(seed_header(seed), "string") for seed in of_type(manifest, "seed")}
     schema.update({table: dict.fromkeys(columns, "string") for table, columns in TABLE_COLUMNS.items()})
     models = {m.name: m for m in of_type(manifest, "model")}

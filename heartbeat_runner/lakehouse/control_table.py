@@ -72,6 +72,10 @@ FOLD_COLUMNS = {
 }
 #: the columns of the sensor state merge's ``changed`` rows
 CHANGED_COLUMNS = ["source_key", "trigger_job_id"]
+#: the MERGE that brings the sensor state table up to date without dbt (macros/heartbeat_sensor_state.sql)
+SENSOR_STATE_MERGE = "heartbeat_merge_sensor_state"
+#: every macro the runner renders and runs itself, outside dbt's own builds
+RUNNER_MACROS = (*(kind.macro for kind in FoldKind), SENSOR_STATE_MERGE)
 
 
 @dataclass(frozen=True)
@@ -369,12 +373,12 @@ class ControlTable:
         build of it makes (macros/heartbeat_sensor_state.sql), without a dbt command: the rows of ``changes``
         (what folds changed since it was last brought up to date; nothing: nothing to do), or every row."""
         if changes is None:
-            statement = self.dbt.macro_sql("heartbeat_merge_sensor_state")
+            statement = self.dbt.macro_sql(SENSOR_STATE_MERGE)
             retry_lost_commits(lambda: self.store.engine.sql(statement).collect(), "refreshing the sensor state table")
             return
         rows = changes.rows()
         if rows:
-            changed = self.dbt.macro_sql("heartbeat_merge_sensor_state", FOLD_RELATION)
+            changed = self.dbt.macro_sql(SENSOR_STATE_MERGE, FOLD_RELATION)
             self.store.merge_rows(lambda _view: changed, CHANGED_COLUMNS, rows,
                                   "refreshing the sensor state table's changed rows", view=FOLD_RELATION)
 
