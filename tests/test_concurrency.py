@@ -171,6 +171,6 @@ def test_a_control_table_build_that_lost_a_commit_race_is_run_again(monkeypatch)
                            "  Failed to commit transaction: 0")
 
     monkeypatch.setattr(DbtProject, "invoke", invoke)
-    monkeypatch.setattr(DbtProject, "_migrate_once", lambda self: None)  # no engine here to read tables from
+    monkeypatch.setattr(DbtProject, "migrate_once", lambda self: None)  # no engine here to read tables from
     DbtProject(engine=None).build_control()
     assert len(calls) == 2

@@ -61,7 +61,7 @@ def test_a_process_that_lost_the_race_to_add_the_columns_goes_on_and_a_real_fail
     hb.seed(row("trigger_file", "drops", "J1"))
     hb.tick()
     as_an_older_heartbeat_left_it(hb)
-    hb.app.dbt._migrate_once()  # the other process adds the columns (the embedded engine's restart did)
+    hb.app.dbt.migrate_once()  # the other process adds the columns (the embedded engine's restart did)
     engine = hb.app.engine
     assert set(ADDED) <= set(engine.columns(CONTROL))
     seen_before = [c for c in engine.columns(CONTROL) if c not in ADDED]

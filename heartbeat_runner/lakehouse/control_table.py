@@ -333,6 +333,7 @@ class ControlTable:
         if control_only and control_current:
             return Refresh(version, built=False)
         crash_point(FaultPoint.DURING_DBT_BUILD)
+        self.dbt.migrate_once()  # a fold or merge writes columns an older Heartbeat's tables may lack
         folds = None if force or control_current else self._folds(appended, version)
         if folds is not None:
             for step in folds:

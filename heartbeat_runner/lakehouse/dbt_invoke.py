@@ -58,7 +58,7 @@ class DbtProject:
     engine: Engine
     #: (fingerprint of the project's files, the manifest parsed from them), see manifest()
     _parsed: tuple[tuple, Any] | None = field(default=None, repr=False)
-    #: the derived tables were given the columns older Heartbeats did not make (see _migrate_once)
+    #: the derived tables were given the columns older Heartbeats did not make (see migrate_once)
     _migrated: bool = field(default=False, repr=False)
     #: macro SQL rendered in this process, by key (see macro_sql)
     _rendered: dict[str, str] = field(default_factory=dict, repr=False)
@@ -222,8 +222,8 @@ class DbtProject:
             raise
         self.engine.ensure_registered(f"{self.settings.schema}.{SEED_NAME}")
 
-    def _migrate_once(self) -> None:
-        """Before this process's first build or view restore: give tables an older Heartbeat made the
+    def migrate_once(self) -> None:
+        """Before this process's first build, fold or view restore: give tables an older Heartbeat made the
         columns the models gained since (lakehouse/migrations.py), so that a build fills them rather
         than drops them and views can read them. A metadata commit per such table, once; no row changes."""
         if not self._migrated:
@@ -234,7 +234,7 @@ class DbtProject:
         """Run the runner's own models. They are derived (the MERGE recomputes every row, or a fold
         writes what it would), so a build that lost a Delta commit race to another writer, or hit a
         transient Spark Connect error, is simply run again."""
-        self._migrate_once()
+        self.migrate_once()
         retry_lost_commits(lambda: self.invoke(["run", "--select", *models], reuse_manifest=True,
                                                extra_vars=extra_vars),
                            f"dbt build of {', '.join(models)}", also=(EngineUnavailableError,))
@@ -283,7 +283,7 @@ class DbtProject:
         archive). It gives the same table as the normal build (tests/test_growth.py checks that);
         use it after restoring an archive, or to check a lakehouse by hand."""
         crash_point(FaultPoint.DURING_DBT_BUILD)
-        self._migrate_once()
+        self.migrate_once()
         retry_lost_commits(lambda: self.invoke(["run", "--select", CONTROL_MODEL, SENSOR_STATE_MODEL],
                                                extra_vars={"heartbeat_full_history": True}),
                            "dbt rebuild from all events", also=(EngineUnavailableError,))
@@ -336,7 +336,7 @@ class DbtProject:
         views = self._compiled_views()
         if views is None:
             return False
-        self._migrate_once()  # the views may read columns an older Heartbeat's tables lack
+        self.migrate_once()  # the views may read columns an older Heartbeat's tables lack
         statements = [compiled / f"{name}.sql" for name in views]
         if not all(p.exists() for p in statements):
             return False
