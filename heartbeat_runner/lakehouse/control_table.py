@@ -9,8 +9,8 @@ table. :class:`ControlTable` is the one object that
   ``<lakehouse>/dbt/`` (``built_events_version`` for the control and the sensor state table,
   ``built_events_version.control`` for the control table alone). Nothing else reads or writes it;
 - builds through the dbt project (:class:`DbtProject`) when the events moved since the marker, and folds a
-  tick's own new data, or its own trigger requests, in rather than deriving every row again when it can
-  (:class:`Appended`).
+  tick's own commits (its new data, its trigger requests, the runs that ended) in rather than deriving every
+  row again when it can (:class:`Appended`), merging the sensor state table for what they changed.
 
 Invariants:
 
@@ -134,11 +134,10 @@ class StateChanges:
     source_keys: set[str] = field(default_factory=set)
     job_ids: set[str] = field(default_factory=set)
 
-    def add(self, steps: list[FoldStep]) -> StateChanges:
+    def add(self, steps: list[FoldStep]) -> None:
         for step in steps:
             self.source_keys |= step.source_keys
             self.job_ids |= step.job_ids
-        return self
 
     def rows(self) -> list[tuple]:
         return [(key, None) for key in sorted(self.source_keys)] + [(None, job) for job in sorted(self.job_ids)]

@@ -230,13 +230,12 @@ class DbtProject:
             add_missing_columns(self.engine, self.settings.schema)
             self._migrated = True
 
-    def _build(self, *models: str, extra_vars: dict[str, object] | None = None) -> None:
-        """Run the runner's own models. They are derived (the MERGE recomputes every row, or a fold
-        writes what it would), so a build that lost a Delta commit race to another writer, or hit a
-        transient Spark Connect error, is simply run again."""
+    def _build(self, *models: str) -> None:
+        """Run the runner's own models. They are derived (the MERGE recomputes every row), so a build that
+        lost a Delta commit race to another writer, or hit a transient Spark Connect error, is simply run
+        again."""
         self.migrate_once()
-        retry_lost_commits(lambda: self.invoke(["run", "--select", *models], reuse_manifest=True,
-                                               extra_vars=extra_vars),
+        retry_lost_commits(lambda: self.invoke(["run", "--select", *models], reuse_manifest=True),
                            f"dbt build of {', '.join(models)}", also=(EngineUnavailableError,))
 
     def build_control(self) -> None:
