@@ -20,48 +20,29 @@
     its status change and loses its run's start and end, as derived rows do.
 
   Every other column, and every other row, stays as built. tests/test_fold.py compares folded
-  tables with ones derived from all the events.
+  tables with ones derived from all the events. The MERGE reads the control table once (its
+  assignments read each row as built): this fold is on the path from a change to its job's start.
 #}
 {% macro heartbeat_fold_new_data(new_data) -%}
+{#- every right-hand side reads the row as built (a MERGE's assignments see the old values) -#}
+{%- set pending = "n.event_ts > control.row_created_timestamp" -%}
+{%- set becomes_ready = "(" ~ pending ~ " and coalesce(control.status, '') not in ('IN_PROGRESS', 'FAILED', 'NEW_EVENT_AVAILABLE'))" -%}
 merge into {{ ref('heartbeat_control') }} as control
-using (
-  select
-    r.sensor_source, r.sensor_id, r.trigger_job_id,
-    greatest(coalesce(r.latest_event_fetched_timestamp, r.snapshot_ts), r.snapshot_ts) as latest_event_fetched_timestamp,
-    case when r.becomes_ready then 'NEW_EVENT_AVAILABLE' else r.status end as status,
-    case when r.becomes_ready then r.event_ts else r.status_change_timestamp end as status_change_timestamp,
-    case when r.becomes_ready then cast(null as timestamp) else r.job_start_timestamp end as job_start_timestamp,
-    case when r.becomes_ready then cast(null as timestamp) else r.job_end_timestamp end as job_end_timestamp,
-    r.pending_events + case when r.pending then 1 else 0 end as pending_events,
-    case
-      when r.pending then concat_ws(',', sort_array(concat(coalesce(split(r.pending_event_ids, ','), array()), array(r.event_id))))
-      else r.pending_event_ids
-    end as pending_event_ids,
-    case when r.pending and r.pending_events = 0 then r.window_from else r.pending_window_from end as pending_window_from,
-    case when r.pending then r.window_to else r.pending_window_to end as pending_window_to
-  from (
-    select
-      c.*,
-      n.event_id, n.event_ts, n.snapshot_ts, n.window_from, n.window_to,
-      n.event_ts > c.row_created_timestamp as pending,
-      n.event_ts > c.row_created_timestamp and coalesce(c.status, '') not in ('IN_PROGRESS', 'FAILED', 'NEW_EVENT_AVAILABLE')
-        as becomes_ready
-    from {{ ref('heartbeat_control') }} c
-    join {{ new_data }} n on n.source_key = c.source_key
-    where c.is_active
-  ) r
-) as folded
-on {{ heartbeat_control_row_match('control', 'folded') }}
+using {{ new_data }} as n
+on n.source_key = control.source_key and control.is_active
 when matched then update set
-  latest_event_fetched_timestamp = folded.latest_event_fetched_timestamp,
-  status = folded.status,
-  status_change_timestamp = folded.status_change_timestamp,
-  job_start_timestamp = folded.job_start_timestamp,
-  job_end_timestamp = folded.job_end_timestamp,
-  pending_events = folded.pending_events,
-  pending_event_ids = folded.pending_event_ids,
-  pending_window_from = folded.pending_window_from,
-  pending_window_to = folded.pending_window_to,
+  latest_event_fetched_timestamp = greatest(coalesce(control.latest_event_fetched_timestamp, n.snapshot_ts), n.snapshot_ts),
+  status = case when {{ becomes_ready }} then 'NEW_EVENT_AVAILABLE' else control.status end,
+  status_change_timestamp = case when {{ becomes_ready }} then n.event_ts else control.status_change_timestamp end,
+  job_start_timestamp = case when {{ becomes_ready }} then cast(null as timestamp) else control.job_start_timestamp end,
+  job_end_timestamp = case when {{ becomes_ready }} then cast(null as timestamp) else control.job_end_timestamp end,
+  pending_events = control.pending_events + case when {{ pending }} then 1 else 0 end,
+  pending_event_ids = case
+    when {{ pending }} then concat_ws(',', sort_array(concat(coalesce(split(control.pending_event_ids, ','), array()), array(n.event_id))))
+    else control.pending_event_ids
+  end,
+  pending_window_from = case when {{ pending }} and control.pending_events = 0 then n.window_from else control.pending_window_from end,
+  pending_window_to = case when {{ pending }} then n.window_to else control.pending_window_to end,
   updated_at = current_timestamp()
 {%- endmacro %}
 

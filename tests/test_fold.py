@@ -175,3 +175,32 @@ def test_new_data_recorded_beside_another_processs_commit_is_derived_not_folded(
     assert not result.new_data_folded
     assert sorted(result.triggered_job_ids) == ["J1", "J2"]
     assert_as_derived(hb)
+
+
+def test_a_hurried_tick_leaves_the_sensor_state_to_the_next_which_catches_up(hb, monkeypatch):
+    """A loop's wake-up during a tick makes it hurry (Heartbeat.hurry): it triggers and folds as ever, but leaves
+    the sensor state table's merge to the next tick, which brings it to exactly what a build derives. Ticks
+    hurry for HURRY_MAX_S at most: past it, a tick merges even while wake-ups keep coming."""
+    from heartbeat_runner.runner import tick as tick_module
+
+    hb.jobs(J1=0)
+    hb.seed(row("trigger_file", "a", "J1"))
+    hb.tick()  # the first tick of a process never hurries: it has not caught up yet
+    before = sensor_state(hb)
+    hb.heartbeat.hurry = lambda: True
+    hb.drop_trigger_file("a", "1.done")
+    hurried = hb.tick()
+    assert hurried.triggered_job_ids == ["J1"] and hurried.sensor_state_deferred and hurried.maintenance_deferred
+    assert sensor_state(hb) == before  # the sensor state table waits for the next tick...
+    assert {r["status"] for r in control_table(hb) if r["is_active"]} == {JobStatus.IN_PROGRESS.value}  # not this
+
+    hb.heartbeat.hurry = lambda: False
+    caught_up = hb.tick()
+    assert not caught_up.sensor_state_deferred and sensor_state(hb) != before
+    assert_as_derived(hb)
+
+    monkeypatch.setattr(tick_module, "HURRY_MAX_S", 0.0)  # hurried for too long: merge anyway
+    hb.heartbeat.hurry = lambda: True
+    hb.wait_for_jobs()
+    assert not hb.tick().sensor_state_deferred
+    assert_as_derived(hb)

@@ -148,3 +148,31 @@ def test_a_crash_anywhere_in_maintenance_loses_nothing_and_changes_no_state(aged
     assert lake.control() == before_control
     runs = lake.cli("runs", "--json").stdout
     assert runs.count('"run_id"') >= 11  # every tick is still listed, hot or archived
+
+
+def test_the_control_table_stays_a_few_files_however_many_ticks_fold_into_it(tmp_path):
+    """Every tick folds into the control table, and each fold adds a data file; every read and fold of the
+    table costs per file. Between maintenance runs, a tick compacts the control table alone once it holds more
+    than CONTROL_MAX_FILES, and its rows stay exactly what they were."""
+    from heartbeat_runner.lakehouse.maintenance import CONTROL_MAX_FILES
+
+    with Harness(tmp_path, HEARTBEAT_MAINTENANCE_MAX_FILES="100000") as hb:  # no full maintenance run
+        folders = [f"f{i:02}" for i in range(3 * CONTROL_MAX_FILES)]  # a fold splits the file its row is in
+        hb.jobs(**{f"J{i:02}": 0 for i in range(len(folders))})
+        hb.seed(*(row("trigger_file", folder, f"J{i:02}") for i, folder in enumerate(folders)))
+        hb.tick()
+        control = hb.app.store.name("heartbeat_control")
+        counts, tidied = [], []
+        for n, folder in enumerate(folders):
+            hb.drop_trigger_file(folder, f"{n}.done")
+            result = hb.tick()
+            if result.maintenance is not None:
+                tidied.append(result.maintenance.compacted["heartbeat_control"])
+                rows = hb.app.store.read("heartbeat_control", order_by=["trigger_job_id"])
+                hb.app.control.refresh(force=True)  # what a build from all the events derives
+                assert [{k: v for k, v in r.items() if k != "updated_at"} for r in rows] == [
+                    {k: v for k, v in r.items() if k != "updated_at"}
+                    for r in hb.app.store.read("heartbeat_control", order_by=["trigger_job_id"])]
+            counts.append(hb.app.engine.file_count(control))
+        assert tidied and all(before > CONTROL_MAX_FILES and after < before for before, after in tidied), counts
+        assert max(counts) <= CONTROL_MAX_FILES + 3, counts

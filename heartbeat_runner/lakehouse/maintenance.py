@@ -14,6 +14,11 @@ Three jobs, each safe to interrupt at any point:
 - **retention**: archived rows older than ``archive_retention_days`` are deleted,
   and only when the user chose that setting; by default history is kept forever.
 
+Between runs, :meth:`Maintenance.tidy_control` compacts the control table alone once it holds more
+than ``CONTROL_MAX_FILES`` files: every tick folds into it (each fold adds a file), and every fold and
+every read of it (the ready view, the sensor plan) costs per file. It is one row per source and job,
+so that compaction is cheap; vacuuming the files it leaves waits for the next run.
+
 The tick runs maintenance when it is due (see :meth:`Maintenance.due`), under the tick
 lease; ``python -m heartbeat_runner maintain`` runs it on demand.
 """
@@ -32,6 +37,7 @@ from heartbeat_runner.core.records import utcnow
 from heartbeat_runner.core.settings import MaintenancePolicy
 from heartbeat_runner.lakehouse.store import (
     ARCHIVE_KEYS,
+    CONTROL,
     EVENTS,
     EVENTS_ARCHIVE,
     LIVE_EVENTS_VIEW,
@@ -48,6 +54,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame
 
 log = logging.getLogger(__name__)
+
+#: the control table is compacted alone (Maintenance.tidy_control) past this many data files
+CONTROL_MAX_FILES = 8
 
 
 @dataclass
@@ -70,7 +79,8 @@ class MaintenanceResult:
 
 
 class Maintenance:
-    """Archives, compacts and (by choice) expires Heartbeat's own tables. Never changes the control table."""
+    """Archives, compacts and (by choice) expires Heartbeat's own tables. Never changes the control table's rows
+    (compacting it rewrites the same rows into fewer files)."""
 
     def __init__(self, store: TableStore, policy: MaintenancePolicy, *,
                  progress: Callable[[str], None] = lambda message: None):
@@ -79,6 +89,7 @@ class Maintenance:
         self.policy = policy
         self.progress = progress
         self._next_check = 0.0  # monotonic time before which due() answers False without reading
+        self._next_control_check = 0.0  # the same for tidy_control()
 
     # -- when -----------------------------------------------------------------------------------
 
@@ -93,6 +104,23 @@ class Maintenance:
             return False
         self._next_check = now + self.engine.ops.maintenance_check_interval_s
         return any(self.engine.file_count(self.store.name(t)) > self.policy.compact_min_files for t in OWN_TABLES)
+
+    def tidy_control(self) -> tuple[int, int] | None:
+        """Compact the control table alone when it references more than ``CONTROL_MAX_FILES`` data files:
+        its files before and after, or None (not needed, or not checked: at most once per the engine's
+        ``maintenance_check_interval_s``, as :meth:`due`). A rewrite of the same rows: what every view
+        reads stays the same, so the control table stays current."""
+        now = time.monotonic()
+        if now < self._next_control_check:
+            return None
+        self._next_control_check = now + self.engine.ops.maintenance_check_interval_s
+        name = self.store.name(CONTROL)
+        before = self.engine.file_count(name)
+        if before <= CONTROL_MAX_FILES:
+            return None
+        crash_point(FaultPoint.DURING_COMPACTION)
+        self.engine.compact(name)
+        return before, self.engine.file_count(name)
 
     # -- what -----------------------------------------------------------------------------------
 

@@ -273,10 +273,12 @@ def _recorded(store: TableStore, tick: Callable[[RunStart], TickResult]) -> Tick
 
 def _loop_with(app: App, lease: Lease, config: RunConfig, view: LoopView) -> int:
     with _heartbeat(app, lease, view) as heartbeat, _wakeups(app, heartbeat, config) as (wakes, watches):
+        if wakes is not None:
+            heartbeat.hurry = wakes.pending  # a wake-up during a tick: it leaves what can wait to the next
         lease.yield_if_wanted()
         app.dbt.manifest()  # parse the dbt project now, not when the first new data arrives
         heartbeat.loop_restarts = loop_restarts()
-        hooks = LoopHooks(lakehouse_problem=app.lakehouse_problem, after_tick=memory_guard(app),
+        hooks = LoopHooks(lakehouse_problem=app.lakehouse_problem, after_tick=memory_guard(app, heartbeat.hurry),
                           record_failure=lambda start, exc, took_s: record_failed_tick(app.store, start, exc, took_s))
 
         def tick(start: RunStart, scope: TickScope) -> TickResult | None:
@@ -331,10 +333,11 @@ def _release(lease: Lease) -> None:
         log.warning("could not release the tick lease (it expires by itself): %s", describe(exc))
 
 
-def memory_guard(app: App) -> Callable[[], None]:
-    """What the loop does after each tick: recycle the embedded engine when due, and raise
-    RestartRequested once the process tree holds more than HEARTBEAT_MAX_RSS_MB."""
-    recycler = EngineRecycler(app, app.settings.memory)
+def memory_guard(app: App, hurry: Callable[[], bool] = lambda: False) -> Callable[[], None]:
+    """What the loop does after each tick: recycle the embedded engine when due (unless ``hurry`` says a tick
+    waits: EngineRecycler), and raise RestartRequested once the process tree holds more than
+    HEARTBEAT_MAX_RSS_MB."""
+    recycler = EngineRecycler(app, app.settings.memory, hurry=hurry)
     ceiling = MemoryCeiling(app.settings.memory.max_rss_mb, user_set=app.settings.memory.max_rss_set)
 
     def after_tick() -> None:

@@ -70,6 +70,7 @@ from heartbeat_runner.jobs.calls import ApiBudget, call_all
 from heartbeat_runner.lakehouse.control_table import ControlTable, Refresh
 from heartbeat_runner.lakehouse.maintenance import Maintenance, MaintenanceResult
 from heartbeat_runner.lakehouse.store import (
+    CONTROL,
     ControlRow,
     ReadyRow,
     RetryAsk,
@@ -92,6 +93,9 @@ log = logging.getLogger(__name__)
 BACKEND_MEMORY = "jobs_backend_memory"
 #: tokens of one request's chain (see skipped_token) read in one query
 SKIP_CHAIN = 8
+#: how long ticks may hurry (Heartbeat.hurry) before one does everything again, in seconds: the most the sensor
+#: state table lags the control table, and maintenance waits, while wake-ups keep coming
+HURRY_MAX_S = 10.0
 #: the events that start or end a run of a job (TickResult.run_events)
 RUN_EVENT_TYPES = (EventType.TRIGGERED, EventType.COMPLETED, EventType.FAILED)
 #: figures of a run summary's stage_timings that are counts, not seconds of a stage
@@ -160,6 +164,10 @@ class TickResult:
     control_folded: bool = False
     #: the control build before triggering folded the tick's new data in (see ControlTable.refresh)
     new_data_folded: bool = False
+    #: another tick was waiting, so this one left the sensor state table's merge to it (Heartbeat.hurry)
+    sensor_state_deferred: bool = False
+    #: another tick was waiting, so this one left its maintenance, due or not, to a later tick
+    maintenance_deferred: bool = False
     maintenance: MaintenanceResult | None = None
     #: which due sources the tick sensed: every one (a poll), or those a wake-up named
     scope: TickScope = POLL
@@ -328,6 +336,11 @@ class Heartbeat:
         self.progress = progress or (lambda message: None)
         #: called before any jobs API call; raising stops the tick there (e.g. a lost lease)
         self.before_trigger: Callable[[], None] = lambda: None
+        #: whether another tick is waiting (a loop's wake-up came during this one): what no trigger depends on
+        #: (the sensor state table's merge, maintenance) is then left to a later tick (see _hurried)
+        self.hurry: Callable[[], bool] = lambda: False
+        #: when a tick last did everything it could leave (monotonic; None: none yet in this process)
+        self._caught_up_at: float | None = None
         self.maintenance = maintenance
         self.observer = TickObserver()
         self._idle: IdleStreak | None = None
@@ -354,15 +367,18 @@ class Heartbeat:
         The control table is refreshed up to three times; each is a no-op when the events did not move
         since the last build (ControlTable's built marker), and each is needed:
 
-        1. before sensing: which rows are eligible (paused, in progress, failed) is read from it, so other
-           processes' commits (a config load, ``complete``, ``reset``, another runner) and a tick that
-           crashed between its append and its build must be in it; in a loop nobody else writes to, the
-           previous tick's last build is current and this one costs a version read;
+        1. before sensing, control table only: which rows are eligible (paused, in progress, failed) is read
+           from it, so other processes' commits (a config load, ``complete``, ``reset``, another runner) and a
+           tick that crashed between its append and its build must be in it; in a loop nobody else writes
+           to, the previous tick's last build is current and this one costs a version read;
         2. after the new-data events, control table only: the ready view must see them to trigger; it folds
            the tick's new data in when nothing else was recorded since the first;
         3. before the report: what triggering and reconciliation recorded, with the sensor state table
            (what other products follow), so ``status``, the page and the next tick read current state; it
-           folds the tick's own requests and the runs that ended when that is all it recorded.
+           folds the tick's own requests and the runs that ended when that is all it recorded. When another
+           tick is waiting (``hurry``), the sensor state table is left to it: no trigger reads that table,
+           and its merge is the costliest step after triggering (maintenance waits too). Ticks hurry for at
+           most HURRY_MAX_S in a row; then one merges whatever waits, as the next unhurried tick does.
         """
         start = start or RunStart.now()
         with in_context(TICK_RUN_ID, start.run_id):  # every log line of the tick carries its run id
@@ -377,7 +393,7 @@ class Heartbeat:
 
         self._prepare_windows()
         with _stage(timings, "models"):
-            self.refresh_models()
+            self.refresh_models(control_only=True)  # the sensor state table follows at step 3
         with _stage(timings, "sensing"):
             self._sense(result)
         crash_point(FaultPoint.AFTER_SENSING)
@@ -399,22 +415,34 @@ class Heartbeat:
             self._request_follow_ups(result, follow_ups)
         with _stage(timings, "report"):
             # what triggering and reconciliation recorded, before the report; its per-source rows meanwhile
-            refreshed, _ = concurrently(self.refresh_models, lambda: self._write_evaluations(result))
-            result.control_folded = refreshed.folded
+            concurrently(lambda: self._refresh_recorded(result), lambda: self._write_evaluations(result))
             result.sql_parses = self.store.engine.sql_count - parses_before
             self._write_report(result, began, time.monotonic())
         with _stage(timings, "alerts"):
             self.observer.observe(result)
-        if self.maintenance is not None and not result.is_idle and self.maintenance.due():
-            with _stage(timings, "maintenance"):
-                self.progress("maintenance: archiving and compacting Heartbeat's tables")
-                result.maintenance = self.run_maintenance()
+        if self.maintenance is not None and not result.is_idle:
+            result.maintenance_deferred = self._hurried()
+            if not result.maintenance_deferred:
+                self._maintain(result)
+        if not (result.sensor_state_deferred or result.maintenance_deferred):
+            self._caught_up_at = time.monotonic()
         result.duration_s = time.monotonic() - began
         log.info("tick %s: sensed %d source(s), %d with new data, %d error(s); triggered %d, completed %d, failed %d "
                  "(%.2f s)", result.status.value, len(result.sensed), result.sources_with_new_data,
                  len(result.sensor_errors) + len(result.trigger_errors), len(result.triggered), len(result.completed),
                  len(result.failed), result.duration_s)
         return result
+
+    def _maintain(self, result: TickResult) -> None:
+        """Maintenance when it is due, else the control table compacted alone when it needs it (every tick
+        folds into it: Maintenance.tidy_control)."""
+        assert self.maintenance is not None
+        with _stage(result.stage_timings, "maintenance"):
+            if self.maintenance.due():
+                self.progress("maintenance: archiving and compacting Heartbeat's tables")
+                result.maintenance = self.run_maintenance()
+            elif (compacted := self.maintenance.tidy_control()) is not None:
+                result.maintenance = MaintenanceResult(compacted={CONTROL: compacted})
 
     def run_maintenance(self) -> MaintenanceResult:
         """Archive and compact; the control table does not change, so it stays current."""
@@ -473,6 +501,20 @@ class Heartbeat:
         refreshed = self.control.refresh(force=force, control_only=control_only)
         self._empty.seen(refreshed.version)
         return refreshed
+
+    def _refresh_recorded(self, result: TickResult) -> None:
+        """Step 3 of :meth:`tick`: the control table, then (unless the tick hurries: asked just before it,
+        so a wake-up that came during the first counts) the sensor state table."""
+        result.control_folded = self.refresh_models(control_only=True).folded
+        result.sensor_state_deferred = self._hurried()
+        if not result.sensor_state_deferred:
+            self.refresh_models()
+
+    def _hurried(self) -> bool:
+        """Whether this tick leaves what no trigger depends on to a later one: another tick is waiting, and a
+        tick did everything less than HURRY_MAX_S ago (so a storm of wake-ups delays it by that at most)."""
+        caught_up = self._caught_up_at
+        return caught_up is not None and time.monotonic() - caught_up < HURRY_MAX_S and self.hurry()
 
     # -- step 1: sensing --------------------------------------------------------------------
 

@@ -354,7 +354,7 @@ class KafkaWatch:
 
         try:
             config = _consumer_config(settings, _own_settings(product, settings), lambda error: None,
-                                      **{"fetch.wait.max.ms": 500, "queued.max.messages.kbytes": 64,
+                                      **{"fetch.wait.max.ms": 100, "queued.max.messages.kbytes": 64,
                                          "max.partition.fetch.bytes": 1024, "queued.min.messages": 1})
             consumer = Consumer(config)
         except Exception as exc:  # noqa: BLE001 - bad settings: sensing reports them; wake-ups are off
