@@ -341,6 +341,8 @@ class Heartbeat:
         self.hurry: Callable[[], bool] = lambda: False
         #: when a tick last did everything it could leave (monotonic; None: none yet in this process)
         self._caught_up_at: float | None = None
+        #: the latest tick left the sensor state table's merge to this one (see tick(): step 3)
+        self._state_waits = False
         self.maintenance = maintenance
         self.observer = TickObserver()
         self._idle: IdleStreak | None = None
@@ -367,10 +369,11 @@ class Heartbeat:
         The control table is refreshed up to three times; each is a no-op when the events did not move
         since the last build (ControlTable's built marker), and each is needed:
 
-        1. before sensing, control table only: which rows are eligible (paused, in progress, failed) is read
-           from it, so other processes' commits (a config load, ``complete``, ``reset``, another runner) and a
-           tick that crashed between its append and its build must be in it; in a loop nobody else writes
-           to, the previous tick's last build is current and this one costs a version read;
+        1. before sensing: which rows are eligible (paused, in progress, failed) is read from it, so other
+           processes' commits (a config load, ``complete``, ``reset``, another runner) and a tick that
+           crashed between its append and its build must be in it; in a loop nobody else writes to, the
+           previous tick's last build is current and this one costs a version read. After a tick that
+           hurried, the control table only: the sensor state table it left waits for step 3;
         2. after the new-data events, control table only: the ready view must see them to trigger; it folds
            the tick's new data in when nothing else was recorded since the first;
         3. before the report: what triggering and reconciliation recorded, with the sensor state table
@@ -393,7 +396,7 @@ class Heartbeat:
 
         self._prepare_windows()
         with _stage(timings, "models"):
-            self.refresh_models(control_only=True)  # the sensor state table follows at step 3
+            self.refresh_models(control_only=self._state_waits)  # what a hurried tick left: at step 3
         with _stage(timings, "sensing"):
             self._sense(result)
         crash_point(FaultPoint.AFTER_SENSING)
@@ -503,12 +506,9 @@ class Heartbeat:
         return refreshed
 
     def _refresh_recorded(self, result: TickResult) -> None:
-        """Step 3 of :meth:`tick`: the control table, then (unless the tick hurries: asked just before it,
-        so a wake-up that came during the first counts) the sensor state table."""
-        result.control_folded = self.refresh_models(control_only=True).folded
-        result.sensor_state_deferred = self._hurried()
-        if not result.sensor_state_deferred:
-            self.refresh_models()
+        """Step 3 of :meth:`tick`: the control table, and the sensor state table unless the tick hurries."""
+        result.sensor_state_deferred = self._state_waits = self._hurried()
+        result.control_folded = self.refresh_models(control_only=result.sensor_state_deferred).folded
 
     def _hurried(self) -> bool:
         """Whether this tick leaves what no trigger depends on to a later one: another tick is waiting, and a
