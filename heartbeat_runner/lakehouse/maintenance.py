@@ -14,7 +14,7 @@ Three jobs, each safe to interrupt at any point:
 - **retention**: archived rows older than ``archive_retention_days`` are deleted,
   and only when the user chose that setting; by default history is kept forever.
 
-Between runs, :meth:`Maintenance.tidy_control` compacts the control table alone once it holds more
+Between runs, :meth:`Maintenance.compact_control` compacts the control table alone once it holds more
 than ``CONTROL_MAX_FILES`` files: every tick folds into it (each fold adds a file), and every fold and
 every read of it (the ready view, the sensor plan) costs per file. It is one row per source and job,
 so that compaction is cheap; vacuuming the files it leaves waits for the next run.
@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from enum import Enum
 from typing import TYPE_CHECKING
 
 from heartbeat_runner.core.faults import ARCHIVE_STEPS, FaultPoint, crash_point
@@ -55,8 +56,16 @@ if TYPE_CHECKING:  # pragma: no cover
 
 log = logging.getLogger(__name__)
 
-#: the control table is compacted alone (Maintenance.tidy_control) past this many data files
+#: the control table is compacted alone (Maintenance.compact_control) past this many data files
 CONTROL_MAX_FILES = 8
+
+
+class MaintenanceDue(Enum):
+    """What :meth:`Maintenance.due` found due."""
+
+    NOTHING = "nothing"
+    CONTROL = "control"  # the control table compacted alone
+    RUN = "run"          # a whole run: archive, compact, vacuum
 
 
 @dataclass
@@ -89,38 +98,33 @@ class Maintenance:
         self.policy = policy
         self.progress = progress
         self._next_check = 0.0  # monotonic time before which due() answers False without reading
-        self._next_control_check = 0.0  # the same for tidy_control()
 
     # -- when -----------------------------------------------------------------------------------
 
-    def due(self) -> bool:
-        """One of Heartbeat's tables references more than ``compact_min_files`` data files.
+    def due(self) -> MaintenanceDue:
+        """What is due: a run (one of Heartbeat's tables references more than ``compact_min_files`` data
+        files), else the control table compacted alone (more than ``CONTROL_MAX_FILES``: every tick folds
+        into it, :meth:`compact_control`), else nothing.
 
-        Reads table metadata only (the Delta log locally); the tick asks only after it wrote. Where
-        that costs a query per table, at most once per the engine's ``maintenance_check_interval_s``.
+        Reads table metadata only (the Delta log locally), each table's once; the tick asks only after it
+        wrote. Where that costs a query per table, at most once per the engine's
+        ``maintenance_check_interval_s``.
         """
         now = time.monotonic()
         if now < self._next_check:
-            return False
+            return MaintenanceDue.NOTHING
         self._next_check = now + self.engine.ops.maintenance_check_interval_s
-        return any(self.engine.file_count(self.store.name(t)) > self.policy.compact_min_files for t in OWN_TABLES)
+        control = self.engine.file_count(self.store.name(CONTROL))
+        if control > self.policy.compact_min_files or any(
+                self.engine.file_count(self.store.name(t)) > self.policy.compact_min_files
+                for t in OWN_TABLES if t != CONTROL):
+            return MaintenanceDue.RUN
+        return MaintenanceDue.CONTROL if control > CONTROL_MAX_FILES else MaintenanceDue.NOTHING
 
-    def tidy_control(self) -> tuple[int, int] | None:
-        """Compact the control table alone when it references more than ``CONTROL_MAX_FILES`` data files:
-        its files before and after, or None (not needed, or not checked: at most once per the engine's
-        ``maintenance_check_interval_s``, as :meth:`due`). A rewrite of the same rows: what every view
-        reads stays the same, so the control table stays current."""
-        now = time.monotonic()
-        if now < self._next_control_check:
-            return None
-        self._next_control_check = now + self.engine.ops.maintenance_check_interval_s
-        name = self.store.name(CONTROL)
-        before = self.engine.file_count(name)
-        if before <= CONTROL_MAX_FILES:
-            return None
-        crash_point(FaultPoint.DURING_COMPACTION)
-        self.engine.compact(name)
-        return before, self.engine.file_count(name)
+    def compact_control(self) -> tuple[int, int]:
+        """Compact the control table alone: its files before and after. A rewrite of the same rows: what every
+        view reads stays the same, so the control table stays current."""
+        return self._compact(CONTROL, self.engine.file_count(self.store.name(CONTROL)))
 
     # -- what -----------------------------------------------------------------------------------
 
@@ -201,13 +205,19 @@ class Maintenance:
             before = self.engine.file_count(name)
             if not force and before <= self.policy.compact_min_files:
                 continue
-            crash_point(FaultPoint.DURING_COMPACTION)
-            self.engine.compact(name)
-            done[table] = (before, self.engine.file_count(name))
+            done[table] = self._compact(table, before)
         for table in (*OWN_TABLES, *REBUILT_TABLES):
             if self.store.exists(table):
                 self.engine.vacuum(self.store.name(table), retention_hours=self.policy.vacuum_retention_hours)
         return done
+
+
+    def _compact(self, table: str, before: int) -> tuple[int, int]:
+        """Compact ``table``, which references ``before`` data files: its files before and after."""
+        crash_point(FaultPoint.DURING_COMPACTION)
+        name = self.store.name(table)
+        self.engine.compact(name)
+        return before, self.engine.file_count(name)
 
 
 def _before(age: timedelta) -> datetime:

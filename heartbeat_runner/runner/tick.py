@@ -68,7 +68,7 @@ from heartbeat_runner.jobs.base import (
 )
 from heartbeat_runner.jobs.calls import ApiBudget, call_all
 from heartbeat_runner.lakehouse.control_table import ControlTable, Refresh
-from heartbeat_runner.lakehouse.maintenance import Maintenance, MaintenanceResult
+from heartbeat_runner.lakehouse.maintenance import Maintenance, MaintenanceDue, MaintenanceResult
 from heartbeat_runner.lakehouse.store import (
     CONTROL,
     ControlRow,
@@ -438,14 +438,15 @@ class Heartbeat:
 
     def _maintain(self, result: TickResult) -> None:
         """Maintenance when it is due, else the control table compacted alone when it needs it (every tick
-        folds into it: Maintenance.tidy_control)."""
+        folds into it: Maintenance.due)."""
         assert self.maintenance is not None
         with _stage(result.stage_timings, "maintenance"):
-            if self.maintenance.due():
+            due = self.maintenance.due()
+            if due is MaintenanceDue.RUN:
                 self.progress("maintenance: archiving and compacting Heartbeat's tables")
                 result.maintenance = self.run_maintenance()
-            elif (compacted := self.maintenance.tidy_control()) is not None:
-                result.maintenance = MaintenanceResult(compacted={CONTROL: compacted})
+            elif due is MaintenanceDue.CONTROL:
+                result.maintenance = MaintenanceResult(compacted={CONTROL: self.maintenance.compact_control()})
 
     def run_maintenance(self) -> MaintenanceResult:
         """Archive and compact; the control table does not change, so it stays current."""
