@@ -128,3 +128,50 @@ def test_thousands_of_quick_sources_go_in_chunks_and_a_hung_one_in_a_chunk_holds
     assert sorted(sensed) == sorted(ids)                                     # each reported once
     assert max(fake.finished_at[i] for i in ids if i.startswith("q")) - began < 1.4  # none waited for the hung one
     assert fake.most_running <= 2
+
+
+class SlowLook(FakeSource):
+    """A source whose bulk look takes 0.8 s and rules out every target named ``same…``."""
+
+    def unchanged(self, group: list[SensingTarget], ctx: SenseContext) -> dict[str, str]:
+        self.finished_at["look started"] = time.monotonic()
+        time.sleep(0.8)
+        self.finished_at["look ended"] = time.monotonic()
+        return {t.source_key: "no change" for t in group if t.sensor_id.startswith("same")}
+
+
+class HungLook(SlowLook):
+    """...and one whose bulk look hangs until released."""
+
+    look_released = threading.Event()
+
+    def unchanged(self, group: list[SensingTarget], ctx: SenseContext) -> dict[str, str]:
+        self.finished_at["look started"] = time.monotonic()
+        self.look_released.wait(30)
+        return super().unchanged(group, ctx)
+
+
+def test_the_bulk_looks_of_source_classes_run_at_once_and_one_that_hangs_rules_nothing_out():
+    first, other = SlowLook(), HungLook()
+    both = targets("same1", "new1") + [(sensing_target("other", sid), f"job_{sid}") for sid in ("same2", "new2")]
+    try:
+        outcomes = sense_all(both, CTX, max_workers=2, timeout_s=1.5,
+                             source_for=lambda kind: first if kind == "fake" else other)
+    finally:
+        other.look_released.set()
+    by_id = {o.target.sensor_id: o for o in outcomes}
+    assert by_id["same1"].outcome is Outcome.NO_NEW_DATA and by_id["same1"].result.detail == "no change"
+    assert "same1" not in first.finished_at  # ruled out: never sensed
+    # the hung look ruled nothing out: its targets were sensed one by one
+    assert by_id["same2"].outcome is Outcome.NEW_DATA and by_id["new2"].outcome is Outcome.NEW_DATA
+    assert by_id["new1"].outcome is Outcome.NEW_DATA
+    # both looks ran at once: the hung one did not wait for the other, nor the other for the hung one's timeout
+    assert other.finished_at["look started"] < first.finished_at["look ended"]
+
+
+def test_targets_a_wake_up_named_are_sensed_without_a_bulk_look_first():
+    fake = SlowLook()
+    outcomes = sense_all(targets("same1", "new1"), CTX, max_workers=2, timeout_s=5, source_for=lambda _: fake,
+                         look_first=False)
+    assert [o.outcome for o in outcomes] == [Outcome.NEW_DATA, Outcome.NEW_DATA]
+    assert "look started" not in fake.finished_at and "same1" in fake.finished_at

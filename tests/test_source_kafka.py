@@ -136,3 +136,33 @@ def test_unknown_heartbeat_setting_is_rejected(engine, kafka_broker):
                                                     "heartbeat.timeout": 1}}})
     with pytest.raises(SourceError, match="unknown setting"):
         sense(ctx, "t1")
+
+
+def test_the_bulk_look_rules_out_only_topics_with_nothing_after_their_cursor(engine, kafka_broker):
+    quiet, busy, ahead = (f"bulk.{name}.{uuid.uuid4().hex[:6]}" for name in ("quiet", "busy", "ahead"))
+    for name in (quiet, busy, ahead):
+        kafka_broker.create_topic(name, partitions=2)
+        kafka_broker.produce(name, "before", partition=1)
+    down = f"127.0.0.1:{free_port()}"
+    ctx = sense_context(engine, {"kafka": {"shop": {"bootstrap.servers": kafka_broker.bootstrap},
+                                           "gone": {"bootstrap.servers": down, "heartbeat.timeout.s": 2}}})
+    cursors = {name: SOURCE.sense(sensing_target("kafka", f"shop: {name}"), ctx).cursor_to
+               for name in (quiet, busy, ahead)}
+    kafka_broker.produce(busy, "after", partition=0)
+    targets = [sensing_target("kafka", f"shop: {quiet}", cursors[quiet]),
+               sensing_target("kafka", f"shop: {busy}", cursors[busy]),
+               sensing_target("kafka", f"shop: {ahead}", json.dumps({"0": 5, "1": 1})),  # topic re-created?
+               sensing_target("kafka", f"shop: {ahead}", json.dumps({"0": 0})),  # a partition it never saw
+               sensing_target("kafka", "shop: no.such.topic", json.dumps({"0": 0})),
+               sensing_target("kafka", f"shop: {uuid.uuid4().hex}"),  # new: no cursor
+               sensing_target("kafka", f"gone: {quiet}", cursors[quiet])]
+
+    began = time.monotonic()
+    ruled_out = SOURCE.unchanged(targets, ctx)
+
+    assert ruled_out == {f"kafka:shop: {quiet}": "no message after 0:0,1:1"}
+    assert time.monotonic() - began < 4  # the product whose brokers are down gave up, the other answered
+    assert not SOURCE.sense(targets[0], ctx).new_data  # what sensing it would have found
+    assert SOURCE.sense(targets[1], ctx).new_data
+    with pytest.raises(SourceError, match="behind the cursor"):
+        SOURCE.sense(targets[2], ctx)

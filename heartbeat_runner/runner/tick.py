@@ -526,8 +526,9 @@ class Heartbeat:
             due = [d for d in due if d[0].source_key in result.scope.source_keys]
         result.skipped = self.store.sensors_skipped()
         self.progress(f"sensing {len(due)} source(s)")
+        # a wake-up's sources are likely changed: a bulk look would only delay sensing them
         result.sensed = sense_all(due, self.ctx, max_workers=self.settings.max_workers,
-                                  timeout_s=self.settings.sensor_timeout_s)
+                                  timeout_s=self.settings.sensor_timeout_s, look_first=result.scope.polls)
         result.recovered = self._recoveries(result.sensed)
 
     # -- step 2: events from sensing --------------------------------------------------------

@@ -50,9 +50,10 @@ class SensingOutcome:
 
 def _unchanged(targets: list[SensingTarget], ctx: SenseContext, source_for: Callable[[str], Source],
                timeout_s: float) -> dict[str, str]:
-    """The targets their source classes rule out in bulk (``Source.unchanged``), by source key. A bulk look
-    that fails, or takes longer than ``timeout_s`` (a hung network file system), rules nothing out: every
-    target is then sensed one by one, each with its own timeout, as without it."""
+    """The targets their source classes rule out in bulk (``Source.unchanged``), by source key. The looks of
+    the classes run at once, each on a thread of its own. A bulk look that fails, or is not done ``timeout_s``
+    after they started (a hung network file system, a broker that does not answer), rules nothing out: its
+    targets are then sensed one by one, each with its own timeout, as without it."""
     by_class: dict[type, tuple[Source, list[SensingTarget]]] = {}
     for target in targets:
         try:
@@ -60,32 +61,39 @@ def _unchanged(targets: list[SensingTarget], ctx: SenseContext, source_for: Call
         except Exception:  # noqa: BLE001 - an unknown type fails when it is sensed, with its own error
             continue
         by_class.setdefault(type(source), (source, []))[1].append(target)
+    looks = [_BulkLook(source, group, ctx) for source, group in by_class.values()]
+    deadline = time.monotonic() + timeout_s
     out: dict[str, str] = {}
-    for source, group in by_class.values():
-        out.update(_bulk_look(source, group, ctx, timeout_s))
+    for look in looks:
+        out.update(look.answer(deadline, timeout_s))
     return out
 
 
-def _bulk_look(source: Source, group: list[SensingTarget], ctx: SenseContext, timeout_s: float) -> dict[str, str]:
-    """``source.unchanged(group)`` on a thread of its own, waited for at most ``timeout_s``; {} when it fails or
-    is still running then (the thread is abandoned, as a hung sensing worker is)."""
-    answer: list[dict[str, str]] = []
+class _BulkLook:
+    """``source.unchanged(group)`` on a thread of its own, started at once; its answer is {} when it fails or
+    is still running at the deadline (the thread is then abandoned, as a hung sensing worker is)."""
 
-    def look() -> None:
+    def __init__(self, source: Source, group: list[SensingTarget], ctx: SenseContext):
+        self.source, self.group, self.ctx = source, group, ctx
+        self.found: list[dict[str, str]] = []
+        self.thread = threading.Thread(target=contextvars.copy_context().run, args=(self._look,), daemon=True,
+                                       name="sense-bulk")
+        self.thread.start()
+
+    def _look(self) -> None:
         try:
-            answer.append(source.unchanged(group, ctx))
+            self.found.append(self.source.unchanged(self.group, self.ctx))
         except Exception as exc:  # noqa: BLE001 - see _unchanged
             log.warning("%s: the bulk look for unchanged sources failed, sensing each (%s)",
-                        type(source).__name__, describe(exc))
+                        type(self.source).__name__, describe(exc))
 
-    thread = threading.Thread(target=contextvars.copy_context().run, args=(look,), daemon=True, name="sense-bulk")
-    thread.start()
-    thread.join(timeout_s)
-    if thread.is_alive():
-        log.warning("%s: the bulk look for unchanged sources took more than %gs, sensing each",
-                    type(source).__name__, timeout_s)
-        return {}
-    return answer[0] if answer else {}
+    def answer(self, deadline: float, timeout_s: float) -> dict[str, str]:
+        self.thread.join(max(0.0, deadline - time.monotonic()))
+        if self.thread.is_alive():
+            log.warning("%s: the bulk look for unchanged sources took more than %gs, sensing each",
+                        type(self.source).__name__, timeout_s)
+            return {}
+        return self.found[0] if self.found else {}
 
 
 #: a worker takes up to this many targets at a time (fewer when that would leave workers idle): thousands of
@@ -115,8 +123,12 @@ def sense_all(
     timeout_s: float,
     source_for: Callable[[str], Source] = default_source_for,
     on_done: Callable[[SensingOutcome], None] | None = None,
+    look_first: bool = True,
 ) -> list[SensingOutcome]:
     """Sense every target with at most ``max_workers`` at a time; never wait past a timeout.
+
+    With ``look_first``, the bulk looks of the source classes (``Source.unchanged``) rule out what they can
+    before; without it (targets a wake-up named: likely changed), every target is sensed.
 
     A few long-lived workers take targets from a queue, in chunks (:data:`MAX_CHUNK`) when there are many:
     a thread per target costs more than sensing a local source does (about a second per thousand targets),
@@ -128,7 +140,7 @@ def sense_all(
     results: dict[str, SensingOutcome] = {}
     jobs_of = {t.source_key: jobs for t, jobs in targets}
     by_key = {t.source_key: t for t, _ in targets}
-    ruled_out = _unchanged(list(by_key.values()), ctx, source_for, timeout_s)
+    ruled_out = _unchanged(list(by_key.values()), ctx, source_for, timeout_s) if look_first else {}
     for key, detail in ruled_out.items():
         outcome = SensingOutcome(by_key[key], jobs_of[key], SenseResult(new_data=False, detail=detail), None, 0.0)
         results[key] = outcome

@@ -58,6 +58,7 @@ DEFAULT_TIMEOUT_S = 10.0
 DEFAULT_MAX_MESSAGES = 100_000
 _TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 _POLL_S = 0.25
+READ_TO_THE_END = {"isolation.level": "read_uncommitted"}
 log = logging.getLogger(__name__)
 
 
@@ -99,6 +100,33 @@ class KafkaSource(Source):
             return f"Kafka topic {topic!r} must be 1-249 letters, digits, '.', '_' or '-'"
         return check_connection_name(product, "data product") or check_upstream_key(
             upstream_key, NEW_DATA_COLUMNS, "kafka")
+
+    def unchanged(self, targets: Sequence[SensingTarget], ctx: SenseContext) -> dict[str, str]:
+        """Topics with no message after their cursor: per data product, one consumer asks for the metadata
+        and for the end of every partition of its topics in one request each (a consumer per topic and a
+        request per partition otherwise). A topic is ruled out only when its partitions are the cursor's and
+        each ends exactly at the cursor's offset; a new partition, a cursor past the end, a data product whose
+        brokers do not answer leave their topics to :meth:`sense`, which reports what is wrong."""
+        by_product: dict[str, dict[str, list[tuple[str, dict[int, int]]]]] = {}
+        for target in targets:
+            product, topic = split_reference(target.sensor_id)
+            cursor = _stored_offsets(target.cursor)
+            if product is None or not cursor or self.check_config(target.sensor_id, target.upstream_key):
+                continue
+            by_product.setdefault(product, {}).setdefault(topic, []).append((target.source_key, cursor))
+        out: dict[str, str] = {}
+        for product, topics in sorted(by_product.items()):
+            try:
+                settings = connection_settings(ctx.connections, "kafka", product, ENV_SETTINGS, ctx.secrets)
+                # read_uncommitted: the end is the high watermark, never before what sense() sees
+                with _Broker(product, f"{len(topics)} topic(s)", settings, READ_TO_THE_END) as broker:
+                    ends = broker.end_offsets(sorted(topics))
+            except Exception as exc:  # noqa: BLE001 - in doubt, leave them in: sensing reports what is wrong
+                log.debug("Kafka %s: no bulk look (%s); its topics are sensed one by one", product, exc)
+                continue
+            out.update({key: f"no message after {_offsets(cursor)}" for topic, keyed in topics.items()
+                        for key, cursor in keyed if ends.get(topic) == cursor})
+        return out
 
     def watch(self, targets: Sequence[SensingTarget], ctx: SenseContext,
               wake: Callable[[str], None]) -> KafkaWatch | None:
@@ -160,6 +188,15 @@ def _start_offsets(cursor: dict[str, int], low: dict[int, int], high: dict[int, 
     return start
 
 
+def _stored_offsets(cursor: str | None) -> dict[int, int] | None:
+    """A cursor's offsets by partition; None for no cursor or one that is not a Kafka cursor."""
+    try:
+        found = load_cursor(cursor)
+        return None if found is None else {int(p): int(o) for p, o in found.items()}
+    except (ValueError, TypeError, AttributeError):
+        return None
+
+
 def _event_times(records: list[dict[str, Any]], grain: int) -> EventTimes | None:
     """The messages' own timestamps (event time), counted per bucket of ``grain`` seconds."""
     return EventTimes.counted(((epoch_seconds(r["timestamp"]), 1) for r in records), grain)
@@ -180,6 +217,8 @@ class _Broker:
     product: str
     topic: str
     settings: dict[str, Any]
+    #: librdkafka settings over the connection's
+    extra: dict[str, Any] = field(default_factory=dict)
     errors: list[KafkaError] = field(default_factory=list)
     consumer: Consumer | None = None
 
@@ -188,7 +227,7 @@ class _Broker:
 
         own = _own_settings(self.product, self.settings)
         self.timeout_s, self.max_messages = own.timeout_s, own.max_messages
-        config = _consumer_config(self.settings, own, self.errors.append)
+        config = _consumer_config(self.settings, own, self.errors.append, **self.extra)
         self.where = f"Kafka {self.product}: {self.topic} ({config.get('bootstrap.servers', 'no bootstrap.servers')})"
         try:
             self.consumer = Consumer(config)
@@ -231,13 +270,7 @@ class _Broker:
         """(low, high) offsets of every partition of the topic."""
         from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-        while True:
-            try:
-                metadata = self.client.list_topics(self.topic, timeout=min(_POLL_S, self._remaining()))
-                break
-            except KafkaException:
-                self._fail_fast()
-        found = metadata.topics.get(self.topic)
+        found = self._metadata(self.topic).topics.get(self.topic)
         if found is None or found.error is not None:
             if found is not None and found.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
                 raise SourceError(f"{self.where}: the topic does not exist")
@@ -250,6 +283,40 @@ class _Broker:
         except KafkaException as exc:
             raise SourceError(f"{self.where}: cannot read offsets: {exc.args[0].str()}") from exc
         return low, high
+
+    def _metadata(self, topic: str | None) -> Any:
+        """The brokers' metadata of ``topic`` (None: of every topic), retried until the deadline."""
+        from confluent_kafka import KafkaException
+
+        while True:
+            try:
+                return self.client.list_topics(topic, timeout=min(_POLL_S, self._remaining()))
+            except KafkaException:
+                self._fail_fast()
+
+    def end_offsets(self, topics: Sequence[str]) -> dict[str, dict[int, int]]:
+        """The end offset (high watermark) of every partition of ``topics``, in one metadata request and one
+        offsets request for all of them. A topic that is missing, or any of whose partitions the brokers
+        could not answer for, is left out."""
+        from confluent_kafka import OFFSET_END, KafkaException, TopicPartition
+
+        metadata = self._metadata(None)
+        asked = [TopicPartition(topic, partition, OFFSET_END) for topic in topics
+                 if (found := metadata.topics.get(topic)) is not None and found.error is None
+                 for partition in sorted(found.partitions)]
+        if not asked:
+            return {}
+        try:  # offsets_for_times at OFFSET_END is a ListOffsets request for the latest offsets
+            answered = self.client.offsets_for_times(asked, timeout=self._remaining())
+        except KafkaException as exc:
+            raise SourceError(f"{self.where}: cannot read offsets: {exc.args[0].str()}") from exc
+        ends: dict[str, dict[int, int]] = {}
+        failed = set()
+        for tp in answered:
+            if tp.error is not None or tp.offset < 0:
+                failed.add(tp.topic)
+            ends.setdefault(tp.topic, {})[tp.partition] = tp.offset
+        return {topic: offsets for topic, offsets in ends.items() if topic not in failed}
 
     def read(self, start: dict[int, int], end: dict[int, int]) -> tuple[list[dict[str, Any]], dict[int, int]]:
         """Messages in [start, end) per partition, at most ``heartbeat.max.messages``; and the offsets reached."""
