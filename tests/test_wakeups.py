@@ -307,3 +307,31 @@ def test_a_kafka_message_wakes_its_topic_and_a_busy_topic_is_not_read_through(ka
         assert len(woken) < 20, len(woken)  # paused after each: not a wake-up per message
     finally:
         watch.close()
+
+
+def test_a_kafka_message_that_comes_while_its_partition_pauses_still_wakes_its_topic(kafka_broker, monkeypatch):
+    """The partition pauses after a wake-up; a message produced during that pause (and nothing after it)
+    wakes the topic again when the pause ends, instead of waiting for the next poll."""
+    from services import sense_context, sensing_target
+
+    from heartbeat_runner.sensing.sources.kafka import KafkaSource, KafkaWatch
+
+    monkeypatch.setattr(KafkaWatch, "PAUSE_S", 4.0)  # long enough to produce inside it on a slow machine
+    topic = f"orders.{uuid.uuid4().hex[:8]}"
+    kafka_broker.create_topic(topic)
+    ctx = sense_context(None, {"kafka": {"shop": {"bootstrap.servers": kafka_broker.bootstrap}}})
+    target = sensing_target("kafka", f"shop: {topic}")
+    woken: list[float] = []
+    watch = KafkaSource().watch([target], ctx, lambda key: woken.append(time.monotonic()))
+    assert watch is not None
+    try:
+        time.sleep(3)  # assigned at the end
+        kafka_broker.produce(topic, "first")
+        wait_for(lambda: len(woken) == 1, 30, "a wake-up for the first message")
+        kafka_broker.produce(topic, "during the pause")
+        produced = time.monotonic()
+        assert produced < woken[0] + KafkaWatch.PAUSE_S  # it did come during the pause
+        wait_for(lambda: len(woken) == 2, 30, "a wake-up for the message that came during the pause")
+        assert woken[1] >= woken[0] + KafkaWatch.PAUSE_S  # when the pause ended, not before
+    finally:
+        watch.close()

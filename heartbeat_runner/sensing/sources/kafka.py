@@ -387,8 +387,9 @@ def _consumer_config(settings: dict[str, Any], own: _OwnSettings, on_error: Any,
 class KafkaWatch:
     """Wake-ups for Kafka topics: one consumer per data product, assigned every partition of its watched
     topics at their end, long-polling the brokers (``fetch.wait.max.ms``). A message wakes the sources of its
-    topic; its partition is then paused for ``PAUSE_S`` and resumed at the end, so a busy topic costs about
-    one small fetch per pause, never its traffic, and no message is kept. Partitions added to a topic later
+    topic; its partition is then paused for ``PAUSE_S`` and resumed right after that message, so a message
+    that came during the pause wakes them again at once, and a busy topic costs about one small fetch per
+    pause, never its traffic (no message is read through, none is kept). Partitions added to a topic later
     wake nothing until the watch is restarted (they are polled). Nothing here raises after ``start``: a broker
     that cannot be reached leaves the topics to polling."""
 
@@ -446,23 +447,24 @@ class KafkaWatch:
     def _consume(self, consumer: Consumer, topics: dict[str, frozenset[str]]) -> None:
         from confluent_kafka import OFFSET_END, TopicPartition
 
-        paused: dict[tuple[str, int], float] = {}
+        #: paused partitions: until when, and the offset to resume at (after the message that woke them)
+        paused: dict[tuple[str, int], tuple[float, int]] = {}
         while not self._stop.is_set():
             message = consumer.poll(0.5)
             now = time.monotonic()
-            due = [tp for tp, until in paused.items() if until <= now]
-            for resumed in due:
-                del paused[resumed]
-                consumer.seek(TopicPartition(*resumed, OFFSET_END))
-                consumer.resume([TopicPartition(*resumed)])
+            due = [(tp, after) for tp, (until, after) in paused.items() if until <= now]
+            for (topic, partition), after in due:
+                del paused[(topic, partition)]
+                consumer.seek(TopicPartition(topic, partition, after if after >= 0 else OFFSET_END))
+                consumer.resume([TopicPartition(topic, partition)])
             if message is None or message.error() is not None:
                 continue
-            topic, partition = message.topic(), message.partition()
+            topic, partition, offset = message.topic(), message.partition(), message.offset()
             for key in topics.get(topic or "", ()):
                 self._wake(key)
             if topic is not None and partition is not None:
                 consumer.pause([TopicPartition(topic, partition)])
-                paused[(topic, partition)] = now + self.PAUSE_S
+                paused[(topic, partition)] = (now + self.PAUSE_S, -1 if offset is None else offset + 1)
 
 
 def _record(message: Any) -> dict[str, Any]:
