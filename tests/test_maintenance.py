@@ -176,3 +176,52 @@ def test_the_control_table_stays_a_few_files_however_many_ticks_fold_into_it(tmp
             counts.append(hb.app.engine.file_count(control))
         assert tidied and all(before > CONTROL_MAX_FILES and after < before for before, after in tidied), counts
         assert max(counts) <= CONTROL_MAX_FILES + 3, counts
+
+
+def test_a_wake_up_during_maintenance_stops_it_between_two_whole_steps_and_a_later_tick_finishes_it(tmp_path):
+    """A tick's maintenance run is asked before each step whether a wake-up waits (Heartbeat.hurry): one
+    that comes while it archives stops it there. What it did is whole (every event hot or archived, once),
+    the control table is untouched, the tick says maintenance was deferred, and a later tick does the rest."""
+    with Harness(tmp_path, HEARTBEAT_MAINTENANCE_MAX_FILES="3", HEARTBEAT_ARCHIVE_MARGIN_MINUTES="0",
+                 HEARTBEAT_REPORT_KEEP_HOURS="0") as hb:
+        hb.create_table("shop.orders", "id bigint")
+        hb.jobs(J1=0)
+        hb.seed(row("delta_table", "shop.orders", "J1"))
+        hb.tick()
+        maintenance = hb.heartbeat.maintenance
+        assert maintenance is not None
+        steps: list[str] = []
+        maintenance.progress = steps.append
+        hb.heartbeat.hurry = lambda: bool(steps)  # a wake-up comes once maintenance has begun
+
+        for i in range(6):
+            hb.insert("shop.orders", f"({i})")
+            result = hb.tick()
+            hb.wait_for_jobs()
+            if result.maintenance is not None and result.maintenance.interrupted:
+                break
+        else:
+            pytest.fail("no tick ran maintenance")
+        assert result.triggered_job_ids == ["J1"] and result.maintenance_deferred
+        assert steps == ["archiving events the control table no longer needs"]  # stopped before the 2nd step
+        stopped = result.maintenance
+        assert stopped.archived_events > 0 and stopped.archived_runs == stopped.archived_report_rows == 0
+        assert stopped.compacted == {}
+        hot = {e["event_id"] for e in hb.app.store.read("heartbeat_events")}
+        archived = {e["event_id"] for e in hb.app.store.read("heartbeat_events_archive")}
+        assert not hot & archived
+
+        hb.heartbeat.hurry = lambda: False
+        hb.insert("shop.orders", "(100)")
+        later = hb.tick()
+        hb.wait_for_jobs()
+        done = later.maintenance
+        assert done is not None and not done.interrupted and not later.maintenance_deferred
+        assert done.archived_runs > 0 and done.compacted
+        now_hot = {e["event_id"] for e in hb.app.store.read("heartbeat_events")}
+        now_archived = {e["event_id"] for e in hb.app.store.read("heartbeat_events_archive")}
+        assert hot | archived <= now_hot | now_archived and not now_hot & now_archived
+        snapshot = hb.app.store.control_rows(include_retired=True)
+        hb.app.dbt.rebuild_from_all_events()
+        assert [{k: v for k, v in r.items() if k != "updated_at"} for r in snapshot] == \
+            [{k: v for k, v in r.items() if k != "updated_at"} for r in hb.app.store.control_rows(include_retired=True)]

@@ -60,6 +60,10 @@ log = logging.getLogger(__name__)
 CONTROL_MAX_FILES = 8
 
 
+class _Interrupted(Exception):
+    """A maintenance run was asked to stop before its next step (``Maintenance.run(interrupt=…)``)."""
+
+
 class MaintenanceDue(Enum):
     """What :meth:`Maintenance.due` found due."""
 
@@ -78,13 +82,16 @@ class MaintenanceResult:
     deleted_by_retention: int = 0
     compacted: dict[str, tuple[int, int]] = field(default_factory=dict)  # table -> (files before, after)
     duration_s: float = 0.0
+    #: the run stopped between two of its steps when asked to (``Maintenance.run(interrupt=…)``); what it
+    #: left is found due again later
+    interrupted: bool = False
 
     def as_dict(self) -> dict[str, object]:
         return {"archived_events": self.archived_events, "archived_runs": self.archived_runs,
                 "archived_report_rows": self.archived_report_rows,
                 "deleted_by_retention": self.deleted_by_retention,
                 "compacted": {t: {"files_before": b, "files_after": a} for t, (b, a) in self.compacted.items()},
-                "duration_s": round(self.duration_s, 3)}
+                "duration_s": round(self.duration_s, 3), "interrupted": self.interrupted}
 
 
 class Maintenance:
@@ -128,21 +135,39 @@ class Maintenance:
 
     # -- what -----------------------------------------------------------------------------------
 
-    def run(self, *, compact_all: bool = False) -> MaintenanceResult:
+    def run(self, *, compact_all: bool = False, interrupt: Callable[[], bool] = lambda: False) -> MaintenanceResult:
         """Archive, expire (only under a retention setting), then compact and vacuum. Never touches
-        the control table's content: what it derives from the hot log is the same before and after."""
+        the control table's content: what it derives from the hot log is the same before and after.
+
+        ``interrupt`` is asked between steps (each archive move, each table's compaction, the vacuums): when
+        it answers True the run stops there (``interrupted``). Every step is whole, so a stopped run leaves
+        nothing half done; what it did not reach is due again at a later check (the vacuums wait for the next
+        run)."""
         began = time.monotonic()
         result = MaintenanceResult()
-        self.progress("archiving events the control table no longer needs")
-        result.archived_events = self.archive_events()
-        self.progress("archiving old run summaries and report rows")
-        result.archived_runs, result.archived_report_rows = self.archive_reports()
-        if self.policy.archive_retention_days is not None:
-            result.deleted_by_retention = self.expire_archives(self.policy.archive_retention_days)
-        self.progress("compacting and vacuuming tables")
-        result.compacted = self.compact(force=compact_all)
+        try:
+            self._next_step(interrupt, "archiving events the control table no longer needs")
+            result.archived_events = self.archive_events()
+            self._next_step(interrupt, "archiving old run summaries and report rows")
+            result.archived_runs = self._archive_runs()
+            self._next_step(interrupt)
+            result.archived_report_rows = self._archive_report()
+            if self.policy.archive_retention_days is not None:
+                self._next_step(interrupt)
+                result.deleted_by_retention = self.expire_archives(self.policy.archive_retention_days)
+            self._next_step(interrupt, "compacting and vacuuming tables")
+            self._compact_tables(compact_all, interrupt, result.compacted)
+        except _Interrupted:
+            result.interrupted = True
         result.duration_s = time.monotonic() - began
         return result
+
+    def _next_step(self, interrupt: Callable[[], bool], message: str | None = None) -> None:
+        """Before a step of a run: stop the run (:class:`_Interrupted`) if ``interrupt`` says so."""
+        if interrupt():
+            raise _Interrupted
+        if message:
+            self.progress(message)
 
     def archive_events(self) -> int:
         """Move the hot log's dead events (not in heartbeat_events_live) to the archive: copy, then delete."""
@@ -154,21 +179,28 @@ class Maintenance:
     def archive_reports(self) -> tuple[int, int]:
         """Move run summaries and report rows older than ``report_keep_hours`` to their archives; the
         newest report row of every source stays hot (it is what `explain` shows as its last evaluation)."""
+        return self._archive_runs(), self._archive_report()
+
+    def _archive_runs(self) -> int:
+        from pyspark.sql import functions as F
+
+        runs = self.store.spark.table(self.store.name(RUNS))
+        old_runs = runs.where(F.col("snapshot_ts") < F.lit(self._report_cutoff())).select("run_id").distinct()
+        return self._move(RUNS, RUNS_ARCHIVE, old_runs, "runs")
+
+    def _archive_report(self) -> int:
         from pyspark.sql import Window
         from pyspark.sql import functions as F
 
-        spark = self.store.spark
-        cutoff = _before(timedelta(hours=self.policy.report_keep_hours))
-        runs = spark.table(self.store.name(RUNS))
-        old_runs = runs.where(F.col("snapshot_ts") < F.lit(cutoff)).select("run_id").distinct()
-        report = spark.table(self.store.name(RUN_REPORT))
+        report = self.store.spark.table(self.store.name(RUN_REPORT))
         newest = Window.partitionBy("source_key").orderBy(F.col("snapshot_ts").desc())
         old_report = (report.withColumn("recency", F.row_number().over(newest))
-                      .where((F.col("snapshot_ts") < F.lit(cutoff)) & (F.col("recency") > 1))
+                      .where((F.col("snapshot_ts") < F.lit(self._report_cutoff())) & (F.col("recency") > 1))
                       .select(F.expr(ARCHIVE_KEYS[RUN_REPORT])).distinct())
-        moved_runs = self._move(RUNS, RUNS_ARCHIVE, old_runs, "runs")
-        moved_report = self._move(RUN_REPORT, RUN_REPORT_ARCHIVE, old_report, "report")
-        return moved_runs, moved_report
+        return self._move(RUN_REPORT, RUN_REPORT_ARCHIVE, old_report, "report")
+
+    def _report_cutoff(self) -> datetime:
+        return _before(timedelta(hours=self.policy.report_keep_hours))
 
     def _move(self, table: str, archive: str, keys: DataFrame, what: str) -> int:
         """Copy the rows of ``table`` whose archive key (store.ARCHIVE_KEYS) is in ``keys`` to ``archive``,
@@ -200,17 +232,23 @@ class Maintenance:
         """Compact each of Heartbeat's tables with too many files (every one when ``force``), then vacuum
         them all, the dbt-built ones too (each build rewrites those, leaving unreferenced files)."""
         done: dict[str, tuple[int, int]] = {}
+        self._compact_tables(force, lambda: False, done)
+        return done
+
+    def _compact_tables(self, force: bool, interrupt: Callable[[], bool], done: dict[str, tuple[int, int]]) -> None:
+        """:meth:`compact`, asking ``interrupt`` before each table's compaction and before the vacuums; what it
+        compacted goes into ``done`` as it goes."""
         for table in OWN_TABLES:
             name = self.store.name(table)
             before = self.engine.file_count(name)
             if not force and before <= self.policy.compact_min_files:
                 continue
+            self._next_step(interrupt)
             done[table] = self._compact(table, before)
+        self._next_step(interrupt)
         for table in (*OWN_TABLES, *REBUILT_TABLES):
             if self.store.exists(table):
                 self.engine.vacuum(self.store.name(table), retention_hours=self.policy.vacuum_retention_hours)
-        return done
-
 
     def _compact(self, table: str, before: int) -> tuple[int, int]:
         """Compact ``table``, which references ``before`` data files: its files before and after."""

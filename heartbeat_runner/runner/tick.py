@@ -444,15 +444,18 @@ class Heartbeat:
             due = self.maintenance.due()
             if due is MaintenanceDue.RUN:
                 self.progress("maintenance: archiving and compacting Heartbeat's tables")
-                result.maintenance = self.run_maintenance()
+                # a wake-up that comes meanwhile stops it between two steps: the rest waits for a later tick
+                result.maintenance = self.run_maintenance(interrupt=self._hurried)
+                result.maintenance_deferred = result.maintenance.interrupted
             elif due is MaintenanceDue.CONTROL:
                 result.maintenance = MaintenanceResult(compacted={CONTROL: self.maintenance.compact_control()})
 
-    def run_maintenance(self) -> MaintenanceResult:
-        """Archive and compact; the control table does not change, so it stays current."""
+    def run_maintenance(self, interrupt: Callable[[], bool] = lambda: False) -> MaintenanceResult:
+        """Archive and compact (stopping between two steps when ``interrupt`` says so); the control table does
+        not change, so it stays current."""
         assert self.maintenance is not None
         with self.control.keeping_current():
-            return self.maintenance.run()
+            return self.maintenance.run(interrupt=interrupt)
 
     def close(self) -> None:
         """Write the summary of a pending idle streak (call when the runner stops)."""

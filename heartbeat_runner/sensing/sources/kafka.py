@@ -453,10 +453,10 @@ class KafkaWatch:
             message = consumer.poll(0.5)
             now = time.monotonic()
             due = [(tp, after) for tp, (until, after) in paused.items() if until <= now]
-            for (topic, partition), after in due:
-                del paused[(topic, partition)]
-                consumer.seek(TopicPartition(topic, partition, after if after >= 0 else OFFSET_END))
-                consumer.resume([TopicPartition(topic, partition)])
+            for (done_topic, done_partition), after in due:
+                del paused[(done_topic, done_partition)]
+                consumer.seek(TopicPartition(done_topic, done_partition, after if after >= 0 else OFFSET_END))
+                consumer.resume([TopicPartition(done_topic, done_partition)])
             if message is None or message.error() is not None:
                 continue
             topic, partition, offset = message.topic(), message.partition(), message.offset()
