@@ -176,12 +176,8 @@ class Maintenance:
         dead = hot.join(spark.table(self.store.name(LIVE_EVENTS_VIEW)), "event_id", "left_anti")
         return self._move(EVENTS, EVENTS_ARCHIVE, dead.select("event_id").distinct(), "events")
 
-    def archive_reports(self) -> tuple[int, int]:
-        """Move run summaries and report rows older than ``report_keep_hours`` to their archives; the
-        newest report row of every source stays hot (it is what `explain` shows as its last evaluation)."""
-        return self._archive_runs(), self._archive_report()
-
     def _archive_runs(self) -> int:
+        """Move run summaries older than ``report_keep_hours`` to their archive."""
         from pyspark.sql import functions as F
 
         runs = self.store.spark.table(self.store.name(RUNS))
@@ -189,6 +185,8 @@ class Maintenance:
         return self._move(RUNS, RUNS_ARCHIVE, old_runs, "runs")
 
     def _archive_report(self) -> int:
+        """Move report rows older than ``report_keep_hours`` to their archive; the newest row of every source
+        stays hot (it is what `explain` shows as its last evaluation)."""
         from pyspark.sql import Window
         from pyspark.sql import functions as F
 
@@ -228,16 +226,10 @@ class Maintenance:
                    for archive, column in ((EVENTS_ARCHIVE, "event_ts"), (RUNS_ARCHIVE, "snapshot_ts"),
                                            (RUN_REPORT_ARCHIVE, "snapshot_ts")))
 
-    def compact(self, force: bool) -> dict[str, tuple[int, int]]:
-        """Compact each of Heartbeat's tables with too many files (every one when ``force``), then vacuum
-        them all, the dbt-built ones too (each build rewrites those, leaving unreferenced files)."""
-        done: dict[str, tuple[int, int]] = {}
-        self._compact_tables(force, lambda: False, done)
-        return done
-
     def _compact_tables(self, force: bool, interrupt: Callable[[], bool], done: dict[str, tuple[int, int]]) -> None:
-        """:meth:`compact`, asking ``interrupt`` before each table's compaction and before the vacuums; what it
-        compacted goes into ``done`` as it goes."""
+        """Compact each of Heartbeat's tables with too many files (every one when ``force``), then vacuum them
+        all, the dbt-built ones too (each build rewrites those, leaving unreferenced files). ``interrupt`` is
+        asked before each compaction and before the vacuums; what is compacted goes into ``done`` as it goes."""
         for table in OWN_TABLES:
             name = self.store.name(table)
             before = self.engine.file_count(name)

@@ -107,44 +107,47 @@ class KafkaSource(Source):
         request per partition otherwise). A topic is ruled out only when its partitions are the cursor's and
         each ends exactly at the cursor's offset; a new partition, a cursor past the end, a data product whose
         brokers do not answer leave their topics to :meth:`sense`, which reports what is wrong."""
-        by_product: dict[str, dict[str, list[tuple[str, dict[int, int]]]]] = {}
-        for target in targets:
-            product, topic = split_reference(target.sensor_id)
-            cursor = _stored_offsets(target.cursor)
-            if product is None or not cursor or self.check_config(target.sensor_id, target.upstream_key):
-                continue
-            by_product.setdefault(product, {}).setdefault(topic, []).append((target.source_key, cursor))
         out: dict[str, str] = {}
-        for product, topics in sorted(by_product.items()):
+        for product, topics in sorted(self._by_product(targets).items()):
+            cursors = {target.source_key: (topic, cursor) for topic, group in topics.items() for target in group
+                       if (cursor := _stored_offsets(target.cursor))}
+            if not cursors:
+                continue
             try:
                 settings = connection_settings(ctx.connections, "kafka", product, ENV_SETTINGS, ctx.secrets)
+                looked_at = sorted({topic for topic, _ in cursors.values()})
                 # read_uncommitted: the end is the high watermark, never before what sense() sees
-                with _Broker(product, f"{len(topics)} topic(s)", settings, READ_TO_THE_END) as broker:
-                    ends = broker.end_offsets(sorted(topics))
+                with _Broker(product, f"{len(looked_at)} topic(s)", settings, READ_TO_THE_END) as broker:
+                    ends = broker.end_offsets(looked_at)
             except Exception as exc:  # noqa: BLE001 - in doubt, leave them in: sensing reports what is wrong
                 log.debug("Kafka %s: no bulk look (%s); its topics are sensed one by one", product, exc)
                 continue
-            out.update({key: f"no message after {_offsets(cursor)}" for topic, keyed in topics.items()
-                        for key, cursor in keyed if ends.get(topic) == cursor})
+            out.update({key: f"no message after {_offsets(cursor)}" for key, (topic, cursor) in cursors.items()
+                        if ends.get(topic) == cursor})
         return out
 
     def watch(self, targets: Sequence[SensingTarget], ctx: SenseContext,
               wake: Callable[[str], None]) -> KafkaWatch | None:
         """Wake-ups from a long-polling consumer per data product (:class:`KafkaWatch`)."""
-        products: dict[str, tuple[dict[str, Any], dict[str, set[str]]]] = {}
-        for target in targets:
-            product, topic = split_reference(target.sensor_id)
-            if product is None or self.check_config(target.sensor_id, target.upstream_key):
-                continue
+        products: dict[str, tuple[dict[str, Any], dict[str, frozenset[str]]]] = {}
+        for product, topics in self._by_product(targets).items():
             try:
                 settings = connection_settings(ctx.connections, "kafka", product, ENV_SETTINGS, ctx.secrets)
             except SourceError:
                 continue  # sensing reports it
-            products.setdefault(product, (settings, {}))[1].setdefault(topic, set()).add(target.source_key)
-        if not products:
-            return None
-        return KafkaWatch({p: (settings, {t: frozenset(k) for t, k in topics.items()})
-                           for p, (settings, topics) in products.items()}, wake).start()
+            products[product] = (settings, {topic: frozenset(t.source_key for t in group)
+                                            for topic, group in topics.items()})
+        return KafkaWatch(products, wake).start() if products else None
+
+    def _by_product(self, targets: Sequence[SensingTarget]) -> dict[str, dict[str, list[SensingTarget]]]:
+        """The targets whose config is valid (:meth:`check_config`; sensing reports the others), by data product
+        and topic."""
+        found: dict[str, dict[str, list[SensingTarget]]] = {}
+        for target in targets:
+            product, topic = split_reference(target.sensor_id)
+            if product is not None and not self.check_config(target.sensor_id, target.upstream_key):
+                found.setdefault(product, {}).setdefault(topic, []).append(target)
+        return found
 
     def sense(self, target: SensingTarget, ctx: SenseContext) -> SenseResult:
         problem = self.check_config(target.sensor_id, target.upstream_key)
@@ -455,7 +458,7 @@ class KafkaWatch:
             due = [(tp, after) for tp, (until, after) in paused.items() if until <= now]
             for (done_topic, done_partition), after in due:
                 del paused[(done_topic, done_partition)]
-                consumer.seek(TopicPartition(done_topic, done_partition, after if after >= 0 else OFFSET_END))
+                consumer.seek(TopicPartition(done_topic, done_partition, after))
                 consumer.resume([TopicPartition(done_topic, done_partition)])
             if message is None or message.error() is not None:
                 continue
@@ -464,7 +467,7 @@ class KafkaWatch:
                 self._wake(key)
             if topic is not None and partition is not None:
                 consumer.pause([TopicPartition(topic, partition)])
-                paused[(topic, partition)] = (now + self.PAUSE_S, -1 if offset is None else offset + 1)
+                paused[(topic, partition)] = (now + self.PAUSE_S, OFFSET_END if offset is None else offset + 1)
 
 
 def _record(message: Any) -> dict[str, Any]:
