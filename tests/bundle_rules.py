@@ -396,3 +396,45 @@ def heartbeat_findings(bundle: dict[str, Any], deployments: list[Deployment]) ->
         if len(users) > 1:
             rows.setdefault(5, []).append(f"app {name} is claimed by {', '.join(users)}")
     return rows
+
+
+# -- the privileges table of docs/databricks.md ------------------------------------------------------------
+
+
+PRIVILEGES_HEADING = "## Privileges of each identity"
+
+
+@dataclass(frozen=True)
+class Grant:
+    """One row of the table under :data:`PRIVILEGES_HEADING`: ``identity`` (runner, seed, app, downstream)
+    holds ``privilege`` on ``securable`` ``object`` (placeholders such as ``<catalog>`` kept) ``when`` the
+    condition holds (``always`` or a sentence)."""
+
+    identity: str
+    privilege: str
+    securable: str
+    object: str
+    when: str
+
+    def sql(self, names: dict[str, str], grantee: str) -> str | None:
+        """The Unity Catalog statement granting this, with ``names`` for the placeholders (``catalog`` ->
+        ``main``); None for a grant made elsewhere (job permissions, secret ACLs, folders)."""
+        if self.securable not in ("CATALOG", "SCHEMA", "TABLE", "VOLUME"):
+            return None
+        target = self.object
+        for key, value in names.items():
+            target = target.replace(f"<{key}>", value)
+        return f"GRANT {self.privilege} ON {self.securable} {target} TO `{grantee}`"
+
+
+def documented_privileges(doc: Path) -> list[Grant]:
+    """The grants of docs/databricks.md's privileges table, in the table's order."""
+    section = doc.read_text().split(PRIVILEGES_HEADING + "\n", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("|")]
+    header = [c.strip() for c in rows[0].strip("|").split("|")]
+    assert header[:5] == ["identity", "privilege", "securable", "object", "when"], header
+    grants = []
+    for line in rows[2:]:
+        cells = [c.strip().strip("`") for c in line.strip().strip("|").split("|")]
+        grants.append(Grant(*cells[:5]))
+    return grants

@@ -18,7 +18,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from bundle_rules import CLI_COMMIT, Deployer, Deployment, check, deploy, heartbeat_findings, load_bundle
+from bundle_rules import (
+    CLI_COMMIT,
+    Deployer,
+    Deployment,
+    check,
+    deploy,
+    documented_privileges,
+    heartbeat_findings,
+    load_bundle,
+)
 from packaging.requirements import Requirement
 
 REPO = Path(__file__).resolve().parent.parent
@@ -373,3 +382,40 @@ def test_the_old_bundle_deployed_by_the_principal_only_lacks_a_root_path():
     assert report.errors == () and report.recommendation_rules == {"production.root_path"}
     rows = heartbeat_findings(OLD_BUNDLE, deployments(OLD_BUNDLE, {"dev": ALICE, "prod": CI, "prod_continuous": CI}))
     assert set(rows) == {4, 5, 7}, rows
+
+
+# -- docs/databricks.md, the privileges of each identity ------------------------------------------------
+
+
+UC_PRIVILEGES = {"USE CATALOG", "CREATE SCHEMA", "USE SCHEMA", "CREATE TABLE", "MODIFY", "SELECT", "READ VOLUME"}
+
+
+def test_the_privileges_table_names_each_identity_and_only_unity_catalog_privileges_on_uc_objects():
+    grants = documented_privileges(DOCS)
+    assert {g.identity for g in grants} == {"runner", "seed", "app", "downstream"}
+    for g in grants:
+        if g.securable in ("CATALOG", "SCHEMA", "TABLE"):
+            assert g.privilege in UC_PRIVILEGES, g
+            assert g.object.startswith("<catalog>"), g
+    sql = {g.sql({"catalog": "main", "schema": "heartbeat"}, SP) for g in grants if g.identity == "app"}
+    assert f"GRANT SELECT ON SCHEMA main.heartbeat TO `{SP}`" in sql
+
+
+def test_the_runner_may_write_its_schema_and_the_app_writes_only_with_actions_on():
+    """What each identity does, as grants: the tick writes events, the control table and the lease; the page
+    reads, and writes the three tables an action touches only when actions are on."""
+    grants = documented_privileges(DOCS)
+
+    def held(identity: str, when: str | None = None) -> set[tuple[str, str]]:
+        return {(g.privilege, g.object) for g in grants if g.identity == identity and (when is None or g.when == when)}
+
+    schema = "<catalog>.<schema>"
+    for identity in ("runner", "seed"):
+        assert {("USE CATALOG", "<catalog>"), ("USE SCHEMA", schema), ("CREATE TABLE", schema), ("MODIFY", schema),
+                ("SELECT", schema)} <= held(identity, "always"), identity
+    app_always = held("app", "always")
+    assert ("SELECT", schema) in app_always and not any(p == "MODIFY" for p, _ in app_always)
+    actions = {o.rsplit(".", 1)[1] for p, o in held("app") if p == "MODIFY"}
+    assert actions == {"heartbeat_events", "heartbeat_lease", "heartbeat_control"}
+    assert ("MODIFY", f"{schema}.heartbeat_events") in held("downstream")
+    assert ("CAN_MANAGE_RUN", "<job>") in held("runner")
