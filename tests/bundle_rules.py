@@ -21,6 +21,8 @@ Rules modelled (the CLI at the version above):
 - production mode: a pipeline with ``development: true`` is refused; an explicit ``workspace.root_path``
   on the target is needed, unless every job has ``run_as`` or a service principal deploys, in which case
   it is only a recommendation.
+- permissions (``bundle/permissions/permission_diagnostics.go``): a ``permissions`` section that does not
+  give the deployer CAN_MANAGE is a recommendation.
 - development mode: job names get ``[dev <short name>] ``, ``resources.schemas`` names get
   ``dev_<short name>_``, apps get no prefix; a schema that is only a variable's value (as Heartbeat's
   ``${var.schema}``) is not a resource and stays as written. Schedules without a pause status pause.
@@ -280,7 +282,22 @@ def check_deployment(d: Deployment) -> Report:
         errors += _validate_development(d)
     elif d.mode:
         errors.append(Finding("mode", f"unsupported value {d.mode!r} specified for 'mode'"))
+    recommendations += _permission_diagnostics(d)
     return Report(tuple(errors), tuple(recommendations))
+
+
+def _permission_diagnostics(d: Deployment) -> list[Finding]:
+    """bundle/permissions/permission_diagnostics.go: a permissions section that does not give the deployer
+    (by name; groups are not modelled) CAN_MANAGE is a recommendation: without it, CAN_MANAGE applies only while
+    that identity deploys."""
+    if not d.permissions:
+        return []
+    me = d.deployer.user_name
+    if any(p.get("level") == "CAN_MANAGE" and me in (p.get("user_name"), p.get("service_principal_name"))
+           for p in d.permissions):
+        return []
+    return [Finding("permissions.deployer", f"permissions section should explicitly include the current deployment "
+                                            f"identity '{me}' or one of its groups")]
 
 
 def _validate_run_as(d: Deployment) -> list[Finding]:

@@ -181,6 +181,26 @@ def test_development_mode_refuses_unpaused_presets_shared_paths_and_a_prefix_wit
                  "t", LENNART).errors == ()
 
 
+def test_a_permissions_section_without_the_deployer_is_a_recommendation():
+    """permission_diagnostics_test.go: CAN_MANAGE for the current identity silences it; another level does not."""
+    others = small_bundle(top={"permissions": [{"level": "CAN_MANAGE", "group_name": "team"}]})
+    report = check(others, "t", LENNART)
+    assert report.errors == () and report.recommendation_rules == {"permissions.deployer"}
+    mine = small_bundle(top={"permissions": [{"level": "CAN_MANAGE", "user_name": "lennart@company.com"}]})
+    assert check(mine, "t", LENNART).recommendations == ()
+    viewer = small_bundle(top={"permissions": [{"level": "CAN_VIEW", "user_name": "lennart@company.com"}]})
+    assert check(viewer, "t", LENNART).recommendation_rules == {"permissions.deployer"}
+
+
+def test_production_operators_may_run_the_jobs_without_deploying():
+    """The principal owns production; the operators' group gets CAN_RUN (the jobs' CAN_MANAGE_RUN), so a person
+    can run, repair or cancel a production run (section 1, step 7) while deploys stay with CI."""
+    for target in ("prod", "prod_continuous"):
+        levels = {(p.get("group_name") or p.get("service_principal_name"), p["level"])
+                  for p in deploy(BUNDLE, target, CI, VARS).permissions}
+        assert levels == {(SP, "CAN_MANAGE"), ("admins", "CAN_RUN")}, target
+
+
 def test_who_is_a_service_principal_and_short_names():
     """libs/iamutil: a UUID user name is a service principal; its short name comes from its display name."""
     assert CI.is_service_principal and not ALICE.is_service_principal
@@ -392,7 +412,7 @@ UC_PRIVILEGES = {"USE CATALOG", "CREATE SCHEMA", "USE SCHEMA", "CREATE TABLE", "
 
 def test_the_privileges_table_names_each_identity_and_only_unity_catalog_privileges_on_uc_objects():
     grants = documented_privileges(DOCS)
-    assert {g.identity for g in grants} == {"runner", "seed", "app", "downstream"}
+    assert {g.identity for g in grants} == {"runner", "seed", "app", "downstream", "operators"}
     for g in grants:
         if g.securable in ("CATALOG", "SCHEMA", "TABLE"):
             assert g.privilege in UC_PRIVILEGES, g
