@@ -30,6 +30,10 @@ from bundle_rules import (
 )
 from packaging.requirements import Requirement
 
+from heartbeat_runner.core.settings import load_settings
+from heartbeat_runner.policies.run_policy_file import read_policy_file
+from heartbeat_runner.sensing.connections import load_connections
+
 REPO = Path(__file__).resolve().parent.parent
 OLD = REPO / "tests" / "fixtures" / "bundle_7fe6466"
 DOCS = REPO / "docs" / "databricks.md"
@@ -439,3 +443,28 @@ def test_the_runner_may_write_its_schema_and_the_app_writes_only_with_actions_on
     assert actions == {"heartbeat_events", "heartbeat_lease", "heartbeat_control"}
     assert ("MODIFY", f"{schema}.heartbeat_events") in held("downstream")
     assert ("CAN_MANAGE_RUN", "<job>") in held("runner")
+
+
+def test_a_runner_started_elsewhere_than_the_project_reads_the_uploaded_sources_and_run_policy(tmp_path,
+                                                                                            monkeypatch):
+    """Row 11, as the runner sees it: the cluster's spark_env_vars, with the bundle folder on this disk, give
+    settings that read heartbeat_sources.yml and the run-policy file of the uploaded project, from a working
+    directory that is not the project (before, neither file was found there)."""
+    d = deploy(BUNDLE, "prod", CI, VARS)
+    files = tmp_path / "files"
+    files.mkdir()
+    (files / "heartbeat_sources.yml").write_text("jdbc:\n  warehouse:\n    url: {env: WAREHOUSE_URL}\n")
+    (files / "heartbeat_run_policies.yml").write_text('jobs:\n  "123": {max_retries: 2}\n')
+    elsewhere = tmp_path / "driver_cwd"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    env = {k: str(v).replace(f"{d.root_path}/files", str(files)).replace("/local_disk0", str(tmp_path / "disk"))
+           for k, v in d.jobs()["heartbeat_runner"]["job_clusters"][0]["new_cluster"]["spark_env_vars"].items()}
+    settings = load_settings(env=env)
+    assert settings.effective_sources_file == files / "heartbeat_sources.yml"
+    assert load_connections(settings.effective_sources_file) == {"jdbc": {"warehouse": {"url": {"env": "WAREHOUSE_URL"}}}}
+    assert read_policy_file(settings.run_policy_file)["jobs"]["123"]["max_retries"] == 2
+    old = deploy(OLD_BUNDLE, "prod", CI, VARS).jobs()["heartbeat_runner"]["job_clusters"][0]["new_cluster"]
+    old_env = {k: str(v).replace("/local_disk0", str(tmp_path / "disk")) for k, v in old["spark_env_vars"].items()}
+    old_settings = load_settings(env=old_env)
+    assert old_settings.effective_sources_file is None and old_settings.run_policy_file is None
