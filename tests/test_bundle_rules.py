@@ -418,7 +418,7 @@ def test_the_privileges_table_names_each_identity_and_only_unity_catalog_privile
     grants = documented_privileges(DOCS)
     assert {g.identity for g in grants} == {"runner", "seed", "app", "downstream", "operators"}
     for g in grants:
-        if g.securable in ("CATALOG", "SCHEMA", "TABLE"):
+        if g.securable in ("CATALOG", "SCHEMA", "TABLE", "VOLUME"):
             assert g.privilege in UC_PRIVILEGES, g
             assert g.object.startswith("<catalog>"), g
     sql = {g.sql({"catalog": "main", "schema": "heartbeat"}, SP) for g in grants if g.identity == "app"}
