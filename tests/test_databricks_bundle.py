@@ -30,7 +30,8 @@ sys.path.insert(0, str(REPO / "examples" / "databricks"))
 import orders_etl  # noqa: E402
 
 VARIABLE = re.compile(r"\$\{var\.([A-Za-z0-9_]+)\}")
-TEST_VALUES = {"service_principal": "6a1c3e52-0000-4000-8000-00000000beef"}  # variables without a default, given at deploy time
+# variables without a default, given at deploy time
+TEST_VALUES = {"service_principal": "6a1c3e52-0000-4000-8000-00000000beef", "notification_email": "oncall@example.com"}
 
 
 def load_bundle() -> tuple[dict[str, Any], dict[str, Path]]:
@@ -133,7 +134,10 @@ def test_tasks_reference_what_exists(target):
             if "spark_python_task" in task:
                 assert (ORIGIN[job_name].parent / task["spark_python_task"]["python_file"]).resolve().is_file()
             for library in task.get("libraries", []):  # the wheel the artifact build writes to dist/
-                assert (ORIGIN[job_name].parent / library["whl"]).resolve().parent == REPO / "dist"
+                if "whl" in library:
+                    assert (ORIGIN[job_name].parent / library["whl"]).resolve().parent == REPO / "dist"
+                else:  # the pinned dependencies, a file of the bundle
+                    assert (ORIGIN[job_name].parent / library["requirements"]).resolve().is_file()
 
 
 @pytest.mark.parametrize("target", TARGETS)

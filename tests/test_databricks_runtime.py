@@ -62,11 +62,15 @@ def build_wheel(out: Path) -> Path:
 
 
 def task_libraries(task: dict) -> list[str]:
-    """The task's ``libraries`` other than the wheel (pypi packages), as pip requirements."""
+    """The task's ``libraries`` other than the wheel (pypi packages, the lines of a requirements file given
+    relative to resources/ as the bundle does), as pip requirements."""
     out = []
     for library in task.get("libraries", []):
         if "pypi" in library:
             out.append(library["pypi"]["package"])
+        elif "requirements" in library:
+            lines = (REPO / "resources" / library["requirements"]).read_text().splitlines()
+            out.extend(line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#"))
         elif "whl" not in library:
             raise AssertionError(f"library kind the leg does not install: {library}")
     return out
