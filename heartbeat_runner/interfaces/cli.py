@@ -34,7 +34,7 @@ from heartbeat_runner.core.errors import ConfigError, HeartbeatError, InvalidInp
 from heartbeat_runner.core.logs import secret_values, use_json_logs
 from heartbeat_runner.core.metrics import serve_metrics
 from heartbeat_runner.core.records import EventType
-from heartbeat_runner.core.settings import TARGETS, JobsBackendKind, LogFormat, Settings, load_settings
+from heartbeat_runner.core.settings import TARGETS, JobsBackendKind, LogFormat, Settings, Target, load_settings
 from heartbeat_runner.interfaces.operations import (
     ResetPlan,
     ask_retry,
@@ -90,6 +90,8 @@ from heartbeat_runner.runner.loop import RunConfig, TickFailure, run_forever, ru
 from heartbeat_runner.runner.tick import TickResult
 from heartbeat_runner.sensing.config import LoadedConfig, load_config
 from heartbeat_runner.sensing.sources.registry import source_for
+
+log = logging.getLogger(__name__)
 
 EXPLAIN_COLUMNS = ["sensor_source", "sensor_id", "dependency", "status", "row_state", "last_evaluated_at",
                    "last_outcome"]
@@ -707,7 +709,7 @@ def cmd_status(args: argparse.Namespace, app: App) -> int:
     if getattr(args, "watch", None) is not None:
         return _watch_status(app, args)
     _prepare(app, Views.FRESH)
-    health = runner_health(app.settings)
+    health = runner_health(app.settings, app.store)
     if args.json or args.wide:
         rows = with_sensing_errors(app.store, app.store.control_rows())
         if args.json:
@@ -763,7 +765,7 @@ def _watch_status(app: App, args: argparse.Namespace) -> int:
     if args.json or args.wide:
         def read() -> Snapshot:
             fresh = refresh_if_idle(app, lease)
-            health = runner_health(app.settings)
+            health = runner_health(app.settings, app.store)
             rows = with_sensing_errors(app.store, app.store.control_rows())
             if args.json:
                 rows = with_runner_health(rows, health)
@@ -776,7 +778,7 @@ def _watch_status(app: App, args: argparse.Namespace) -> int:
 
     def lines(height: int | None) -> list[Text]:
         fresh = refresh_if_idle(app, lease)
-        view = render(_on_call(app, runner_health(app.settings)), fit_width(console), height)
+        view = render(_on_call(app, runner_health(app.settings, app.store)), fit_width(console), height)
         note = f"every {args.watch:g} s" + ("" if fresh else "; a runner is ticking: as of its last build")
         return [cut_line(Text(note, style="dim"), fit_width(console)), *view]
 
@@ -1031,14 +1033,31 @@ def cmd_alerts(args: argparse.Namespace, app: App) -> int:
 
 
 def cmd_check(args: argparse.Namespace, settings: Settings) -> int:
-    from heartbeat_runner.runner.alerting import watch_runner
+    from heartbeat_runner.runner.alerting import liveness_path, watch_runner
 
-    found = watch_runner(settings.lakehouse_dir, load_run_policies(settings.run_policy_file).alerts)
+    policies = load_run_policies(settings.run_policy_file).alerts
+    found = runner_health(settings)
+    if not liveness_path(settings.lakehouse_dir).exists() or settings.target is Target.DATABRICKS:
+        found = _lakehouse_health(args, settings, found)
+    found = watch_runner(settings.lakehouse_dir, policies, found=found)
     if args.json:
         emit_json(found.as_json())
     else:
         print(found.message)
     return 0 if found.healthy else EXIT_NOT_TICKING
+
+
+def _lakehouse_health(args: argparse.Namespace, settings: Settings, local: Liveness) -> Liveness:
+    """The runner's health with the lakehouse's record of ticks (a runner elsewhere, e.g. a job cluster); this
+    machine's answer ``local`` when the lakehouse cannot be opened (then nothing says it ticks)."""
+    if settings.lakehouse_in_folder and not settings.lakehouse_dir.is_dir():
+        return local
+    try:
+        with _opened(args, settings) as app:
+            return runner_health(settings, app.store)
+    except HeartbeatError as exc:
+        log.warning("could not read the runner's ticks from the lakehouse: %s", exc)
+        return local
 
 
 COMMANDS: dict[str, Command] = {

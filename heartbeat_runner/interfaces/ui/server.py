@@ -195,7 +195,7 @@ class Handler(BaseHTTPRequestHandler):
         if route == ["meta"]:
             return self._json(self._meta())
         if route == ["runner"]:
-            return self._json(runner_health(page.app.settings).as_json())
+            return self._json(page.read(lambda: runner_health(page.app.settings, page.app.store)).as_json())
         if route == ["overview"]:
             return self._json({"jobs": page.jobs()})
         if route == ["alerts"]:
