@@ -211,10 +211,13 @@ class ResetDone:
 
 
 def reset_job(app: App, job_id: str, since: datetime | None, reason: str, *, by: str | None = None) -> ResetDone:
-    """Plan and record a reset of ``job_id``; the caller holds the tick lease."""
+    """Plan and record a reset of ``job_id``; the caller holds the tick lease. The tables are brought up to date
+    first where this process has the dbt project; without it (the App) they are as the last tick left them,
+    which is current too: every tick refreshes them under the lease the caller now holds."""
     app.require_config()
     app.ensure_views()
-    app.control.refresh()
+    if app.dbt.available:
+        app.control.refresh()
     running = [r["job_run_id"] for r in app.store.control_rows(job_id) if r["status"] == JobStatus.IN_PROGRESS]
     plan = plan_reset(app.store, job_id, since, reason)
     if by is not None:

@@ -83,6 +83,13 @@ class DbtProject:
     def has_seed(self) -> bool:
         return self.seed_csv.exists()
 
+    @property
+    def available(self) -> bool:
+        """Whether this process has the dbt project (``dbt_project.yml`` in ``settings.project_dir``). A process
+        holding only the wheel (the status page as a Databricks App: HEARTBEAT_PROJECT_DIR unset, so the
+        package's folder in site-packages) has none: it appends events and leaves every rebuild to the runner."""
+        return (self.settings.project_dir / "dbt_project.yml").is_file()
+
     def write_profiles(self) -> Path:
         """Copy profiles.example.yml to ``<lakehouse>/dbt/profiles/profiles.yml``; return the folder."""
         profiles = self.work_dir / "profiles"
@@ -312,12 +319,15 @@ class DbtProject:
 
     def _compiled_views(self) -> list[str] | None:
         """The views of the last :meth:`build_all`, in creation order, when their compiled SQL is from this
-        project as it is now; None otherwise (never built, or built by a Heartbeat whose models differ)."""
+        project as it is now; None otherwise (never built, or built by a Heartbeat whose models differ). A
+        process without the project (:attr:`available`) takes them as the process that has it last built them."""
         try:
             record = json.loads(self._view_order.read_text())
         except (FileNotFoundError, ValueError):
             return None
-        if not isinstance(record, dict) or record.get("project") != self._project_digest():
+        if not isinstance(record, dict):
+            return None
+        if self.available and record.get("project") != self._project_digest():
             return None  # a bare list: written by a Heartbeat that did not record its project
         return [str(name) for name in record.get("views", [])]
 
