@@ -608,6 +608,11 @@ class _LoopStatus(_TickOutput):
     def unusable(self, problem: str, exit_code: int) -> None:
         print(f"stopping: the lakehouse is unusable ({problem}); exit code {exit_code}", file=sys.stderr, flush=True)
 
+    def redeployed(self, change: str, exit_code: int) -> None:
+        print(f"stopping: {change}; exit code {exit_code}. Start the loop again on the deployed version (a "
+              "continuous job does so by itself: the run fails and the next one installs the new wheel)",
+              file=sys.stderr, flush=True)
+
     def stopped(self, ticks: int) -> None:
         if not self.args.json:
             print(f"stopped after {ticks} tick(s)")

@@ -263,7 +263,7 @@ class DbtProject:
         if not all(name.isidentifier() for name in (macro, *args)):
             raise ValueError(f"not a macro call of names: {macro}{args}")
         call = f"{{{{ {macro}({', '.join(repr(a) for a in args)}) }}}}"
-        key = hashlib.sha256("\0".join([self._project_digest(), self.settings.target.value, self.settings.schema,
+        key = hashlib.sha256("\0".join([self.project_digest(), self.settings.target.value, self.settings.schema,
                                          call]).encode()).hexdigest()
         if (found := self._rendered.get(key)) is not None:
             return found
@@ -298,7 +298,7 @@ class DbtProject:
         """Build the control and sensor state tables and (re)create the views. Records the views' dependency
         order (from dbt's manifest) for :meth:`restore_views`; what the build includes is ControlTable's to mark."""
         views = view_models(self.manifest())
-        project = self._project_digest()
+        project = self.project_digest()
         self._build(CONTROL_MODEL, SENSOR_STATE_MODEL, *views)
         replace_whole(self._view_order, json.dumps({"project": project, "views": views}))
 
@@ -307,7 +307,7 @@ class DbtProject:
         """The views in creation order and the digest of the project they were compiled from."""
         return self.work_dir / "view_models.json"
 
-    def _project_digest(self) -> str:
+    def project_digest(self) -> str:
         """What the views' SQL is compiled from (dbt_project.yml, models, macros), by content: a reinstall
         of the same Heartbeat keeps it, an upgrade that changes any of them does not."""
         root = self.settings.project_dir
@@ -327,7 +327,7 @@ class DbtProject:
             return None
         if not isinstance(record, dict):
             return None
-        if self.available and record.get("project") != self._project_digest():
+        if self.available and record.get("project") != self.project_digest():
             return None  # a bare list: written by a Heartbeat that did not record its project
         return [str(name) for name in record.get("views", [])]
 
