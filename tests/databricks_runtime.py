@@ -12,8 +12,9 @@ What the runtime does before a ``python_wheel_task`` runs, and so does this scri
    metastore on local disk standing in for Unity Catalog, ``spark_catalog`` as the catalog), so that
    ``SparkSession.getActiveSession()`` finds it;
 3. calls the task's entry point (``package_name`` / ``entry_point``, looked up in the installed wheel's
-   metadata) with ``sys.argv`` = ``[package_name, *parameters]``. A ``SystemExit`` of 0 or None is a
-   successful task; anything else fails it.
+   metadata) with ``sys.argv`` = ``[package_name, *parameters]``. What the entry point returns is ignored:
+   returning (whatever the value) or a ``SystemExit`` of 0 or None is a successful task; an exception or a
+   non-zero ``SystemExit`` fails it.
 
 The plan also holds SQL steps between tasks: what other workloads on the workspace do meanwhile (an upstream
 table gets rows, predictive optimization compacts it). Each step's outcome is printed as one JSON line
@@ -26,7 +27,7 @@ import json
 import os
 import sys
 import traceback
-from importlib.metadata import distribution, entry_points
+from importlib.metadata import distributions
 from pathlib import Path
 
 
@@ -64,26 +65,34 @@ def start_runtime_session(root: Path, jars: list[str]):
     return spark
 
 
-def wheel_entry_point(package_name: str, name: str):
-    """The ``name`` entry point of the installed distribution ``package_name`` (as the runtime finds it)."""
-    dist = distribution(package_name.replace("_", "-"))
-    for point in entry_points(group="console_scripts"):
-        if point.name == name and point.dist is not None and point.dist.name == dist.metadata["Name"]:
-            return point.load()
+def wheel_entry_point(package_name: str, name: str, path: list[str] | None = None):
+    """The ``name`` console-script entry point of the installed distribution ``package_name`` (as the runtime
+    finds it); ``path`` searches those folders' distributions instead of ``sys.path``."""
+    wanted = package_name.replace("_", "-").lower()
+    found = distributions(path=path) if path is not None else distributions()
+    for dist in found:
+        if dist.metadata["Name"].replace("_", "-").lower() != wanted:
+            continue
+        for point in dist.entry_points:
+            if point.group == "console_scripts" and point.name == name:
+                return point.load()
     raise SystemExit(f"no entry point {name!r} in {package_name}")
 
 
-def run_task(package_name: str, name: str, parameters: list[str]) -> int:
-    main = wheel_entry_point(package_name, name)
+def run_task(package_name: str, name: str, parameters: list[str], path: list[str] | None = None) -> int:
+    """Run a ``python_wheel_task`` as the runtime does and return the task's outcome as an exit code (0: the
+    run is SUCCESS, else FAILED). The entry point's return value is ignored, as the runtime ignores it."""
+    main = wheel_entry_point(package_name, name, path)
     sys.argv = [package_name, *parameters]
     try:
-        code = main()
+        main()  # whatever it returns, the task succeeded
     except SystemExit as exc:
         code = exc.code
+        return 0 if code in (0, None) else (code if isinstance(code, int) else 1)
     except Exception:  # noqa: BLE001 - the runtime fails the task with the traceback
         traceback.print_exc()
         return 1
-    return 0 if code in (0, None) else (code if isinstance(code, int) else 1)
+    return 0
 
 
 def main() -> int:

@@ -241,6 +241,16 @@ def test_the_runner_job_seeds_ticks_and_starts_one_run_for_a_data_commit_and_non
     assert len(api.runs_of(job)) == 1, workspace.last_output[-3000:]
 
 
+def test_a_seed_task_whose_config_is_broken_ends_failed(workspace):
+    """The runtime ignores the entry point's return value: a broken seed config must fail the run itself (a
+    non-zero SystemExit), so the job's failure notifications fire; nothing reaches the lakehouse."""
+    config = workspace.files / "seeds" / "heartbeat_sensor_config.csv"
+    config.write_text(HEADER + "\n" + row("delta_table", f"{CATALOG}.sales.orders", "1", state="MAYBE") + "\n")
+    (seeded,) = workspace.run("heartbeat_seed", [{"task_key": "seed"}])
+    assert seeded["exit"] != 0, workspace.last_output[-3000:]
+    assert "column job_state" in workspace.last_output and "Traceback" not in workspace.last_output
+
+
 def test_sensing_on_databricks_asks_the_catalog_once_and_reads_history_only_for_altered_tables():
     """The remote sensing path forced on local Spark (benchmarks/remote_sensing.py, small): a steady tick is
     one catalog query; a tick after data commits reads the history of those tables only and finds their

@@ -237,3 +237,26 @@ def test_the_cli_says_once_that_the_old_policy_name_is_deprecated(tmp_path):
 def test_lists_are_comma_separated():
     chosen = load_settings(env={"HEARTBEAT_UI_OPERATORS": "ops@example.com, svc-ops", "HEARTBEAT_UI_OPERATOR_GROUPS": ""})
     assert chosen.ui_operators == ("ops@example.com", "svc-ops") and chosen.ui_operator_groups == ()
+
+
+# -- files a job cluster finds in the deployed project --------------------------------------------
+
+def test_a_deployed_project_brings_its_sources_and_run_policy_files(tmp_path, monkeypatch):
+    """On a job cluster HEARTBEAT_PROJECT_DIR is the bundle's synced files: heartbeat_sources.yml and
+    heartbeat_run_policy.yml there are used without HEARTBEAT_SOURCES_FILE / HEARTBEAT_RUN_POLICY; the variables
+    still win, and without the files (or without the variable) nothing is turned on."""
+    monkeypatch.chdir(tmp_path)
+    project = tmp_path / "workspace_files"
+    project.mkdir()
+    env = {"HEARTBEAT_PROJECT_DIR": str(project), "HEARTBEAT_HOME": str(tmp_path / "lh")}
+    bare = load_settings(env=env)
+    assert bare.run_policy_file is None and bare.effective_sources_file is None
+    (project / "heartbeat_sources.yml").write_text("{}\n")
+    (project / "heartbeat_run_policy.yml").write_text("{}\n")
+    found = load_settings(env=env)
+    assert found.run_policy_file == project / "heartbeat_run_policy.yml"
+    assert found.effective_sources_file == project / "heartbeat_sources.yml"
+    chosen = load_settings(env={**env, "HEARTBEAT_RUN_POLICY": str(tmp_path / "mine.yml"),
+                                "HEARTBEAT_SOURCES_FILE": str(tmp_path / "src.yml")})
+    assert chosen.run_policy_file == tmp_path / "mine.yml" and chosen.effective_sources_file == tmp_path / "src.yml"
+    assert load_settings(env={"HEARTBEAT_HOME": str(tmp_path / "lh")}).run_policy_file is None

@@ -264,7 +264,10 @@ class Settings:
     def effective_sources_file(self) -> Path | None:
         if self.sources_file:
             return self.sources_file
-        for candidate in (Path.cwd() / "heartbeat_sources.yml", self.lakehouse_dir / "heartbeat_sources.yml"):
+        # the project folder last: on a job cluster HEARTBEAT_PROJECT_DIR is the bundle's synced files, where
+        # a heartbeat_sources.yml committed beside databricks.yml arrives (the cwd and the lakehouse are not)
+        for candidate in (Path.cwd() / "heartbeat_sources.yml", self.lakehouse_dir / "heartbeat_sources.yml",
+                          self.project_dir / "heartbeat_sources.yml"):
             if candidate.exists():
                 return candidate
         return None
@@ -448,7 +451,8 @@ class HeartbeatEnvironment(BaseSettings):
     trigger_dir: FilePath = _var("HEARTBEAT_TRIGGER_DIR", None, "the trigger folders (`--trigger-dir`)",
                                  shown="`<lakehouse>/triggers`")
     sources_file: FilePath = _var("HEARTBEAT_SOURCES_FILE", None, "connection settings (`--sources-file`)",
-                                  shown="`./heartbeat_sources.yml`, else `<lakehouse>/heartbeat_sources.yml`")
+                                  shown="`./heartbeat_sources.yml`, else `<lakehouse>/heartbeat_sources.yml`, else "
+                                        "`<HEARTBEAT_PROJECT_DIR>/heartbeat_sources.yml`")
     max_workers: Annotated[int, _Accepts("a whole number")] = _var(
         "HEARTBEAT_MAX_WORKERS", 8, "parallel sensing: the pool size", ge=1)
     sensor_timeout: PositiveDuration = _var("HEARTBEAT_SENSOR_TIMEOUT", 60.0,
@@ -480,7 +484,8 @@ class HeartbeatEnvironment(BaseSettings):
         "HEARTBEAT_RUN_POLICY", None,
         "the run-policy YAML per job: automatic retries ([docs/databricks.md](docs/databricks.md)), bounded "
         "catch-up and event windows ([docs/windows.md](docs/windows.md)) and alerts ([docs/alerts.md](docs/alerts.md))",
-        shown="none (off)")
+        shown="`<HEARTBEAT_PROJECT_DIR>/heartbeat_run_policy.yml` when that variable is set and the file is there, "
+              "else none (off)")
     retry_policy: FilePath = _var("HEARTBEAT_RETRY_POLICY", None,
                                   "deprecated name of `HEARTBEAT_RUN_POLICY` (still read, with a warning)",
                                   shown="none")
@@ -664,6 +669,20 @@ def load_settings(
     return settings_from(read_environment(environ))
 
 
+#: the run-policy file a deployed project holds (found without HEARTBEAT_RUN_POLICY, see _deployed_run_policy)
+DEPLOYED_RUN_POLICY = "heartbeat_run_policy.yml"
+
+
+def _deployed_run_policy(env: HeartbeatEnvironment) -> Path | None:
+    """``<HEARTBEAT_PROJECT_DIR>/heartbeat_run_policy.yml`` when that variable is set and the file exists: a job
+    cluster gets the project as the bundle synced it (HEARTBEAT_PROJECT_DIR), not a path to set per file.
+    Only an explicit project folder counts: the package's own folder never turns policies on by itself."""
+    if env.project_dir is None:
+        return None
+    candidate = env.project_dir / DEPLOYED_RUN_POLICY
+    return candidate if candidate.is_file() else None
+
+
 def settings_from(env: HeartbeatEnvironment) -> Settings:
     """The ``Settings`` record of a validated environment."""
     return Settings(
@@ -685,7 +704,7 @@ def settings_from(env: HeartbeatEnvironment) -> Settings:
         spark_dir=env.spark_dir,
         max_run_duration_s=env.max_run_duration,
         cancel_overdue_runs=env.cancel_overdue_runs,
-        run_policy_file=_run_policy_file(env),
+        run_policy_file=_run_policy_file(env) or _deployed_run_policy(env),
         idle_flush_s=env.idle_flush,
         maintenance=MaintenancePolicy(
             compact_min_files=env.maintenance_max_files, vacuum_retention_hours=env.vacuum_retention_hours,

@@ -34,7 +34,7 @@ from heartbeat_runner.core.errors import ConfigError, HeartbeatError, InvalidInp
 from heartbeat_runner.core.logs import secret_values, use_json_logs
 from heartbeat_runner.core.metrics import serve_metrics
 from heartbeat_runner.core.records import EventType
-from heartbeat_runner.core.settings import TARGETS, JobsBackendKind, LogFormat, Settings, load_settings
+from heartbeat_runner.core.settings import TARGETS, JobsBackendKind, LogFormat, Settings, Target, load_settings
 from heartbeat_runner.interfaces.operations import (
     ResetPlan,
     ask_retry,
@@ -90,6 +90,8 @@ from heartbeat_runner.runner.loop import RunConfig, TickFailure, run_forever, ru
 from heartbeat_runner.runner.tick import TickResult
 from heartbeat_runner.sensing.config import LoadedConfig, load_config
 from heartbeat_runner.sensing.sources.registry import source_for
+
+log = logging.getLogger(__name__)
 
 EXPLAIN_COLUMNS = ["sensor_source", "sensor_id", "dependency", "status", "row_state", "last_evaluated_at",
                    "last_outcome"]
@@ -290,6 +292,21 @@ def main(argv: list[str] | None = None) -> int:
     if argv is None:
         gc.freeze()
     return code
+
+
+def script() -> None:
+    """The ``heartbeat`` console script and wheel-task entry point: run the command of ``sys.argv``, and end
+    with ``SystemExit(code)`` when the command failed.
+
+    Invariant: a failed command is an exception, never a returned value. A Databricks ``python_wheel_task``
+    calls the entry point and ignores what it returns: only an exception or a non-zero ``SystemExit`` fails
+    the task (and fires its failure notifications). Success returns normally, so a runtime that treats any
+    ``SystemExit`` as a failure still sees a good run as one. In-process callers use ``main(argv)``, which
+    returns the code.
+    """
+    code = main()
+    if code:
+        raise SystemExit(code)
 
 
 def _discard_stdout() -> None:
@@ -591,6 +608,11 @@ class _LoopStatus(_TickOutput):
     def unusable(self, problem: str, exit_code: int) -> None:
         print(f"stopping: the lakehouse is unusable ({problem}); exit code {exit_code}", file=sys.stderr, flush=True)
 
+    def redeployed(self, change: str, exit_code: int) -> None:
+        print(f"stopping: {change}; exit code {exit_code}. Start the loop again on the deployed version (a "
+              "continuous job does so by itself: the run fails and the next one installs the new wheel)",
+              file=sys.stderr, flush=True)
+
     def stopped(self, ticks: int) -> None:
         if not self.args.json:
             print(f"stopped after {ticks} tick(s)")
@@ -692,7 +714,7 @@ def cmd_status(args: argparse.Namespace, app: App) -> int:
     if getattr(args, "watch", None) is not None:
         return _watch_status(app, args)
     _prepare(app, Views.FRESH)
-    health = runner_health(app.settings)
+    health = runner_health(app.settings, app.store)
     if args.json or args.wide:
         rows = with_sensing_errors(app.store, app.store.control_rows())
         if args.json:
@@ -748,7 +770,7 @@ def _watch_status(app: App, args: argparse.Namespace) -> int:
     if args.json or args.wide:
         def read() -> Snapshot:
             fresh = refresh_if_idle(app, lease)
-            health = runner_health(app.settings)
+            health = runner_health(app.settings, app.store)
             rows = with_sensing_errors(app.store, app.store.control_rows())
             if args.json:
                 rows = with_runner_health(rows, health)
@@ -761,7 +783,7 @@ def _watch_status(app: App, args: argparse.Namespace) -> int:
 
     def lines(height: int | None) -> list[Text]:
         fresh = refresh_if_idle(app, lease)
-        view = render(_on_call(app, runner_health(app.settings)), fit_width(console), height)
+        view = render(_on_call(app, runner_health(app.settings, app.store)), fit_width(console), height)
         note = f"every {args.watch:g} s" + ("" if fresh else "; a runner is ticking: as of its last build")
         return [cut_line(Text(note, style="dim"), fit_width(console)), *view]
 
@@ -1016,14 +1038,31 @@ def cmd_alerts(args: argparse.Namespace, app: App) -> int:
 
 
 def cmd_check(args: argparse.Namespace, settings: Settings) -> int:
-    from heartbeat_runner.runner.alerting import watch_runner
+    from heartbeat_runner.runner.alerting import liveness_path, watch_runner
 
-    found = watch_runner(settings.lakehouse_dir, load_run_policies(settings.run_policy_file).alerts)
+    policies = load_run_policies(settings.run_policy_file).alerts
+    found = runner_health(settings)
+    if not liveness_path(settings.lakehouse_dir).exists() or settings.target is Target.DATABRICKS:
+        found = _lakehouse_health(args, settings, found)
+    found = watch_runner(settings.lakehouse_dir, policies, found=found)
     if args.json:
         emit_json(found.as_json())
     else:
         print(found.message)
     return 0 if found.healthy else EXIT_NOT_TICKING
+
+
+def _lakehouse_health(args: argparse.Namespace, settings: Settings, local: Liveness) -> Liveness:
+    """The runner's health with the lakehouse's record of ticks (a runner elsewhere, e.g. a job cluster); this
+    machine's answer ``local`` when the lakehouse cannot be opened (then nothing says it ticks)."""
+    if settings.lakehouse_in_folder and not settings.lakehouse_dir.is_dir():
+        return local
+    try:
+        with _opened(args, settings) as app:
+            return runner_health(settings, app.store)
+    except HeartbeatError as exc:
+        log.warning("could not read the runner's ticks from the lakehouse: %s", exc)
+        return local
 
 
 COMMANDS: dict[str, Command] = {

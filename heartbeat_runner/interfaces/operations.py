@@ -18,7 +18,7 @@ from typing import overload
 
 from heartbeat_runner.core.errors import ConfigError, InvalidInputError, NotFoundError
 from heartbeat_runner.core.records import Event, EventType, JobStatus, Outcome, utcnow
-from heartbeat_runner.core.settings import Settings
+from heartbeat_runner.core.settings import Settings, Target
 from heartbeat_runner.lakehouse.store import CONTROL, EXPLANATION_VIEW, Cond, TableStore
 from heartbeat_runner.policies.retry import RetryPolicies
 from heartbeat_runner.policies.run_policies import load_run_policies
@@ -52,11 +52,18 @@ def local_operator() -> str:
     return f"{getpass.getuser()}@{socket.gethostname()}"
 
 
-def runner_health(settings: Settings) -> Liveness:
-    """Is a runner ticking on this lakehouse? From the liveness file every tick rewrites (no table is
-    read): the last tick's end, its interval, and "runner not ticking" past ``alerts.runner.not_ticking_after``
-    (default: three intervals plus a minute). The same answer for ``check``, ``status`` and the page."""
-    return runner_liveness(settings.lakehouse_dir, load_run_policies(settings.run_policy_file).alerts)
+def runner_health(settings: Settings, store: TableStore | None = None) -> Liveness:
+    """Is a runner ticking on this lakehouse? The last tick's end, its interval, and "runner not ticking" past
+    ``alerts.runner.not_ticking_after`` (default: three intervals plus a minute). The same answer for ``check``,
+    ``status`` and the page.
+
+    The last tick is this machine's liveness file (a runner here rewrites it every tick, no table read) and,
+    with ``store`` where that file is absent or on a databricks target, the newer of it and the latest rows of
+    ``heartbeat_runs``: a runner on a job cluster leaves no file on a laptop or in the App, so off its machine
+    only the lakehouse tells that it ticks."""
+    return runner_liveness(settings.lakehouse_dir, load_run_policies(settings.run_policy_file).alerts,
+                           store=store, prefer_lakehouse=settings.target is Target.DATABRICKS,
+                           row_lag_s=settings.idle_flush_s)
 
 
 #: the runner's health in each row of ``status --json`` (the rows stay the control table's)
@@ -204,10 +211,13 @@ class ResetDone:
 
 
 def reset_job(app: App, job_id: str, since: datetime | None, reason: str, *, by: str | None = None) -> ResetDone:
-    """Plan and record a reset of ``job_id``; the caller holds the tick lease."""
+    """Plan and record a reset of ``job_id``; the caller holds the tick lease. The tables are brought up to date
+    first where this process has the dbt project; without it (the App) they are as the last tick left them,
+    which is current too: every tick refreshes them under the lease the caller now holds."""
     app.require_config()
     app.ensure_views()
-    app.control.refresh()
+    if app.dbt.available:
+        app.control.refresh()
     running = [r["job_run_id"] for r in app.store.control_rows(job_id) if r["status"] == JobStatus.IN_PROGRESS]
     plan = plan_reset(app.store, job_id, since, reason)
     if by is not None:

@@ -59,7 +59,8 @@ class _Lazy:
 
 
 class DatabricksSecrets(_Lazy):
-    """Reads ``scope/key`` through ``GET /api/2.0/secrets/get`` (the value comes base64-encoded)."""
+    """Reads ``scope/key`` through ``GET /api/2.0/secrets/get`` (the value comes base64-encoded): the route off
+    a cluster (a laptop, ``check``); on a cluster :class:`SessionSecrets` reads through the Spark session."""
 
     def secret(self, scope: str, key: str) -> str:
         try:
@@ -72,6 +73,49 @@ class DatabricksSecrets(_Lazy):
             return base64.b64decode(answer.value or "", validate=True).decode()
         except (binascii.Error, UnicodeDecodeError) as exc:
             raise SecretAccessError(f"secret {scope}/{key}: the workspace's answer is not base64 text") from exc
+
+
+#: how engines say a SQL function does not exist (Apache Spark, Sail): the session has no ``secret()``
+UNKNOWN_FUNCTION = ("UNRESOLVED_ROUTINE", "unknown function", "Undefined function")
+#: the query :class:`SessionSecrets` runs; scope and key are bound parameters, never pasted into the text
+SECRET_QUERY = "SELECT secret(:scope, :key) AS value"
+
+
+class SessionSecrets:
+    """Reads ``scope/key`` on a Databricks cluster through the session's SQL function ``secret(scope, key)``,
+    which reads a secret as the cluster's identity does (the reference's route on a cluster); ``fallback`` (the
+    REST route) where the session has no such function (a Spark that is not Databricks').
+
+    ``query(text, args)`` runs one SQL statement with named parameters and returns its rows (the engine's).
+    Invariants: scope and key travel as bound parameters; the value is returned, never logged or kept, and an
+    error names scope and key only, keeping its cause.
+    """
+
+    def __init__(self, query: Callable[[str, dict[str, object]], list[Any]], fallback: Any):
+        self._query = query
+        self._fallback = fallback
+        self._has_function: bool | None = None
+
+    def secret(self, scope: str, key: str) -> str:
+        if self._has_function is False:
+            return str(self._fallback.secret(scope, key))
+        try:
+            rows = self._query(SECRET_QUERY, {"scope": scope, "key": key})
+        except Exception as exc:  # noqa: BLE001 - every engine error is mapped here
+            text = str(exc)
+            if any(marker in text for marker in UNKNOWN_FUNCTION):
+                self._has_function = False
+                return str(self._fallback.secret(scope, key))
+            if "does not exist" in text or "NOT_FOUND" in text:
+                raise SecretNotFoundError(f"secret scope {scope!r} has no key {key!r}, or the scope does not exist "
+                                          f"({type(exc).__name__})") from exc
+            raise SecretAccessError(f"secret {scope}/{key}: the session's secret() refused it ({type(exc).__name__}: "
+                                    f"{first_line(exc)})") from exc
+        self._has_function = True
+        value = rows[0][0] if rows else None
+        if value is None:
+            raise SecretNotFoundError(f"secret scope {scope!r} has no key {key!r} (secret() returned nothing)")
+        return str(value)
 
 
 def _secret_error(scope: str, key: str, exc: Exception) -> SecretError:

@@ -83,6 +83,13 @@ class DbtProject:
     def has_seed(self) -> bool:
         return self.seed_csv.exists()
 
+    @property
+    def available(self) -> bool:
+        """Whether this process has the dbt project (``dbt_project.yml`` in ``settings.project_dir``). A process
+        holding only the wheel (the status page as a Databricks App: HEARTBEAT_PROJECT_DIR unset, so the
+        package's folder in site-packages) has none: it appends events and leaves every rebuild to the runner."""
+        return (self.settings.project_dir / "dbt_project.yml").is_file()
+
     def write_profiles(self) -> Path:
         """Copy profiles.example.yml to ``<lakehouse>/dbt/profiles/profiles.yml``; return the folder."""
         profiles = self.work_dir / "profiles"
@@ -256,7 +263,7 @@ class DbtProject:
         if not all(name.isidentifier() for name in (macro, *args)):
             raise ValueError(f"not a macro call of names: {macro}{args}")
         call = f"{{{{ {macro}({', '.join(repr(a) for a in args)}) }}}}"
-        key = hashlib.sha256("\0".join([self._project_digest(), self.settings.target.value, self.settings.schema,
+        key = hashlib.sha256("\0".join([self.project_digest(), self.settings.target.value, self.settings.schema,
                                          call]).encode()).hexdigest()
         if (found := self._rendered.get(key)) is not None:
             return found
@@ -291,7 +298,7 @@ class DbtProject:
         """Build the control and sensor state tables and (re)create the views. Records the views' dependency
         order (from dbt's manifest) for :meth:`restore_views`; what the build includes is ControlTable's to mark."""
         views = view_models(self.manifest())
-        project = self._project_digest()
+        project = self.project_digest()
         self._build(CONTROL_MODEL, SENSOR_STATE_MODEL, *views)
         replace_whole(self._view_order, json.dumps({"project": project, "views": views}))
 
@@ -300,7 +307,7 @@ class DbtProject:
         """The views in creation order and the digest of the project they were compiled from."""
         return self.work_dir / "view_models.json"
 
-    def _project_digest(self) -> str:
+    def project_digest(self) -> str:
         """What the views' SQL is compiled from (dbt_project.yml, models, macros), by content: a reinstall
         of the same Heartbeat keeps it, an upgrade that changes any of them does not."""
         root = self.settings.project_dir
@@ -312,12 +319,15 @@ class DbtProject:
 
     def _compiled_views(self) -> list[str] | None:
         """The views of the last :meth:`build_all`, in creation order, when their compiled SQL is from this
-        project as it is now; None otherwise (never built, or built by a Heartbeat whose models differ)."""
+        project as it is now; None otherwise (never built, or built by a Heartbeat whose models differ). A
+        process without the project (:attr:`available`) takes them as the process that has it last built them."""
         try:
             record = json.loads(self._view_order.read_text())
         except (FileNotFoundError, ValueError):
             return None
-        if not isinstance(record, dict) or record.get("project") != self._project_digest():
+        if not isinstance(record, dict):
+            return None
+        if self.available and record.get("project") != self.project_digest():
             return None  # a bare list: written by a Heartbeat that did not record its project
         return [str(name) for name in record.get("views", [])]
 

@@ -36,7 +36,7 @@ from heartbeat_runner.core.files import replace_whole
 from heartbeat_runner.core.records import Event, EventType, JobStatus, Outcome, alert_event_id, as_utc, utcnow
 from heartbeat_runner.jobs.base import JobsBackend
 from heartbeat_runner.lakehouse.control_table import ControlTable
-from heartbeat_runner.lakehouse.store import EVENTS, Cond, TableStore
+from heartbeat_runner.lakehouse.store import EVENTS, RUNS, Cond, TableStore
 from heartbeat_runner.policies.alerts import (
     Alert,
     AlertKind,
@@ -632,36 +632,82 @@ def _rounded(value: float | None) -> float | None:
     return None if value is None else round(value, 1)
 
 
-def runner_liveness(lakehouse_dir: Path, policies: AlertPolicies, now: float | None = None) -> Liveness:
+def runner_liveness(lakehouse_dir: Path, policies: AlertPolicies, now: float | None = None,
+                    store: TableStore | None = None, *, prefer_lakehouse: bool = False,
+                    row_lag_s: float = 0.0) -> Liveness:
     """Healthy when the last tick ended less than the limit ago: ``alerts.runner.not_ticking_after``, else
-    three of the runner's own intervals plus a minute (60 s intervals when it ticked only once)."""
+    three of the runner's own intervals plus a minute (60 s intervals when it ticked only once).
+
+    The record of the last tick is this machine's liveness file (a runner on this machine rewrites it every
+    tick, no table is read) and, with ``store``, when there is no such file or ``prefer_lakehouse`` (a
+    databricks target, whose runner never shares this machine's disk), also the latest rows of
+    ``heartbeat_runs`` in the lakehouse, which every runner writes wherever it runs: a job cluster's ticks are
+    seen from a laptop or the App. The newer of the two counts; a table that cannot be read leaves the file's
+    answer. A loop writes its idle ticks as one row per streak, at most ``row_lag_s`` late
+    (``HEARTBEAT_IDLE_FLUSH``): judged from the table, the limit is at least that lag plus two minutes, so an
+    idle loop is not called stopped between its rows.
+    """
     now = time.time() if now is None else now
     path = liveness_path(lakehouse_dir)
-    recorded = _liveness(path)
+    local = _judged(_liveness(path), policies, now, f"no tick recorded in {lakehouse_dir}", "")
+    if store is None or (path.exists() and not prefer_lakehouse):
+        return local
+    recorded = _recorded_tick(store)
+    if recorded is None or (local.ticked_at is not None and local.ticked_at >= recorded[0]):
+        return local
+    ticked_at, interval, status = recorded
+    return _judged((ticked_at, interval), policies, now, "", f" (read from heartbeat_runs; that tick: {status})",
+                   min_limit_s=row_lag_s + 120.0)
+
+
+def _judged(recorded: tuple[float, float | None] | None, policies: AlertPolicies, now: float, none: str,
+            where: str, min_limit_s: float = 0.0) -> Liveness:
+    """The verdict on a last tick (when it ended, the interval before it); ``none`` says why there is none,
+    ``where`` names the record it came from, ``min_limit_s`` is the least limit that record allows."""
     if recorded is None:
         limit = (policies.not_ticking_after or timedelta(seconds=240)).total_seconds()
-        return Liveness(False, f"runner not ticking: no tick recorded in {lakehouse_dir}", None, limit)
+        return Liveness(False, f"runner not ticking: {none}", None, limit)
     ticked_at, interval = recorded
-    limit = (policies.not_ticking_after.total_seconds() if policies.not_ticking_after
-             else 3 * float(interval or 60.0) + 60.0)
+    limit = max(min_limit_s, policies.not_ticking_after.total_seconds() if policies.not_ticking_after
+                else 3 * float(interval or 60.0) + 60.0)
     age = max(0.0, now - ticked_at)
     if age > limit:
-        return Liveness(False, f"runner not ticking: the last tick ended {age:.0f} s ago (limit {limit:.0f} s)",
+        return Liveness(False, f"runner not ticking: the last tick ended {age:.0f} s ago (limit {limit:.0f} s){where}",
                         age, limit, ticked_at, interval)
-    return Liveness(True, f"runner ticking: the last tick ended {age:.0f} s ago (limit {limit:.0f} s)", age, limit,
-                    ticked_at, interval)
+    return Liveness(True, f"runner ticking: the last tick ended {age:.0f} s ago (limit {limit:.0f} s){where}", age,
+                    limit, ticked_at, interval)
 
 
-def watch_runner(lakehouse_dir: Path, policies: AlertPolicies, *, timeout_s: float = 5.0) -> Liveness:
+def _recorded_tick(store: TableStore) -> tuple[float, float | None, str] | None:
+    """The latest tick in ``heartbeat_runs``: when it ended, the gap to the one before (a loop's idle ticks are
+    one row per streak, so the gap is the row cadence, and the limit grows with it) and its status. None when
+    the table is missing or cannot be read."""
+    try:
+        if not store.exists(RUNS):
+            return None
+        rows = store.read(RUNS, order_by=["ended_ts DESC"], limit=2, columns=["ended_ts", "status"])
+    except Exception as exc:  # noqa: BLE001 - the health answer falls back to this machine's file
+        log.warning("could not read the latest ticks from %s: %s", RUNS, exc)
+        return None
+    if not rows or rows[0]["ended_ts"] is None:
+        return None
+    ended = [as_utc(row["ended_ts"]).timestamp() for row in rows if row["ended_ts"] is not None]
+    interval = min(ended[0] - ended[1], MAX_INTERVAL_S) if len(ended) > 1 else None
+    return ended[0], interval, str(rows[0]["status"])
+
+
+def watch_runner(lakehouse_dir: Path, policies: AlertPolicies, *, timeout_s: float = 5.0,
+                 found: Liveness | None = None) -> Liveness:
     """``check``: the runner's liveness, and its alert raised / resolved at every destination.
 
     The open "runner not ticking" alert is kept in ``<lakehouse>/alerts/not_ticking.json``, with the
-    destinations that accepted it; a destination that refused is tried again at the next ``check``.
+    destinations that accepted it; a destination that refused is tried again at the next ``check``. ``found``:
+    the liveness already judged (e.g. with the lakehouse's record), else this machine's liveness file.
     """
     from heartbeat_runner.jobs.databricks_workspace import DatabricksSecrets
     from heartbeat_runner.senders.send import DeliveryError, send
 
-    found = runner_liveness(lakehouse_dir, policies)
+    found = runner_liveness(lakehouse_dir, policies) if found is None else found
     path = not_ticking_path(lakehouse_dir)
     state = _not_ticking_state(path)
     if state.get("recorded"):  # a runner ticked, recorded it and sends its resolve: that alert is over here

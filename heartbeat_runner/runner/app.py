@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from heartbeat_runner.core.errors import HeartbeatError, describe
 from heartbeat_runner.core.records import Event, EventType, utcnow
-from heartbeat_runner.core.secrets import redact
+from heartbeat_runner.core.secrets import SecretResolver, redact
 from heartbeat_runner.core.settings import Settings, Target
 from heartbeat_runner.engines.engine import Engine, open_engine
 from heartbeat_runner.jobs.base import JobsBackend
@@ -86,8 +86,17 @@ class App:
         """The backend the settings name: a built-in or an installed plugin (``jobs.registry``)."""
         return build_backend(self.settings)
 
+    def secrets(self) -> SecretResolver:
+        """How ``{secret: scope/key}`` is read here: on the databricks target through the session's SQL function
+        ``secret()`` (the cluster's own route; the REST route where the session lacks it), elsewhere through
+        the REST route with the SDK's auth chain (a client only when a reference is first read)."""
+        from heartbeat_runner.jobs.databricks_workspace import DatabricksSecrets, SessionSecrets
+
+        if self.settings.target is not Target.DATABRICKS:
+            return DatabricksSecrets()
+        return SessionSecrets(lambda text, args: self.engine.sql(text, args).collect(), DatabricksSecrets())
+
     def sense_context(self) -> SenseContext:
-        from heartbeat_runner.jobs.databricks_workspace import DatabricksSecrets
         from heartbeat_runner.sensing.connections import load_connections
 
         return SenseContext(
@@ -95,7 +104,7 @@ class App:
             trigger_dir=self.settings.effective_trigger_dir,
             replay_new_sensors=self.settings.replay_new_sensors,
             connections=load_connections(self.settings.effective_sources_file),
-            secrets=DatabricksSecrets(),  # a client only when a {secret: scope/key} is first read
+            secrets=self.secrets(),
         )
 
     def heartbeat(self, progress: Callable[[str], None] | None = None,

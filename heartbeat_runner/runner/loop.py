@@ -11,8 +11,9 @@ Invariants:
   limited to the sources it named at once, so a lost wake-up costs at most one interval. Wake-ups never
   move the next poll, and while ticks fail the loop backs off deaf to them;
 - a loop survives any single tick: it backs off (:meth:`RunConfig.wait_s`) and ticks again; it stops
-  early only when the lakehouse itself is unusable (EXIT_LAKEHOUSE_UNUSABLE) or past its memory
-  ceiling (it closes everything, then re-executes itself: runner/memory.py);
+  early only when the lakehouse itself is unusable (EXIT_LAKEHOUSE_UNUSABLE), when the dbt project it
+  runs changed under it (EXIT_PROJECT_CHANGED: a redeploy; before the next tick, the lease given up) or past
+  its memory ceiling (it closes everything, then re-executes itself: runner/memory.py);
 - what the loop carries from one tick to the next is a value (:class:`LoopState`), returned by each
   tick; nothing per tick is kept on a long-lived object;
 - nothing here prints: what a run shows goes through its view (:class:`TickView`, :class:`LoopView`),
@@ -55,6 +56,10 @@ log = logging.getLogger(__name__)
 
 #: Exit code of ``run --loop`` when the lakehouse itself is unusable.
 EXIT_LAKEHOUSE_UNUSABLE = 3
+#: Exit code of ``run --loop`` when the dbt project it runs is no longer the one it started with: a redeploy
+#: uploaded other models or macros, which this process's code (an installed wheel) may not match. Non-zero, so
+#: a continuous job's platform starts a new run, on the new wheel.
+EXIT_PROJECT_CHANGED = 4
 #: After failed ticks the loop waits interval x 2^(failures-1), at least this long and at most MAX_BACKOFF_S.
 MIN_BACKOFF_S = 1.0
 MAX_BACKOFF_S = 300.0
@@ -149,6 +154,9 @@ class LoopView(TickView, Protocol):
     def unusable(self, problem: str, exit_code: int) -> None:
         """The loop stops: the lakehouse is unusable."""
 
+    def redeployed(self, change: str, exit_code: int) -> None:
+        """The loop stops: the project it runs changed under it (``change`` says how)."""
+
     def stopped(self, ticks: int) -> None:
         """The loop stopped on a signal after ``ticks`` ticks."""
 
@@ -171,6 +179,8 @@ class LoopHooks:
     after_tick: Callable[[], None] = _nothing
     #: record a tick that raised (must not raise; what it returns is not used)
     record_failure: Callable[[RunStart, Exception, float], object] = _record_nothing
+    #: why this process no longer matches the deployed project, or None; asked before every tick (must not raise)
+    project_changed: Callable[[], str | None] = _nothing
 
 
 # -- one process ----------------------------------------------------------------------------------
@@ -279,7 +289,8 @@ def _loop_with(app: App, lease: Lease, config: RunConfig, view: LoopView) -> int
         app.dbt.manifest()  # parse the dbt project now, not when the first new data arrives
         heartbeat.loop_restarts = loop_restarts()
         hooks = LoopHooks(lakehouse_problem=app.lakehouse_problem, after_tick=memory_guard(app, heartbeat.hurry),
-                          record_failure=lambda start, exc, took_s: record_failed_tick(app.store, start, exc, took_s))
+                          record_failure=lambda start, exc, took_s: record_failed_tick(app.store, start, exc, took_s),
+                          project_changed=project_guard(app))
 
         def tick(start: RunStart, scope: TickScope) -> TickResult | None:
             result = _leased_tick(lease, heartbeat, start, scope, config, view)
@@ -333,6 +344,29 @@ def _release(lease: Lease) -> None:
         log.warning("could not release the tick lease (it expires by itself): %s", describe(exc))
 
 
+def project_guard(app: App) -> Callable[[], str | None]:
+    """What the loop asks before each tick: has the dbt project (``HEARTBEAT_PROJECT_DIR``: its
+    ``dbt_project.yml``, models and macros, by content) changed since the loop started? A redeploy uploads new
+    project files but leaves this process on the wheel it was installed with; ticking on would build the new
+    models with the old code. A project that cannot be read now decides nothing (logged): a restart would not
+    read it either."""
+    project = app.settings.project_dir
+    started = app.dbt.project_digest()
+
+    def changed() -> str | None:
+        try:
+            now = app.dbt.project_digest()
+        except OSError as exc:
+            log.warning("could not read the dbt project %s to compare it: %s", project, describe(exc))
+            return None
+        if now == started:
+            return None
+        return (f"the dbt project {project} changed since this loop started (a redeploy?): its models, macros or "
+                "dbt_project.yml differ from those this process started with")
+
+    return changed
+
+
 def memory_guard(app: App, hurry: Callable[[], bool] = lambda: False) -> Callable[[], None]:
     """What the loop does after each tick: recycle the embedded engine when due (unless ``hurry`` says a tick
     waits: EngineRecycler), and raise RestartRequested once the process tree holds more than
@@ -357,7 +391,8 @@ LoopTick = Callable[[RunStart, TickScope], "TickResult | None"]
 
 def run_loop(tick: LoopTick, config: RunConfig, view: LoopView, hooks: LoopHooks = LoopHooks(),
              wakes: WakeSignal | None = None) -> int:
-    """Poll every ``config.interval_s`` seconds until SIGINT/SIGTERM; 0, or EXIT_LAKEHOUSE_UNUSABLE. With
+    """Poll every ``config.interval_s`` seconds until SIGINT/SIGTERM; 0, EXIT_LAKEHOUSE_UNUSABLE or
+    EXIT_PROJECT_CHANGED (checked before each tick, so no tick runs half on either project). With
     ``wakes``, a wake-up between polls ticks at once for the sources it named.
 
     ``tick`` returns None when it was skipped. RestartRequested (from ``hooks.after_tick``) and
@@ -366,6 +401,9 @@ def run_loop(tick: LoopTick, config: RunConfig, view: LoopView, hooks: LoopHooks
     state, scope, poll_at = LoopState(), POLL, 0.0
     with view.session():
         while not stop.is_set():
+            if (change := hooks.project_changed()) is not None:
+                view.redeployed(change, EXIT_PROJECT_CHANGED)
+                return EXIT_PROJECT_CHANGED
             try:
                 end = _loop_tick(tick, scope, config, view, hooks, state, poll_at)
             except RestartRequested:

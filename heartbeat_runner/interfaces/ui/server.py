@@ -102,9 +102,14 @@ class StatusPage:
         return self._backend
 
     def act(self, request: ActionRequest, by: str) -> str:
-        """Perform an action, then rebuild the control table if no runner is ticking."""
+        """Perform an action (its event appended), then rebuild the control table if no runner is ticking and
+        this process has the dbt project. Without it (a Databricks App holds the wheel alone) the event is the
+        whole action: the runner's next tick derives the control table from it, as it does for an event any
+        other process appends, and the answer says so."""
         def run() -> str:
             done = perform(self.app, request, by)
+            if not self.app.dbt.available:
+                return f"{done}; the runner's next tick shows it in the control table"
             refresh_if_idle(self.app, tick_lease(self.app.store))
             return done
 
@@ -195,7 +200,7 @@ class Handler(BaseHTTPRequestHandler):
         if route == ["meta"]:
             return self._json(self._meta())
         if route == ["runner"]:
-            return self._json(runner_health(page.app.settings).as_json())
+            return self._json(page.read(lambda: runner_health(page.app.settings, page.app.store)).as_json())
         if route == ["overview"]:
             return self._json({"jobs": page.jobs()})
         if route == ["alerts"]:
