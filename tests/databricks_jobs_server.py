@@ -81,6 +81,14 @@ FATES: dict[str, Fate] = {
     "CANCELED": Fate("TERMINATED", "CANCELED", "USER_CANCELED", "SUCCESS", "Run cancelled."),
     "SKIPPED": Fate("SKIPPED", "MAXIMUM_CONCURRENT_RUNS_REACHED", "MAX_CONCURRENT_RUNS_EXCEEDED", "CLIENT_ERROR",
                     "Skipping this run because the limit of 1 maximum concurrent runs has been reached."),
+    # runs that never executed for a workspace limit or a policy: the legacy shape only says FAILED
+    "WORKSPACE_RUN_LIMIT_EXCEEDED": Fate("TERMINATED", "FAILED", "WORKSPACE_RUN_LIMIT_EXCEEDED", "CLIENT_ERROR",
+                                         "The workspace has reached the quota for concurrent active runs."),
+    "CLUSTER_REQUEST_LIMIT_EXCEEDED": Fate("TERMINATED", "FAILED", "CLUSTER_REQUEST_LIMIT_EXCEEDED", "CLIENT_ERROR",
+                                           "Cluster creation requests exceeded the allowed rate limit."),
+    "DISABLED": Fate("TERMINATED", "DISABLED", "DISABLED", "CLIENT_ERROR", "The run was disabled."),
+    "BUDGET_POLICY_LIMIT_EXCEEDED": Fate("TERMINATED", "FAILED", "BUDGET_POLICY_LIMIT_EXCEEDED", "CLIENT_ERROR",
+                                         "The budget policy's limit was reached."),
 }
 #: legacy life cycle states in which a run is over
 FINISHED = ("TERMINATED", "SKIPPED", "INTERNAL_ERROR")
@@ -103,6 +111,8 @@ class FakeRun:
     end_ms: int = 0
     #: repairs of this run (the API's repair_history after its ORIGINAL entry)
     repairs: list[dict[str, Any]] = field(default_factory=list)
+    #: the run's tasks once over: task key -> fate name (runs/get ``tasks``; runs/list leaves them out)
+    tasks: dict[str, str] = field(default_factory=dict)
 
     @property
     def result(self) -> str | None:
@@ -117,6 +127,9 @@ class FakeJob:
     max_concurrent_runs: int = 1000
     #: bundle jobs queue by default; with queueing off a run over max_concurrent_runs is skipped
     queue: bool = True
+    #: a fate (name of FATES) every new run of the job ends in at once: the workspace did not execute it
+    #: (WORKSPACE_RUN_LIMIT_EXCEEDED, DISABLED, ...); None: runs start normally
+    refuse: str | None = None
 
 
 class JobsApiServer:
@@ -185,10 +198,12 @@ class JobsApiServer:
             self.runs[int(run_id)].lifecycle = state
 
     def finish_run(self, run_id: int | str, result: str = "SUCCESS", message: str = "", *,
-                   end_ms: int | None = None) -> None:
-        """End the run in fate ``result`` (a name of ``FATES``); ``message`` replaces the fate's own."""
+                   end_ms: int | None = None, tasks: dict[str, str] | None = None) -> None:
+        """End the run in fate ``result`` (a name of ``FATES``); ``message`` replaces the fate's own; ``tasks``
+        (task key -> fate name) are its tasks' results, which runs/get shows."""
         with self._lock:
             run = self.runs[int(run_id)]
+            run.tasks = dict(tasks or {})
             run.fate = FATES[result]
             run.lifecycle, run.end_ms = run.fate.life_cycle_state, end_ms or _now_ms()
             run.message = message or run.fate.message
@@ -327,7 +342,9 @@ class JobsApiServer:
             active = sum(1 for r in self._by_job.get(job_id, []) if r.lifecycle not in FINISHED)
             run = self._new_run(job_id, dict(body.get("job_parameters") or {}), token)
             run_id = run.run_id
-            if active >= job.max_concurrent_runs and not job.queue:
+            if job.refuse is not None:
+                self.finish_run(run_id, job.refuse, end_ms=run.start_ms)
+            elif active >= job.max_concurrent_runs and not job.queue:
                 self.finish_run(run_id, "SKIPPED", FATES["SKIPPED"].message.replace(
                     "limit of 1", f"limit of {job.max_concurrent_runs}"), end_ms=run.start_ms)
         return 200, {"run_id": run_id, "number_in_job": run_id}
@@ -355,7 +372,7 @@ class JobsApiServer:
         run = self.runs.get(int(query.get("run_id", 0)))
         if run is None:
             return 400, {"error_code": "INVALID_PARAMETER_VALUE", "message": f"Run {query.get('run_id')} does not exist."}
-        return 200, self._run_json(run)
+        return 200, self._run_json(run, tasks=True)
 
     def _list_runs(self, query: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         runs: list[FakeRun] | Any = self.runs.values()
@@ -434,9 +451,10 @@ class JobsApiServer:
         return {"state": "TERMINATED", "termination_details": {
             "code": run.fate.code, "type": run.fate.type, "message": run.message}}
 
-    def _run_json(self, run: FakeRun) -> dict[str, Any]:
+    def _run_json(self, run: FakeRun, *, tasks: bool = False) -> dict[str, Any]:
         """A run as API 2.2 returns it: the deprecated ``state`` and the newer ``status``; a repaired run
-        its ``repair_history`` (the ORIGINAL attempt first, then each repair)."""
+        its ``repair_history`` (the ORIGINAL attempt first, then each repair); with ``tasks`` (runs/get, not
+        runs/list without expand_tasks) its tasks, each with its own state and status."""
         finished = run.fate is not None
         state, status = self._state_json(run), self._status_json(run)
         declared = self.jobs[run.job_id].parameters
@@ -452,7 +470,12 @@ class JobsApiServer:
             "run_duration": (run.end_ms - run.start_ms) if finished else 0,
             "state": state, "status": status,
             "job_parameters": [{"name": k, "default": declared.get(k, ""), "value": v} for k, v in values.items()],
-            "tasks": [],
+            **({"tasks": [{"task_key": key, "run_id": run.run_id * 100 + n,
+                            "state": {"life_cycle_state": FATES[fate].life_cycle_state,
+                                      "result_state": FATES[fate].result_state},
+                            "status": {"state": "TERMINATED", "termination_details": {
+                                "code": FATES[fate].code, "type": FATES[fate].type}}}
+                           for n, (key, fate) in enumerate(run.tasks.items())]} if tasks else {}),
             **({"repair_history": [{"id": run.run_id, "type": "ORIGINAL", "start_time": run.start_ms,
                                     "end_time": run.repairs[0]["start_time"], "task_run_ids": []},
                                    *[dict(r) for r in run.repairs]]} if run.repairs else {}),

@@ -376,3 +376,65 @@ def test_a_repaired_run_is_seen_with_the_state_and_end_of_its_last_repair(server
     assert repaired.run_id == run_id and repaired.outcome is RunOutcome.SUCCESS
     assert repaired.end_time > failed.end_time
     assert backend.successful_run_after(str(job), failed.end_time).run_id == run_id
+
+
+# -- termination codes: one rule each, written down in docs/databricks.md ------------------------------
+
+
+def documented_rules() -> dict[str, str]:
+    """The ``| `CODE` | `RULE` |`` rows of the termination-code table of docs/databricks.md."""
+    import re
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "databricks.md").read_text()
+    section = doc[doc.index("### Termination codes"):doc.index("## 6a.")]
+    return {code: rule for code, rule in re.findall(r"^\| `([A-Z_]+)`(?: \(legacy\))? \| `([A-Z_]+)` \|$", section, re.M)}
+
+
+def test_every_termination_code_of_the_sdk_has_a_rule_and_the_docs_say_the_same():
+    from databricks.sdk.service.jobs import TerminationCodeCode
+
+    from heartbeat_runner.jobs.databricks import TERMINATION_RULES
+
+    assert {code.value for code in TerminationCodeCode} <= set(TERMINATION_RULES)
+    assert documented_rules() == {code: rule.value for code, rule in TERMINATION_RULES.items()}
+
+
+@pytest.mark.parametrize("fate, outcome, backoff", [
+    ("WORKSPACE_RUN_LIMIT_EXCEEDED", RunOutcome.SKIPPED, True),
+    ("CLUSTER_REQUEST_LIMIT_EXCEEDED", RunOutcome.SKIPPED, True),
+    ("DISABLED", RunOutcome.REFUSED, False),
+    ("BUDGET_POLICY_LIMIT_EXCEEDED", RunOutcome.REFUSED, False),
+    ("SKIPPED", RunOutcome.SKIPPED, False),
+])
+def test_runs_the_workspace_never_executed_are_skips_or_refusals_not_failures(server, backend, fate, outcome, backoff):
+    """They were recorded FAILED and blocked their job."""
+    job = server.add_job()
+    server.jobs[job].refuse = fate
+    run_id = backend.trigger(request_for(job))
+    status = backend.run_status(str(job), run_id)
+    assert (status.outcome, status.backoff) == (outcome, backoff)
+    assert status.code == server.runs[int(run_id)].fate.code and status.code in (status.message or "")
+
+
+def test_success_with_failures_reads_the_failed_tasks_from_runs_get_after_the_listing(server, backend):
+    """A run found SUCCESS_WITH_FAILURES in the active-runs listing is read again with runs/get for its tasks."""
+    from heartbeat_runner.jobs.base import RunRef
+    from heartbeat_runner.jobs.calls import ApiBudget
+
+    job = server.add_job()
+    run_id = backend.trigger(request_for(job))
+    server.start_run(run_id)
+    backend.reconcile([RunRef(str(job), run_id)], [], ApiBudget())
+    server.finish_run(run_id, "SUCCESS_WITH_FAILURES", tasks={"etl": "FAILED", "cleanup": "SUCCESS"})
+    found = backend.reconcile([RunRef(str(job), run_id)], [], ApiBudget())
+    status = found.statuses[run_id]
+    assert status.outcome is RunOutcome.SUCCESS and status.partial and status.failed_tasks == ("etl",)
+    assert RetryPolicy().partial_success_counts(status.failed_tasks)
+    assert not RetryPolicy(success_with_failures="failed").partial_success_counts(status.failed_tasks)
+    assert not RetryPolicy(success_with_failures=("etl",)).partial_success_counts(status.failed_tasks)
+    assert RetryPolicy(success_with_failures=("load",)).partial_success_counts(status.failed_tasks)
+    assert not RetryPolicy(success_with_failures=("load",)).partial_success_counts(None)  # tasks unknown
+    assert RetryPolicy.from_mapping({"success_with_failures": ["etl"]}).success_with_failures == ("etl",)
+    with pytest.raises(ValueError, match="success_with_failures"):
+        RetryPolicy.from_mapping({"success_with_failures": "maybe"})

@@ -253,17 +253,24 @@ def test_a_seed_task_whose_config_is_broken_ends_failed(workspace):
 
 def test_sensing_on_databricks_asks_the_catalog_once_and_reads_history_only_for_altered_tables():
     """The remote sensing path forced on local Spark (benchmarks/remote_sensing.py, small): a steady tick is
-    one catalog query; a tick after data commits reads the history of those tables only and finds their
-    data; a tick after OPTIMIZE commits finds no new data anywhere."""
+    one catalog query and one spot check (one history row); a tick after data commits reads the history of those
+    tables only and finds their data; while one table gets a commit every second, its history rows per tick are
+    bounded by its commits since the last tick; a tick after OPTIMIZE commits finds no new data anywhere."""
+    from heartbeat_runner.engines.engine import HISTORY_SLACK
+
     done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "remote_sensing.py"), "--tables", "8",
-                           "--changed", "2", "--optimized", "3", "--json"], capture_output=True, text=True, timeout=600)
+                           "--changed", "2", "--optimized", "3", "--streaming-s", "3", "--json"],
+                          capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     figures = json.loads(done.stdout.strip().splitlines()[-1])
     assert figures["baseline"]["errors"] == 0 and figures["baseline"]["queries"] >= 8
-    assert figures["steady"] == {**figures["steady"], "queries": 1, "new_data": 0, "errors": 0}
+    assert figures["steady"] == {**figures["steady"], "queries": 2, "history_rows": 1, "new_data": 0, "errors": 0}
     changes = figures["with_changes"]
-    assert changes["new_data"] == 2 and changes["errors"] == 0 and changes["queries"] <= 1 + 2 * 2
+    assert changes["new_data"] == 2 and changes["errors"] == 0 and changes["queries"] <= 2 + 2 * 2
+    for tick in figures["streaming"]:
+        assert tick["new_data"] == 1 and tick["errors"] == 0
+        assert tick["history_rows"] <= 1 + 2 + 1 + tick["commits"] + HISTORY_SLACK
     optimize = figures["after_optimize"]
     assert optimize["new_data"] == 0 and optimize["errors"] == 0
     # the tables changed a tick ago are still within the catalog's clock margin: read again, nothing new
-    assert optimize["queries"] <= 1 + 2 * 3 + 2
+    assert optimize["queries"] <= 2 + 2 * 3 + 2 + 2

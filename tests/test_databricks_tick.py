@@ -317,3 +317,119 @@ def test_job_end_timestamp_is_the_end_time_the_jobs_api_gives_not_the_tick_that_
         assert as_utc(folded.last_completed) == as_utc(loaded.last_completed) == ended
     else:
         assert as_utc(folded.failed_at) == as_utc(loaded.failed_at) == ended
+
+
+# -- runs the workspace never executed, and successes with failures (one rule per termination code) -------
+
+
+def not_executed(code: str, fate: str) -> float:
+    from heartbeat_runner.core.metrics import metrics
+
+    return metrics().registry.get_sample_value("heartbeat_job_runs_not_executed_total",
+                                               {"code": code, "fate": fate}) or 0.0
+
+
+def test_a_run_stopped_by_a_workspace_limit_is_asked_again_after_a_back_off_shown_in_explain(beat, api,
+                                                                                             monkeypatch):
+    """WORKSPACE_RUN_LIMIT_EXCEEDED was recorded FAILED and blocked the job; now its data is pending again and
+    asked for only after a back-off, which a tick reports, ``explain`` shows and the metrics count."""
+    from heartbeat_runner.core.backoff import Backoff
+    from heartbeat_runner.interfaces.operations import explain
+    from heartbeat_runner.runner import tick as tick_module
+    from heartbeat_runner.runner.observability import count_tick
+
+    job = api.add_job()
+    api.jobs[job].refuse = "WORKSPACE_RUN_LIMIT_EXCEEDED"
+    beat.seed(row("delta_table", "sales.orders", str(job)))
+    heartbeat = heartbeat_for(beat, api)
+    heartbeat.tick()
+    assert new_data_then_tick(beat, heartbeat, 2).triggered_job_ids == [str(job)]
+    (limited,) = api.runs_of(job)
+
+    before = not_executed("WORKSPACE_RUN_LIMIT_EXCEEDED", "limited"), \
+        not_executed("WORKSPACE_RUN_LIMIT_EXCEEDED", "deferred")
+    skipped = heartbeat.tick()
+    count_tick(skipped, "databricks")
+    assert skipped.failed == [] and [p.job_id for p in skipped.runs_skipped] == [str(job)]
+    assert "back-off" in skipped.runs_skipped[0].message
+    (event,) = beat.events("RUN_SKIPPED")
+    assert json.loads(event["payload"])["backoff"] is True
+    assert beat.job_status(str(job)) == {"NEW_EVENT_AVAILABLE"}
+
+    held = heartbeat.tick()  # within the back-off: not asked again
+    count_tick(held, "databricks")
+    assert held.triggered == [] and len(api.runs_of(job)) == 1
+    assert [p.job_id for p in held.runs_deferred] == [str(job)] and "WORKSPACE_RUN_LIMIT_EXCEEDED" in \
+        held.runs_deferred[0].message
+    assert not_executed("WORKSPACE_RUN_LIMIT_EXCEEDED", "limited") == before[0] + 1
+    assert not_executed("WORKSPACE_RUN_LIMIT_EXCEEDED", "deferred") >= before[1] + 1
+    verdict = explain(beat.app.store, str(job)).verdict
+    assert "workspace limit (WORKSPACE_RUN_LIMIT_EXCEEDED)" in verdict and "back-off" in verdict
+
+    api.jobs[job].refuse = None
+    monkeypatch.setattr(tick_module, "LIMIT_BACKOFF", Backoff(first_s=0.2, max_s=0.2))
+    time.sleep(0.3)
+    again = heartbeat.tick()
+    assert again.triggered_job_ids == [str(job)] and again.runs_deferred == []
+    (_, asked) = api.runs_of(job)
+    assert asked.token != limited.token
+    assert json.loads(asked.parameters["heartbeat_windows"]) == json.loads(limited.parameters["heartbeat_windows"])
+
+
+@pytest.mark.parametrize("code", ["DISABLED", "BUDGET_POLICY_LIMIT_EXCEEDED"])
+def test_a_refused_run_is_a_terminal_non_run_with_an_alert_never_asked_again(beat, api, code):
+    """DISABLED / BUDGET_POLICY_LIMIT_EXCEEDED: the job is blocked with words that say it never ran (and the
+    JOB_FAILED alert), its data is not asked for again tick after tick, and an operator's retry asks once."""
+    from heartbeat_runner.interfaces.operations import ask_retry
+    from heartbeat_runner.policies.alerts import _job_alerts
+
+    job = api.add_job()
+    api.jobs[job].refuse = code
+    beat.seed(row("delta_table", "sales.orders", str(job)))
+    heartbeat = heartbeat_for(beat, api)
+    heartbeat.tick()
+    new_data_then_tick(beat, heartbeat, 2)
+    refused = heartbeat.tick()
+    assert refused.failed == [str(job)] and refused.runs_skipped == []
+    assert refused.not_executed[(code, "refused")] == 1
+    (control,) = beat.rows(str(job))
+    assert control["status"] == "FAILED" and control["last_error"].startswith("refused by the jobs service")
+    assert code in control["last_error"]
+    (event,) = beat.events("FAILED")
+    assert json.loads(event["payload"])["refused"] == code
+    monitor = AlertMonitor(beat.app.store, beat.app.control, heartbeat.backend, AlertPolicies(), beat.root)
+    monitor.fold(refused)
+    (alert,) = [a for a in _job_alerts(AlertPolicies(), monitor.state, datetime.now(timezone.utc))
+                if a.kind.value == "JOB_FAILED"]
+    assert "refused by the jobs service, never executed" in alert.summary and code in alert.summary
+
+    for value in (3, 4):  # new data, ticks: never asked again by itself
+        assert new_data_then_tick(beat, heartbeat, value).triggered == []
+    assert len(api.runs_of(job)) == 1
+
+    api.jobs[job].refuse = None  # the operator enabled the job, then asks for a retry
+    ask_retry(beat.app, str(job), by="test")
+    assert heartbeat.tick().triggered_job_ids == [str(job)] and len(api.runs_of(job)) == 2
+
+
+@pytest.mark.parametrize("choice, failed", [(None, False), ("failed", True), (("etl",), True), (("load",), False)])
+def test_success_with_failures_is_decided_per_job_from_its_tasks(beat, api, choice, failed):
+    """SUCCESS_WITH_FAILURES always counted as success, though an ALL_DONE cleanup task reaches it with the ETL
+    task failed: the job's run policy (``success_with_failures``) decides from the run's tasks (runs/get)."""
+    from heartbeat_runner.policies.retry import RetryPolicies, RetryPolicy
+
+    job = api.add_job()
+    beat.seed(row("delta_table", "sales.orders", str(job)))
+    heartbeat = heartbeat_for(beat, api)
+    if choice is not None:
+        heartbeat.policies = RetryPolicies(jobs={str(job): RetryPolicy(success_with_failures=choice)})
+    heartbeat.tick()
+    new_data_then_tick(beat, heartbeat, 2)
+    (run,) = api.runs_of(job)
+    api.finish_run(run.run_id, "SUCCESS_WITH_FAILURES", tasks={"etl": "FAILED", "cleanup": "SUCCESS"})
+    result = heartbeat.tick()
+    assert (result.failed, result.completed) == (([str(job)], []) if failed else ([], [str(job)]))
+    (control,) = beat.rows(str(job))
+    assert control["status"] == ("FAILED" if failed else "COMPLETED")
+    if failed:
+        assert "failed tasks: etl" in control["last_error"] and "success_with_failures" in control["last_error"]

@@ -9,6 +9,7 @@ from heartbeat_runner.engines.engine_errors import (
     ChangeFeedRangeMissingError,
     CommitConflictError,
     EngineUnavailableError,
+    NoCatalogLookError,
     kind_of,
 )
 from heartbeat_runner.lakehouse.store import WRITE_ATTEMPTS, retry_lost_commits
@@ -34,6 +35,10 @@ class _Flaky:
     ("[DELTA_MISSING_CHANGE_DATA] Error getting change data for range [0 , 3]", ChangeFeedRangeMissingError),
     ("<_MultiThreadedRendezvous of RPC that terminated with: status = StatusCode.UNAVAILABLE", EngineUnavailableError),
     ("[TABLE_OR_VIEW_NOT_FOUND] The table or view `x` cannot be found.", None),
+    # a catalog without an information_schema: the catalog look backs off longest (engine.catalog_look)
+    ("[TABLE_OR_VIEW_NOT_FOUND] The table or view `hive_metastore`.`information_schema`.`tables` cannot be "
+     "found. Verify the spelling", NoCatalogLookError),
+    ("[SCHEMA_NOT_FOUND] The schema `spark_catalog`.`information_schema` cannot be found.", NoCatalogLookError),
 ])
 def test_each_engine_text_has_one_kind(text, kind):
     assert kind_of(RuntimeError(text)) is kind

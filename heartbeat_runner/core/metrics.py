@@ -78,6 +78,14 @@ class Metrics:
         self.trigger_errors = Counter("heartbeat_job_trigger_errors",
                                       "Trigger requests the jobs backend refused or did not answer, by jobs backend",
                                       ["backend"], registry=r)
+        self.catalog_look_failures = Counter(
+            "heartbeat_catalog_look_failures", "Catalog looks (information_schema.tables) that failed, by kind: "
+            "transient (asked again after a back-off) or terminal (the catalog has none; asked again after the "
+            "longest back-off); their tables are sensed from their history meanwhile", ["kind"], registry=r)
+        self.runs_not_executed = Counter(
+            "heartbeat_job_runs_not_executed", "Runs the jobs service ended without executing them, by termination "
+            "code and fate: skipped (asked again next tick), limited (asked again after a back-off), refused (a "
+            "terminal non-run), deferred (a tick held the ask back for the back-off)", ["code", "fate"], registry=r)
         self.api_calls = Counter("heartbeat_jobs_api_calls", "Jobs API calls (HTTP requests), by endpoint",
                                  ["endpoint"], registry=r)
         self.api_throttled = Counter("heartbeat_jobs_api_throttled",

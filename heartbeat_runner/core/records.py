@@ -109,7 +109,9 @@ def random_event_id() -> str:
 
 
 def as_utc(value: datetime) -> datetime:
-    """Spark hands back naive timestamps in the session time zone, which the runner sets to UTC."""
+    """``value`` as an aware UTC time. Spark hands back naive timestamps in the session's zone, which every engine
+    the runner opens sets to UTC (``_open_databricks`` too, whatever the cluster's or a laptop's zone); a time
+    read where that cannot be relied upon is read as epoch microseconds instead (the catalog look)."""
     return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value
 
 

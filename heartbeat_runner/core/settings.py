@@ -193,6 +193,8 @@ class Settings:
     #: the status page's operators (e-mail addresses, lower case) and operator groups
     ui_operators: tuple[str, ...] = ()
     ui_operator_groups: tuple[str, ...] = ()
+    #: delta_table sensor ids never ruled out by the catalog look: always sensed from their history
+    catalog_look_skip: tuple[str, ...] = ()
     #: seconds one Databricks HTTP call may take, and the SDK keeps retrying 429/503/timeouts
     databricks_http_timeout_s: float = 30.0
     databricks_retry_timeout_s: int = 120
@@ -543,6 +545,10 @@ class HeartbeatEnvironment(BaseSettings):
         "than this many MiB, `run --loop` restarts itself (same command line and pid; logged, counted in the run "
         "summaries); `0`: off. Unset, the bound follows the workload: at least 1.5× what the tree holds after "
         "its first tick", ge=0)
+    catalog_look_skip: Names = _var(
+        "HEARTBEAT_CATALOG_LOOK_SKIP", (),
+        "`databricks`: delta_table sensor ids (as in the config) the catalog look never rules out: each is sensed "
+        "from its history every tick (a table written where Unity Catalog does not see it)", shown="none")
     ui_operators: Names = _var("HEARTBEAT_UI_OPERATORS", (),
                                "`ui --allow-actions`: the e-mail addresses of the users who may act", shown="none")
     ui_operator_groups: Names = _var("HEARTBEAT_UI_OPERATOR_GROUPS", (),
@@ -723,6 +729,7 @@ def settings_from(env: HeartbeatEnvironment) -> Settings:
         shutdown_grace_s=env.shutdown_grace,
         spark_jars_dir=env.spark_jars_dir,
         ui_operators=env.ui_operators,
+        catalog_look_skip=env.catalog_look_skip,
         ui_operator_groups=env.ui_operator_groups,
         databricks_http_timeout_s=env.databricks_http_timeout,
         databricks_retry_timeout_s=max(1, round(env.databricks_retry_timeout)),

@@ -19,16 +19,24 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from heartbeat_runner.core.backoff import Backoff
+from heartbeat_runner.core.errors import first_line
 from heartbeat_runner.core.metrics import metrics
 from heartbeat_runner.core.names import is_table_name, qualify, sql_string
-from heartbeat_runner.core.records import as_utc
 from heartbeat_runner.core.settings import Settings, Target, validate_identifier
 from heartbeat_runner.engines import delta_log, made_by
-from heartbeat_runner.engines.engine_errors import ChangeFeedRangeMissingError, EngineUnavailableError, is_kind
+from heartbeat_runner.engines.engine_errors import (
+    CatalogLookError,
+    CatalogLookUnavailableError,
+    ChangeFeedRangeMissingError,
+    EngineUnavailableError,
+    NoCatalogLookError,
+    is_kind,
+)
 from heartbeat_runner.engines.sail_process import SailProcess
 from heartbeat_runner.engines.spark_local import keep_connect_release_pool, make_default_connect_session
 
@@ -69,6 +77,30 @@ class Column:
     @property
     def delta_type(self) -> str:
         return _DELTA_TYPES[self.sql_type]
+
+
+#: History rows read beyond the versions a tick asks about (commits made between reading the newest version and
+#: reading the history); and the most versions one history read covers (a longer range counts as changed)
+HISTORY_SLACK = 8
+HISTORY_MAX_ROWS = 1000
+_HISTORY_LOCK = threading.Lock()
+#: ``information_schema.tables.table_type`` of tables every write of which goes through Unity Catalog, so that
+#: ``last_altered`` moves with each: the catalog look vouches for these only. An EXTERNAL table can be written
+#: at its path by another engine, unseen by the catalog: it is sensed from its history.
+VOUCHED_TABLE_TYPES = frozenset({"MANAGED", "STREAMING_TABLE", "MATERIALIZED_VIEW"})
+#: Back-off of a catalog whose look failed: after the n-th failure in a row its tables are sensed from their
+#: history for ``first_s * 2^(n-1)`` s (at most ``max_s``), then the look is asked again; a catalog without an
+#: information_schema waits ``max_s`` each time. Never switched off for the process.
+CATALOG_LOOK_BACKOFF = Backoff(first_s=30.0, max_s=1800.0)
+
+
+@dataclass(frozen=True)
+class CatalogEntry:
+    """What the catalog look says of one table: when it was last altered (UTC), and whether the catalog can
+    vouch for it (``VOUCHED_TABLE_TYPES``)."""
+
+    last_altered: datetime | None
+    vouched: bool
 
 
 @dataclass
@@ -127,32 +159,82 @@ class TableOps:
 
     def table_version(self, spark: SparkSession, name: str) -> int | None:
         rows = spark.sql(f"DESCRIBE HISTORY {name} LIMIT 1").collect()
+        self.count_history_rows(1)
         return int(rows[0]["version"]) if rows else None
 
     def data_changed_between(self, spark: SparkSession, name: str, after: int, up_to: int) -> bool:
         """Whether a commit after version ``after`` up to ``up_to`` changed data, from the table's history (one
         query): any operation outside delta_log.NO_DATA_OPERATIONS does; a range the history no longer holds
-        whole counts as changed (the safe answer)."""
+        whole counts as changed (the safe answer).
+
+        Invariant: the read is bounded by the versions asked for: ``DESCRIBE HISTORY ... LIMIT`` the range plus
+        ``HISTORY_SLACK`` (commits made since ``up_to`` was read), never the table's whole history (30 days of a
+        streaming table's commits); a range over ``HISTORY_MAX_ROWS`` versions is not read and counts as changed."""
         from pyspark.sql import functions as F
 
-        rows = (spark.sql(f"DESCRIBE HISTORY {name}")
+        wanted = int(up_to) - int(after)
+        if wanted <= 0:
+            return False
+        if wanted > HISTORY_MAX_ROWS:
+            return True
+        # LIMIT takes no parameter marker: an int, built here, never text from outside
+        rows = (spark.sql(f"DESCRIBE HISTORY {name} LIMIT {wanted + HISTORY_SLACK:d}")
                 .where((F.col("version") > int(after)) & (F.col("version") <= int(up_to)))
                 .select("operation").collect())
-        if len(rows) < up_to - after:
+        self.count_history_rows(wanted + HISTORY_SLACK)
+        if len(rows) < wanted:
             return True
         return any(row["operation"] not in delta_log.NO_DATA_OPERATIONS for row in rows)
 
-    def tables_altered(self, spark: SparkSession, catalog: str, since: datetime) -> dict[tuple[str, str], datetime] | None:
-        """``(schema, table) -> last_altered`` of the tables of ``catalog`` altered after ``since``: one query of the
-        catalog's ``information_schema.tables`` (Unity Catalog). None where the engine's tables are on this
-        machine (a log listing is cheaper than any catalog). Raises what the engine raises where there is
-        no such schema (the caller then stops asking)."""
+    def count_history_rows(self, rows: int) -> None:
+        """Add to ``history_rows``: history rows asked for (an upper bound of what the engine read)."""
+        with _HISTORY_LOCK:
+            self.history_rows += rows
+
+    #: history rows read by this adapter's queries (table_version, data_changed_between): the benchmark's figure
+    history_rows: int = 0
+
+    def tables_altered(self, spark: SparkSession, catalog: str,
+                       tables: Sequence[tuple[str, str]]) -> dict[tuple[str, str], CatalogEntry] | None:
+        """``(schema, table) -> CatalogEntry`` of those of ``tables`` (lower-case ``(schema, table)`` pairs) that
+        ``catalog``'s ``information_schema.tables`` (Unity Catalog) lists: one query, asking for those tables
+        only (their names bound as parameters, never spliced into the text). None where the engine's tables are
+        on this machine (a log listing is cheaper than any catalog).
+
+        Invariant: ``last_altered`` is read as microseconds since the epoch (``unix_micros``), so it is the
+        same instant whatever the session's or this process's time zone. CatalogLookError (from the engine's
+        error): NoCatalogLookError where the catalog has no information_schema, else CatalogLookUnavailableError."""
         if self.local_files or self.manages_locations:
             return None
-        rows = spark.sql(f"SELECT table_schema, table_name, last_altered FROM {catalog}.information_schema.tables "
-                         "WHERE last_altered > :since", args={"since": since}).collect()
-        return {(str(r["table_schema"]).lower(), str(r["table_name"]).lower()): as_utc(r["last_altered"])
-                for r in rows if r["last_altered"] is not None}
+        by_schema: dict[str, list[str]] = {}
+        for schema, table in tables:
+            by_schema.setdefault(schema, []).append(table)
+        args: dict[str, object] = {}
+        clauses = []
+        for i, (schema, names) in enumerate(sorted(by_schema.items())):
+            args[f"s{i}"] = schema
+            marks = []
+            for j, table in enumerate(sorted(set(names))):
+                args[f"t{i}_{j}"] = table
+                marks.append(f":t{i}_{j}")
+            clauses.append(f"(table_schema = :s{i} AND table_name IN ({', '.join(marks)}))")
+        if not clauses:
+            return {}
+        query = (f"SELECT table_schema, table_name, table_type, unix_micros(last_altered) AS altered_us "
+                 f"FROM {validate_identifier(catalog, 'catalog')}.information_schema.tables WHERE "
+                 + " OR ".join(clauses))
+        try:
+            rows = spark.sql(query, args=args).collect()
+        except Exception as exc:  # noqa: BLE001 - classified below, the cause kept
+            if is_kind(exc, EngineUnavailableError):
+                raise
+            if is_kind(exc, NoCatalogLookError):
+                raise NoCatalogLookError(f"{catalog} has no information_schema: {first_line(exc)}") from exc
+            raise CatalogLookUnavailableError(f"the catalog look of {catalog} failed: {first_line(exc)}") from exc
+        return {(str(r["table_schema"]).lower(), str(r["table_name"]).lower()): CatalogEntry(
+                    None if r["altered_us"] is None else datetime.fromtimestamp(r["altered_us"] / 1e6, tz=timezone.utc),
+                    str(r["table_type"] or "").upper() in VOUCHED_TABLE_TYPES)
+                for r in rows}
 
     def disk_location(self, spark: SparkSession, name: str) -> Path | None:
         """Where ``name`` keeps its files on this machine (None when not ``local_files``, or not a local
@@ -424,8 +506,13 @@ class Engine:
     _lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
     #: where tables of a ``local_files`` engine live, asked once per table (see delta_log_dir)
     _disk: dict[str, Path] = field(default_factory=dict, repr=False)
-    #: catalogs found without an information_schema (see tables_altered_since): not asked again
-    _no_catalog_look: set[str] = field(default_factory=set, repr=False)
+    #: catalog -> (failed looks in a row, monotonic time before which it is not asked again): see catalog_look
+    _look_failures: dict[str, tuple[int, float]] = field(default_factory=dict, repr=False)
+    #: tables whose ``last_altered`` was found lagging their history (see delta_table): sensed from their history
+    #: for the rest of the process, logged once
+    catalog_lagging: set[str] = field(default_factory=set, repr=False)
+    #: where the next spot check of a table the catalog rules out begins (delta_table, in turn)
+    catalog_spot_turn: int = 0
 
     @property
     def spark(self) -> SparkSession:
@@ -688,12 +775,15 @@ class Engine:
         engine's adapter, see TableOps.data_changed_between)."""
         return self.ops.data_changed_between(self.spark, name, after, up_to)
 
-    def tables_altered_since(self, names: Sequence[str], since: datetime) -> dict[str, datetime | None] | None:
-        """For each of ``names`` the catalog could answer for (``catalog.schema.table``, or ``schema.table`` in
-        Heartbeat's catalog), when it was last altered if that is after ``since``, else None; one query per
-        catalog. None when the engine has no such look (local engines). A catalog without an
-        ``information_schema`` (Databricks' ``hive_metastore``, a plain Spark catalog) answers for none of its
-        tables, and is not asked again by this engine; the other catalogs still are."""
+    def catalog_look(self, names: Sequence[str]) -> dict[str, CatalogEntry] | None:
+        """For each of ``names`` (``catalog.schema.table``, or ``schema.table`` in Heartbeat's catalog) that its
+        catalog lists, what the catalog says of it (``CatalogEntry``); one query per catalog, asking for these
+        tables only. None when the engine has no such look (local engines). A name not in the answer is not
+        vouched for: its caller senses it from its history.
+
+        A failing look (CatalogLookError) is logged as a warning, counted (``heartbeat_catalog_look_failures``)
+        and asked again after a back-off (``CATALOG_LOOK_BACKOFF``); meanwhile the catalog answers for none of its
+        tables. Never switched off for the process: the first look that works again is used."""
         by_catalog: dict[str, dict[tuple[str, str], str]] = {}
         for name in names:
             if not is_table_name(name):
@@ -701,21 +791,31 @@ class Engine:
             parts = name.lower().split(".")
             if len(parts) == 2 and self.settings.catalog:
                 parts.insert(0, self.settings.catalog.lower())
-            if len(parts) == 3 and parts[0] not in self._no_catalog_look:
+            if len(parts) == 3:
                 by_catalog.setdefault(parts[0], {})[(parts[1], parts[2])] = name
-        out: dict[str, datetime | None] = {}
+        out: dict[str, CatalogEntry] = {}
+        now = time.monotonic()
         for catalog, wanted in by_catalog.items():
+            failures, not_before = self._look_failures.get(catalog, (0, 0.0))
+            if now < not_before:
+                continue  # backing off: its tables are sensed from their history this tick
             try:
-                altered = self.ops.tables_altered(self.spark, catalog, since)
-            except Exception as exc:  # noqa: BLE001 - no information_schema here: sense every table
-                if is_kind(exc, EngineUnavailableError):  # the engine went away: ask again next tick
-                    raise
-                log.info("no catalog look for changed tables in %s (%s): every table's history is read", catalog, exc)
-                self._no_catalog_look.add(catalog)
+                found = self.ops.tables_altered(self.spark, catalog, sorted(wanted))
+            except CatalogLookError as exc:
+                failures += 1
+                terminal = isinstance(exc, NoCatalogLookError)
+                wait = CATALOG_LOOK_BACKOFF.max_s if terminal else CATALOG_LOOK_BACKOFF.after(failures)
+                self._look_failures[catalog] = (failures, now + wait)
+                metrics().catalog_look_failures.labels(kind="terminal" if terminal else "transient").inc()
+                log.warning("catalog look of %s failed (%d in a row): %s; its %d table(s) are sensed from their "
+                            "history, and the look is asked again in %.0f s", catalog, failures, exc, len(wanted), wait)
                 continue
-            if altered is None:
+            if found is None:
                 return None
-            out.update({name: altered.get(key) for key, name in wanted.items()})
+            if failures:
+                log.warning("catalog look of %s works again after %d failure(s)", catalog, failures)
+                self._look_failures.pop(catalog, None)
+            out.update({name: entry for key, name in wanted.items() if (entry := found.get(key)) is not None})
         return out
 
     def file_count(self, name: str) -> int:
@@ -899,5 +999,8 @@ def _open_databricks(settings: Settings) -> Engine:
     if settings.catalog:
         # dbt-spark names relations schema.table: they resolve in the session's current catalog
         spark.catalog.setCurrentCatalog(validate_identifier(settings.catalog, "catalog"))
+    # timestamps Spark hands back naive are in the session's zone: Heartbeat's are UTC (core/records.as_utc),
+    # whatever zone the cluster or a Databricks Connect laptop would give the session
+    spark.conf.set("spark.sql.session.timeZone", "UTC")
     spark.sql(f"CREATE SCHEMA IF NOT EXISTS {settings.schema}")  # a first deploy: the events are written before dbt runs
     return Engine(session=spark, settings=settings)

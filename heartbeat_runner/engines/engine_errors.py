@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from heartbeat_runner.core.errors import ConflictError, HeartbeatError, NotFoundError, TransientError
+from heartbeat_runner.core.errors import ConflictError, HeartbeatError, NotFoundError, TerminalError, TransientError
 
 
 class CommitConflictError(ConflictError, TransientError):
@@ -30,6 +30,19 @@ class EngineUnavailableError(TransientError):
 
 class ChangeFeedRangeMissingError(NotFoundError):
     """Delta holds no change data feed for the asked range (the feed was off for part of it)."""
+
+
+class CatalogLookError(HeartbeatError):
+    """The catalog look (``information_schema.tables``) of one catalog failed; its tables are sensed from their
+    history meanwhile. Raised ``from`` the engine's error."""
+
+
+class CatalogLookUnavailableError(CatalogLookError, TransientError):
+    """The look failed in a way that may pass (a timeout, a warehouse starting, a throttled query)."""
+
+
+class NoCatalogLookError(CatalogLookError, NotFoundError, TerminalError):
+    """The catalog has no ``information_schema`` (Databricks' ``hive_metastore``, a plain Spark catalog)."""
 
 
 @dataclass(frozen=True)
@@ -57,6 +70,10 @@ ENGINE_ERROR_RULES: tuple[ErrorRule, ...] = (
               ("delta_missing_change_data", "delta_change_data_file_not_found"),
               "Delta's readChangeFeed over versions written before the feed was turned on; change files "
               "vacuumed (Databricks' error class; OSS Delta 4.0 has none)"),
+    ErrorRule(NoCatalogLookError,
+              ("`information_schema`.`tables` cannot be found", "`information_schema` cannot be found"),
+              "Apache Spark 4.0 / Databricks asked for <catalog>.information_schema.tables where the catalog "
+              "has none (spark_catalog, hive_metastore)"),
     ErrorRule(EngineUnavailableError,
               ("exception deserializing response", "statuscode.unavailable", "connection reset",
                "socket closed", "cannot schedule new futures after shutdown"),

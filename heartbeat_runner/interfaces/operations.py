@@ -19,6 +19,7 @@ from typing import overload
 from heartbeat_runner.core.errors import ConfigError, InvalidInputError, NotFoundError
 from heartbeat_runner.core.records import Event, EventType, JobStatus, Outcome, utcnow
 from heartbeat_runner.core.settings import Settings, Target
+from heartbeat_runner.jobs.base import LIMIT_BACKOFF, SKIP_BACKOFF_KEY, SKIP_CODE_KEY
 from heartbeat_runner.lakehouse.store import CONTROL, EXPLANATION_VIEW, Cond, TableStore
 from heartbeat_runner.policies.retry import RetryPolicies
 from heartbeat_runner.policies.run_policies import load_run_policies
@@ -107,7 +108,22 @@ def explain(store: TableStore, job_id: str, idle: IdleSensing | None = None) -> 
     if not rows:
         raise unknown_job(job_id)
     rows = with_idle_sensing(rows, idle)
-    return Explanation(job_id, rows[0]["verdict"], bool(rows[0]["is_ready"]), rows)
+    verdict = rows[0]["verdict"]
+    if any(row.get("status") == JobStatus.NEW_EVENT_AVAILABLE.value for row in rows):
+        verdict += limit_skip_note(store, job_id)
+    return Explanation(job_id, verdict, bool(rows[0]["is_ready"]), rows)
+
+
+def limit_skip_note(store: TableStore, job_id: str) -> str:
+    """Why a ready job may not be asked for yet: its latest run was skipped for a workspace limit, and its data
+    waits for the back-off (``jobs.base.LIMIT_BACKOFF``) before it is asked for again; "" otherwise."""
+    skip = store.latest_skip(job_id)
+    if skip is None or not skip.get("payload") or not json.loads(skip["payload"]).get(SKIP_BACKOFF_KEY):
+        return ""
+    payload = json.loads(skip["payload"])
+    return (f"; its last run {skip['job_run_id']} was skipped for a workspace limit "
+            f"({payload.get(SKIP_CODE_KEY)}) at {skip['event_ts']}: its data is asked for again after a back-off "
+            f"({LIMIT_BACKOFF.first_s:g}s, doubling per skipped run, at most {LIMIT_BACKOFF.max_s:g}s)")
 
 
 def with_idle_sensing(rows: list[dict], idle: IdleSensing | None) -> list[dict]:

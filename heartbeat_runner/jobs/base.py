@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from heartbeat_runner.core.backoff import Backoff
 from heartbeat_runner.core.errors import JobsBackendError
 from heartbeat_runner.core.secrets import redact
 from heartbeat_runner.core.settings import Settings
@@ -27,17 +28,30 @@ if TYPE_CHECKING:  # pragma: no cover
 
 class RunOutcome(str, enum.Enum):
     """A run's fate as the tick sees it. SKIPPED: the jobs service ended the run without executing it (e.g.
-    the job's maximum concurrent runs were reached): its request is asked again, with a new token."""
+    the job's maximum concurrent runs were reached): its request is asked again, with a new token (after a
+    back-off when ``RunStatus.backoff``: a workspace limit). REFUSED: the jobs service will not run the job
+    at all (the job is disabled, a budget policy's limit is reached): a terminal non-run, never asked again
+    by itself (the job is blocked as by a failure, with an alert, until an operator acts)."""
 
     PENDING = "PENDING"
     RUNNING = "RUNNING"
     SUCCESS = "SUCCESS"
     FAILED = "FAILED"
     SKIPPED = "SKIPPED"
+    REFUSED = "REFUSED"
 
     @property
     def finished(self) -> bool:
-        return self in (RunOutcome.SUCCESS, RunOutcome.FAILED, RunOutcome.SKIPPED)
+        return self in (RunOutcome.SUCCESS, RunOutcome.FAILED, RunOutcome.SKIPPED, RunOutcome.REFUSED)
+
+
+#: Back-off before the data of a run that a workspace limit stopped (``RunStatus.backoff``) is asked for again:
+#: after the n-th skipped run of the same data, ``first_s * 2^(n-1)`` from the latest skip, at most ``max_s``.
+LIMIT_BACKOFF = Backoff(first_s=30.0, max_s=1800.0)
+#: The payload keys of a RUN_SKIPPED event: the run's termination code, and whether its data waits for a back-off.
+SKIP_CODE_KEY, SKIP_BACKOFF_KEY = "termination_code", "backoff"
+#: How a refused run's FAILED event message begins (``RunOutcome.REFUSED``): a non-run, not a failure of the job.
+REFUSED_PREFIX = "refused by the jobs service, never executed"
 
 
 @dataclass(frozen=True)
@@ -63,6 +77,14 @@ class RunStatus:
     failure_reason: str | None = None
     #: a failed run: the last lines of its output (redacted, at most TAIL_LINES), where the backend keeps them
     output_tail: tuple[str, ...] | None = None
+    #: the jobs service's termination code of a finished run, where it gives one (e.g. WORKSPACE_RUN_LIMIT_EXCEEDED)
+    code: str | None = None
+    #: a SKIPPED run that a workspace limit stopped: its request is asked again only after a back-off
+    backoff: bool = False
+    #: a SUCCESS that the service calls a success with failures (some task failed): the job's policy decides
+    #: (``RetryPolicy.success_with_failures``) from ``failed_tasks``, the keys of the run's failed tasks
+    partial: bool = False
+    failed_tasks: tuple[str, ...] | None = None
 
     def timing(self) -> dict[str, str | float | list[str]]:
         """The run's own times for its end event's payload (``run_started_at``, ``run_ended_at``,

@@ -13,6 +13,7 @@ retry of a request whose outcome was unknown (``retryable=True``).
 
 from __future__ import annotations
 
+import enum
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping
@@ -72,13 +73,78 @@ REPAIR_CHECKS = 8
 
 _PENDING_STATES = {"QUEUED", "PENDING", "BLOCKED", "WAITING", "WAITING_FOR_RETRY"}
 _RUNNING_STATES = {"RUNNING", "TERMINATING"}
-#: Terminal result codes that count as success. SUCCESS_WITH_FAILURES: the job's leaf
-#: tasks (including the final ``heartbeat complete`` task) succeeded.
-_SUCCESS_CODES = {"SUCCESS", "SUCCESS_WITH_FAILURES"}
-#: Terminal codes (``status.termination_details.code``, the legacy ``result_state``, or the legacy life cycle
-#: state) of a run that never executed: its request is asked again with a new token.
-_SKIPPED_CODES = {"SKIPPED", "MAX_CONCURRENT_RUNS_EXCEEDED", "MAX_JOB_QUEUE_SIZE_EXCEEDED",
-                  "MAXIMUM_CONCURRENT_RUNS_REACHED"}
+
+
+class TerminationRule(str, enum.Enum):
+    """What a finished run's termination code means for its request: one rule per code
+    (``TERMINATION_RULES``), written down in docs/databricks.md ("Termination codes")."""
+
+    #: the run succeeded
+    SUCCESS = "SUCCESS"
+    #: SUCCESS_WITH_FAILURES: success or failure as the job's ``success_with_failures`` policy says, from the
+    #: run's task results (runs/get); success by default
+    TASKS_DECIDE = "TASKS_DECIDE"
+    #: the run never executed (the job's own concurrency): asked again at the next tick with a new token
+    SKIPPED = "SKIPPED"
+    #: the run never executed for a workspace limit: asked again with a new token after an exponential
+    #: back-off (``jobs.base.LIMIT_BACKOFF``), shown in ``explain`` and counted in ``heartbeat_job_runs_not_executed``
+    LIMITED = "LIMITED"
+    #: the workspace refuses to run the job (disabled, budget policy): a terminal non-run; the job is blocked
+    #: with an alert and never asked again by itself (an operator's ``retry`` asks again)
+    REFUSED = "REFUSED"
+    #: the run failed: the job is blocked until a successful run (or the retry policy)
+    FAILED = "FAILED"
+
+
+#: The rule of every termination code: ``status.termination_details.code`` of API 2.2 (databricks-sdk
+#: ``jobs.TerminationCodeCode``, all of its members) and the legacy ``state.result_state``. A code not
+#: here (a future one) is FAILED: the job is blocked and the code shown, never silently taken as success.
+TERMINATION_RULES: dict[str, TerminationRule] = {
+    # API 2.2 termination codes (TerminationCodeCode)
+    "SUCCESS": TerminationRule.SUCCESS,
+    "SUCCESS_WITH_FAILURES": TerminationRule.TASKS_DECIDE,
+    "SKIPPED": TerminationRule.SKIPPED,
+    "MAX_CONCURRENT_RUNS_EXCEEDED": TerminationRule.SKIPPED,
+    "WORKSPACE_RUN_LIMIT_EXCEEDED": TerminationRule.LIMITED,
+    "CLUSTER_REQUEST_LIMIT_EXCEEDED": TerminationRule.LIMITED,
+    "MAX_JOB_QUEUE_SIZE_EXCEEDED": TerminationRule.LIMITED,
+    "MAX_SPARK_CONTEXTS_EXCEEDED": TerminationRule.LIMITED,
+    "DISABLED": TerminationRule.REFUSED,
+    "BUDGET_POLICY_LIMIT_EXCEEDED": TerminationRule.REFUSED,
+    "USER_CANCELED": TerminationRule.FAILED,
+    "CANCELED": TerminationRule.FAILED,
+    "RUN_EXECUTION_ERROR": TerminationRule.FAILED,
+    "INTERNAL_ERROR": TerminationRule.FAILED,
+    "DRIVER_ERROR": TerminationRule.FAILED,
+    "CLUSTER_ERROR": TerminationRule.FAILED,
+    "CLOUD_FAILURE": TerminationRule.FAILED,
+    "REPOSITORY_CHECKOUT_FAILED": TerminationRule.FAILED,
+    "INVALID_CLUSTER_REQUEST": TerminationRule.FAILED,
+    "INVALID_RUN_CONFIGURATION": TerminationRule.FAILED,
+    "FEATURE_DISABLED": TerminationRule.FAILED,
+    "LIBRARY_INSTALLATION_ERROR": TerminationRule.FAILED,
+    "STORAGE_ACCESS_ERROR": TerminationRule.FAILED,
+    "RESOURCE_NOT_FOUND": TerminationRule.FAILED,
+    "UNAUTHORIZED_ERROR": TerminationRule.FAILED,
+    "BREAKING_CHANGE": TerminationRule.FAILED,
+    # legacy state.result_state values not above
+    "MAXIMUM_CONCURRENT_RUNS_REACHED": TerminationRule.SKIPPED,
+    "FAILED": TerminationRule.FAILED,
+    "TIMEDOUT": TerminationRule.FAILED,
+    "EXCLUDED": TerminationRule.FAILED,
+    "UPSTREAM_FAILED": TerminationRule.FAILED,
+    "UPSTREAM_CANCELED": TerminationRule.FAILED,
+}
+#: Task result states of a run that count as the task's success (runs/get ``tasks[].state.result_state``).
+_TASK_OK = {"SUCCESS", "EXCLUDED"}
+
+
+def termination_rule(code: str | None, result_state: str | None = None) -> TerminationRule:
+    """The rule of a finished run: its code's, else its legacy result state's, else FAILED (unknown code)."""
+    for value in (code, result_state):  # the API 2.2 code first: more specific than a legacy "FAILED"
+        if value and value in TERMINATION_RULES:
+            return TERMINATION_RULES[value]
+    return TerminationRule.FAILED
 
 
 #: the jobs API endpoints Heartbeat calls: the ``endpoint`` label of their metrics (any other path: "other")
@@ -223,9 +289,11 @@ class DatabricksJobsBackend(JobsBackend):
                 "(HEARTBEAT_JOBS_API_LIST_PAGES) or the tick's API budget allows: runs not listed were "
                 "looked up one by one")
         self._remember_starts(runs, listing)
-        missing = [ref for ref in runs if listing.get(ref.run_id) is None]
+        # a success with failures is decided by its task results, which a listing does not hold: runs/get
+        missing = [ref for ref in runs if (run := listing.get(ref.run_id)) is None
+                   or (run.failed_tasks is None and run_status_of(run).partial)]
         found.statuses.update({ref.run_id: run_status_of(run) for ref in runs
-                               if (run := listing.get(ref.run_id)) is not None})
+                               if (run := listing.get(ref.run_id)) is not None and ref not in missing})
         lookups = call_all(missing, lambda ref: self.run_status(ref.job_id, ref.run_id), budget)
         found.absorb_statuses(lookups)
         self._recover(failed, listing, began_ms, budget, found)
@@ -557,6 +625,8 @@ class WireRun:
     queue_ms: int
     page_url: str | None
     repairs: int = 0
+    #: keys of the run's tasks that did not succeed; None when the answer held no tasks (runs/list)
+    failed_tasks: tuple[str, ...] | None = None
 
 
 def wire_run(body: Mapping[str, Any]) -> WireRun:
@@ -574,7 +644,7 @@ def wire_run(body: Mapping[str, Any]) -> WireRun:
     return WireRun(run_id=_int(body.get("run_id")), job_id=_int(body.get("job_id")), state=state, code=code,
                    result_state=_text(legacy.get("result_state")), message=message,
                    start_ms=_int(body.get("start_time")), end_ms=end_ms, queue_ms=_int(body.get("queue_duration")),
-                   page_url=_text(body.get("run_page_url")), repairs=len(repairs))
+                   page_url=_text(body.get("run_page_url")), repairs=len(repairs), failed_tasks=_failed_tasks(body))
 
 
 def latest_success_after(runs: Iterable[WireRun], after: datetime) -> RunStatus | None:
@@ -591,32 +661,60 @@ def latest_success_after(runs: Iterable[WireRun], after: datetime) -> RunStatus 
 
 def run_status_of(run: WireRun) -> RunStatus:
     """Map a run read from the wire to a RunStatus: QUEUED/PENDING/BLOCKED/WAITING are pending, RUNNING and
-    TERMINATING running; once over, SUCCESS and SUCCESS_WITH_FAILURES are success, a run that never executed
-    (SKIPPED, MAX_CONCURRENT_RUNS_EXCEEDED) is skipped, anything else (RUN_EXECUTION_ERROR, TIMEDOUT,
-    CANCELED, INTERNAL_ERROR) failed, with its reason."""
+    TERMINATING running; once over, the rule of its termination code decides (``TERMINATION_RULES``, one per
+    code): SUCCESS success; SUCCESS_WITH_FAILURES success marked ``partial`` with its failed tasks (the job's
+    policy decides); SKIPPED / LIMITED skipped (LIMITED with ``backoff``); REFUSED refused; anything else
+    (RUN_EXECUTION_ERROR, TIMEDOUT, CANCELED, INTERNAL_ERROR, an unknown code) failed, with its reason."""
     lifecycle, code = run.state, run.code
+    rule: TerminationRule | None = None
     if lifecycle in _PENDING_STATES:
         outcome = RunOutcome.PENDING
     elif lifecycle in _RUNNING_STATES:
         outcome = RunOutcome.RUNNING
-    elif code in _SUCCESS_CODES:
-        outcome = RunOutcome.SUCCESS
-    elif lifecycle == "SKIPPED" or code in _SKIPPED_CODES or run.result_state in _SKIPPED_CODES:
-        outcome = RunOutcome.SKIPPED
-    else:  # TERMINATED with a failure code, INTERNAL_ERROR
-        outcome = RunOutcome.FAILED
+    else:
+        rule = termination_rule(code, run.result_state)
+        if lifecycle == "SKIPPED" and rule not in (TerminationRule.LIMITED, TerminationRule.REFUSED):
+            rule = TerminationRule.SKIPPED
+        outcome = _OUTCOMES[rule]
     text = None
-    if outcome in (RunOutcome.FAILED, RunOutcome.SKIPPED) or (outcome is RunOutcome.SUCCESS and code != "SUCCESS"):
+    if outcome in (RunOutcome.FAILED, RunOutcome.SKIPPED, RunOutcome.REFUSED) or (
+            outcome is RunOutcome.SUCCESS and code != "SUCCESS"):
         reason = code or lifecycle
         if run.result_state and run.result_state not in (code, "FAILED"):
             reason = f"{run.result_state} ({reason})" if reason else run.result_state
         text = ": ".join(p for p in (reason, run.message) if p)
+        if run.failed_tasks:
+            text += f" (failed tasks: {', '.join(run.failed_tasks)})"
         if run.page_url:
             text += f" ({run.page_url})"
     reason = shorten(redact(run.message), REASON_CHARS) if outcome is RunOutcome.FAILED and run.message else None
     return RunStatus(run_id=str(run.run_id), outcome=outcome, message=text,
                      start_time=_from_ms(run.start_ms), end_time=_from_ms(run.end_ms) if outcome.finished else None,
-                     queue_s=run.queue_ms / 1000 if run.queue_ms else None, failure_reason=reason)
+                     queue_s=run.queue_ms / 1000 if run.queue_ms else None, failure_reason=reason,
+                     code=(code or run.result_state) if outcome.finished else None,
+                     backoff=rule is TerminationRule.LIMITED, partial=rule is TerminationRule.TASKS_DECIDE,
+                     failed_tasks=run.failed_tasks)
+
+
+#: The outcome each rule gives a finished run (TASKS_DECIDE: success, marked partial for the job's policy).
+_OUTCOMES = {TerminationRule.SUCCESS: RunOutcome.SUCCESS, TerminationRule.TASKS_DECIDE: RunOutcome.SUCCESS,
+             TerminationRule.SKIPPED: RunOutcome.SKIPPED, TerminationRule.LIMITED: RunOutcome.SKIPPED,
+             TerminationRule.REFUSED: RunOutcome.REFUSED, TerminationRule.FAILED: RunOutcome.FAILED}
+
+
+def _failed_tasks(body: Mapping[str, Any]) -> tuple[str, ...] | None:
+    """The keys of the run's tasks that did not succeed (runs/get ``tasks``); None when the answer holds no
+    tasks (a runs/list page without ``expand_tasks``)."""
+    tasks = body.get("tasks")
+    if not isinstance(tasks, list) or not tasks:
+        return None
+    failed = []
+    for task in (_mapping(item) for item in tasks):
+        details = _mapping(_mapping(task.get("status")).get("termination_details"))
+        result = _text(details.get("code")) or _text(_mapping(task.get("state")).get("result_state"))
+        if result is not None and result not in _TASK_OK:
+            failed.append(_text(task.get("task_key")) or "?")
+    return tuple(failed)
 
 
 def _mapping(value: object) -> Mapping[str, Any]:

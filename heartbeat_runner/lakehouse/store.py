@@ -562,6 +562,23 @@ class TableStore:
                           Cond("event_type", EventType.RUN_SKIPPED.value), columns=["idempotency_token"])
         return {row["idempotency_token"] for row in found}
 
+    def skip_events(self, idempotency_tokens: list[str]) -> dict[str, tuple[datetime, dict[str, Any]]]:
+        """For each of ``idempotency_tokens`` whose run the jobs service skipped: when the skip was recorded and
+        its payload (the run's termination code, whether its data waits for a back-off)."""
+        if not idempotency_tokens:
+            return {}
+        found = self.read(EVENTS, Cond("idempotency_token", idempotency_tokens, "in"),
+                          Cond("event_type", EventType.RUN_SKIPPED.value),
+                          columns=["idempotency_token", "event_ts", "payload"])
+        return {row["idempotency_token"]: (row["event_ts"], json.loads(row["payload"]) if row["payload"] else {})
+                for row in found}
+
+    def latest_skip(self, job_id: str) -> dict[str, Any] | None:
+        """The job's latest RUN_SKIPPED event (its time, run, message and payload), or None."""
+        found = self.read(EVENTS, Cond("trigger_job_id", job_id), Cond("event_type", EventType.RUN_SKIPPED.value),
+                          columns=["event_ts", "job_run_id", "message", "payload"], order_by=["event_ts DESC"], limit=1)
+        return found[0] if found else None
+
     def request_payload(self, idempotency_token: str) -> dict[str, Any]:
         """The whole payload of a trigger request: the job parameters and Heartbeat's own ``_`` keys
         (a catch-up sequence's plan)."""

@@ -42,10 +42,31 @@ class RetryPolicy:
     backoff_s: float = 300.0
     multiplier: float = 2.0
     max_backoff_s: float = 3600.0
+    #: what a run that the jobs service ends as a success with failures (Databricks SUCCESS_WITH_FAILURES:
+    #: its leaf tasks succeeded, another task failed) is for this job: ``success`` (the default), ``failed``
+    #: (any failed task fails it), or the task keys that must have succeeded (e.g. ``[etl]`` for a job whose
+    #: last task is an ALL_DONE cleanup)
+    success_with_failures: str | tuple[str, ...] = "success"
 
     def __post_init__(self) -> None:
         if self.max_retries < 0 or self.backoff_s < 0 or self.multiplier < 1 or self.max_backoff_s < 0:
             raise ValueError(f"invalid retry policy {self!r}: counts and delays must be >= 0, multiplier >= 1")
+        choice = self.success_with_failures
+        if isinstance(choice, str) and choice not in PARTIAL_CHOICES or not isinstance(choice, (str, tuple)) \
+                or isinstance(choice, tuple) and (not choice or not all(isinstance(t, str) and t for t in choice)):
+            raise ValueError(f"success_with_failures {choice!r}: expected 'success', 'failed' or a list of the "
+                             "task keys that must have succeeded")
+
+    def partial_success_counts(self, failed_tasks: tuple[str, ...] | None) -> bool:
+        """Whether a success with failures whose failed tasks are ``failed_tasks`` (None: not known) is a success
+        for this job. Invariant: ``success`` always says yes; ``failed`` always says no (some task failed); a
+        list of task keys says yes exactly when the failed tasks are known and none of them is listed."""
+        choice = self.success_with_failures
+        if choice == "success":
+            return True
+        if choice == "failed" or failed_tasks is None:
+            return False
+        return not set(choice) & set(failed_tasks)
 
     @property
     def enabled(self) -> bool:
@@ -62,13 +83,14 @@ class RetryPolicy:
         # catch_up: the bounded catch-up policy of the same job (policies/catch_up.py reads it)
         values.pop("catch_up", None)
         values.pop("window", None)  # the event-time window policy (policies/event_windows.py)
-        unknown = set(values) - {"max_retries", "backoff_s", "multiplier", "max_backoff_s"}
+        unknown = set(values) - {"max_retries", "backoff_s", "multiplier", "max_backoff_s", "success_with_failures"}
         if unknown:
             raise ValueError(f"unknown retry policy setting(s): {', '.join(sorted(unknown))}")
         return cls(max_retries=int(values.get("max_retries", cls.max_retries)),
                    backoff_s=parse_seconds(values.get("backoff_s", cls.backoff_s)),
                    multiplier=float(values.get("multiplier", cls.multiplier)),
-                   max_backoff_s=parse_seconds(values.get("max_backoff_s", cls.max_backoff_s)))
+                   max_backoff_s=parse_seconds(values.get("max_backoff_s", cls.max_backoff_s)),
+                   success_with_failures=_partial_choice(values.get("success_with_failures", "success")))
 
     def delay(self, failures: int) -> timedelta:
         """Wait after the ``failures``-th consecutive failure before the next attempt."""
@@ -87,6 +109,15 @@ class RetryPolicy:
         if now < due:
             return RetryDecision(False, attempt, due, f"retry {attempt} of {self.max_retries} due at {due.isoformat()}")
         return RetryDecision(True, attempt, due, f"retry {attempt} of {self.max_retries}")
+
+
+#: The words ``success_with_failures`` accepts besides a list of task keys.
+PARTIAL_CHOICES = ("success", "failed")
+
+
+def _partial_choice(value: object) -> str | tuple[str, ...]:
+    """``success_with_failures`` as written in YAML: a word, or a list of task keys (kept as a tuple)."""
+    return tuple(str(v) for v in value) if isinstance(value, list) else str(value)
 
 
 @dataclass(frozen=True)

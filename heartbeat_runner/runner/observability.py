@@ -39,6 +39,8 @@ def count_tick(result: TickResult, backend: str) -> None:
     m.jobs_completed.labels(backend=backend).inc(len(result.completed))
     m.jobs_failed.labels(backend=backend).inc(len(result.failed))
     m.trigger_errors.labels(backend=backend).inc(len(result.trigger_errors))
+    for (code, fate), count in result.not_executed.items():
+        m.runs_not_executed.labels(code=code, fate=fate).inc(count)
 
 
 def count_outcome(result: TickResult | None, *, failed: bool) -> None:

@@ -32,7 +32,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
@@ -50,6 +50,7 @@ from heartbeat_runner.core.records import (
     RunSummary,
     SensorEvaluation,
     TickStatus,
+    as_utc,
     idempotency_token,
     job_parameters,
     new_data_event_id,
@@ -58,6 +59,10 @@ from heartbeat_runner.core.records import (
     utcnow,
 )
 from heartbeat_runner.jobs.base import (
+    LIMIT_BACKOFF,
+    REFUSED_PREFIX,
+    SKIP_BACKOFF_KEY,
+    SKIP_CODE_KEY,
     FailedJob,
     JobsBackend,
     Reconciliation,
@@ -148,6 +153,12 @@ class TickResult:
     overdue: list[JobProblem] = field(default_factory=list)  # runs past their maximum duration
     #: runs the jobs service skipped without executing them: their data is asked for again at a later tick
     runs_skipped: list[JobProblem] = field(default_factory=list)
+    #: requests held back this tick: their last run was skipped for a workspace limit and the back-off is not over
+    runs_deferred: list[JobProblem] = field(default_factory=list)
+    #: runs that never executed, by (termination code, fate): fate ``skipped`` (asked again next tick),
+    #: ``limited`` (asked again after a back-off), ``refused`` (a terminal non-run), ``deferred`` (an ask held
+    #: back by the back-off): the ``heartbeat_job_runs_not_executed`` metric
+    not_executed: Counter[tuple[str, str]] = field(default_factory=Counter)
     #: job ids whose trigger request or run lookup did not fit the tick's API budget (done next tick, in order)
     carried: list[str] = field(default_factory=list)
     #: what the jobs backend said about how it read (e.g. a listing over its page budget)
@@ -220,6 +231,7 @@ class TickResult:
             "retried": self.retried, "manual": self.manual,
             "overdue": [p.as_dict("message") for p in self.overdue],
             "runs_skipped": [p.as_dict("message") for p in self.runs_skipped],
+            "runs_deferred": [p.as_dict("message") for p in self.runs_deferred],
             "carried": self.carried, "api_notes": self.api_notes, "recovered": self.recovered,
             "stage_timings": self.stage_timings, "sql_parses": self.sql_parses, "exit_code": self.exit_code,
             "scope": self.scope.describe(),
@@ -578,7 +590,7 @@ class Heartbeat:
         wanted = [Wanted(job_id, rows[0].trigger_job_name, rows, _consumed(rows[0].consumed_event_ids))
                   for job_id, rows in by_job.items()]
         wanted += self._manual_runs(set(by_job) | {request.job_id for request in carried})
-        wanted = self._past_skips(wanted)
+        wanted = self._past_skips(wanted, result)
         if not wanted:
             if carried:
                 self._request_runs(result, [], carried)
@@ -595,12 +607,34 @@ class Heartbeat:
                                                           want.message)
                                     for want, req, payload in planned], carried + [req for _, req, _ in planned])
 
-    def _past_skips(self, wanted: list[Wanted]) -> list[Wanted]:
+    def _past_skips(self, wanted: list[Wanted], result: TickResult | None = None) -> list[Wanted]:
         """Each wanted run with the first token of its chain (``skipped_token``) whose run was not skipped: the
         same data asked again after a skipped run gets a new token (the old one would hand back the skipped
-        run), derived from recorded events only, so a crash replays it."""
+        run), derived from recorded events only, so a crash replays it.
+
+        A run a workspace limit skipped (its RUN_SKIPPED event says ``backoff``) holds its data back until
+        ``LIMIT_BACKOFF.after(n)`` has passed since that skip, n the skipped runs of the same data so far: such
+        a want is left out of this tick and noted in ``result.runs_deferred`` (and the metrics)."""
         attempts = self._skip_attempts([want.first_token for want in wanted])
-        return [replace(want, attempt=attempts.get(want.first_token, 0)) for want in wanted]
+        wanted = [replace(want, attempt=attempts.get(want.first_token, 0)) for want in wanted]
+        skipped = {skipped_token(want.first_token, want.attempt - 1): want for want in wanted if want.attempt}
+        if not skipped:
+            return wanted
+        now, held = utcnow(), set()
+        for token, (skipped_at, payload) in self.store.skip_events(sorted(skipped)).items():
+            want = skipped[token]
+            if not payload.get(SKIP_BACKOFF_KEY):
+                continue
+            due = as_utc(skipped_at) + timedelta(seconds=LIMIT_BACKOFF.after(want.attempt))
+            if now < due:
+                held.add(want.first_token)
+                code = str(payload.get(SKIP_CODE_KEY) or "SKIPPED")
+                if result is not None:
+                    result.runs_deferred.append(JobProblem(want.job_id, (
+                        f"its last run was skipped for a workspace limit ({code}, {want.attempt} skipped run(s) of "
+                        f"this data); asked again after {due.isoformat(timespec='seconds')}")))
+                    result.not_executed[(code, "deferred")] += 1
+        return [want for want in wanted if want.first_token not in held]
 
     def _skip_attempts(self, tokens: list[str]) -> dict[str, int]:
         """For each first token, the first attempt of its chain whose run was not skipped (0: the token itself).
@@ -866,18 +900,43 @@ class Heartbeat:
             return []
         if status.outcome is RunOutcome.SKIPPED:
             # the run never executed: its request is void (heartbeat_in_lifecycle), the data it consumed is
-            # pending again, and a later tick asks with a new token (_past_skips)
-            note = f"run {run_id} was skipped ({status.message}); its data is asked for again at a later tick"
+            # pending again, and a later tick asks with a new token (_past_skips), after a back-off when a
+            # workspace limit stopped it
+            code = status.code or "SKIPPED"
+            later = "after a back-off (workspace limit)" if status.backoff else "at a later tick"
+            note = f"run {run_id} was skipped ({status.message}); its data is asked for again {later}"
             result.runs_skipped.append(JobProblem(row.trigger_job_id, note))
+            result.not_executed[(code, "limited" if status.backoff else "skipped")] += 1
+            payload = {**status.timing(), SKIP_CODE_KEY: code, SKIP_BACKOFF_KEY: status.backoff}
             return [self._event(result, EventType.RUN_SKIPPED, row.trigger_job_id, job_run_id=run_id,
                                 idempotency_token=row.last_idempotency_token, message=status.message,
-                                payload=_timing_payload(status))]
+                                payload=json.dumps(payload))]
+        if status.outcome is RunOutcome.REFUSED:
+            # a terminal non-run: the job is blocked as by a failure (JOB_FAILED alert, FAILED status) and never
+            # asked again by itself; its own words say it never ran and what to do
+            code = status.code or "REFUSED"
+            refusal = (f"{REFUSED_PREFIX} ({status.message}); the job waits until the cause is fixed in the "
+                       "workspace, then `retry`")
+            log.warning("job %s: run %s %s", row.trigger_job_id, run_id, refusal)
+            result.failed.append(row.trigger_job_id)
+            result.not_executed[(code, "refused")] += 1
+            if status.end_time is not None:
+                result.ended_at[row.trigger_job_id] = status.end_time
+            return [self._event(result, EventType.FAILED, row.trigger_job_id, job_run_id=run_id, message=refusal,
+                                payload=json.dumps({**status.timing(), "refused": code}))]
         success = status.outcome is RunOutcome.SUCCESS
+        message: str | None = status.message
+        if success and status.partial:
+            policy = self.policies.for_job(row.trigger_job_id)
+            if not policy.partial_success_counts(status.failed_tasks):
+                success = False
+                message = (f"{status.message}; counted as failed by the job's policy "
+                           f"(success_with_failures: {policy.success_with_failures})")
         (result.completed if success else result.failed).append(row.trigger_job_id)
         if status.end_time is not None:
             result.ended_at[row.trigger_job_id] = status.end_time
         return [self._event(result, EventType.COMPLETED if success else EventType.FAILED, row.trigger_job_id,
-                            job_run_id=run_id, message=status.message, payload=_timing_payload(status))]
+                            job_run_id=run_id, message=message, payload=_timing_payload(status))]
 
     def _recovery_events(self, row: ControlRow, run: RunStatus | None, result: TickResult) -> list[Event]:
         """A COMPLETED event when ``run``, a successful run after the row's failure, was found."""

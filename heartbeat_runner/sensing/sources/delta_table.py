@@ -15,6 +15,7 @@ Cursor: ``{"version": int}`` plus ``"value"`` (the key reached) when keyed.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from datetime import timedelta
 from pathlib import Path
@@ -43,9 +44,44 @@ from heartbeat_runner.sensing.watch import FolderWatch
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame
 
+log = logging.getLogger(__name__)
+
 #: how far the catalog's clock may be behind the runner's: a table altered up to this long before its
 #: cursor was taken is still sensed (a bulk look must never rule out a commit the cursor missed)
 CATALOG_CLOCK_MARGIN = timedelta(minutes=5)
+
+
+#: tables a tick spot-checks among those the catalog look rules out (their newest version, one history row each):
+#: with N such tables, a catalog lagging one of them is found within ceil(N / CATALOG_SPOT_CHECKS) ticks
+CATALOG_SPOT_CHECKS = 1
+
+
+def _spot_checked(ruled_out: dict[str, str], names: dict[str, tuple[str, SensingTarget]],
+                  ctx: SenseContext) -> dict[str, str]:
+    """``ruled_out`` less the tables whose spot check (their newest version, in turn across ticks) found a commit
+    after their cursor: the catalog lags their history. Each such table is logged once and joins
+    ``engine.catalog_lagging``; a check that cannot read the table leaves it to sensing too."""
+    if not ruled_out or CATALOG_SPOT_CHECKS <= 0:
+        return ruled_out
+    keys = sorted(ruled_out)
+    start = ctx.engine.catalog_spot_turn % len(keys)
+    ctx.engine.catalog_spot_turn = start + CATALOG_SPOT_CHECKS
+    out = dict(ruled_out)
+    for key in (keys[(start + n) % len(keys)] for n in range(min(CATALOG_SPOT_CHECKS, len(keys)))):
+        name, target = names[key]
+        seen = (load_cursor(target.cursor) or {}).get("version")
+        try:
+            current = ctx.engine.table_version(name)
+        except Exception:  # noqa: BLE001 - in doubt, leave it in: sensing reports what is wrong
+            out.pop(key)
+            continue
+        if seen is not None and current is not None and current > int(seen):
+            out.pop(key)
+            if name not in ctx.engine.catalog_lagging:
+                ctx.engine.catalog_lagging.add(name)
+                log.warning("%s has commits after version %s that the catalog's last_altered does not show: it is "
+                            "sensed from its history from now on (set HEARTBEAT_CATALOG_LOOK_SKIP to say so)", name, seen)
+    return out
 
 
 class DeltaTableSource(Source):
@@ -85,26 +121,35 @@ class DeltaTableSource(Source):
 
     @staticmethod
     def _unchanged_in_the_catalog(targets: Sequence[SensingTarget], ctx: SenseContext) -> dict[str, str]:
-        """Tables the catalog says were not altered since their cursor was taken, in one catalog query per
-        catalog (Unity Catalog's ``information_schema.tables.last_altered``; engines whose tables are on
-        this machine have no such look, and need none). ``last_altered`` also moves on metadata changes, so
-        it only rules tables out: one it names is sensed (its history then tells data from maintenance)."""
-        taken = {t.source_key: (ctx.engine.upstream_table(t.sensor_id), as_utc(t.cursor_ts)) for t in targets
-                 if t.cursor is not None and t.cursor_ts is not None and not is_path(t.sensor_id)}
+        """Tables the catalog vouches were not altered since their cursor was taken, in one catalog query per
+        catalog asking for these tables only (Unity Catalog's ``information_schema.tables.last_altered``;
+        engines whose tables are on this machine have no such look, and need none). ``last_altered`` also
+        moves on metadata changes, so it only rules tables out: one it names is sensed (its history then tells
+        data from maintenance).
+
+        Invariant: a table is ruled out only when the catalog can vouch for it: listed, of a type every write of
+        which goes through the catalog (``VOUCHED_TABLE_TYPES``: not an EXTERNAL table, which other engines can
+        write at its path), not named in ``HEARTBEAT_CATALOG_LOOK_SKIP``, and not found lagging its history.
+        Lagging is found by spot checks: ``CATALOG_SPOT_CHECKS`` tables a tick that the look would rule out, in
+        turn, have their newest version read (one history row); one that moved past its cursor while its
+        ``last_altered`` did not is logged once and sensed from its history for the rest of the process."""
+        skip = {name.lower() for name in ctx.engine.settings.catalog_look_skip}
+        taken = {t.source_key: (ctx.engine.upstream_table(t.sensor_id), as_utc(t.cursor_ts), t) for t in targets
+                 if t.cursor is not None and t.cursor_ts is not None and not is_path(t.sensor_id)
+                 and t.sensor_id.lower() not in skip}
         if not taken:
             return {}
-        since = min(at for _, at in taken.values()) - CATALOG_CLOCK_MARGIN
-        looked = ctx.engine.tables_altered_since(sorted({name for name, _ in taken.values()}), since)
+        looked = ctx.engine.catalog_look(sorted({name for name, _, _ in taken.values()}))
         if looked is None:
             return {}
-        out = {}
-        for key, (name, at) in taken.items():
-            if name not in looked:
-                continue  # the catalog could not answer for it: sensed
-            last = looked[name]
-            if last is None or last < at - CATALOG_CLOCK_MARGIN:
-                out[key] = "not altered since the cursor (catalog)"
-        return out
+        ruled_out = {}
+        for key, (name, at, _) in taken.items():
+            entry = looked.get(name)
+            if entry is None or not entry.vouched or name in ctx.engine.catalog_lagging:
+                continue  # the catalog cannot vouch for it: sensed from its history
+            if entry.last_altered is None or entry.last_altered < at - CATALOG_CLOCK_MARGIN:
+                ruled_out[key] = "not altered since the cursor (catalog)"
+        return _spot_checked(ruled_out, {key: (name, target) for key, (name, _, target) in taken.items()}, ctx)
 
     def watch(self, targets: Sequence[SensingTarget], ctx: SenseContext,
               wake: Callable[[str], None]) -> FolderWatch | None:
