@@ -81,8 +81,38 @@ def test_validate_checks_the_config_and_the_run_policies_together_and_reports_ev
     assert "job J9, which no config row triggers" in proc.stdout
     found = json.loads(cli(tmp_path, "validate", "--json", env=env).stdout)["run_policies"]
     assert (found["window"], found["retry"], found["unknown_jobs"]) == (["J1", "J2"], ["J1", "J2", "J9"], ["J9"])
-    missing = cli(tmp_path, "validate", env={"HEARTBEAT_RUN_POLICY": str(tmp_path / "polices.yml")}).stdout
-    assert "polices.yml (HEARTBEAT_RUN_POLICY) does not exist: no run policies" in missing
+    missing = cli(tmp_path, "validate", check=False, env={"HEARTBEAT_RUN_POLICY": str(tmp_path / "polices.yml")})
+    assert missing.returncode == 1
+    assert f"HEARTBEAT_RUN_POLICY names {tmp_path / 'polices.yml'}, which does not exist" in missing.stderr
+
+
+def _lakehouse_files(root):
+    """Every file of the lakehouse with its size and modification time: what a refused command must not change."""
+    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*") if p.is_file()}
+
+
+@pytest.mark.slow
+def test_a_missing_or_bad_run_policy_file_is_refused_before_anything_is_touched(tmp_path):
+    """HEARTBEAT_RUN_POLICY naming a file that is not there (a typo) stops ``run``, ``run --loop`` and ``validate``
+    with exit 1 and one line naming the variable and the path, as does a file with a bad policy; in every case
+    before the lakehouse is opened: no file of it changes (the tick lease is not claimed, no run row)."""
+    (tmp_path / "cfg.csv").write_text("\n".join([HEADER, row("trigger_file", "drop", "J1")]) + "\n")
+    (tmp_path / "jobs.yml").write_text(f"jobs:\n  J1: [{sys.executable!r}, '-c', 'print(1)']\n")
+    cli(tmp_path, "seed")
+    before = _lakehouse_files(tmp_path / "lh")
+    typo = tmp_path / "run_polcy.yml"
+    for args in (["run"], ["run", "--loop", "--interval", "1"], ["validate"]):
+        proc = cli(tmp_path, *args, check=False, env={"HEARTBEAT_RUN_POLICY": str(typo)})
+        assert proc.returncode == 1, proc
+        assert f"HEARTBEAT_RUN_POLICY names {typo}, which does not exist" in proc.stderr
+        assert "Traceback" not in proc.stderr
+    bad = tmp_path / "run_policy.yml"
+    bad.write_text("jobs:\n  J1: {catch_up: {max_window: 7x}}\n")
+    for args in (["run"], ["run", "--loop", "--interval", "1"]):
+        proc = cli(tmp_path, *args, check=False, env={"HEARTBEAT_RUN_POLICY": str(bad)})
+        assert proc.returncode == 1 and f"{bad}: invalid catch_up policy: max_window '7x'" in proc.stderr, proc
+    assert _lakehouse_files(tmp_path / "lh") == before
+    assert not json.loads(cli(tmp_path, "runs", "--json").stdout)
 
 
 def test_commands_before_seed_explain_what_to_do(tmp_path):

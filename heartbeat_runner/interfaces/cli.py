@@ -82,7 +82,7 @@ from heartbeat_runner.interfaces.output import (
 from heartbeat_runner.interfaces.status_view import OnCall, health_line, on_call, render
 from heartbeat_runner.policies.event_windows import source_grains
 from heartbeat_runner.policies.run_policies import RunPolicies, alert_destination_problems, load_run_policies
-from heartbeat_runner.policies.run_policy_file import policy_problem
+from heartbeat_runner.policies.run_policy_file import missing_file_problem, policy_problem
 from heartbeat_runner.runner.alerting import Liveness, idle_sensing
 from heartbeat_runner.runner.app import App, open_app
 from heartbeat_runner.runner.lease import LeaseHeld, tick_lease
@@ -397,9 +397,7 @@ def cmd_validate(args: argparse.Namespace, settings: Settings) -> int:
     print(f"{config.path}: {len(config.rows)} row(s), {len(jobs)} job(s): valid")
     if config.defaulted_columns:
         print(f"  columns not in the file, defaults used: {', '.join(config.defaulted_columns)}")
-    if policy_file is not None and not policy_file.exists():
-        print(f"  warning: {policy_file} (HEARTBEAT_RUN_POLICY) does not exist: no run policies")
-    elif policy_file is not None:
+    if policy_file is not None:
         print(f"{policy_file}: {len(policies.retry.jobs)} retry, {len(policies.catch_up)} catch-up and "
               f"{len(policies.windows)} window policy(ies): valid")
         if policies.alerts.enabled:
@@ -430,7 +428,10 @@ def _checked_config(settings: Settings) -> tuple[LoadedConfig, RunPolicies]:
         config = load_config(settings.effective_config_csv)
     except ConfigError as exc:
         problems += exc.problems
+    missing = missing_file_problem(settings.run_policy_file, settings.run_policy_variable)
     try:
+        if missing is not None:
+            raise ConfigError([missing])  # a configured file that is not there: never "no policies"
         policies = load_run_policies(settings.run_policy_file)
         problems += alert_destination_problems(settings.run_policy_file, policies.alerts)
     except ConfigError as exc:

@@ -38,6 +38,7 @@ from heartbeat_runner.core.secrets import redact
 from heartbeat_runner.core.settings import Settings
 from heartbeat_runner.core.stopping import StopRequest
 from heartbeat_runner.lakehouse.store import TableStore
+from heartbeat_runner.policies.run_policies import runnable_policies
 from heartbeat_runner.runner.app import App, open_app
 from heartbeat_runner.runner.lease import Lease, LeaseHeld, tick_lease
 from heartbeat_runner.runner.memory import (
@@ -177,14 +178,18 @@ class LoopHooks:
 
 def run_once(settings: Settings, config: RunConfig, view: TickView) -> int:
     """``run``: one tick under the lease; its exit code (0 when skipped). A tick that raises is recorded,
-    then its error is raised again (the caller's exit code for it is non-zero)."""
+    then its error is raised again (the caller's exit code for it is non-zero). A run-policy file that is
+    missing or invalid is refused (ConfigError) before anything is opened or claimed."""
+    _check_run_policies(settings)
     return _under_lease(settings, config, view, lambda app, lease: _one_tick(app, lease, view))
 
 
 def run_forever(settings: Settings, config: RunConfig, view: LoopView) -> int:
     """``run --loop``: tick every ``config.interval_s`` until SIGINT/SIGTERM (see the module's invariants).
     Past its memory ceiling it closes everything, then replaces its own process (never returns then).
-    With ``config.metrics_port`` it serves its metrics there, on a thread, for as long as it runs."""
+    With ``config.metrics_port`` it serves its metrics there, on a thread, for as long as it runs. A run-policy
+    file that is missing or invalid is refused (ConfigError) before anything is opened, served or claimed."""
+    _check_run_policies(settings)
     exposition = _exposition(config)
     try:
         return _under_lease(settings, config, view, lambda app, lease: _loop_with(app, lease, config, view))
@@ -197,6 +202,12 @@ def run_forever(settings: Settings, config: RunConfig, view: LoopView) -> int:
     finally:
         if exposition is not None:
             exposition.close()
+
+
+def _check_run_policies(settings: Settings) -> None:
+    """ConfigError when the run-policy file the settings name is missing or invalid (policies/run_policies.py);
+    asked before the lakehouse is opened, so a refused run writes nothing and never claims the lease."""
+    runnable_policies(settings.run_policy_file, settings.run_policy_variable)
 
 
 def _exposition(config: RunConfig) -> MetricsServer | None:
