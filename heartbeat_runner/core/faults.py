@@ -30,6 +30,7 @@ class FaultPoint(TextEnum):
     AFTER_TRIGGER_CALL = "after_trigger_call"
     DURING_TRIGGER_CALLS = "during_trigger_calls"
     AFTER_TRIGGERED = "after_triggered"
+    AFTER_TRIGGERING = "after_triggering"  # the triggering stage done, reconciliation not started
     AFTER_NEXT_WINDOW_REQUESTED = "after_next_window_requested"
     AFTER_RETRY_REQUESTED = "after_retry_requested"  # a retry recorded, the jobs API not called yet
     CLOSING = "closing"
