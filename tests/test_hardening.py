@@ -149,6 +149,30 @@ def test_loop_stops_with_its_own_exit_code_when_the_lakehouse_is_unusable(lake):
     assert "stopping: the lakehouse is unusable (table heartbeat.heartbeat_events" in "".join(err)
 
 
+@pytest.mark.slow
+def test_the_loop_stops_with_exit_3_once_a_dbt_built_table_of_heartbeat_is_gone(lake, tmp_path):
+    """The sensor state table (built by dbt, read and merged by every tick that records something) is moved
+    away under a running loop and new data arrives: the next tick fails, and the loop stops with exit code 3
+    naming the table, as the README says. Before, the check looked at the runner's own tables only: the loop
+    went on failing with back-off for ever."""
+    loop = lake.start("run", "--loop", "--interval", "0.5")
+    err: list[str] = []
+    reader = threading.Thread(target=lambda: err.extend(loop.stderr), daemon=True)
+    reader.start()
+    try:
+        wait_for(lambda: sum(line.startswith("tick ") for line in err) >= 2 or loop.poll() is not None, 180,
+                 "two ticks of the loop")
+        shutil.move(str(lake.home / "warehouse" / "heartbeat" / "heartbeat_sensor_state"), str(tmp_path / "moved"))
+        lake.drop_trigger_file("drop", "a.done")
+        loop.wait(timeout=120)
+    finally:
+        if loop.poll() is None:
+            loop.kill()
+    reader.join(timeout=10)
+    assert loop.returncode == 3, "".join(err[-30:])
+    assert "stopping: the lakehouse is unusable (table heartbeat.heartbeat_sensor_state" in "".join(err)
+
+
 #: (signal, to the whole process group, mid-tick): every pair of the three choices is covered by one of four
 #: runner processes (a full product would start eight, at ~6 s each)
 STOPS = [(signal.SIGINT, True, False), (signal.SIGTERM, True, True), (signal.SIGINT, False, True),
