@@ -187,6 +187,8 @@ def build_parser() -> argparse.ArgumentParser:
     reset.add_argument("--job-id", required=True)
     reset.add_argument("--since", help="ISO date or timestamp (UTC unless it has a zone); default: from the beginning")
     reset.add_argument("--reason", required=True, help="why (kept in the audit event with who ran it)")
+    reset.add_argument("--force", action="store_true",
+                       help="reset a job whose run is still going: cancel that run first (refused without it)")
     maintain = sub.add_parser("maintain", parents=[common],
                               help="archive events the control table no longer needs, compact and vacuum now")
     maintain.add_argument("--compact-all", action="store_true", help="compact every table, not only those with many files")
@@ -881,7 +883,7 @@ def cmd_explain(args: argparse.Namespace, app: App) -> int:
 def cmd_reset(args: argparse.Namespace, settings: Settings) -> int:
     since = parse_since(args.since) if args.since else None  # before the engine starts
     with _opened(args, settings, lease=True) as app:
-        done = reset_job(app, args.job_id, since, args.reason)
+        done = reset_job(app, args.job_id, since, args.reason, force=args.force)
     _print_reset(done.plan, done.running_run, args)
     return 0
 
@@ -904,7 +906,7 @@ def _print_reset(plan: ResetPlan, running_run: str | None, args: argparse.Namesp
     if plan.shared_with:
         print(f"  also re-triggered, as they read the same sources: {', '.join(plan.shared_with)}")
     if running_run:
-        print(f"  note: run {running_run} of this job is still going; reset does not stop it")
+        print(f"  run {running_run} of this job was still going: cancelled (--force)")
 
 
 def cmd_maintain(args: argparse.Namespace, settings: Settings) -> int:
