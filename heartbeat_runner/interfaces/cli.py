@@ -88,6 +88,7 @@ from heartbeat_runner.runner.app import App, open_app
 from heartbeat_runner.runner.lease import LeaseHeld, tick_lease
 from heartbeat_runner.runner.loop import RunConfig, TickFailure, run_forever, run_once
 from heartbeat_runner.runner.tick import TickResult
+from heartbeat_runner.runner.wake_endpoint import check_wake_token
 from heartbeat_runner.sensing.config import LoadedConfig, load_config
 from heartbeat_runner.sensing.sources.registry import source_for
 
@@ -243,6 +244,15 @@ def _port(text: str) -> int:
     value = _whole(text)
     if value is None or not 0 <= value <= 65535:
         raise argparse.ArgumentTypeError(f"{text!r} is not a TCP port (0 to 65535)")
+    return value
+
+
+def _fixed_port(text: str) -> int:
+    """A TCP port a scraper must know in advance, 1 to 65535 (an argparse type): 0 would bind a port nobody
+    can find, so it is refused as HEARTBEAT_METRICS_PORT=0 is."""
+    value = _whole(text)
+    if value is None or not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a TCP port a scraper can reach (1 to 65535)")
     return value
 
 
@@ -486,7 +496,7 @@ def cmd_seed(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _metrics_flags(parser: argparse.ArgumentParser, when: str) -> None:
-    parser.add_argument("--metrics-port", type=_port, metavar="PORT",
+    parser.add_argument("--metrics-port", type=_fixed_port, metavar="PORT",
                         help=f"{when}serve Prometheus metrics on http://HOST:PORT/metrics (default "
                              "$HEARTBEAT_METRICS_PORT, else none; docs/observability.md)")
     parser.add_argument("--metrics-host", metavar="HOST",
@@ -514,6 +524,7 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
         port, host = _metrics_address(args, settings)
         if args.wake_port is not None:
             settings = settings.with_(wake_port=args.wake_port)
+        check_wake_token(settings, "--wake-port" if args.wake_port is not None else "HEARTBEAT_WAKE_PORT")
         return run_forever(settings, replace(config, metrics_port=port, metrics_host=host), _LoopStatus(args))
     if getattr(args, "metrics_port", None) is not None:
         # a one-shot run ends before any scrape: its figures are in heartbeat_runs (docs/observability.md)
