@@ -128,3 +128,23 @@ def test_pause_unknown_job_is_a_clear_error(tmp_path):
     cli(tmp_path, "pause", "--job-id", "J1")
     status = json.loads(cli(tmp_path, "status", "--json").stdout)
     assert status[0]["job_state"] == "PAUSED"
+
+
+def test_a_tick_lists_a_job_whose_own_complete_it_saw_beside_those_it_reconciled():
+    from heartbeat_runner.interfaces.demo import completed_during
+
+    before = {"101": {"IN_PROGRESS"}, "102": {"IN_PROGRESS"}, "103": {"COMPLETED"}}
+    after = {"101": {"COMPLETED"}, "102": {"COMPLETED"}, "103": {"COMPLETED"}}
+    assert completed_during(before, after, ["101"]) == ["101", "102 (its own `complete`)"]
+    assert completed_during(before, {**after, "102": {"IN_PROGRESS"}}, []) == ["101 (its own `complete`)"]
+
+
+@pytest.mark.slow
+def test_the_demos_last_tick_lists_job_102_which_ended_with_its_own_complete(tmp_path):
+    """Job 102 ends with the spec's final task (`complete`); the tick that sees that end said "completed: none"."""
+    proc = subprocess.run([sys.executable, "-m", "heartbeat_runner", "demo", "--lakehouse-dir", str(tmp_path / "demo")],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ticks = [line for line in proc.stdout.splitlines() if line.strip().startswith("tick:")]
+    # usually "completed: 102 (its own `complete`)"; "completed: 102" when its exit code was reconciled first
+    assert "102" in ticks[-1].split("; completed: ", 1)[1], ticks
