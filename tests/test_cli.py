@@ -141,10 +141,19 @@ def test_a_tick_lists_a_job_whose_own_complete_it_saw_beside_those_it_reconciled
 
 @pytest.mark.slow
 def test_the_demos_last_tick_lists_job_102_which_ended_with_its_own_complete(tmp_path):
-    """Job 102 ends with the spec's final task (`complete`); the tick that sees that end said "completed: none"."""
+    """Job 102 ends with the spec's final task (`complete`); the tick that sees that end said "completed: none",
+    and with OpenLineage on (the client's file transport) 102's COMPLETE was never sent: now 3 START, 3 COMPLETE."""
+    from collections import Counter
+
+    pytest.importorskip("openlineage.client", reason="openlineage-python (the lineage extra)")
+    sent = tmp_path / "lineage.jsonl"
+    (tmp_path / "openlineage.yml").write_text(f"transport:\n  type: file\n  log_file_path: {sent}\n  append: true\n")
     proc = subprocess.run([sys.executable, "-m", "heartbeat_runner", "demo", "--lakehouse-dir", str(tmp_path / "demo")],
-                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                          env={**os.environ, "OPENLINEAGE_CONFIG": str(tmp_path / "openlineage.yml")})
     assert proc.returncode == 0, proc.stderr[-3000:]
+    kinds = Counter(json.loads(line)["eventType"] for line in sent.read_text().splitlines() if line.strip())
+    assert kinds == Counter({"START": 3, "COMPLETE": 3})
     ticks = [line for line in proc.stdout.splitlines() if line.strip().startswith("tick:")]
     # usually "completed: 102 (its own `complete`)"; "completed: 102" when its exit code was reconciled first
     assert "102" in ticks[-1].split("; completed: ", 1)[1], ticks
