@@ -51,6 +51,8 @@ endings as (
       cast(get_json_object(payload, '$.run_queued_s') as double) as queued_s,
       get_json_object(payload, '$.failure_reason') as failure_reason,
       get_json_object(payload, '$.output_tail') as output_tail,
+      {# recorded by `complete` (the job's own last task, or an operator): the audit's channel; no run times #}
+      get_json_object(payload, '$.via') as recorded_via,
       row_number() over (partition by trigger_job_id, job_run_id order by event_ts) as nth
     from job_events
     where event_type in ('COMPLETED', 'FAILED') and job_run_id is not null
@@ -68,7 +70,9 @@ select
   r.requested_at,
   a.triggered_at,
   a.job_run_id,
-  d.run_started_at as started_at,
+  {# a run ended by `complete` has no times of its own: it started when the jobs API answered, and ended when
+     `complete` recorded it (the control table's job_start_timestamp and job_end_timestamp) #}
+  coalesce(d.run_started_at, case when d.recorded_via is not null then a.triggered_at end) as started_at,
   coalesce(d.run_ended_at, d.noticed_at) as ended_at,
   d.noticed_at,
   case
@@ -77,8 +81,13 @@ select
     when a.job_run_id is not null then 'RUNNING'
     else 'REQUESTED'
   end as outcome,
-  {# the run's own duration; NULL while it runs or where its own times are unknown (never detection latency) #}
-  cast(unix_millis(d.run_ended_at) - unix_millis(d.run_started_at) as double) / 1000 as duration_s,
+  {# the run's own duration; for a run ended by `complete`, from the jobs API's answer to that record; NULL while
+     it runs or where its times are unknown (never detection latency; never negative, as two clocks may disagree) #}
+  coalesce(
+    cast(unix_millis(d.run_ended_at) - unix_millis(d.run_started_at) as double) / 1000,
+    case when d.recorded_via is not null and d.run_started_at is null and d.noticed_at >= a.triggered_at
+         then cast(unix_millis(d.noticed_at) - unix_millis(a.triggered_at) as double) / 1000 end
+  ) as duration_s,
   d.queued_s,
   coalesce(d.message, a.trigger_error) as message,
   case

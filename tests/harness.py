@@ -10,10 +10,12 @@ import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
 from contextlib import ExitStack
+from dataclasses import dataclass
 from pathlib import Path
 
 from heartbeat_runner.core.files import replace_whole
@@ -373,3 +375,76 @@ def project_copy(root: Path) -> Path:
     for name in ("models", "macros", "seeds"):
         shutil.copytree(repo / name, project / name)
     return project
+
+
+@dataclass
+class LoopStop:
+    """How a ``run --loop`` ended after one stop signal: its exit code and output, the seconds from the signal
+    to its exit, and the engine child processes it had that were still running after it (none expected)."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+    stop_s: float
+    #: the runner's descendants (their command lines) just before the signal
+    engine_children: list[str]
+    #: those still running after the runner's exit (``pid command``)
+    left_behind: list[str]
+
+
+def stop_loop(lake: CliLakehouse, sig: int, *, to_group: bool, mid_tick: bool, marker: Path,
+              interval: str = "30") -> LoopStop:
+    """Start ``run --loop`` in its own process group (as a terminal or systemd starts it), wait until it is
+    between ticks (its first tick finished) or mid-tick (paused after sensing: HEARTBEAT_PAUSE_AT), send ``sig``
+    to the whole group (Ctrl-C, ``timeout``, KillMode=control-group) or to the runner alone, let a paused tick
+    go on, and wait for the exit. The runner's descendants seen before the signal must all be gone after."""
+    import psutil
+
+    env = {**lake.env, "HEARTBEAT_PAUSE_AT": f"after_sensing:{marker}"} if mid_tick else lake.env
+    loop = subprocess.Popen(lake.command("run", "--loop", "--interval", interval), env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=lake.home.parent, start_new_session=True)
+    err: list[str] = []
+    out: list[str] = []
+    readers = [threading.Thread(target=lambda: err.extend(loop.stderr or ()), daemon=True),
+               threading.Thread(target=lambda: out.extend(loop.stdout or ()), daemon=True)]
+    for reader in readers:
+        reader.start()
+    try:
+        if mid_tick:
+            wait_for(lambda: marker.exists() or loop.poll() is not None, 120, "the tick to pause after sensing")
+        else:
+            wait_for(lambda: any(line.startswith("tick 1 ") for line in err) or loop.poll() is not None, 120,
+                     "the first tick to finish")
+        assert loop.poll() is None, "".join(err)
+        children = {p.pid: " ".join(p.cmdline()) for p in psutil.Process(loop.pid).children(recursive=True)}
+        began = time.monotonic()
+        if to_group:
+            os.killpg(loop.pid, sig)
+        else:
+            loop.send_signal(sig)
+        if mid_tick:
+            time.sleep(0.3)  # the signal is in before the tick goes on
+            marker.unlink()
+        loop.wait(timeout=120)
+        took = time.monotonic() - began
+    finally:
+        if loop.poll() is None:
+            os.killpg(loop.pid, signal.SIGKILL)
+            loop.wait()
+    for reader in readers:
+        reader.join(timeout=10)
+
+    def running(pid: int) -> bool:
+        try:
+            return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
+    # the engine is stopped and reaped before the runner exits; helpers (multiprocessing's resource tracker)
+    # end when they see the runner's pipe close: a moment after it
+    with contextlib.suppress(AssertionError):
+        wait_for(lambda: not any(running(pid) for pid in children), 5, "the runner's children to end")
+    left = [f"{pid} {children[pid]}" for pid in children if running(pid)]
+    for pid in children:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            psutil.Process(pid).kill()
+    return LoopStop(loop.returncode, "".join(out), "".join(err), took, list(children.values()), left)

@@ -30,6 +30,7 @@ REFUSED_FLAGS = [
     (["run", "--loop", "--interval", "-1"], "--interval"),
     (["run", "--interval", "nan"], "--interval"),
     (["run", "--wait-lease", "-5"], "--wait-lease"),
+    (["run", "--loop", "--metrics-port", "0"], "--metrics-port"),  # as HEARTBEAT_METRICS_PORT=0 is
     (["ui", "--port", "70000"], "--port"),
     (["ui", "--port", "-1"], "--port"),
     (["ui", "--refresh", "0"], "--refresh"),
@@ -79,6 +80,21 @@ def test_a_mistyped_lakehouse_is_an_error_and_nothing_is_created(tmp_path, args)
     proc = heartbeat(*args, "--lakehouse-dir", str(home), cwd=tmp_path)
     assert_clean_refusal(proc, names=f"no lakehouse at {home}", code=1)
     assert not home.exists() and sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(("flags", "env", "named"), [(["--wake-port", "0"], {}, "--wake-port"),
+                                                     ([], {"HEARTBEAT_WAKE_PORT": "0"}, "HEARTBEAT_WAKE_PORT")])
+def test_a_wake_port_without_a_token_is_refused_naming_where_the_port_came_from(tmp_path, flags, env, named):
+    """The refusal names the flag when the port came from ``--wake-port`` (it named the variable, which the user
+    never set), and comes before the engine starts: the empty lakehouse folder stays empty."""
+    import os
+
+    home = tmp_path / "lakehouse"
+    home.mkdir()
+    base = {k: v for k, v in os.environ.items() if k not in ("HEARTBEAT_WAKE_TOKEN", "HEARTBEAT_WAKE_PORT")}
+    proc = heartbeat("run", "--loop", *flags, "--lakehouse-dir", str(home), env={**base, **env}, cwd=tmp_path)
+    assert_clean_refusal(proc, names=f"{named} is set but HEARTBEAT_WAKE_TOKEN is not", code=1)
+    assert list(home.iterdir()) == []
 
 
 @pytest.mark.parametrize("args", [["status"], ["run"], ["seed"], ["runs", "--json"]])

@@ -81,8 +81,38 @@ def test_validate_checks_the_config_and_the_run_policies_together_and_reports_ev
     assert "job J9, which no config row triggers" in proc.stdout
     found = json.loads(cli(tmp_path, "validate", "--json", env=env).stdout)["run_policies"]
     assert (found["window"], found["retry"], found["unknown_jobs"]) == (["J1", "J2"], ["J1", "J2", "J9"], ["J9"])
-    missing = cli(tmp_path, "validate", env={"HEARTBEAT_RUN_POLICY": str(tmp_path / "polices.yml")}).stdout
-    assert "polices.yml (HEARTBEAT_RUN_POLICY) does not exist: no run policies" in missing
+    missing = cli(tmp_path, "validate", check=False, env={"HEARTBEAT_RUN_POLICY": str(tmp_path / "polices.yml")})
+    assert missing.returncode == 1
+    assert f"HEARTBEAT_RUN_POLICY names {tmp_path / 'polices.yml'}, which does not exist" in missing.stderr
+
+
+def _lakehouse_files(root):
+    """Every file of the lakehouse with its size and modification time: what a refused command must not change."""
+    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*") if p.is_file()}
+
+
+@pytest.mark.slow
+def test_a_missing_or_bad_run_policy_file_is_refused_before_anything_is_touched(tmp_path):
+    """HEARTBEAT_RUN_POLICY naming a file that is not there (a typo) stops ``run``, ``run --loop`` and ``validate``
+    with exit 1 and one line naming the variable and the path, as does a file with a bad policy; in every case
+    before the lakehouse is opened: no file of it changes (the tick lease is not claimed, no run row)."""
+    (tmp_path / "cfg.csv").write_text("\n".join([HEADER, row("trigger_file", "drop", "J1")]) + "\n")
+    (tmp_path / "jobs.yml").write_text(f"jobs:\n  J1: [{sys.executable!r}, '-c', 'print(1)']\n")
+    cli(tmp_path, "seed")
+    before = _lakehouse_files(tmp_path / "lh")
+    typo = tmp_path / "run_polcy.yml"
+    for args in (["run"], ["run", "--loop", "--interval", "1"], ["validate"]):
+        proc = cli(tmp_path, *args, check=False, env={"HEARTBEAT_RUN_POLICY": str(typo)})
+        assert proc.returncode == 1, proc
+        assert f"HEARTBEAT_RUN_POLICY names {typo}, which does not exist" in proc.stderr
+        assert "Traceback" not in proc.stderr
+    bad = tmp_path / "run_policy.yml"
+    bad.write_text("jobs:\n  J1: {catch_up: {max_window: 7x}}\n")
+    for args in (["run"], ["run", "--loop", "--interval", "1"]):
+        proc = cli(tmp_path, *args, check=False, env={"HEARTBEAT_RUN_POLICY": str(bad)})
+        assert proc.returncode == 1 and f"{bad}: invalid catch_up policy: max_window '7x'" in proc.stderr, proc
+    assert _lakehouse_files(tmp_path / "lh") == before
+    assert not json.loads(cli(tmp_path, "runs", "--json").stdout)
 
 
 def test_commands_before_seed_explain_what_to_do(tmp_path):
@@ -98,3 +128,32 @@ def test_pause_unknown_job_is_a_clear_error(tmp_path):
     cli(tmp_path, "pause", "--job-id", "J1")
     status = json.loads(cli(tmp_path, "status", "--json").stdout)
     assert status[0]["job_state"] == "PAUSED"
+
+
+def test_a_tick_lists_a_job_whose_own_complete_it_saw_beside_those_it_reconciled():
+    from heartbeat_runner.interfaces.demo import completed_during
+
+    before = {"101": {"IN_PROGRESS"}, "102": {"IN_PROGRESS"}, "103": {"COMPLETED"}}
+    after = {"101": {"COMPLETED"}, "102": {"COMPLETED"}, "103": {"COMPLETED"}}
+    assert completed_during(before, after, ["101"]) == ["101", "102 (its own `complete`)"]
+    assert completed_during(before, {**after, "102": {"IN_PROGRESS"}}, []) == ["101 (its own `complete`)"]
+
+
+@pytest.mark.slow
+def test_the_demos_last_tick_lists_job_102_which_ended_with_its_own_complete(tmp_path):
+    """Job 102 ends with the spec's final task (`complete`); the tick that sees that end said "completed: none",
+    and with OpenLineage on (the client's file transport) 102's COMPLETE was never sent: now 3 START, 3 COMPLETE."""
+    from collections import Counter
+
+    pytest.importorskip("openlineage.client", reason="openlineage-python (the lineage extra)")
+    sent = tmp_path / "lineage.jsonl"
+    (tmp_path / "openlineage.yml").write_text(f"transport:\n  type: file\n  log_file_path: {sent}\n  append: true\n")
+    proc = subprocess.run([sys.executable, "-m", "heartbeat_runner", "demo", "--lakehouse-dir", str(tmp_path / "demo")],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                          env={**os.environ, "OPENLINEAGE_CONFIG": str(tmp_path / "openlineage.yml")})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    kinds = Counter(json.loads(line)["eventType"] for line in sent.read_text().splitlines() if line.strip())
+    assert kinds == Counter({"START": 3, "COMPLETE": 3})
+    ticks = [line for line in proc.stdout.splitlines() if line.strip().startswith("tick:")]
+    # usually "completed: 102 (its own `complete`)"; "completed: 102" when its exit code was reconciled first
+    assert "102" in ticks[-1].split("; completed: ", 1)[1], ticks

@@ -51,6 +51,7 @@ def test_a_one_shot_run_whose_tick_fails_exits_non_zero_and_records_it(lake):
     failed = lake.cli("run", check=False, env={"HEARTBEAT_FAIL_AT": "after_sensing"})
     assert failed.returncode == 1, failed.stderr
     assert "InjectedFault: injected failure at after_sensing" in failed.stderr
+    assert "nothing was changed" in failed.stderr and "Traceback" not in failed.stderr
     [row_] = runs(lake)[before:]
     assert (row_["status"], row_["message"]) == ("FAILED", INJECTED)
     assert row_["jobs_triggered"] == 0 and lake.executions() == {}
@@ -58,6 +59,26 @@ def test_a_one_shot_run_whose_tick_fails_exits_non_zero_and_records_it(lake):
     lake.cli("run")  # the next tick carries on: what the failed one sensed was never recorded
     lake.wait_local_runs()
     assert [r["status"] for r in runs(lake)[before:]] == ["FAILED", "OK"] and lake.executions() == {"J1": 1}
+
+
+def test_a_one_shot_tick_that_fails_after_starting_a_job_says_what_it_did_in_its_row_and_exit_code(lake):
+    """The tick senses new data and starts J1, then fails (before reconciliation): its FAILED row counts the
+    source it sensed, the new data and the job it triggered; ``run`` prints one line naming the run it started,
+    no traceback, and exits 4 ("failed after changing something", README). Before: ``sensed 0, triggered 0``,
+    a traceback and exit 1 ("nothing changed"). The next tick goes on: J1 ran once."""
+    before = len(runs(lake))
+    lake.drop_trigger_file("drop", "a.done")
+    failed = lake.cli("run", check=False, env={"HEARTBEAT_FAIL_AT": "after_triggering"})
+    assert failed.returncode == 4, failed.stderr
+    assert "Traceback" not in failed.stderr
+    assert "InjectedFault: injected failure at after_triggering" in failed.stderr
+    assert "triggered job J1 (run " in failed.stderr and "the next tick goes on from there" in failed.stderr
+    [row_] = runs(lake)[before:]
+    assert row_["status"] == "FAILED"
+    assert (row_["sources_sensed"], row_["sources_with_new_data"], row_["jobs_triggered"]) == (1, 1, 1)
+    lake.wait_local_runs()
+    lake.cli("run")
+    assert lake.executions() == {"J1": 1}
 
 
 @pytest.mark.slow
@@ -111,6 +132,6 @@ def test_a_failed_ticks_row_carries_its_kind_and_a_redacted_message():
     summary = failed_tick_summary(start, error, 1.5)
     assert (summary.run_id, summary.status, summary.duration_s) == (start.run_id, TickStatus.FAILED, 1.5)
     assert summary.message == "tick failed (transient): TransientError: no answer from https://example.com/***"
-    assert json.loads(summary.stage_timings) == {"error_kind": "transient"}
+    assert json.loads(summary.stage_timings) == {"error_kind": "transient", "events_written": 0}
 
 

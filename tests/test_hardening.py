@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from harness import HEADER, CliLakehouse, marker_jobs_file, wait_for
+from harness import HEADER, CliLakehouse, marker_jobs_file, stop_loop, wait_for
 from harness import config_row as row
 
 from heartbeat_runner.core.errors import ConfigError
@@ -147,6 +147,52 @@ def test_loop_stops_with_its_own_exit_code_when_the_lakehouse_is_unusable(lake):
     reader.join(timeout=10)
     assert loop.returncode == 3, "".join(err[-30:])
     assert "stopping: the lakehouse is unusable (table heartbeat.heartbeat_events" in "".join(err)
+
+
+@pytest.mark.slow
+def test_the_loop_stops_with_exit_3_once_a_dbt_built_table_of_heartbeat_is_gone(lake, tmp_path):
+    """The sensor state table (built by dbt, read and merged by every tick that records something) is moved
+    away under a running loop and new data arrives: the next tick fails, and the loop stops with exit code 3
+    naming the table, as the README says. Before, the check looked at the runner's own tables only: the loop
+    went on failing with back-off for ever."""
+    loop = lake.start("run", "--loop", "--interval", "0.5")
+    err: list[str] = []
+    reader = threading.Thread(target=lambda: err.extend(loop.stderr), daemon=True)
+    reader.start()
+    try:
+        wait_for(lambda: sum(line.startswith("tick ") for line in err) >= 2 or loop.poll() is not None, 180,
+                 "two ticks of the loop")
+        shutil.move(str(lake.home / "warehouse" / "heartbeat" / "heartbeat_sensor_state"), str(tmp_path / "moved"))
+        lake.drop_trigger_file("drop", "a.done")
+        loop.wait(timeout=120)
+    finally:
+        if loop.poll() is None:
+            loop.kill()
+    reader.join(timeout=10)
+    assert loop.returncode == 3, "".join(err[-30:])
+    assert "stopping: the lakehouse is unusable (table heartbeat.heartbeat_sensor_state" in "".join(err)
+
+
+#: (signal, to the whole process group, mid-tick): every pair of the three choices is covered by one of four
+#: runner processes (a full product would start eight, at ~6 s each)
+STOPS = [(signal.SIGINT, True, False), (signal.SIGTERM, True, True), (signal.SIGINT, False, True),
+         (signal.SIGTERM, False, False)]
+
+
+@pytest.mark.slow
+def test_a_stop_signal_to_the_loop_or_its_whole_process_group_stops_it_cleanly_after_the_running_tick(lake, tmp_path):
+    """Ctrl-C in a terminal, ``timeout`` and systemd signal the whole process group; ``kill`` signals the runner.
+    Either way, between ticks or mid-tick (paused after sensing, then let go), on the embedded engine: the loop
+    finishes the running tick, exits 0 ("stopped after"), the shutdown watchdog never fires, and no engine
+    process is left behind. Before, a signal to the group killed the engine child at once and the shutdown
+    waited on it for the whole 30 s grace: "Timeout (0:00:30)!", every stack, exit 1."""
+    for sig, to_group, mid_tick in STOPS:
+        what = f"{signal.Signals(sig).name} to the {'group' if to_group else 'runner'}, {'mid' if mid_tick else 'between'} tick"
+        stopped = stop_loop(lake, sig, to_group=to_group, mid_tick=mid_tick, marker=tmp_path / f"paused-{sig}-{to_group}")
+        assert stopped.returncode == 0, f"{what}: exit {stopped.returncode}\n{stopped.stderr[-4000:]}"
+        assert "Timeout (" not in stopped.stderr and "Traceback" not in stopped.stderr, what
+        assert "stopped after 1 tick(s)" in stopped.stdout, (what, stopped.stdout)
+        assert stopped.engine_children and not stopped.left_behind, (what, stopped)
 
 
 @pytest.mark.slow

@@ -42,6 +42,29 @@ def test_full_lifecycle_null_new_event_in_progress_completed(hb):
     assert hb.runs_of("J1") == 1
 
 
+def test_a_run_ended_by_its_own_complete_shows_its_duration(hb):
+    """A job whose last task is `complete` (no exit code of its own is reconciled): the run's row in
+    heartbeat_job_runs (the status page, `runs --json`, `explain --json`) has its start (the jobs API's answer) and
+    its end (the `complete` record) and so a duration. Before, both were recorded but the duration was "unknown"."""
+    import sys
+
+    from heartbeat_runner.core.records import EventType
+    from heartbeat_runner.interfaces.operations import job_runs, record_job_event
+
+    hb.create_table("sales.orders", "id int")
+    hb.jobs_path.write_text(f"jobs:\n  J1: [{sys.executable!r}, '-c', 'import time; time.sleep(300)']\n")
+    hb.seed(row("delta_table", "sales.orders", "J1"))
+    hb.tick()
+    hb.insert("sales.orders", "(1)")
+    (started,) = hb.tick().triggered
+    record_job_event(hb.app, "J1", EventType.COMPLETED, job_run_id=started.run_id)  # what `complete` records
+    hb.app.control.refresh()
+    (run,) = job_runs(hb.app.store)
+    assert run["outcome"] == "COMPLETED" and run["started_at"] is not None and run["ended_at"] is not None
+    assert run["duration_s"] is not None and run["duration_s"] >= 0
+    hb.app.jobs_backend().cancel_run("J1", started.run_id)
+
+
 def test_scenario_a_two_hard_dependencies_both_needed(hb):
     for name in ("up.j1", "up.j2"):
         hb.create_table(name, "id int")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import signal
 import sys
+import threading
 from collections import Counter
 from datetime import datetime, timezone
 from pathlib import Path
@@ -119,6 +120,45 @@ def test_each_run_sends_start_with_its_inputs_and_windows_then_complete_or_fail(
     assert len(lake.events("LINEAGE_SENT")) == 4     # each recorded once, so no later run sends them again
     lake.cli("run")
     assert len(received(receiver, schema)) == 4
+
+
+@pytest.mark.slow
+def test_a_run_ended_by_its_own_complete_gets_its_complete_event_from_the_next_tick_of_the_loop(
+        tmp_path, receiver, schema):
+    """J3's last task is `complete` (the spec's "update status" task, every Databricks job's last task). In a loop
+    polling every 600 s, the tick the run's end wakes records nothing itself (the row is already COMPLETED), and
+    before it the COMPLETE event waited for the monitor's look back, up to 600 s. Now that tick sends it."""
+    config = tmp_path / "config.csv"
+    config.write_text("\n".join([HEADER, row("trigger_file", "drop3", "J3")]) + "\n")
+    jobs = tmp_path / "jobs.yml"
+    jobs.write_text(f'jobs:\n  "J3":\n    command: "{sys.executable} -c pass && {sys.executable} -m heartbeat_runner '
+                    'complete --job-id J3"\n')
+    lake = CliLakehouse(tmp_path / "lakehouse", config=config, jobs_file=jobs,
+                        env={"HEARTBEAT_LINEAGE_NAMESPACE": NAMESPACE, "OPENLINEAGE_URL": receiver.url})
+    lake.home.mkdir()
+    lake.cli("seed")
+    lake.cli("run")  # baseline
+    loop = lake.start("run", "--loop", "--interval", "600")
+    err: list[str] = []
+    reader = threading.Thread(target=lambda: err.extend(loop.stderr), daemon=True)
+    reader.start()
+    try:
+        # the first poll is done: the watches are on from then (a lost wake-up would wait 600 s)
+        wait_for(lambda: any(line.startswith("tick 1 ") for line in err) or loop.poll() is not None, 120,
+                 "the first poll")
+        lake.drop_trigger_file("drop3", "a.done")
+        wait_for(lambda: {e["eventType"] for e in received(receiver, schema)} >= {"START", "COMPLETE"}
+                 or loop.poll() is not None, 90, "the START and COMPLETE events of J3's run")
+        assert loop.poll() is None, "".join(err[-30:])
+    finally:
+        loop.send_signal(signal.SIGTERM)
+        loop.wait(timeout=60)
+    reader.join(timeout=10)
+    (completed,) = [e for e in lake.events("COMPLETED") if e["trigger_job_id"] == "J3"]
+    assert json.loads(completed["payload"]).get("via") == "cli"  # recorded by the job's own `complete`
+    assert per_run(received(receiver, schema)) == Counter({
+        (lineage_run_id(NAMESPACE, "J3", str(completed["job_run_id"])), "START"): 1,
+        (lineage_run_id(NAMESPACE, "J3", str(completed["job_run_id"])), "COMPLETE"): 1})
 
 
 def test_nothing_is_sent_or_printed_when_openlineage_is_not_configured(tmp_path, monkeypatch):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from harness import CliLakehouse, sense_and_record
+from harness import CliLakehouse, sense_and_record, wait_for
 from harness import config_row as row
 
 from heartbeat_runner.core.records import Event, EventType, utcnow
@@ -99,6 +99,37 @@ def test_reset_replays_from_a_point_in_time_and_retriggers_the_jobs_sharing_the_
     assert (replay["window_from"], replay["window_to"]) == ("version 0", "version 2")
     hb.wait_for_jobs()
     assert hb.job_status("J1") == {"COMPLETED"} and hb.runs_of("J1") == 4
+
+
+def test_reset_of_a_running_job_is_refused_unless_forced_which_cancels_the_run(hb):
+    """J1's run is going (a sleeping process). ``reset`` refuses (exit 1, says it is running and names the run,
+    nothing recorded, the row stays IN_PROGRESS); ``reset --force`` cancels the run first (its process group
+    ends), then resets. Before, the row left IN_PROGRESS and nothing watched the old run: a later tick could
+    start a second run beside it."""
+    import sys
+
+    from heartbeat_runner.jobs.base import RunOutcome
+
+    hb.create_table("up.t", "id int")
+    hb.jobs_path.write_text(f"jobs:\n  J1: [{sys.executable!r}, '-c', 'import time; time.sleep(300)']\n")
+    hb.seed(row("delta_table", "up.t", "J1"))
+    hb.tick()
+    hb.insert("up.t", "(1)")
+    (started,) = hb.tick().triggered
+    lake = CliLakehouse(hb.home, config=hb.config_path, jobs_file=hb.jobs_path)
+    backend = hb.app.jobs_backend()
+    wait_for(lambda: backend.run_status("J1", started.run_id).outcome is RunOutcome.RUNNING, 30, "the run to start")
+
+    refused = lake.cli("reset", "--job-id", "J1", "--reason", "redo", check=False)
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr
+    assert f"job J1 is running (run {started.run_id})" in refused.stderr and "--force" in refused.stderr
+    assert not hb.events("RESET") and hb.job_status("J1") == {"IN_PROGRESS"}
+
+    forced = lake.cli("reset", "--job-id", "J1", "--reason", "redo", "--force").stdout
+    assert f"run {started.run_id} of this job was still going: cancelled" in forced
+    wait_for(lambda: backend.run_status("J1", started.run_id).outcome is not RunOutcome.RUNNING, 30,
+             "the cancelled run to end")
+    assert [e["trigger_job_id"] for e in hb.events("RESET") if e["trigger_job_id"]] == ["J1"]
 
 
 def test_a_shared_source_is_sensed_for_its_eligible_jobs_and_skipped_only_when_no_job_asks_for_it(hb):

@@ -110,6 +110,32 @@ def test_a_folder_watch_wakes_on_a_renamed_in_file_and_ignores_temporary_ones(tm
     assert not missing.watching and "does not exist" in missing.unwatched[tmp_path / "nowhere"]
 
 
+def test_an_absolute_trigger_folder_made_after_the_loop_started_wakes_it_when_its_parent_exists(tmp_path):
+    """What docs/wakeups.md says of a trigger folder that does not exist yet: one under the trigger directory, or
+    an absolute one whose parent exists, is watched through that parent (a file in it once it is made wakes the
+    loop); an absolute one whose parent is missing too is polled (and tried again later)."""
+    from types import SimpleNamespace
+
+    from heartbeat_runner.core.records import SensingTarget
+    from heartbeat_runner.sensing.sources.registry import source_for
+
+    def target(folder: Path) -> SensingTarget:
+        return SensingTarget(f"trigger_file:{folder}", "trigger_file", str(folder), None, None, "batch", None)
+
+    (tmp_path / "drops").mkdir()
+    made_later, orphan = tmp_path / "drops" / "inventory", tmp_path / "nowhere" / "inventory"
+    woken: list[str] = []
+    ctx = SimpleNamespace(trigger_dir=tmp_path / "triggers")
+    watch = source_for("trigger_file").watch([target(made_later), target(orphan)], ctx, woken.append)
+    try:
+        assert watch.watching and list(watch.unwatched) == [tmp_path / "nowhere"]
+        made_later.mkdir()
+        (made_later / "a.done").write_text("ready")
+        wait_for(lambda: f"trigger_file:{made_later}" in woken, 10, "a wake-up for the folder made later")
+    finally:
+        watch.close()
+
+
 def test_reading_files_under_a_watched_root_queues_nothing_so_a_big_sensing_pass_never_overflows(
         tmp_path, caplog, monkeypatch):
     """A tick at 10,000 sources reads every Delta log under the watched warehouse. Reads must not reach the

@@ -64,6 +64,20 @@ class AuthError(JobsBackendError, TerminalError):
     """The backend rejected our credentials."""
 
 
+class TickFailedError(HeartbeatError):
+    """A one-shot tick raised before it changed anything (no event recorded): exit code 1. Its cause is the
+    tick's own error (``__cause__``); its FAILED row is recorded under ``run_id``."""
+
+    def __init__(self, message: str, run_id: str):
+        self.run_id = run_id
+        super().__init__(message)
+
+
+class TickFailedAfterChangesError(TickFailedError):
+    """A one-shot tick raised after it recorded events (new data, a trigger request, a started job): its own
+    exit code (README: 4), since what it did stands and the next tick goes on from there."""
+
+
 #: an error's kind as a record shows it: the first class it is an instance of (most specific first)
 ERROR_KINDS: tuple[tuple[type[BaseException], str], ...] = (
     (NotFoundError, "not found"),

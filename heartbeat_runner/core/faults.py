@@ -3,7 +3,9 @@
 ``HEARTBEAT_CRASH_AT=<point>`` kills the process there (crash tests);
 ``HEARTBEAT_FAIL_AT=<point>[:N]`` raises an unexpected (non-Heartbeat) exception there,
 the first N times in this process (default 1), as an engine failure would (loop tests);
-``HEARTBEAT_HANG_AT=<point>`` blocks there for good, as a stuck engine call would (stop tests).
+``HEARTBEAT_HANG_AT=<point>`` blocks there for good, as a stuck engine call would (stop tests);
+``HEARTBEAT_PAUSE_AT=<point>:<file>`` pauses there once per process: it creates ``<file>`` on arrival and
+goes on once the test removes it, so a test acts mid-tick (a signal, a commit) without guessing with sleeps.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ class FaultPoint(TextEnum):
     AFTER_TRIGGER_CALL = "after_trigger_call"
     DURING_TRIGGER_CALLS = "during_trigger_calls"
     AFTER_TRIGGERED = "after_triggered"
+    AFTER_TRIGGERING = "after_triggering"  # the triggering stage done, reconciliation not started
     AFTER_NEXT_WINDOW_REQUESTED = "after_next_window_requested"
     AFTER_RETRY_REQUESTED = "after_retry_requested"  # a retry recorded, the jobs API not called yet
     CLOSING = "closing"
@@ -86,12 +89,35 @@ _failures_left: dict[str, int] = {}
 _lock = threading.Lock()
 
 
+_paused: set[str] = set()
+
+#: how often a paused point looks whether its file is gone
+PAUSE_POLL_S = 0.02
+
+
+def _pause_once(name: str) -> None:
+    """HEARTBEAT_PAUSE_AT=<name>:<file>, the first time this process reaches ``name``: create ``<file>``, then
+    wait until it is removed (by the test that set it)."""
+    chosen, _, marker = os.environ.get("HEARTBEAT_PAUSE_AT", "").partition(":")
+    if chosen != name or not marker:
+        return
+    with _lock:
+        if name in _paused:
+            return
+        _paused.add(name)
+    with open(marker, "w", encoding="utf-8") as file:
+        file.write(f"{os.getpid()}\n")
+    while os.path.exists(marker):
+        time.sleep(PAUSE_POLL_S)
+
+
 def fail_point(point: FaultPoint) -> None:
     """Raise InjectedFault here while HEARTBEAT_FAIL_AT=<point>[:N] has failures left; never return
     when HEARTBEAT_HANG_AT=<point>."""
     name = point.value
     while os.environ.get("HEARTBEAT_HANG_AT") == name:
         time.sleep(1)
+    _pause_once(name)
     chosen, _, count = os.environ.get("HEARTBEAT_FAIL_AT", "").partition(":")
     if chosen != name:
         return

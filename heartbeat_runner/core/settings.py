@@ -167,6 +167,8 @@ class Settings:
     cancel_overdue_runs: bool = False
     #: the run-policy YAML (retries, catch-up, event windows, alerts per job; off when absent)
     run_policy_file: Path | None = None
+    #: the variable that named ``run_policy_file`` (the deprecated HEARTBEAT_RETRY_POLICY when only it is set)
+    run_policy_variable: str = "HEARTBEAT_RUN_POLICY"
     #: idle ticks (nothing new, nothing done) are summarised in one run row at most this often
     idle_flush_s: float = 600.0
     #: how maintenance archives, compacts and expires (``maintain``, and ticks when auto_maintenance)
@@ -485,7 +487,8 @@ class HeartbeatEnvironment(BaseSettings):
     run_policy: FilePath = _var(
         "HEARTBEAT_RUN_POLICY", None,
         "the run-policy YAML per job: automatic retries ([docs/databricks.md](docs/databricks.md)), bounded "
-        "catch-up and event windows ([docs/windows.md](docs/windows.md)) and alerts ([docs/alerts.md](docs/alerts.md))",
+        "catch-up and event windows ([docs/windows.md](docs/windows.md)) and alerts ([docs/alerts.md](docs/alerts.md)); a path that names no file is refused by `run` and "
+        "`validate` (exit 1, nothing written)",
         shown="`<HEARTBEAT_PROJECT_DIR>/heartbeat_run_policy.yml` when that variable is set and the file is there, "
               "else none (off)")
     retry_policy: FilePath = _var("HEARTBEAT_RETRY_POLICY", None,
@@ -711,6 +714,7 @@ def settings_from(env: HeartbeatEnvironment) -> Settings:
         max_run_duration_s=env.max_run_duration,
         cancel_overdue_runs=env.cancel_overdue_runs,
         run_policy_file=_run_policy_file(env) or _deployed_run_policy(env),
+        run_policy_variable="HEARTBEAT_RUN_POLICY" if env.run_policy or not env.retry_policy else "HEARTBEAT_RETRY_POLICY",
         idle_flush_s=env.idle_flush,
         maintenance=MaintenancePolicy(
             compact_min_files=env.maintenance_max_files, vacuum_retention_hours=env.vacuum_retention_hours,

@@ -11,6 +11,12 @@ Invariants:
 - the child dies with its parent: it reads its stdin (a pipe the parent holds, closed on exit
   *and* on ``exec``) until end-of-file, and asks the kernel for SIGKILL when the parent dies
   (``PR_SET_PDEATHSIG``, Linux); a child whose parent is already gone exits at once;
+- only the runner stops the child: it runs in its own session (so Ctrl-C in a terminal, ``timeout`` or a
+  ``kill`` of the runner's process group never reaches it) and ignores SIGINT and SIGTERM (so a signal to the
+  whole control group, systemd's ``KillMode=control-group``, leaves it serving): the runner finishes its tick
+  and closes the engine itself, and the parent-death signal and the closed pipe still end the child when the
+  runner dies (measured before: the engine died with the group and the runner's shutdown waited on it for the
+  whole 30 s grace, then dumped its stacks with exit 1);
 - the kernel sends that signal when the parent *thread* that spawned the child ends, not the
   process: a child is spawned on the main thread or on one spawner thread that lives as long as
   the process, never on a short-lived thread (a ``ui`` request recycling the engine on its own
@@ -112,7 +118,7 @@ def _spawn(command: list[str], env: dict[str, str]) -> subprocess.Popen:
     the spawning thread)."""
     def popen() -> subprocess.Popen:
         return subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,  # noqa: S603 - our module
-                                env=env, close_fds=True)
+                                env=env, close_fds=True, start_new_session=True)
 
     if threading.current_thread() is threading.main_thread():
         return popen()
@@ -158,8 +164,9 @@ def _die_with_parent(parent_pid: int) -> None:
 
 def serve_until_parent_leaves(port: int, parent_pid: int) -> None:
     """Run Sail on 127.0.0.1:``port``, print the port it bound, and serve until stdin closes."""
+    for stop_signal in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(stop_signal, signal.SIG_IGN)  # a stop signal is the runner's: it stops us after its tick
     _die_with_parent(parent_pid)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the parent, which stops us
     from pysail.spark import SparkConnectServer
 
     server = SparkConnectServer("127.0.0.1", port)

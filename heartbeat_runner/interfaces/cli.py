@@ -82,12 +82,13 @@ from heartbeat_runner.interfaces.output import (
 from heartbeat_runner.interfaces.status_view import OnCall, health_line, on_call, render
 from heartbeat_runner.policies.event_windows import source_grains
 from heartbeat_runner.policies.run_policies import RunPolicies, alert_destination_problems, load_run_policies
-from heartbeat_runner.policies.run_policy_file import policy_problem
+from heartbeat_runner.policies.run_policy_file import missing_file_problem, policy_problem
 from heartbeat_runner.runner.alerting import Liveness, idle_sensing
 from heartbeat_runner.runner.app import App, open_app
 from heartbeat_runner.runner.lease import LeaseHeld, tick_lease
 from heartbeat_runner.runner.loop import RunConfig, TickFailure, run_forever, run_once
 from heartbeat_runner.runner.tick import TickResult
+from heartbeat_runner.runner.wake_endpoint import check_wake_token
 from heartbeat_runner.sensing.config import LoadedConfig, load_config
 from heartbeat_runner.sensing.sources.registry import source_for
 
@@ -189,6 +190,8 @@ def build_parser() -> argparse.ArgumentParser:
     reset.add_argument("--job-id", required=True)
     reset.add_argument("--since", help="ISO date or timestamp (UTC unless it has a zone); default: from the beginning")
     reset.add_argument("--reason", required=True, help="why (kept in the audit event with who ran it)")
+    reset.add_argument("--force", action="store_true",
+                       help="reset a job whose run is still going: cancel that run first (refused without it)")
     maintain = sub.add_parser("maintain", parents=[common],
                               help="archive events the control table no longer needs, compact and vacuum now")
     maintain.add_argument("--compact-all", action="store_true", help="compact every table, not only those with many files")
@@ -243,6 +246,15 @@ def _port(text: str) -> int:
     value = _whole(text)
     if value is None or not 0 <= value <= 65535:
         raise argparse.ArgumentTypeError(f"{text!r} is not a TCP port (0 to 65535)")
+    return value
+
+
+def _fixed_port(text: str) -> int:
+    """A TCP port a scraper must know in advance, 1 to 65535 (an argparse type): 0 would bind a port nobody
+    can find, so it is refused as HEARTBEAT_METRICS_PORT=0 is."""
+    value = _whole(text)
+    if value is None or not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a TCP port a scraper can reach (1 to 65535)")
     return value
 
 
@@ -414,9 +426,7 @@ def cmd_validate(args: argparse.Namespace, settings: Settings) -> int:
     print(f"{config.path}: {len(config.rows)} row(s), {len(jobs)} job(s): valid")
     if config.defaulted_columns:
         print(f"  columns not in the file, defaults used: {', '.join(config.defaulted_columns)}")
-    if policy_file is not None and not policy_file.exists():
-        print(f"  warning: {policy_file} (HEARTBEAT_RUN_POLICY) does not exist: no run policies")
-    elif policy_file is not None:
+    if policy_file is not None:
         print(f"{policy_file}: {len(policies.retry.jobs)} retry, {len(policies.catch_up)} catch-up and "
               f"{len(policies.windows)} window policy(ies): valid")
         if policies.alerts.enabled:
@@ -447,7 +457,10 @@ def _checked_config(settings: Settings) -> tuple[LoadedConfig, RunPolicies]:
         config = load_config(settings.effective_config_csv)
     except ConfigError as exc:
         problems += exc.problems
+    missing = missing_file_problem(settings.run_policy_file, settings.run_policy_variable)
     try:
+        if missing is not None:
+            raise ConfigError([missing])  # a configured file that is not there: never "no policies"
         policies = load_run_policies(settings.run_policy_file)
         problems += alert_destination_problems(settings.run_policy_file, policies.alerts)
     except ConfigError as exc:
@@ -500,7 +513,7 @@ def cmd_seed(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _metrics_flags(parser: argparse.ArgumentParser, when: str) -> None:
-    parser.add_argument("--metrics-port", type=_port, metavar="PORT",
+    parser.add_argument("--metrics-port", type=_fixed_port, metavar="PORT",
                         help=f"{when}serve Prometheus metrics on http://HOST:PORT/metrics (default "
                              "$HEARTBEAT_METRICS_PORT, else none; docs/observability.md)")
     parser.add_argument("--metrics-host", metavar="HOST",
@@ -528,6 +541,7 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
         port, host = _metrics_address(args, settings)
         if args.wake_port is not None:
             settings = settings.with_(wake_port=args.wake_port)
+        check_wake_token(settings, "--wake-port" if args.wake_port is not None else "HEARTBEAT_WAKE_PORT")
         return run_forever(settings, replace(config, metrics_port=port, metrics_host=host), _LoopStatus(args))
     if getattr(args, "metrics_port", None) is not None:
         # a one-shot run ends before any scrape: its figures are in heartbeat_runs (docs/observability.md)
@@ -902,7 +916,7 @@ def cmd_explain(args: argparse.Namespace, app: App) -> int:
 def cmd_reset(args: argparse.Namespace, settings: Settings) -> int:
     since = parse_since(args.since) if args.since else None  # before the engine starts
     with _opened(args, settings, lease=True) as app:
-        done = reset_job(app, args.job_id, since, args.reason)
+        done = reset_job(app, args.job_id, since, args.reason, force=args.force)
     _print_reset(done.plan, done.running_run, args)
     return 0
 
@@ -925,7 +939,7 @@ def _print_reset(plan: ResetPlan, running_run: str | None, args: argparse.Namesp
     if plan.shared_with:
         print(f"  also re-triggered, as they read the same sources: {', '.join(plan.shared_with)}")
     if running_run:
-        print(f"  note: run {running_run} of this job is still going; reset does not stop it")
+        print(f"  run {running_run} of this job was still going: cancelled (--force)")
 
 
 def cmd_maintain(args: argparse.Namespace, settings: Settings) -> int:

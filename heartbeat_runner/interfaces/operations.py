@@ -16,7 +16,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import overload
 
-from heartbeat_runner.core.errors import ConfigError, InvalidInputError, NotFoundError
+from heartbeat_runner.core.errors import ConfigError, ConflictError, InvalidInputError, NotFoundError
 from heartbeat_runner.core.records import Event, EventType, JobStatus, Outcome, utcnow
 from heartbeat_runner.core.settings import Settings, Target
 from heartbeat_runner.jobs.base import LIMIT_BACKOFF, SKIP_BACKOFF_KEY, SKIP_CODE_KEY
@@ -222,24 +222,45 @@ def ask_trigger(app: App, job_id: str, *, by: str | None = None, via: str = "cli
 @dataclass(frozen=True)
 class ResetDone:
     plan: ResetPlan
-    #: the run of the job still going when it was reset (reset does not stop it)
+    #: the run of the job that was going when it was reset with ``force``: cancelled before the reset
     running_run: str | None
 
 
-def reset_job(app: App, job_id: str, since: datetime | None, reason: str, *, by: str | None = None) -> ResetDone:
+class JobRunningError(ConflictError):
+    """``reset`` of a job whose run is still going, without ``force``: nothing was recorded."""
+
+
+def reset_job(app: App, job_id: str, since: datetime | None, reason: str, *, by: str | None = None,
+              force: bool = False) -> ResetDone:
     """Plan and record a reset of ``job_id``; the caller holds the tick lease. The tables are brought up to date
     first where this process has the dbt project; without it (the App) they are as the last tick left them,
-    which is current too: every tick refreshes them under the lease the caller now holds."""
+    which is current too: every tick refreshes them under the lease the caller now holds.
+
+    Invariant: a reset never leaves a run unwatched. The reset takes the job's rows out of IN_PROGRESS, so
+    nothing would reconcile a run still going, and a later tick could start a second run beside it: such a
+    reset is refused (JobRunningError, nothing recorded) unless ``force``, which cancels the run through the
+    jobs backend first (refused too when the backend cannot cancel runs)."""
     app.require_config()
     app.ensure_views()
     if app.dbt.available:
         app.control.refresh()
     running = [r["job_run_id"] for r in app.store.control_rows(job_id) if r["status"] == JobStatus.IN_PROGRESS]
+    run = next((r for r in running if r), None) if running else None
+    if running and not force:
+        raise JobRunningError(f"job {job_id} is running{f' (run {run})' if run else ''}: a reset now would leave "
+                              "that run unwatched and let a later tick start a second one; wait for it to end, "
+                              "or reset with --force to cancel it first")
     plan = plan_reset(app.store, job_id, since, reason)
     if by is not None:
         plan = replace(plan, by=by)
+    if running and run is not None:
+        backend = app.jobs_backend()
+        if not backend.can_cancel:
+            raise JobRunningError(f"job {job_id} is running (run {run}) and the {backend.name} jobs backend cannot "
+                                  "cancel runs: wait for it to end, then reset")
+        backend.cancel_run(job_id, run)
     app.store.append_events(plan.events())
-    return ResetDone(plan, running[0] if running else None)
+    return ResetDone(plan, run)
 
 
 # -- reset -----------------------------------------------------------------------------------

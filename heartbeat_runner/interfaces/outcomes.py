@@ -13,11 +13,15 @@ from heartbeat_runner.core.errors import (
     InvalidInputError,
     NotFoundError,
     TerminalError,
+    TickFailedAfterChangesError,
+    TickFailedError,
     TransientError,
 )
 
 #: the exit code of a command that failed (README, "Commands"): nothing was changed
 EXIT_ERROR = 1
+#: the exit code of a one-shot ``run`` whose tick failed after it recorded something (README, "Commands")
+EXIT_FAILED_AFTER_CHANGES = 4
 
 
 @dataclass(frozen=True)
@@ -28,6 +32,8 @@ class Outcome:
 
 #: the first class an error is an instance of decides (most specific first); any other error is a bug: 500
 ERROR_OUTCOMES: tuple[tuple[type[BaseException], Outcome], ...] = (
+    (TickFailedAfterChangesError, Outcome(EXIT_FAILED_AFTER_CHANGES, HTTPStatus.INTERNAL_SERVER_ERROR)),
+    (TickFailedError, Outcome(EXIT_ERROR, HTTPStatus.INTERNAL_SERVER_ERROR)),
     (ForbiddenError, Outcome(EXIT_ERROR, HTTPStatus.FORBIDDEN)),
     (NotFoundError, Outcome(EXIT_ERROR, HTTPStatus.NOT_FOUND)),
     (InvalidInputError, Outcome(EXIT_ERROR, HTTPStatus.BAD_REQUEST)),

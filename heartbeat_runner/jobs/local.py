@@ -28,6 +28,7 @@ import fcntl
 import json
 import os
 import shlex
+import signal
 import subprocess
 import uuid
 from collections.abc import Callable, Iterator, Mapping
@@ -100,6 +101,7 @@ class LocalJobsBackend(JobsBackend):
     """Runs jobs as detached local processes."""
 
     name = JobsBackendKind.LOCAL.value
+    can_cancel = True
 
     def __init__(self, jobs_file: Path, state_dir: Path, lakehouse_dir: Path | None = None,
                  lakehouse_env: Mapping[str, str] | None = None):
@@ -218,6 +220,23 @@ class LocalJobsBackend(JobsBackend):
         return best
 
     # -- internals --------------------------------------------------------------------------
+
+    def cancel_run(self, job_id: str, run_id: str) -> None:
+        """Stop a local run: SIGTERM to its launcher's process group (the launcher starts in its own session,
+        so the group is the run: the job's command and its children). The run then ends without an exit code
+        and is reconciled as FAILED. A run that already ended, or a pid that is no launcher any more (reused),
+        is left alone."""
+        run_dir = self._run_dir(run_id)
+        pid = _read_pid(run_dir / "launched") or _read_pid(run_dir / "pid") or (_read_json(run_dir / "meta.json")
+                                                                                 or {}).get("pid")
+        if not pid or not pid_alive(int(pid)) or not is_job_run(int(pid)):
+            return
+        try:
+            os.killpg(int(pid), signal.SIGTERM)
+        except ProcessLookupError:
+            return  # it ended meanwhile
+        except PermissionError as exc:
+            raise JobsBackendError(f"could not cancel run {run_id} of job {job_id}: {exc}") from exc
 
     def _run_dir(self, run_id: str) -> Path:
         return self.state_dir / "runs" / run_id

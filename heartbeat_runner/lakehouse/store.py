@@ -64,6 +64,8 @@ SENSOR_PLAN_VIEW = "heartbeat_sensor_plan"
 SENSING_ERRORS_VIEW = "heartbeat_sensing_errors"
 EXPLANATION_VIEW = "jobs_trigger_explanation"
 SENSOR_STATE = "heartbeat_sensor_state"
+#: the config seed (dbt seed of the config CSV)
+SENSOR_CONFIG = "heartbeat_sensor_config"
 SEQUENCES_VIEW = "heartbeat_job_sequences"
 WINDOWS_VIEW = "heartbeat_job_windows"
 #: the event-time window policies, copied from the run-policy file for the SQL rule
@@ -99,7 +101,7 @@ TABLE_COLUMNS: dict[str, list[str]] = {
 OWN_TABLES = (EVENTS, RUN_REPORT, RUNS, EVENTS_ARCHIVE, RUN_REPORT_ARCHIVE, RUNS_ARCHIVE, CONTROL)
 #: dbt-built tables that stay a few files: only vacuumed (the sensor state's MERGE rewrites the files it
 #: changes, the seed is replaced whole; either leaves old files for vacuum)
-REBUILT_TABLES = (SENSOR_STATE, "heartbeat_sensor_config", LEASE, DEADLINES)
+REBUILT_TABLES = (SENSOR_STATE, SENSOR_CONFIG, LEASE, DEADLINES)
 #: how a row of each archived table is identified (an SQL expression over its columns)
 ARCHIVE_KEYS = {EVENTS: "event_id", RUNS: "run_id", RUN_REPORT: "concat_ws('|', run_id, source_key)"}
 #: A write that lost a Delta commit race is retried this many times.

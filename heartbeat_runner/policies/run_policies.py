@@ -20,7 +20,12 @@ from heartbeat_runner.policies.alerts import AlertPolicies, alert_policies, dest
 from heartbeat_runner.policies.catch_up import CatchUpPolicy, catch_up_policies
 from heartbeat_runner.policies.event_windows import WindowPolicy, window_policies
 from heartbeat_runner.policies.retry import RetryPolicies, retry_policies
-from heartbeat_runner.policies.run_policy_file import build_section, built_from_file, policy_problem
+from heartbeat_runner.policies.run_policy_file import (
+    build_section,
+    built_from_file,
+    missing_file_problem,
+    policy_problem,
+)
 
 T = TypeVar("T")
 
@@ -86,3 +91,16 @@ def check_alert_destinations(path: Path | None, alerts: AlertPolicies) -> None:
     problems = alert_destination_problems(path, alerts)
     if problems:
         raise ConfigError(problems)
+
+
+def runnable_policies(path: Path | None, variable: str = "HEARTBEAT_RUN_POLICY") -> RunPolicies:
+    """The run policies a runner may start with: the file that ``variable`` names exists, every section is
+    valid and every alert destination can be sent to. ConfigError otherwise, naming the variable and the
+    path for a missing file. ``run`` asks this before it opens the lakehouse or claims the tick lease, so a
+    refused run touches nothing."""
+    missing = missing_file_problem(path, variable)
+    if missing is not None:
+        raise ConfigError([missing])
+    policies = load_run_policies(path)
+    check_alert_destinations(path, policies.alerts)
+    return policies

@@ -92,6 +92,16 @@ def built_from_file(path: Path | None, build: Callable[[Path | None, dict[str, A
         raise ConfigError([f"{path}: cannot be read: {exc}"]) from exc
 
 
+def missing_file_problem(path: Path | None, variable: str = "HEARTBEAT_RUN_POLICY") -> str | None:
+    """The problem of a run-policy file that is configured (``variable`` names ``path``) but is no file, or
+    None. A configured file that is missing (a typo in the path) is an error, never "no policies": alerts,
+    retries, deadlines and windows would be silently off."""
+    if path is None or Path(path).is_file():
+        return None
+    what = "is a folder, not a file" if Path(path).is_dir() else "does not exist"
+    return f"{variable} names {path}, which {what}"
+
+
 def policy_problem(path: Path | None, name: str, detail: object) -> str:
     """How a problem of the ``name`` policy in the run-policy file at ``path`` is reported."""
     return f"{path}: invalid {name} policy: {detail}"

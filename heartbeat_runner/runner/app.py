@@ -18,7 +18,7 @@ from heartbeat_runner.jobs.registry import build_backend
 from heartbeat_runner.lakehouse.control_table import ControlTable
 from heartbeat_runner.lakehouse.dbt_invoke import DbtProject
 from heartbeat_runner.lakehouse.maintenance import Maintenance
-from heartbeat_runner.lakehouse.store import CONTROL, TABLE_COLUMNS, TableStore
+from heartbeat_runner.lakehouse.store import CONTROL, SENSOR_CONFIG, SENSOR_STATE, TABLE_COLUMNS, TableStore
 from heartbeat_runner.runner.tick import Heartbeat, TickObserver, TickObservers
 from heartbeat_runner.sensing.config import LoadedConfig
 from heartbeat_runner.sensing.sources.base import LineageNaming, SenseContext
@@ -43,8 +43,13 @@ class App:
 
     def lakehouse_problem(self) -> str | None:
         """Why the lakehouse cannot be used any more (the engine does not answer, or one of Heartbeat's
-        own tables is gone or unreadable), or None when it can."""
-        for table in (*TABLE_COLUMNS, CONTROL):
+        own tables is gone or unreadable), or None when it can. Asked after a failed tick only.
+
+        Invariant: every table a tick reads or writes is checked: the runner's own, the control table, and the
+        dbt-built config seed and sensor state table (those two when they were built: a lakehouse that never
+        built one is not unusable for it; moved away after, the catalog still names it and its read fails)."""
+        built = [table for table in (SENSOR_CONFIG, SENSOR_STATE) if self.store.exists(table)]
+        for table in (*TABLE_COLUMNS, CONTROL, *built):
             if not self.store.exists(table):
                 return f"table {self.store.name(table)} does not exist"
             try:

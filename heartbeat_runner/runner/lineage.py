@@ -43,6 +43,9 @@ log = logging.getLogger(__name__)
 CATCH_UP = timedelta(days=7)
 #: seconds between two such looks while the loop runs (events written outside ticks: a job's own `complete`)
 REFRESH_S = 600.0
+#: how much earlier than a run's TRIGGERED event the look for its end recorded elsewhere starts (the `complete`
+#: that ends it runs on another machine, whose clock may be behind the runner's)
+END_LOOK_MARGIN = timedelta(minutes=10)
 #: seconds ``close`` waits for events still queued (a single ``run``)
 CLOSE_FLUSH_S = 10.0
 #: the outbox's one channel
@@ -115,9 +118,18 @@ class LineageMonitor(TickObserver):
     _queued: set[LineageKey] = field(default_factory=set)
     _looked_at: float | None = None
     _datasets: dict[tuple[str, str], LineageDataset] = field(default_factory=dict)
+    #: runs whose TRIGGERED this process saw and whose end it has not: (job id, job run id) -> when triggered
+    _open: dict[tuple[str, str], datetime] = field(default_factory=dict)
+    #: the events table's version at the last look for ends recorded elsewhere (an idle tick reads nothing again)
+    _seen_version: int | None = None
 
     def observe(self, result: TickResult) -> None:
-        """Record what was sent, queue what the tick recorded (and, when due, what earlier ones left). Never raises."""
+        """Record what was sent, queue what the tick recorded (and, when due, what earlier ones left). Never raises.
+
+        Invariant: a run's end is sent by the first tick that observes it, whoever recorded it. The tick's own
+        events hold the ends it reconciled; while a run this process saw start is still open after them, the tick
+        also reads the ends recorded since that run started (a job's own `complete`, another process), so their
+        COMPLETE or FAIL does not wait for the next look back (REFRESH_S)."""
         try:
             self._record_sent(self.outbox.drain(), result.run_id)
         except Exception:  # noqa: BLE001 - recorded by a later tick (the attempts were handed back)
@@ -126,9 +138,39 @@ class LineageMonitor(TickObserver):
             rows = [RunEventRow.of(_as_row(e)) for e in result.run_events if e.job_run_id]
             if self._looked_at is None or time.monotonic() - self._looked_at >= REFRESH_S:
                 rows = self._look_back() + rows
+                cutoff = utcnow() - CATCH_UP  # a run never seen ending (reset, lost) is not looked for for ever
+                self._open = {key: ts for key, ts in self._open.items() if ts >= cutoff}
+            else:
+                self._follow(rows)
+                if self._open:
+                    rows = self._ends_recorded_elsewhere() + rows
+            self._follow(rows)
             self._queue(rows)
         except Exception:  # noqa: BLE001 - lineage must never fail the tick; it tries again next tick
             log.exception("OpenLineage events: building them failed (a later look back sends them)")
+
+    def _follow(self, rows: list[RunEventRow]) -> None:
+        """Keep :attr:`_open` current: a TRIGGERED opens its run, a COMPLETED or FAILED closes it."""
+        for row in sorted(rows, key=lambda r: r.event_type is not EventType.TRIGGERED):
+            key = (row.job_id, row.job_run_id)
+            if row.event_type is EventType.TRIGGERED:
+                self._open.setdefault(key, row.event_ts)
+            else:
+                self._open.pop(key, None)
+
+    def _ends_recorded_elsewhere(self) -> list[RunEventRow]:
+        """The unsent ends of the open runs, recorded by another process since the oldest of them started (none
+        when the read fails: the look back sends them)."""
+        try:
+            version = self.store.events_version()
+            if version is not None and version == self._seen_version:
+                return []  # nothing was committed since the last look
+            found = self._unsent(since=min(self._open.values()) - END_LOOK_MARGIN)
+            self._seen_version = version
+        except Exception:  # noqa: BLE001 - this tick's own events are still queued
+            log.exception("OpenLineage events: looking for runs ended elsewhere failed")
+            return []
+        return [r for r in found if r.event_type is not EventType.TRIGGERED and (r.job_id, r.job_run_id) in self._open]
 
     def close(self) -> None:
         """Send what is queued (bounded), record it, stop the outbox."""

@@ -32,13 +32,14 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from heartbeat_runner.core.backoff import Backoff
-from heartbeat_runner.core.errors import describe, kind_of
+from heartbeat_runner.core.errors import TickFailedAfterChangesError, TickFailedError, describe, kind_of
 from heartbeat_runner.core.metrics import DEFAULT_METRICS_HOST, MetricsServer, metrics, serve_metrics
 from heartbeat_runner.core.records import RunStart, RunSummary, TickStatus, utcnow
 from heartbeat_runner.core.secrets import redact
 from heartbeat_runner.core.settings import Settings
 from heartbeat_runner.core.stopping import StopRequest
 from heartbeat_runner.lakehouse.store import TableStore
+from heartbeat_runner.policies.run_policies import runnable_policies
 from heartbeat_runner.runner.app import App, open_app
 from heartbeat_runner.runner.lease import Lease, LeaseHeld, tick_lease
 from heartbeat_runner.runner.memory import (
@@ -59,7 +60,7 @@ EXIT_LAKEHOUSE_UNUSABLE = 3
 #: Exit code of ``run --loop`` when the dbt project it runs is no longer the one it started with: a redeploy
 #: uploaded other models or macros, which this process's code (an installed wheel) may not match. Non-zero, so
 #: a continuous job's platform starts a new run, on the new wheel.
-EXIT_PROJECT_CHANGED = 4
+EXIT_PROJECT_CHANGED = 5
 #: After failed ticks the loop waits interval x 2^(failures-1), at least this long and at most MAX_BACKOFF_S.
 MIN_BACKOFF_S = 1.0
 MAX_BACKOFF_S = 300.0
@@ -185,16 +186,35 @@ class LoopHooks:
 
 # -- one process ----------------------------------------------------------------------------------
 
+def tick_failure(error: Exception, done: TickResult) -> TickFailedError:
+    """The error a one-shot ``run`` reports for a tick that raised ``error`` after doing ``done``: one line
+    saying what it did before it failed (and the run id of its FAILED row), no traceback."""
+    did = [f"{len(done.sensed)} source(s) sensed, {done.sources_with_new_data} with new data",
+           f"{done.events_written} event(s) recorded"]
+    if done.triggered:
+        did.append("triggered " + ", ".join(f"job {t.job_id} (run {t.run_id})" for t in done.triggered))
+    if done.completed or done.failed:
+        did.append(f"{len(done.completed)} run(s) completed, {len(done.failed)} failed")
+    text = f"tick {done.run_id} failed: {describe(error)}; before it failed: {'; '.join(did)}"
+    if done.events_written:
+        return TickFailedAfterChangesError(text + " (recorded; the next tick goes on from there)", done.run_id)
+    return TickFailedError(text + " (nothing was changed)", done.run_id)
+
+
 def run_once(settings: Settings, config: RunConfig, view: TickView) -> int:
     """``run``: one tick under the lease; its exit code (0 when skipped). A tick that raises is recorded,
-    then its error is raised again (the caller's exit code for it is non-zero)."""
+    then its error is raised again (the caller's exit code for it is non-zero). A run-policy file that is
+    missing or invalid is refused (ConfigError) before anything is opened or claimed."""
+    _check_run_policies(settings)
     return _under_lease(settings, config, view, lambda app, lease: _one_tick(app, lease, view))
 
 
 def run_forever(settings: Settings, config: RunConfig, view: LoopView) -> int:
     """``run --loop``: tick every ``config.interval_s`` until SIGINT/SIGTERM (see the module's invariants).
     Past its memory ceiling it closes everything, then replaces its own process (never returns then).
-    With ``config.metrics_port`` it serves its metrics there, on a thread, for as long as it runs."""
+    With ``config.metrics_port`` it serves its metrics there, on a thread, for as long as it runs. A run-policy
+    file that is missing or invalid is refused (ConfigError) before anything is opened, served or claimed."""
+    _check_run_policies(settings)
     exposition = _exposition(config)
     try:
         return _under_lease(settings, config, view, lambda app, lease: _loop_with(app, lease, config, view))
@@ -207,6 +227,12 @@ def run_forever(settings: Settings, config: RunConfig, view: LoopView) -> int:
     finally:
         if exposition is not None:
             exposition.close()
+
+
+def _check_run_policies(settings: Settings) -> None:
+    """ConfigError when the run-policy file the settings name is missing or invalid (policies/run_policies.py);
+    asked before the lakehouse is opened, so a refused run writes nothing and never claims the lease."""
+    runnable_policies(settings.run_policy_file, settings.run_policy_variable)
 
 
 def _exposition(config: RunConfig) -> MetricsServer | None:
@@ -250,8 +276,8 @@ def _heartbeat(app: App, lease: Lease, view: TickView) -> Iterator[Heartbeat]:
 def _one_tick(app: App, lease: Lease, view: TickView) -> int:
     with _heartbeat(app, lease, view) as heartbeat:
         try:
-            result = _recorded(app.store, lambda start: _in_session(view, heartbeat, start))
-        except Exception:
+            result = _recorded(app.store, lambda start, done: _in_session(view, heartbeat, start, done))
+        except TickFailedError:
             count_outcome(None, failed=True)
             raise
         count_outcome(result, failed=False)
@@ -259,26 +285,31 @@ def _one_tick(app: App, lease: Lease, view: TickView) -> int:
         return result.exit_code
 
 
-def _in_session(view: TickView, heartbeat: Heartbeat, start: RunStart) -> TickResult:
+def _in_session(view: TickView, heartbeat: Heartbeat, start: RunStart, done: TickResult) -> TickResult:
     with view.session():
-        return _counted(heartbeat, start)
+        return _counted(heartbeat, start, done.scope, done)
 
 
-def _counted(heartbeat: Heartbeat, start: RunStart, scope: TickScope = POLL) -> TickResult:
-    """``heartbeat.tick(start, scope)``, its figures counted in this process's metrics."""
-    result = heartbeat.tick(start, scope)
+def _counted(heartbeat: Heartbeat, start: RunStart, scope: TickScope = POLL,
+             done: TickResult | None = None) -> TickResult:
+    """``heartbeat.tick(start, scope)``, its figures counted in this process's metrics; it fills ``done`` when
+    given (what a tick that raised had done)."""
+    result = heartbeat.tick(start, scope, done)
     count_tick(result, heartbeat.settings.effective_jobs_backend)
     return result
 
 
-def _recorded(store: TableStore, tick: Callable[[RunStart], TickResult]) -> TickResult:
-    """``tick`` run under a fresh RunStart; when it raises, its failure is recorded, then raised again."""
+def _recorded(store: TableStore, tick: Callable[[RunStart, TickResult], TickResult]) -> TickResult:
+    """``tick`` run under a fresh RunStart, filling a fresh TickResult; when it raises, its failure is
+    recorded with what it had done, then reported as a TickFailedError (from the tick's error) that says so."""
     start, began = RunStart.now(), time.monotonic()
+    done = TickResult(run_id=start.run_id, snapshot_ts=start.snapshot_ts)
     try:
-        return tick(start)
+        return tick(start, done)
     except Exception as exc:
-        record_failed_tick(store, start, exc, time.monotonic() - began)
-        raise
+        record_failed_tick(store, start, exc, time.monotonic() - began, done)
+        log.debug("tick %s failed", start.run_id, exc_info=True)
+        raise tick_failure(exc, done) from exc
 
 
 def _loop_with(app: App, lease: Lease, config: RunConfig, view: LoopView) -> int:
@@ -288,12 +319,17 @@ def _loop_with(app: App, lease: Lease, config: RunConfig, view: LoopView) -> int
         lease.yield_if_wanted()
         app.dbt.manifest()  # parse the dbt project now, not when the first new data arrives
         heartbeat.loop_restarts = loop_restarts()
+        #: the running tick's result as it fills (by run id): what a tick that raises had done, for its row
+        running: dict[str, TickResult] = {}
         hooks = LoopHooks(lakehouse_problem=app.lakehouse_problem, after_tick=memory_guard(app, heartbeat.hurry),
-                          record_failure=lambda start, exc, took_s: record_failed_tick(app.store, start, exc, took_s),
+                          record_failure=lambda start, exc, took_s: record_failed_tick(
+                              app.store, start, exc, took_s, running.pop(start.run_id, None)),
                           project_changed=project_guard(app))
 
         def tick(start: RunStart, scope: TickScope) -> TickResult | None:
-            result = _leased_tick(lease, heartbeat, start, scope, config, view)
+            running.clear()
+            running[start.run_id] = TickResult(run_id=start.run_id, snapshot_ts=start.snapshot_ts, scope=scope)
+            result = _leased_tick(lease, heartbeat, start, scope, config, view, running[start.run_id])
             if result is not None and result.polled and watches is not None:
                 watches.follow([s.target for s in result.sensed])
             return result
@@ -324,12 +360,12 @@ def _wakeups(app: App, heartbeat: Heartbeat,
 
 
 def _leased_tick(lease: Lease, heartbeat: Heartbeat, start: RunStart, scope: TickScope, config: RunConfig,
-                 view: TickView) -> TickResult | None:
+                 view: TickView, done: TickResult | None = None) -> TickResult | None:
     """One tick of the loop under the lease (kept after it unless another runner waits for it), or None
-    (skipped, shown) when another runner holds it."""
+    (skipped, shown) when another runner holds it. It fills ``done`` when given."""
     try:
         with lease.ticking(config.lease_wait_s):
-            return _counted(heartbeat, start, scope)
+            return _counted(heartbeat, start, scope, done)
     except LeaseHeld as exc:
         view.skipped(exc)
         return None
@@ -497,25 +533,32 @@ def _safely(check: Callable[[], str | None]) -> str | None:
 
 # -- a failed tick's row --------------------------------------------------------------------------
 
-def failed_tick_summary(start: RunStart, error: BaseException, took_s: float) -> RunSummary:
-    """The ``heartbeat_runs`` row of a tick that raised: status FAILED, nothing counted, the message
-    ``tick failed (<kind>): <type>: <first line>`` redacted (one line, URLs cut to their host), and the
-    kind in ``stage_timings`` as ``error_kind``."""
+def failed_tick_summary(start: RunStart, error: BaseException, took_s: float,
+                        done: TickResult | None = None) -> RunSummary:
+    """The ``heartbeat_runs`` row of a tick that raised: status FAILED, counting what it did before it raised
+    (``done``: sources sensed, with new data, sensing errors, jobs triggered, runs completed and failed; none
+    without it), the message ``tick failed (<kind>): <type>: <first line>`` redacted (one line, URLs cut to
+    their host), and the kind in ``stage_timings`` as ``error_kind`` with the events it had recorded."""
     kind = kind_of(error)
+    done = done or TickResult(run_id=start.run_id, snapshot_ts=start.snapshot_ts)
     return RunSummary(
         run_id=start.run_id, snapshot_ts=start.snapshot_ts, ended_ts=utcnow(), duration_s=round(took_s, 4),
-        sources_sensed=0, sources_with_new_data=0, sensor_errors=0, jobs_triggered=0, jobs_completed=0,
-        jobs_failed=0, trigger_errors=0, status=TickStatus.FAILED,
+        sources_sensed=len(done.sensed), sources_with_new_data=done.sources_with_new_data,
+        sensor_errors=len(done.sensor_errors), jobs_triggered=len(done.triggered),
+        jobs_completed=len(done.completed), jobs_failed=len(done.failed), trigger_errors=len(done.trigger_errors),
+        status=TickStatus.FAILED,
         message=redact(f"tick failed ({kind}): {describe(error)}"),
-        stage_timings=json.dumps({"error_kind": kind}),
+        stage_timings=json.dumps({"error_kind": kind, "events_written": done.events_written}),
     )
 
 
-def record_failed_tick(store: TableStore, start: RunStart, error: BaseException, took_s: float) -> bool:
-    """Append the FAILED row of a tick that raised; never raises. False (logged) when the row could not be
-    written (the store is unreachable: the error that failed the tick is the one to report)."""
+def record_failed_tick(store: TableStore, start: RunStart, error: BaseException, took_s: float,
+                       done: TickResult | None = None) -> bool:
+    """Append the FAILED row of a tick that raised, with what it did (``done``); never raises. False (logged)
+    when the row could not be written (the store is unreachable: the error that failed the tick is the one to
+    report)."""
     try:
-        store.append_run(failed_tick_summary(start, error, took_s), [])
+        store.append_run(failed_tick_summary(start, error, took_s, done), [])
     except Exception as exc:  # noqa: BLE001 - any engine error: the run goes on
         log.warning("could not record failed tick %s in heartbeat_runs: %s", start.run_id, describe(exc))
         return False

@@ -372,7 +372,8 @@ class Heartbeat:
 
     # -- the tick ---------------------------------------------------------------------------
 
-    def tick(self, start: RunStart | None = None, scope: TickScope = POLL) -> TickResult:
+    def tick(self, start: RunStart | None = None, scope: TickScope = POLL,
+             result: TickResult | None = None) -> TickResult:
         """One tick, in the order that makes a crash anywhere safe (module docstring). ``start`` (default: now)
         is its run id and snapshot, fixed by a caller that records the tick's failure under that id
         (runner/loop.py). ``scope``: the due sources it senses (a wake-up names some; every other step is
@@ -396,14 +397,15 @@ class Heartbeat:
            most HURRY_MAX_S in a row; then one merges whatever waits, as the next unhurried tick does.
         """
         start = start or RunStart.now()
+        result = result or TickResult(run_id=start.run_id, snapshot_ts=start.snapshot_ts, scope=scope)
         with in_context(TICK_RUN_ID, start.run_id):  # every log line of the tick carries its run id
-            return self._tick(start, scope)
+            return self._tick(result)
 
-    def _tick(self, start: RunStart, scope: TickScope) -> TickResult:
-        """The tick's steps (see :meth:`tick`)."""
+    def _tick(self, result: TickResult) -> TickResult:
+        """The tick's steps (see :meth:`tick`), filling ``result`` as they go: a caller that passed it in reads
+        what a tick that raised had done (what it sensed, triggered, recorded) for its FAILED row."""
         began = time.monotonic()
         parses_before = self.store.engine.sql_count
-        result = TickResult(run_id=start.run_id, snapshot_ts=start.snapshot_ts, scope=scope)
         timings = result.stage_timings
 
         self._prepare_windows()
@@ -425,6 +427,7 @@ class Heartbeat:
             ready, tracked = concurrently(self.store.ready_rows, self._tracked_jobs)
             self._trigger_ready(result, ready, tracked.resumed)
             self._trigger_windows(result)
+        fail_point(FaultPoint.AFTER_TRIGGERING)
         with _stage(timings, "reconciliation"):
             follow_ups = self._reconcile(result, tracked)
             self._request_follow_ups(result, follow_ups)

@@ -43,16 +43,24 @@ MAX_SOURCES = 10_000
 Names = Callable[[str], frozenset[str]]
 
 
+def check_wake_token(settings: Settings, port_from: str = "HEARTBEAT_WAKE_PORT") -> None:
+    """InvalidInputError when a wake port is set without HEARTBEAT_WAKE_TOKEN, naming where the port came from
+    (``port_from``: the variable, or ``--wake-port`` when the flag set it). ``run --loop`` asks it before it
+    opens anything."""
+    if settings.wake_port is not None and not settings.wake_token:
+        raise InvalidInputError(f"{port_from} is set but HEARTBEAT_WAKE_TOKEN is not: "
+                                "POST /wake needs a token (set it from a secret, never in a file)")
+
+
 @contextlib.contextmanager
 def wake_endpoint(settings: Settings, wakes: WakeSignal, names: Names) -> Iterator[ThreadingHTTPServer | None]:
     """Serve ``POST /wake`` while the block runs (None, nothing served, when no port is set)."""
     if settings.wake_port is None:
         yield None
         return
-    if not settings.wake_token:
-        raise InvalidInputError("HEARTBEAT_WAKE_PORT is set but HEARTBEAT_WAKE_TOKEN is not: "
-                                "POST /wake needs a token (set it from a secret, never in a file)")
-    server = make_wake_server(settings.wake_host, settings.wake_port, settings.wake_token, wakes, names)
+    check_wake_token(settings)
+    token = settings.wake_token or ""  # set: checked just above
+    server = make_wake_server(settings.wake_host, settings.wake_port, token, wakes, names)
     thread = threading.Thread(target=server.serve_forever, name="heartbeat-wake", daemon=True)
     thread.start()
     log.info("POST /wake served on %s:%d", settings.wake_host, server.server_address[1])
