@@ -7,7 +7,8 @@ Two shapes, the two ways production runs the runner:
 * :class:`SparkConnectProcess` - a Spark Connect server in its own JVM, reached through
   ``sc://127.0.0.1:PORT`` (``SPARK_REMOTE``), like serverless and shared clusters.
 
-Both start their JVM with the same settings (:func:`session_confs`): Delta's (:func:`delta_confs`),
+Both start their JVM with the same settings (:func:`session_confs`), with the driver heap the caller
+gives (HEARTBEAT_SPARK_DRIVER_MEMORY, default chosen from the machine by core.settings): Delta's (:func:`delta_confs`),
 the Delta SQL extension and catalog, a Hive (Derby) metastore and the warehouse under one
 lakehouse folder, so the catalog outlives the JVM (unlike Sail's in-memory one); and the local
 file system's (:func:`file_system_confs`). Derby's embedded metastore admits
@@ -77,7 +78,11 @@ class SparkStartError(HeartbeatError):
 LOG_CONFIG = Path(__file__).with_name("log4j2.properties")
 
 
-def delta_confs(lakehouse_dir: Path, *, cores: int = 2) -> dict[str, str]:
+#: the driver heap when the caller names none (the settings choose one from the machine)
+DEFAULT_DRIVER_MEMORY = "1g"
+
+
+def delta_confs(lakehouse_dir: Path, *, cores: int = 2, driver_memory: str = DEFAULT_DRIVER_MEMORY) -> dict[str, str]:
     """Spark settings for Delta on a local lakehouse; the same for both shapes.
 
     Tables created without LOCATION land in ``<lakehouse>/warehouse/<schema>.db/<table>``;
@@ -132,7 +137,7 @@ def delta_confs(lakehouse_dir: Path, *, cores: int = 2) -> dict[str, str]:
         "spark.ui.showConsoleProgress": "false",
         "spark.driver.host": "127.0.0.1",
         "spark.driver.bindAddress": "127.0.0.1",
-        "spark.driver.memory": "1g",
+        "spark.driver.memory": driver_memory,
         # maintenance's retention (hours, HEARTBEAT_VACUUM_RETENTION_HOURS) applies as on the embedded engine
         "spark.databricks.delta.retentionDurationCheck.enabled": "false",
     }
@@ -152,18 +157,20 @@ def file_system_confs(jar: Path | None) -> dict[str, str]:
             "spark.hadoop.fs.AbstractFileSystem.file.impl": f"{FILE_SYSTEM_CLASS}$Context"}
 
 
-def session_confs(lakehouse_dir: Path) -> dict[str, str]:
+def session_confs(lakehouse_dir: Path, driver_memory: str = DEFAULT_DRIVER_MEMORY) -> dict[str, str]:
     """Everything a local Spark JVM starts with here, in both shapes: Delta's and the file system's."""
-    return {**delta_confs(lakehouse_dir), **file_system_confs(local_file_system_jar())}
+    return {**delta_confs(lakehouse_dir, driver_memory=driver_memory), **file_system_confs(local_file_system_jar())}
 
 
 # -- classic session ----------------------------------------------------------------------------
 
 
 def open_classic_session(lakehouse_dir: Path, *, jars: Iterable[Path] | None = None,
-                         app_name: str = "heartbeat", connect_port: int | None = None) -> SparkSession:
+                         app_name: str = "heartbeat", connect_port: int | None = None,
+                         driver_memory: str = DEFAULT_DRIVER_MEMORY) -> SparkSession:
     """A classic (py4j) SparkSession with Delta on ``lakehouse_dir``, in a fresh JVM.
 
+    ``driver_memory``: the JVM's heap (``spark.driver.memory``, e.g. ``2g``).
     ``connect_port``: the JVM also serves Spark Connect on ``127.0.0.1:<port>`` (Spark's own
     ``SparkConnectPlugin``), so other processes can use this engine instead of starting theirs.
     Raises when this process already has a SparkContext (its JVM settings could not apply)
@@ -179,7 +186,7 @@ def open_classic_session(lakehouse_dir: Path, *, jars: Iterable[Path] | None = N
         raise SparkStartError("this process already runs a SparkContext: stop it first (stop_classic_session)")
     Path(lakehouse_dir).mkdir(parents=True, exist_ok=True)
     builder = SparkSession.builder.appName(app_name)
-    for key, value in session_confs(lakehouse_dir).items():
+    for key, value in session_confs(lakehouse_dir, driver_memory).items():
         builder = builder.config(key, value)
     jar_list = list(spark_jars() if jars is None else jars)
     builder = builder.config("spark.jars", ",".join(str(j) for j in jar_list))
@@ -243,11 +250,12 @@ class SparkConnectProcess:
 
     ``delta_connect``: add Delta's Connect plugins (True: required, None: when Maven has them).
     Use as a context manager, or call :meth:`start` / :meth:`stop`. Its log is
-    ``<lakehouse>/spark-connect/server.log``.
+    ``<lakehouse>/spark-connect/server.log``. ``driver_memory``: the server JVM's heap.
     """
 
     lakehouse_dir: Path
     port: int = 0
+    driver_memory: str = DEFAULT_DRIVER_MEMORY
     delta_connect: bool | None = None
     extra_confs: dict[str, str] = field(default_factory=dict)
     _proc: subprocess.Popen | None = field(default=None, repr=False)
@@ -300,7 +308,7 @@ class SparkConnectProcess:
         want_plugin = self.delta_connect if self.delta_connect is not None else delta_connect_available()
         jars = spark_jars(delta_connect=bool(want_plugin))
         self.plugins_loaded = bool(want_plugin)
-        confs = {**session_confs(self.lakehouse_dir), **self._connect_confs(), **self.extra_confs}
+        confs = {**session_confs(self.lakehouse_dir, self.driver_memory), **self._connect_confs(), **self.extra_confs}
         command = [str(spark_home / "bin" / "spark-submit"), "--class", CONNECT_SERVER_CLASS,
                    "--name", "heartbeat-spark-connect", "--jars", ",".join(str(j) for j in jars)]
         for key, value in confs.items():
@@ -391,6 +399,8 @@ class LocalSpark:
     delta_table_api: bool
     url: str | None = None
     shared: bool = False
+    #: the heap this process's JVM started with (a joined engine runs with its holder's)
+    driver_memory: str = DEFAULT_DRIVER_MEMORY
     _stop: Callable[[], None] | None = field(default=None, repr=False)
 
     @property
@@ -406,14 +416,15 @@ class LocalSpark:
 _running: LocalSpark | None = None
 
 
-def local_spark(spark_dir: Path, mode: str) -> LocalSpark:
+def local_spark(spark_dir: Path, mode: str, driver_memory: str = DEFAULT_DRIVER_MEMORY) -> LocalSpark:
     """The local Spark for ``spark_dir`` in ``mode``: this process's, or the one another process holds.
 
     A JVM takes 10-40 s to start and holds the Derby metastore of ``spark_dir``, so one JVM serves a
     lakehouse (spark_share): the first process to open it starts it, serves Spark Connect from it and
     keeps it until it exits; a process that finds it held connects to it (whatever its mode). Within
     a process every engine on the same ``spark_dir`` and mode shares it; asking for another one stops
-    the running one first. A classic session drops ``SPARK_REMOTE`` from this process's environment
+    the running one first. ``driver_memory`` is the heap of a JVM started here (a running or joined one
+    keeps the heap it has). A classic session drops ``SPARK_REMOTE`` from this process's environment
     (dbt-spark must find the classic session); a Connect session points it at the server.
     """
     global _running
@@ -428,12 +439,12 @@ def local_spark(spark_dir: Path, mode: str) -> LocalSpark:
             _leave_connect_mode()
         return _running
     stop_local_spark()
-    _running = _hold_or_join(spark_dir, mode)
+    _running = _hold_or_join(spark_dir, mode, driver_memory)
     atexit.register(stop_local_spark)
     return _running
 
 
-def _hold_or_join(spark_dir: Path, mode: str) -> LocalSpark:
+def _hold_or_join(spark_dir: Path, mode: str, driver_memory: str) -> LocalSpark:
     """Start and hold ``spark_dir``'s engine, or join the process that holds it (waiting while it starts)."""
     deadline = time.monotonic() + JOIN_TIMEOUT_S
     announced = False
@@ -441,7 +452,7 @@ def _hold_or_join(spark_dir: Path, mode: str) -> LocalSpark:
         while True:
             handle = spark_share.try_hold(spark_dir)
             if handle is not None:
-                return _hold(spark_dir, mode, handle)
+                return _hold(spark_dir, mode, handle, driver_memory)
             address = spark_share.holder_address(spark_dir)
             if address is not None:
                 return _join(spark_dir, mode, address)
@@ -455,12 +466,13 @@ def _hold_or_join(spark_dir: Path, mode: str) -> LocalSpark:
             time.sleep(0.5)
 
 
-def _hold(spark_dir: Path, mode: str, handle: IO[str]) -> LocalSpark:
+def _hold(spark_dir: Path, mode: str, handle: IO[str], driver_memory: str) -> LocalSpark:
     """Start the JVM for ``spark_dir`` and publish its Spark Connect address; let the lock go if it fails."""
     try:
-        with spark_share.notice(f"Starting Apache Spark + Delta ({mode}) for {spark_dir}; "
-                                "a JVM start takes 10-40 s"):
-            running = _start_classic(spark_dir) if mode == "classic" else _start_connect(spark_dir)
+        with spark_share.notice(f"Starting Apache Spark + Delta ({mode}, driver heap {driver_memory}) for "
+                                f"{spark_dir}; a JVM start takes 10-40 s"):
+            running = (_start_classic(spark_dir, driver_memory) if mode == "classic"
+                       else _start_connect(spark_dir, driver_memory))
     except BaseException:
         handle.close()
         raise
@@ -546,16 +558,16 @@ def _leave_connect_mode() -> None:
     os.environ.pop("SPARK_CONNECT_MODE_ENABLED", None)
 
 
-def _start_classic(spark_dir: Path) -> LocalSpark:
+def _start_classic(spark_dir: Path, driver_memory: str) -> LocalSpark:
     _leave_connect_mode()
     port = free_port()
-    spark = open_classic_session(spark_dir, connect_port=port)
+    spark = open_classic_session(spark_dir, connect_port=port, driver_memory=driver_memory)
     return LocalSpark("classic", spark_dir, spark, delta_table_api=True, url=f"sc://127.0.0.1:{port}",
-                      _stop=lambda: stop_classic_session(spark))
+                      driver_memory=driver_memory, _stop=lambda: stop_classic_session(spark))
 
 
-def _start_connect(spark_dir: Path) -> LocalSpark:
-    server = SparkConnectProcess(spark_dir)
+def _start_connect(spark_dir: Path, driver_memory: str) -> LocalSpark:
+    server = SparkConnectProcess(spark_dir, driver_memory=driver_memory)
     url = server.start()
     spark = _connect_session(url)
 
@@ -565,7 +577,8 @@ def _start_connect(spark_dir: Path) -> LocalSpark:
         finally:
             server.stop()
 
-    return LocalSpark("connect", spark_dir, spark, delta_table_api=server.plugins_loaded, url=url, _stop=stop)
+    return LocalSpark("connect", spark_dir, spark, delta_table_api=server.plugins_loaded, url=url,
+                      driver_memory=driver_memory, _stop=stop)
 
 
 def keep_connect_release_pool() -> None:
