@@ -3,7 +3,9 @@ refused with a one-line error when it is not a usable size, and given to the JVM
 
 from __future__ import annotations
 
+import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -99,3 +101,97 @@ def test_both_shapes_start_their_jvm_with_the_heap(tmp_path, monkeypatch):
         spark_local.stop_local_spark()
         monkeypatch.delenv("SPARK_REMOTE", raising=False)
     assert started == {"classic": "3g", "connect": "3g"}
+
+
+# -- a driver that runs out of heap ---------------------------------------------------------------
+
+def test_a_failure_after_the_engine_died_becomes_the_reason_it_died(monkeypatch):
+    """engine_failures: a failure (py4j's "Connection refused") after a probe names the death is raised as
+    that death's error, from the original; without a death the original passes unchanged (no JVM)."""
+    from heartbeat_runner.core.errors import TerminalError
+    from heartbeat_runner.engines import engine_errors
+    from heartbeat_runner.engines.engine_errors import DriverOutOfMemoryError, engine_failures
+
+    died: list[str] = []
+    monkeypatch.setattr(engine_errors, "_death_probes",
+                        [lambda: DriverOutOfMemoryError(died[0]) if died else None])
+    refused = ConnectionRefusedError(111, "Connection refused")
+    with pytest.raises(ConnectionRefusedError), engine_failures():
+        raise refused
+    died.append("1g")
+    with pytest.raises(DriverOutOfMemoryError) as caught, engine_failures():
+        raise refused
+    assert isinstance(caught.value, TerminalError) and caught.value.__cause__ is refused
+    assert "HEARTBEAT_SPARK_DRIVER_MEMORY=1g" in str(caught.value)
+
+
+#: a process that opens the local Spark engine (classic) with a small heap, runs a query that fits, then one
+#: that needs an 800 MB array, and says what it met; it must also end cleanly (stopping a dead JVM)
+_SMALL_HEAP_SCRIPT = """
+import json, sys
+from pathlib import Path
+from heartbeat_runner.engines.engine_errors import engine_failures
+from heartbeat_runner.engines.spark_local import classic_jvm_exit_code, local_spark, stop_local_spark
+
+running = local_spark(Path(sys.argv[1]), "classic", sys.argv[2])
+fits = running.spark.range(1000).count()
+try:
+    with engine_failures():
+        running.spark.sql("SELECT size(sequence(1L, 100000000L))").collect()
+    outcome = {"raised": None}
+except Exception as exc:
+    outcome = {"raised": type(exc).__name__, "message": str(exc), "cause": type(exc.__cause__).__name__,
+               "terminal": type(exc).__mro__[1].__name__}
+outcome["exit_code"] = classic_jvm_exit_code()
+stop_local_spark()
+print(json.dumps({"fits": fits, **outcome}))
+"""
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(900)
+def test_a_driver_out_of_heap_stops_with_an_error_naming_the_setting(tmp_path):
+    """512m (the smallest heap Spark starts with) and a query that needs more: the JVM exits at once, and
+    the next call fails with DriverOutOfMemoryError naming HEARTBEAT_SPARK_DRIVER_MEMORY and its value,
+    not py4j's "Connection refused"; the process then ends cleanly. One JVM start."""
+    proc = subprocess.run([sys.executable, "-c", _SMALL_HEAP_SCRIPT, str(tmp_path / "spark"), "512m"],
+                          capture_output=True, text=True, timeout=600, cwd=tmp_path,
+                          env={k: v for k, v in os.environ.items() if k not in ("SPARK_REMOTE", "PYSPARK_SUBMIT_ARGS")})
+    assert proc.returncode == 0, f"exit {proc.returncode}\nstdout:{proc.stdout}\nstderr:{proc.stderr[-4000:]}"
+    outcome = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert outcome["fits"] == 1000, "the engine ran with the small heap before the query that needs more"
+    assert outcome["raised"] == "DriverOutOfMemoryError", proc.stderr[-4000:]
+    assert outcome["terminal"] == "TerminalError"
+    assert "HEARTBEAT_SPARK_DRIVER_MEMORY=512m" in outcome["message"]
+    assert outcome["cause"] != "NoneType", "the py4j error is kept as the cause"
+    print(outcome, proc.stdout[-3000:], proc.stderr[-3000:], sep="\n")  # shown with -s: what the user sees
+    assert outcome["exit_code"] in spark_local.OUT_OF_MEMORY_EXIT_CODES, "the JVM exited for want of heap"
+
+
+def test_a_server_that_exited_out_of_heap_is_named_even_when_its_port_closed_first(tmp_path, monkeypatch):
+    """A Connect server JVM that stops accepting connections is awaited for its exit code (its sockets close
+    just before it can be reaped): exit 3 (ExitOnOutOfMemoryError) is a DriverOutOfMemoryError with the
+    heap it had; a server still running is no death at all. A Python child stands in for the JVM."""
+    from heartbeat_runner.engines.engine_errors import DriverOutOfMemoryError
+
+    port = spark_local.free_port()
+    dying = subprocess.Popen([sys.executable, "-c", "import sys, time; time.sleep(1); sys.exit(3)"])
+    server = spark_local.SparkConnectProcess(tmp_path, port=port, driver_memory="2g", _proc=dying)
+    running = spark_local.LocalSpark("connect", tmp_path, spark=None, delta_table_api=False,  # type: ignore[arg-type]
+                                     driver_memory="2g", jvm_exit_code=server.exited)
+    monkeypatch.setattr(spark_local, "_running", running)
+    death = spark_local.out_of_memory_death()
+    assert isinstance(death, DriverOutOfMemoryError)
+    assert "HEARTBEAT_SPARK_DRIVER_MEMORY=2g" in str(death)
+
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+        try:
+            server = spark_local.SparkConnectProcess(tmp_path, port=listening.getsockname()[1], _proc=alive)
+            monkeypatch.setattr(running, "jvm_exit_code", server.exited)
+            assert spark_local.out_of_memory_death() is None
+        finally:
+            alive.kill()
+            alive.wait()

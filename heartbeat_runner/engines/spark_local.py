@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, cast
 
 from heartbeat_runner.core.errors import HeartbeatError
-from heartbeat_runner.engines import spark_share
+from heartbeat_runner.engines import engine_errors, spark_share
 from heartbeat_runner.engines.spark_jars import (
     FILE_SYSTEM_CLASS,
     delta_connect_available,
@@ -66,6 +66,18 @@ STOP_GRACE_S = 20.0
 #: 10.37 s with G1, 8.20, 8.36, 7.84, 7.76 s with the parallel collector (the serial one: 8.0-12.2 s);
 #: a second round 9.45-10.33 s against 8.97-9.78 s (docs/engines.md)
 GARBAGE_COLLECTOR = "-XX:+UseParallelGC"
+#: a JVM whose heap runs out stops at once, with exit code 3 (and "Terminating due to
+#: java.lang.OutOfMemoryError" on its stderr), wherever the error was thrown: not a half-alive driver,
+#: nor Spark's own exit (52) after its threads have failed in turn. Cheap: it writes nothing. A heap
+#: dump (-XX:+HeapDumpOnOutOfMemoryError) would write the whole heap, up to 8g, and a class histogram
+#: cannot be asked of an exited JVM; the exit code lets out_of_memory_death tell the user which
+#: setting to raise (engine_errors.DriverOutOfMemoryError)
+EXIT_ON_OUT_OF_MEMORY = "-XX:+ExitOnOutOfMemoryError"
+#: the exit codes of a JVM that ran out of heap: HotSpot's with ExitOnOutOfMemoryError, Spark's own (SparkExitCode.OOM)
+OUT_OF_MEMORY_EXIT_CODES = (3, 52)
+#: seconds to wait for a JVM that no longer accepts connections to be seen exited: its sockets close a
+#: moment before the process is reapable, and a caller that fails in between must still learn the exit code
+EXIT_WAIT_S = 10.0
 #: commits between two Delta checkpoints of the tables a local session creates (Delta's default: 10)
 CHECKPOINT_INTERVAL = 100
 
@@ -91,7 +103,7 @@ def delta_confs(lakehouse_dir: Path, *, cores: int = 2, driver_memory: str = DEF
     lakehouse = Path(lakehouse_dir).resolve()
     metastore = lakehouse / "metastore_db"
     java_options = (f"-Dderby.system.home={lakehouse} -Duser.timezone=UTC -Dlog4j2.configurationFile={LOG_CONFIG.as_uri()}"
-                    f" {GARBAGE_COLLECTOR}")
+                    f" {GARBAGE_COLLECTOR} {EXIT_ON_OUT_OF_MEMORY}")
     return {
         "spark.master": f"local[{cores}]",
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
@@ -203,14 +215,25 @@ def stop_classic_session(spark: SparkSession) -> None:
     """Stop the session and the py4j JVM behind it (idempotent); the next session starts a new JVM.
 
     PySpark keeps its gateway JVM alive after ``spark.stop()``; the JVM exits when its stdin
-    closes, so that is closed and the process awaited (killed after STOP_GRACE_S).
+    closes, so that is closed and the process awaited (killed after STOP_GRACE_S). A JVM that has
+    exited already (out of heap) is only forgotten: PySpark's stop would fail talking to it.
     """
     from pyspark import SparkContext
+    from pyspark.sql import SparkSession
 
     if getattr(spark, "_heartbeat_stopped", False):
         return
     setattr(spark, "_heartbeat_stopped", True)  # noqa: B010 - a marker on a foreign object
-    spark.stop()
+    if classic_jvm_exit_code() is None:
+        try:
+            spark.stop()
+        except Exception:
+            if classic_jvm_exit_code() is None:
+                raise
+    if classic_jvm_exit_code() is not None:  # PySpark's stop could not reach it: forget it here
+        SparkContext._active_spark_context = None
+        SparkSession._instantiatedSession = None
+        SparkSession._activeSession = None
     gateway = SparkContext._gateway
     if gateway is None:
         return
@@ -224,6 +247,36 @@ def stop_classic_session(spark: SparkSession) -> None:
         _wait_or_kill(proc, process_group=False)
     SparkContext._gateway = None
     SparkContext._jvm = None
+
+
+def classic_jvm_exit_code() -> int | None:
+    """The exit code of this process's py4j JVM when it has exited, None while it runs (or there is none).
+    A JVM that refuses py4j connections is awaited up to EXIT_WAIT_S (see exit_code_of)."""
+    from pyspark import SparkContext
+
+    gateway = SparkContext._gateway
+    proc = getattr(gateway, "proc", None)
+    parameters = getattr(gateway, "java_parameters", None) or getattr(gateway, "gateway_parameters", None)
+    port = getattr(parameters, "port", None)
+    return None if proc is None or not port else exit_code_of(proc, int(port))
+
+
+def exit_code_of(proc: subprocess.Popen, port: int) -> int | None:
+    """``proc``'s exit code once it has exited; None while it runs. A process that no longer accepts
+    connections on ``port`` (127.0.0.1) is exiting or gone: it is awaited up to EXIT_WAIT_S, since its
+    sockets close a moment before its exit code can be read."""
+    code = proc.poll()
+    if code is not None:
+        return code
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=2):
+            return None
+    except OSError:
+        pass
+    try:
+        return proc.wait(timeout=EXIT_WAIT_S)
+    except subprocess.TimeoutExpired:
+        return None
 
 
 def _close_quietly(stream) -> None:
@@ -260,6 +313,8 @@ class SparkConnectProcess:
     extra_confs: dict[str, str] = field(default_factory=dict)
     _proc: subprocess.Popen | None = field(default=None, repr=False)
     plugins_loaded: bool = False
+    #: the server JVM's exit code once it exited by itself (None while it runs, or after stop)
+    exit_code: int | None = None
 
     @property
     def url(self) -> str:
@@ -293,6 +348,12 @@ class SparkConnectProcess:
         proc, self._proc = self._proc, None
         if proc is not None and proc.poll() is None:
             _wait_or_kill(proc, process_group=True)
+
+    def exited(self) -> int | None:
+        """The server's exit code when its JVM has exited while running (not stopped here); else None."""
+        if self._proc is not None and self.exit_code is None:
+            self.exit_code = exit_code_of(self._proc, self.port)
+        return self.exit_code
 
     def __enter__(self) -> SparkConnectProcess:
         self.start()
@@ -401,6 +462,8 @@ class LocalSpark:
     shared: bool = False
     #: the heap this process's JVM started with (a joined engine runs with its holder's)
     driver_memory: str = DEFAULT_DRIVER_MEMORY
+    #: the exit code of the JVM this process holds once it has exited, None while it runs (joined: always None)
+    jvm_exit_code: Callable[[], int | None] = field(default=lambda: None, repr=False)
     _stop: Callable[[], None] | None = field(default=None, repr=False)
 
     @property
@@ -527,6 +590,22 @@ def _connect_session(url: str) -> SparkSession:
     return spark
 
 
+def out_of_memory_death() -> engine_errors.DriverOutOfMemoryError | None:
+    """The error of this process's local Spark JVM when it exited for want of heap (its exit code, see
+    EXIT_ON_OUT_OF_MEMORY), naming the heap it had; None while it runs or when none is held here.
+    A probe of engine_errors: a failure after that death becomes this error."""
+    running = _running
+    if running is None or running.shared:
+        return None
+    code = running.jvm_exit_code()
+    if code not in OUT_OF_MEMORY_EXIT_CODES:
+        return None
+    return engine_errors.DriverOutOfMemoryError(running.driver_memory)
+
+
+engine_errors.register_death_probe(out_of_memory_death)
+
+
 def stop_local_spark() -> None:
     """Stop the process's local Spark, if one runs (idempotent)."""
     global _running
@@ -563,7 +642,8 @@ def _start_classic(spark_dir: Path, driver_memory: str) -> LocalSpark:
     port = free_port()
     spark = open_classic_session(spark_dir, connect_port=port, driver_memory=driver_memory)
     return LocalSpark("classic", spark_dir, spark, delta_table_api=True, url=f"sc://127.0.0.1:{port}",
-                      driver_memory=driver_memory, _stop=lambda: stop_classic_session(spark))
+                      driver_memory=driver_memory, jvm_exit_code=classic_jvm_exit_code,
+                      _stop=lambda: stop_classic_session(spark))
 
 
 def _start_connect(spark_dir: Path, driver_memory: str) -> LocalSpark:
@@ -578,7 +658,7 @@ def _start_connect(spark_dir: Path, driver_memory: str) -> LocalSpark:
             server.stop()
 
     return LocalSpark("connect", spark_dir, spark, delta_table_api=server.plugins_loaded, url=url,
-                      driver_memory=driver_memory, _stop=stop)
+                      driver_memory=driver_memory, jvm_exit_code=server.exited, _stop=stop)
 
 
 def keep_connect_release_pool() -> None:

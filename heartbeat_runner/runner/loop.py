@@ -38,6 +38,7 @@ from heartbeat_runner.core.records import RunStart, RunSummary, TickStatus, utcn
 from heartbeat_runner.core.secrets import redact
 from heartbeat_runner.core.settings import Settings
 from heartbeat_runner.core.stopping import StopRequest
+from heartbeat_runner.engines.engine_errors import engine_failures
 from heartbeat_runner.lakehouse.store import TableStore
 from heartbeat_runner.runner.app import App, open_app
 from heartbeat_runner.runner.lease import Lease, LeaseHeld, tick_lease
@@ -275,7 +276,8 @@ def _recorded(store: TableStore, tick: Callable[[RunStart], TickResult]) -> Tick
     """``tick`` run under a fresh RunStart; when it raises, its failure is recorded, then raised again."""
     start, began = RunStart.now(), time.monotonic()
     try:
-        return tick(start)
+        with engine_failures():
+            return tick(start)
     except Exception as exc:
         record_failed_tick(store, start, exc, time.monotonic() - began)
         raise
@@ -293,7 +295,8 @@ def _loop_with(app: App, lease: Lease, config: RunConfig, view: LoopView) -> int
                           project_changed=project_guard(app))
 
         def tick(start: RunStart, scope: TickScope) -> TickResult | None:
-            result = _leased_tick(lease, heartbeat, start, scope, config, view)
+            with engine_failures():  # a tick after the engine died fails with why it died
+                result = _leased_tick(lease, heartbeat, start, scope, config, view)
             if result is not None and result.polled and watches is not None:
                 watches.follow([s.target for s in result.sensed])
             return result
