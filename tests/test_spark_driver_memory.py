@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -114,7 +113,7 @@ def test_a_failure_after_the_engine_died_becomes_the_reason_it_died(monkeypatch)
 
     died: list[str] = []
     monkeypatch.setattr(engine_errors, "_death_probes",
-                        [lambda: DriverOutOfMemoryError(died[0]) if died else None])
+                        [lambda lost: DriverOutOfMemoryError(died[0]) if died else None])
     refused = ConnectionRefusedError(111, "Connection refused")
     with pytest.raises(ConnectionRefusedError), engine_failures():
         raise refused
@@ -164,34 +163,58 @@ def test_a_driver_out_of_heap_stops_with_an_error_naming_the_setting(tmp_path):
     assert outcome["terminal"] == "TerminalError"
     assert "HEARTBEAT_SPARK_DRIVER_MEMORY=512m" in outcome["message"]
     assert outcome["cause"] != "NoneType", "the py4j error is kept as the cause"
-    print(outcome, proc.stdout[-3000:], proc.stderr[-3000:], sep="\n")  # shown with -s: what the user sees
-    assert outcome["exit_code"] in spark_local.OUT_OF_MEMORY_EXIT_CODES, "the JVM exited for want of heap"
+    assert outcome["exit_code"] in spark_local.OUT_OF_MEMORY_EXIT_CODES, outcome
+    assert "Terminating due to java.lang.OutOfMemoryError" in proc.stdout  # the JVM's last word, on its stdout
 
 
-def test_a_server_that_exited_out_of_heap_is_named_even_when_its_port_closed_first(tmp_path, monkeypatch):
-    """A Connect server JVM that stops accepting connections is awaited for its exit code (its sockets close
-    just before it can be reaped): exit 3 (ExitOnOutOfMemoryError) is a DriverOutOfMemoryError with the
-    heap it had; a server still running is no death at all. A Python child stands in for the JVM."""
-    from heartbeat_runner.engines.engine_errors import DriverOutOfMemoryError
+def test_a_jvm_whose_connection_broke_is_awaited_and_named_when_it_exited_out_of_heap(tmp_path, monkeypatch):
+    """A failure that broke the connection (py4j's "Connection refused") may arrive a moment before the JVM
+    can be reaped: the probe waits for its exit code, and exit 3 (ExitOnOutOfMemoryError) is a
+    DriverOutOfMemoryError with the heap it had. Any other failure does not wait, and a JVM still running
+    is no death at all. Python children stand in for the JVMs."""
+    from heartbeat_runner.engines.engine_errors import DriverOutOfMemoryError, engine_failures
 
-    port = spark_local.free_port()
     dying = subprocess.Popen([sys.executable, "-c", "import sys, time; time.sleep(1); sys.exit(3)"])
-    server = spark_local.SparkConnectProcess(tmp_path, port=port, driver_memory="2g", _proc=dying)
+    server = spark_local.SparkConnectProcess(tmp_path, port=1, driver_memory="2g", _proc=dying)
     running = spark_local.LocalSpark("connect", tmp_path, spark=None, delta_table_api=False,  # type: ignore[arg-type]
                                      driver_memory="2g", jvm_exit_code=server.exited)
     monkeypatch.setattr(spark_local, "_running", running)
-    death = spark_local.out_of_memory_death()
-    assert isinstance(death, DriverOutOfMemoryError)
-    assert "HEARTBEAT_SPARK_DRIVER_MEMORY=2g" in str(death)
+    with pytest.raises(ValueError), engine_failures():
+        raise ValueError("a query's own error")  # the JVM still runs: nothing to wait for
+    with pytest.raises(DriverOutOfMemoryError) as caught, engine_failures():
+        raise ConnectionRefusedError(111, "Connection refused")
+    assert "HEARTBEAT_SPARK_DRIVER_MEMORY=2g" in str(caught.value)
+    assert isinstance(caught.value.__cause__, ConnectionRefusedError)
 
-    with socket.socket() as listening:
-        listening.bind(("127.0.0.1", 0))
-        listening.listen()
-        alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
-        try:
-            server = spark_local.SparkConnectProcess(tmp_path, port=listening.getsockname()[1], _proc=alive)
-            monkeypatch.setattr(running, "jvm_exit_code", server.exited)
-            assert spark_local.out_of_memory_death() is None
-        finally:
-            alive.kill()
-            alive.wait()
+    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        monkeypatch.setattr(spark_local, "EXIT_WAIT_S", 0.5)
+        server = spark_local.SparkConnectProcess(tmp_path, port=1, _proc=alive)
+        monkeypatch.setattr(running, "jvm_exit_code", server.exited)
+        assert spark_local.out_of_memory_death(connection_lost=True) is None
+    finally:
+        alive.kill()
+        alive.wait()
+
+
+def test_stopping_a_classic_session_whose_jvm_died_forgets_it_without_calling_it(monkeypatch):
+    """PySpark's stop would fail talking to a JVM that exited (out of heap): the session is forgotten
+    instead, so the process ends cleanly and a next session can start (a Python child stands in)."""
+    pyspark = pytest.importorskip("pyspark")
+
+    class Gateway:
+        proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.exit(3)"], stdin=subprocess.PIPE)
+
+        def shutdown(self) -> None:
+            raise ConnectionRefusedError(111, "Connection refused")
+
+    class DeadSession:
+        def stop(self) -> None:
+            raise AssertionError("PySpark's stop was called on a dead JVM")
+
+    Gateway.proc.wait()
+    monkeypatch.setattr(pyspark.SparkContext, "_gateway", Gateway())
+    monkeypatch.setattr(pyspark.SparkContext, "_jvm", None)
+    monkeypatch.setattr(pyspark.SparkContext, "_active_spark_context", object())
+    spark_local.stop_classic_session(DeadSession())  # type: ignore[arg-type]
+    assert pyspark.SparkContext._gateway is None and pyspark.SparkContext._active_spark_context is None

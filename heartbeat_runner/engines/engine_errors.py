@@ -98,11 +98,13 @@ def kind_of(exc: BaseException) -> type[HeartbeatError] | None:
 
 
 #: probes of the engine processes this one holds: each returns the error that its process's death means,
-#: or None while it lives (or died of nothing it can name)
-_death_probes: list[Callable[[], HeartbeatError | None]] = []
+#: or None while it lives (or died of nothing it can name). Its argument says whether the failure is a
+#: broken connection (connection_lost): only then may it wait a moment for a dying process to be reaped
+DeathProbe = Callable[[bool], "HeartbeatError | None"]
+_death_probes: list[DeathProbe] = []
 
 
-def register_death_probe(probe: Callable[[], HeartbeatError | None]) -> None:
+def register_death_probe(probe: DeathProbe) -> None:
     """Ask ``probe`` whenever a failure reaches :func:`engine_failures` (registered once, however often called)."""
     if probe not in _death_probes:
         _death_probes.append(probe)
@@ -113,11 +115,27 @@ def engine_death(exc: BaseException) -> HeartbeatError | None:
     a HeartbeatError is never replaced."""
     if isinstance(exc, HeartbeatError):
         return None
+    lost = connection_lost(exc)
     for probe in _death_probes:
-        found = probe()
+        found = probe(lost)
         if found is not None:
             return found
     return None
+
+
+def connection_lost(exc: BaseException) -> bool:
+    """Whether ``exc`` says the connection to the engine broke: a socket error or py4j's network error
+    (classic: "Answer from Java side is empty", "Connection refused") anywhere in its cause or context,
+    or an error of the table's EngineUnavailableError kind (Spark Connect)."""
+    seen: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and all(current is not e for e in seen):
+        seen.append(current)
+        current = current.__cause__ or current.__context__
+    for error in seen:
+        if isinstance(error, ConnectionError) or any(c.__name__ == "Py4JNetworkError" for c in type(error).__mro__):
+            return True
+    return kind_of(exc) is EngineUnavailableError
 
 
 @contextlib.contextmanager

@@ -75,7 +75,7 @@ GARBAGE_COLLECTOR = "-XX:+UseParallelGC"
 EXIT_ON_OUT_OF_MEMORY = "-XX:+ExitOnOutOfMemoryError"
 #: the exit codes of a JVM that ran out of heap: HotSpot's with ExitOnOutOfMemoryError, Spark's own (SparkExitCode.OOM)
 OUT_OF_MEMORY_EXIT_CODES = (3, 52)
-#: seconds to wait for a JVM that no longer accepts connections to be seen exited: its sockets close a
+#: seconds to wait for a JVM to be seen exited after a call to it lost its connection: its sockets close a
 #: moment before the process is reapable, and a caller that fails in between must still learn the exit code
 EXIT_WAIT_S = 10.0
 #: commits between two Delta checkpoints of the tables a local session creates (Delta's default: 10)
@@ -228,7 +228,7 @@ def stop_classic_session(spark: SparkSession) -> None:
         try:
             spark.stop()
         except Exception:
-            if classic_jvm_exit_code() is None:
+            if classic_jvm_exit_code(wait=True) is None:
                 raise
     if classic_jvm_exit_code() is not None:  # PySpark's stop could not reach it: forget it here
         SparkContext._active_spark_context = None
@@ -249,30 +249,22 @@ def stop_classic_session(spark: SparkSession) -> None:
     SparkContext._jvm = None
 
 
-def classic_jvm_exit_code() -> int | None:
+def classic_jvm_exit_code(wait: bool = False) -> int | None:
     """The exit code of this process's py4j JVM when it has exited, None while it runs (or there is none).
-    A JVM that refuses py4j connections is awaited up to EXIT_WAIT_S (see exit_code_of)."""
+    ``wait``: a call to it has just lost its connection, so give it EXIT_WAIT_S to be seen exited."""
     from pyspark import SparkContext
 
-    gateway = SparkContext._gateway
-    proc = getattr(gateway, "proc", None)
-    parameters = getattr(gateway, "java_parameters", None) or getattr(gateway, "gateway_parameters", None)
-    port = getattr(parameters, "port", None)
-    return None if proc is None or not port else exit_code_of(proc, int(port))
+    proc = getattr(SparkContext._gateway, "proc", None)
+    return None if proc is None else exit_code_of(proc, wait=wait)
 
 
-def exit_code_of(proc: subprocess.Popen, port: int) -> int | None:
-    """``proc``'s exit code once it has exited; None while it runs. A process that no longer accepts
-    connections on ``port`` (127.0.0.1) is exiting or gone: it is awaited up to EXIT_WAIT_S, since its
-    sockets close a moment before its exit code can be read."""
+def exit_code_of(proc: subprocess.Popen, *, wait: bool = False) -> int | None:
+    """``proc``'s exit code once it has exited; None while it runs. ``wait``: the caller's connection to it
+    broke, so it is exiting or gone: awaited up to EXIT_WAIT_S, since a process's sockets close a moment
+    before its exit code can be read (a process that lives on costs that wait, once)."""
     code = proc.poll()
-    if code is not None:
+    if code is not None or not wait:
         return code
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=2):
-            return None
-    except OSError:
-        pass
     try:
         return proc.wait(timeout=EXIT_WAIT_S)
     except subprocess.TimeoutExpired:
@@ -349,10 +341,11 @@ class SparkConnectProcess:
         if proc is not None and proc.poll() is None:
             _wait_or_kill(proc, process_group=True)
 
-    def exited(self) -> int | None:
-        """The server's exit code when its JVM has exited while running (not stopped here); else None."""
+    def exited(self, wait: bool = False) -> int | None:
+        """The server's exit code when its JVM has exited while running (not stopped here); else None.
+        ``wait``: a call to it has just lost its connection (see exit_code_of)."""
         if self._proc is not None and self.exit_code is None:
-            self.exit_code = exit_code_of(self._proc, self.port)
+            self.exit_code = exit_code_of(self._proc, wait=wait)
         return self.exit_code
 
     def __enter__(self) -> SparkConnectProcess:
@@ -462,8 +455,9 @@ class LocalSpark:
     shared: bool = False
     #: the heap this process's JVM started with (a joined engine runs with its holder's)
     driver_memory: str = DEFAULT_DRIVER_MEMORY
-    #: the exit code of the JVM this process holds once it has exited, None while it runs (joined: always None)
-    jvm_exit_code: Callable[[], int | None] = field(default=lambda: None, repr=False)
+    #: the exit code of the JVM this process holds once it has exited, None while it runs (joined: always None);
+    #: its argument: wait a moment for a JVM whose connection just broke (exit_code_of)
+    jvm_exit_code: Callable[[bool], int | None] = field(default=lambda wait: None, repr=False)
     _stop: Callable[[], None] | None = field(default=None, repr=False)
 
     @property
@@ -590,14 +584,15 @@ def _connect_session(url: str) -> SparkSession:
     return spark
 
 
-def out_of_memory_death() -> engine_errors.DriverOutOfMemoryError | None:
+def out_of_memory_death(connection_lost: bool = False) -> engine_errors.DriverOutOfMemoryError | None:
     """The error of this process's local Spark JVM when it exited for want of heap (its exit code, see
     EXIT_ON_OUT_OF_MEMORY), naming the heap it had; None while it runs or when none is held here.
-    A probe of engine_errors: a failure after that death becomes this error."""
+    A probe of engine_errors: a failure after that death becomes this error. ``connection_lost``: the
+    failure broke the connection to the JVM, so it may still be exiting: wait for it (exit_code_of)."""
     running = _running
     if running is None or running.shared:
         return None
-    code = running.jvm_exit_code()
+    code = running.jvm_exit_code(connection_lost)
     if code not in OUT_OF_MEMORY_EXIT_CODES:
         return None
     return engine_errors.DriverOutOfMemoryError(running.driver_memory)
