@@ -161,6 +161,9 @@ class Settings:
     #: and warehouse (default ``<lakehouse>/spark``)
     spark_mode: str = "classic"
     spark_dir: Path | None = None
+    #: ``spark-local``: the heap of its driver JVM (``spark.driver.memory``, e.g. ``2g``), in both shapes
+    #: (HEARTBEAT_SPARK_DRIVER_MEMORY; unset: default_driver_memory(), chosen from the machine)
+    spark_driver_memory: str = "1g"
     #: runs longer than this are reported each tick (None: no limit)
     max_run_duration_s: float | None = None
     #: ... and cancelled, when the backend can cancel runs
@@ -252,7 +255,8 @@ class Settings:
         at this lakehouse on this engine, whatever flags chose them here."""
         env = {"HEARTBEAT_HOME": str(self.lakehouse_dir), "HEARTBEAT_TARGET": self.target}
         if self.target is Target.SPARK_LOCAL:
-            env.update(HEARTBEAT_SPARK_MODE=self.spark_mode, HEARTBEAT_SPARK_DIR=str(self.effective_spark_dir))
+            env.update(HEARTBEAT_SPARK_MODE=self.spark_mode, HEARTBEAT_SPARK_DIR=str(self.effective_spark_dir),
+                       HEARTBEAT_SPARK_DRIVER_MEMORY=self.spark_driver_memory)
         return env
 
     @property
@@ -386,6 +390,64 @@ def _url(value: object) -> str | None:
     return text or None
 
 
+#: a JVM memory size as Spark reads it (``spark.driver.memory``): a whole number and a unit
+_MEMORY_SIZE = re.compile(r"^(\d+)\s*([kmgt])b?$", re.IGNORECASE)
+_MIB_PER_UNIT = {"k": 1 / 1024, "m": 1, "g": 1024, "t": 1024 * 1024}
+#: the smallest driver heap Spark starts with: it refuses a heap under 1.5 × its 300 MiB reserve
+#: ("System memory ... must be at least 471859200"), and the JVM's usable heap is a little under -Xmx
+MIN_DRIVER_MEMORY_MB = 512
+#: bounds of the driver heap chosen from the machine (default_driver_memory)
+DEFAULT_DRIVER_MEMORY_MIN_MB = 1024
+DEFAULT_DRIVER_MEMORY_MAX_MB = 8192
+
+
+def memory_mb(text: str) -> float:
+    """MiB of a JVM memory size (``512m``, ``2g``, ``2G``, ``1536mb``); ValueError for anything else."""
+    match = _MEMORY_SIZE.match(str(text).strip())
+    if not match:
+        raise ValueError("not a memory size")
+    return int(match.group(1)) * _MIB_PER_UNIT[match.group(2).lower()]
+
+
+def format_memory(mb: int) -> str:
+    """A size in MiB as the JVM reads it: whole GiB as ``4g``, else ``1536m``."""
+    return f"{mb // 1024}g" if mb % 1024 == 0 else f"{mb}m"
+
+
+def _driver_memory(value: object) -> str | None:
+    """A driver heap of at least MIN_DRIVER_MEMORY_MB, normalised (``2G`` -> ``2g``); blank: not set."""
+    text = "" if value is None else str(value).strip()
+    if not text:
+        return None
+    mb = memory_mb(text)
+    if mb < MIN_DRIVER_MEMORY_MB:
+        raise ValueError(f"too small: Spark's driver needs at least {MIN_DRIVER_MEMORY_MB}m")
+    match = _MEMORY_SIZE.match(text)
+    assert match is not None  # memory_mb checked it
+    return f"{int(match.group(1))}{match.group(2).lower()}"
+
+
+def physical_memory_mb() -> int | None:
+    """This machine's physical memory in MiB (os.sysconf: Linux, most Unixes); None where it cannot tell."""
+    try:
+        pages, page_size = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return None
+    if pages <= 0 or page_size <= 0:
+        return None
+    return pages * page_size // (1024 * 1024)
+
+
+def default_driver_memory(physical_mb: int | None = None) -> str:
+    """The driver heap when HEARTBEAT_SPARK_DRIVER_MEMORY is unset: a quarter of ``physical_mb`` (default:
+    this machine's), at least 1g and at most 8g, in whole MiB; 1g when the memory cannot be read.
+    A quarter leaves the rest to the runner, the Python workers, dbt and the page cache Delta reads from."""
+    physical = physical_memory_mb() if physical_mb is None else physical_mb
+    if not physical:
+        return format_memory(DEFAULT_DRIVER_MEMORY_MIN_MB)
+    return format_memory(min(max(physical // 4, DEFAULT_DRIVER_MEMORY_MIN_MB), DEFAULT_DRIVER_MEMORY_MAX_MB))
+
+
 def _listed(value: object) -> tuple[str, ...]:
     """A comma-separated list, blanks dropped."""
     return tuple(part.strip() for part in str(value or "").split(",") if part.strip())
@@ -407,6 +469,8 @@ Names = Annotated[tuple[str, ...], NoDecode, BeforeValidator(_listed), _Accepts(
 Text = Annotated[str | None, _Accepts("text")]
 TimeZone = Annotated[str, BeforeValidator(_timezone), _Accepts("an IANA time zone name")]
 Url = Annotated[str | None, BeforeValidator(_url), _Accepts("an http(s) address")]
+MemorySize = Annotated[str | None, BeforeValidator(_driver_memory),
+                       _Accepts(f"a JVM memory size (`2g`, `1536m`), at least `{MIN_DRIVER_MEMORY_MB}m`")]
 
 
 def _var(name: str, default: Any, help: str, *, shown: str | None = None, **bounds: Any) -> Any:
@@ -433,6 +497,11 @@ class HeartbeatEnvironment(BaseSettings):
         "`spark-local`: `classic` (a SparkSession in the runner) or `connect` (a local Spark Connect server)")
     spark_dir: FilePath = _var("HEARTBEAT_SPARK_DIR", None, "`spark-local`: its metastore and warehouse",
                                shown="`<lakehouse>/spark`")
+    spark_driver_memory: MemorySize = _var(
+        "HEARTBEAT_SPARK_DRIVER_MEMORY", None,
+        "`spark-local`: the driver JVM's heap (`spark.driver.memory`), both shapes; a driver that runs out of it "
+        "stops with an error naming this variable ([docs/engines.md](docs/engines.md#the-driver-heap))",
+        shown="a quarter of physical memory, at least `1g`, at most `8g`")
     spark_jars_dir: FilePath = _var("HEARTBEAT_SPARK_JARS_DIR", None,
                                     "`spark-local`: where the resolved Delta jars are cached",
                                     shown="`~/.cache/heartbeat/spark-jars`")
@@ -711,6 +780,7 @@ def settings_from(env: HeartbeatEnvironment) -> Settings:
         replay_new_sensors=env.replay_new_sensors,
         spark_mode=env.spark_mode,
         spark_dir=env.spark_dir,
+        spark_driver_memory=env.spark_driver_memory or default_driver_memory(),
         max_run_duration_s=env.max_run_duration,
         cancel_overdue_runs=env.cancel_overdue_runs,
         run_policy_file=_run_policy_file(env) or _deployed_run_policy(env),

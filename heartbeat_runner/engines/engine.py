@@ -961,7 +961,7 @@ def _open_spark_local(settings: Settings) -> Engine:
     """
     from heartbeat_runner.engines.spark_local import local_spark
 
-    running = local_spark(settings.effective_spark_dir, settings.spark_mode)
+    running = local_spark(settings.effective_spark_dir, settings.spark_mode, settings.spark_driver_memory)
     if not running.shared:  # the holder made the schema when it opened the lakehouse
         running.spark.sql(f"CREATE SCHEMA IF NOT EXISTS {settings.schema}")
     local = {"stage_events": True, "local_files": True, "stages_merge_sources": True, "lists_relations_by_name": True,

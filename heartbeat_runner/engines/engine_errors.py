@@ -6,6 +6,11 @@ lost a race, a Spark Connect channel that dropped, a change-feed range Delta did
 messages are the only stable part, so this module is the only place that reads them; everything else
 asks :func:`kind_of` and catches or compares classes.
 
+One situation has no message at all: an engine process this one holds has died (a local Spark JVM
+that ran out of heap exits, and py4j or gRPC only say the connection is gone). The engine that knows
+its process registers a probe (:func:`register_death_probe`); :func:`engine_failures` turns a failure
+that follows such a death into the probe's error, once, at the command's and the tick's edge.
+
 Invariants:
 
 - every rule names one kind and the lower-cased fragments that identify it, with where each was seen;
@@ -15,6 +20,8 @@ Invariants:
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from heartbeat_runner.core.errors import ConflictError, HeartbeatError, NotFoundError, TerminalError, TransientError
@@ -43,6 +50,18 @@ class CatalogLookUnavailableError(CatalogLookError, TransientError):
 
 class NoCatalogLookError(CatalogLookError, NotFoundError, TerminalError):
     """The catalog has no ``information_schema`` (Databricks' ``hive_metastore``, a plain Spark catalog)."""
+
+
+class DriverOutOfMemoryError(TerminalError):
+    """The local Spark driver ran out of heap and its JVM stopped; it will again with the same heap and
+    workload. The message names the setting and the heap the JVM had."""
+
+    def __init__(self, driver_memory: str):
+        self.driver_memory = driver_memory
+        super().__init__(
+            f"the local Spark driver ran out of memory (Java heap space) with HEARTBEAT_SPARK_DRIVER_MEMORY="
+            f"{driver_memory}, and its JVM stopped: set HEARTBEAT_SPARK_DRIVER_MEMORY higher (e.g. 2g, 4g; "
+            "docs/engines.md, \"The driver heap\")")
 
 
 @dataclass(frozen=True)
@@ -93,6 +112,60 @@ def kind_of(exc: BaseException) -> type[HeartbeatError] | None:
         if any(fragment in text for fragment in rule.fragments):
             return rule.kind
     return None
+
+
+#: probes of the engine processes this one holds: each returns the error that its process's death means,
+#: or None while it lives (or died of nothing it can name). Its argument says whether the failure is a
+#: broken connection (connection_lost): only then may it wait a moment for a dying process to be reaped
+DeathProbe = Callable[[bool], "HeartbeatError | None"]
+_death_probes: list[DeathProbe] = []
+
+
+def register_death_probe(probe: DeathProbe) -> None:
+    """Ask ``probe`` whenever a failure reaches :func:`engine_failures` (registered once, however often called)."""
+    if probe not in _death_probes:
+        _death_probes.append(probe)
+
+
+def engine_death(exc: BaseException) -> HeartbeatError | None:
+    """The error of a dead engine process behind ``exc`` (a probe's answer), None when none died;
+    a HeartbeatError is never replaced."""
+    if isinstance(exc, HeartbeatError):
+        return None
+    lost = connection_lost(exc)
+    for probe in _death_probes:
+        found = probe(lost)
+        if found is not None:
+            return found
+    return None
+
+
+def connection_lost(exc: BaseException) -> bool:
+    """Whether ``exc`` says the connection to the engine broke: a socket error or py4j's network error
+    (classic: "Answer from Java side is empty", "Connection refused") anywhere in its cause or context,
+    or an error of the table's EngineUnavailableError kind (Spark Connect)."""
+    seen: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and all(current is not e for e in seen):
+        seen.append(current)
+        current = current.__cause__ or current.__context__
+    for error in seen:
+        if isinstance(error, ConnectionError) or any(c.__name__ == "Py4JNetworkError" for c in type(error).__mro__):
+            return True
+    return kind_of(exc) is EngineUnavailableError
+
+
+@contextlib.contextmanager
+def engine_failures() -> Iterator[None]:
+    """Failures inside become the error of the engine process's death when a probe names one, raised
+    from the original (its cause); any other error passes unchanged."""
+    try:
+        yield
+    except Exception as exc:
+        death = engine_death(exc)
+        if death is None:
+            raise
+        raise death from exc
 
 
 def is_kind(exc: BaseException, *kinds: type[HeartbeatError]) -> bool:

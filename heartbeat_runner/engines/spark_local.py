@@ -7,7 +7,8 @@ Two shapes, the two ways production runs the runner:
 * :class:`SparkConnectProcess` - a Spark Connect server in its own JVM, reached through
   ``sc://127.0.0.1:PORT`` (``SPARK_REMOTE``), like serverless and shared clusters.
 
-Both start their JVM with the same settings (:func:`session_confs`): Delta's (:func:`delta_confs`),
+Both start their JVM with the same settings (:func:`session_confs`), with the driver heap the caller
+gives (HEARTBEAT_SPARK_DRIVER_MEMORY, default chosen from the machine by core.settings): Delta's (:func:`delta_confs`),
 the Delta SQL extension and catalog, a Hive (Derby) metastore and the warehouse under one
 lakehouse folder, so the catalog outlives the JVM (unlike Sail's in-memory one); and the local
 file system's (:func:`file_system_confs`). Derby's embedded metastore admits
@@ -34,7 +35,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, cast
 
 from heartbeat_runner.core.errors import HeartbeatError
-from heartbeat_runner.engines import spark_share
+from heartbeat_runner.engines import engine_errors, spark_share
 from heartbeat_runner.engines.spark_jars import (
     FILE_SYSTEM_CLASS,
     delta_connect_available,
@@ -65,6 +66,18 @@ STOP_GRACE_S = 20.0
 #: 10.37 s with G1, 8.20, 8.36, 7.84, 7.76 s with the parallel collector (the serial one: 8.0-12.2 s);
 #: a second round 9.45-10.33 s against 8.97-9.78 s (docs/engines.md)
 GARBAGE_COLLECTOR = "-XX:+UseParallelGC"
+#: a JVM whose heap runs out stops at once, with exit code 3 (and "Terminating due to
+#: java.lang.OutOfMemoryError" on its stderr), wherever the error was thrown: not a half-alive driver,
+#: nor Spark's own exit (52) after its threads have failed in turn. Cheap: it writes nothing. A heap
+#: dump (-XX:+HeapDumpOnOutOfMemoryError) would write the whole heap, up to 8g, and a class histogram
+#: cannot be asked of an exited JVM; the exit code lets out_of_memory_death tell the user which
+#: setting to raise (engine_errors.DriverOutOfMemoryError)
+EXIT_ON_OUT_OF_MEMORY = "-XX:+ExitOnOutOfMemoryError"
+#: the exit codes of a JVM that ran out of heap: HotSpot's with ExitOnOutOfMemoryError, Spark's own (SparkExitCode.OOM)
+OUT_OF_MEMORY_EXIT_CODES = (3, 52)
+#: seconds to wait for a JVM to be seen exited after a call to it lost its connection: its sockets close a
+#: moment before the process is reapable, and a caller that fails in between must still learn the exit code
+EXIT_WAIT_S = 10.0
 #: commits between two Delta checkpoints of the tables a local session creates (Delta's default: 10)
 CHECKPOINT_INTERVAL = 100
 
@@ -77,7 +90,11 @@ class SparkStartError(HeartbeatError):
 LOG_CONFIG = Path(__file__).with_name("log4j2.properties")
 
 
-def delta_confs(lakehouse_dir: Path, *, cores: int = 2) -> dict[str, str]:
+#: the driver heap when the caller names none (the settings choose one from the machine)
+DEFAULT_DRIVER_MEMORY = "1g"
+
+
+def delta_confs(lakehouse_dir: Path, *, cores: int = 2, driver_memory: str = DEFAULT_DRIVER_MEMORY) -> dict[str, str]:
     """Spark settings for Delta on a local lakehouse; the same for both shapes.
 
     Tables created without LOCATION land in ``<lakehouse>/warehouse/<schema>.db/<table>``;
@@ -86,7 +103,7 @@ def delta_confs(lakehouse_dir: Path, *, cores: int = 2) -> dict[str, str]:
     lakehouse = Path(lakehouse_dir).resolve()
     metastore = lakehouse / "metastore_db"
     java_options = (f"-Dderby.system.home={lakehouse} -Duser.timezone=UTC -Dlog4j2.configurationFile={LOG_CONFIG.as_uri()}"
-                    f" {GARBAGE_COLLECTOR}")
+                    f" {GARBAGE_COLLECTOR} {EXIT_ON_OUT_OF_MEMORY}")
     return {
         "spark.master": f"local[{cores}]",
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
@@ -132,7 +149,7 @@ def delta_confs(lakehouse_dir: Path, *, cores: int = 2) -> dict[str, str]:
         "spark.ui.showConsoleProgress": "false",
         "spark.driver.host": "127.0.0.1",
         "spark.driver.bindAddress": "127.0.0.1",
-        "spark.driver.memory": "1g",
+        "spark.driver.memory": driver_memory,
         # maintenance's retention (hours, HEARTBEAT_VACUUM_RETENTION_HOURS) applies as on the embedded engine
         "spark.databricks.delta.retentionDurationCheck.enabled": "false",
     }
@@ -152,18 +169,20 @@ def file_system_confs(jar: Path | None) -> dict[str, str]:
             "spark.hadoop.fs.AbstractFileSystem.file.impl": f"{FILE_SYSTEM_CLASS}$Context"}
 
 
-def session_confs(lakehouse_dir: Path) -> dict[str, str]:
+def session_confs(lakehouse_dir: Path, driver_memory: str = DEFAULT_DRIVER_MEMORY) -> dict[str, str]:
     """Everything a local Spark JVM starts with here, in both shapes: Delta's and the file system's."""
-    return {**delta_confs(lakehouse_dir), **file_system_confs(local_file_system_jar())}
+    return {**delta_confs(lakehouse_dir, driver_memory=driver_memory), **file_system_confs(local_file_system_jar())}
 
 
 # -- classic session ----------------------------------------------------------------------------
 
 
 def open_classic_session(lakehouse_dir: Path, *, jars: Iterable[Path] | None = None,
-                         app_name: str = "heartbeat", connect_port: int | None = None) -> SparkSession:
+                         app_name: str = "heartbeat", connect_port: int | None = None,
+                         driver_memory: str = DEFAULT_DRIVER_MEMORY) -> SparkSession:
     """A classic (py4j) SparkSession with Delta on ``lakehouse_dir``, in a fresh JVM.
 
+    ``driver_memory``: the JVM's heap (``spark.driver.memory``, e.g. ``2g``).
     ``connect_port``: the JVM also serves Spark Connect on ``127.0.0.1:<port>`` (Spark's own
     ``SparkConnectPlugin``), so other processes can use this engine instead of starting theirs.
     Raises when this process already has a SparkContext (its JVM settings could not apply)
@@ -179,7 +198,7 @@ def open_classic_session(lakehouse_dir: Path, *, jars: Iterable[Path] | None = N
         raise SparkStartError("this process already runs a SparkContext: stop it first (stop_classic_session)")
     Path(lakehouse_dir).mkdir(parents=True, exist_ok=True)
     builder = SparkSession.builder.appName(app_name)
-    for key, value in session_confs(lakehouse_dir).items():
+    for key, value in session_confs(lakehouse_dir, driver_memory).items():
         builder = builder.config(key, value)
     jar_list = list(spark_jars() if jars is None else jars)
     builder = builder.config("spark.jars", ",".join(str(j) for j in jar_list))
@@ -196,14 +215,25 @@ def stop_classic_session(spark: SparkSession) -> None:
     """Stop the session and the py4j JVM behind it (idempotent); the next session starts a new JVM.
 
     PySpark keeps its gateway JVM alive after ``spark.stop()``; the JVM exits when its stdin
-    closes, so that is closed and the process awaited (killed after STOP_GRACE_S).
+    closes, so that is closed and the process awaited (killed after STOP_GRACE_S). A JVM that has
+    exited already (out of heap) is only forgotten: PySpark's stop would fail talking to it.
     """
     from pyspark import SparkContext
+    from pyspark.sql import SparkSession
 
     if getattr(spark, "_heartbeat_stopped", False):
         return
     setattr(spark, "_heartbeat_stopped", True)  # noqa: B010 - a marker on a foreign object
-    spark.stop()
+    if classic_jvm_exit_code() is None:
+        try:
+            spark.stop()
+        except Exception:
+            if classic_jvm_exit_code(wait=True) is None:
+                raise
+    if classic_jvm_exit_code() is not None:  # PySpark's stop could not reach it: forget it here
+        SparkContext._active_spark_context = None
+        SparkSession._instantiatedSession = None
+        SparkSession._activeSession = None
     gateway = SparkContext._gateway
     if gateway is None:
         return
@@ -217,6 +247,28 @@ def stop_classic_session(spark: SparkSession) -> None:
         _wait_or_kill(proc, process_group=False)
     SparkContext._gateway = None
     SparkContext._jvm = None
+
+
+def classic_jvm_exit_code(wait: bool = False) -> int | None:
+    """The exit code of this process's py4j JVM when it has exited, None while it runs (or there is none).
+    ``wait``: a call to it has just lost its connection, so give it EXIT_WAIT_S to be seen exited."""
+    from pyspark import SparkContext
+
+    proc = getattr(SparkContext._gateway, "proc", None)
+    return None if proc is None else exit_code_of(proc, wait=wait)
+
+
+def exit_code_of(proc: subprocess.Popen, *, wait: bool = False) -> int | None:
+    """``proc``'s exit code once it has exited; None while it runs. ``wait``: the caller's connection to it
+    broke, so it is exiting or gone: awaited up to EXIT_WAIT_S, since a process's sockets close a moment
+    before its exit code can be read (a process that lives on costs that wait, once)."""
+    code = proc.poll()
+    if code is not None or not wait:
+        return code
+    try:
+        return proc.wait(timeout=EXIT_WAIT_S)
+    except subprocess.TimeoutExpired:
+        return None
 
 
 def _close_quietly(stream) -> None:
@@ -243,15 +295,18 @@ class SparkConnectProcess:
 
     ``delta_connect``: add Delta's Connect plugins (True: required, None: when Maven has them).
     Use as a context manager, or call :meth:`start` / :meth:`stop`. Its log is
-    ``<lakehouse>/spark-connect/server.log``.
+    ``<lakehouse>/spark-connect/server.log``. ``driver_memory``: the server JVM's heap.
     """
 
     lakehouse_dir: Path
     port: int = 0
+    driver_memory: str = DEFAULT_DRIVER_MEMORY
     delta_connect: bool | None = None
     extra_confs: dict[str, str] = field(default_factory=dict)
     _proc: subprocess.Popen | None = field(default=None, repr=False)
     plugins_loaded: bool = False
+    #: the server JVM's exit code once it exited by itself (None while it runs, or after stop)
+    exit_code: int | None = None
 
     @property
     def url(self) -> str:
@@ -286,6 +341,13 @@ class SparkConnectProcess:
         if proc is not None and proc.poll() is None:
             _wait_or_kill(proc, process_group=True)
 
+    def exited(self, wait: bool = False) -> int | None:
+        """The server's exit code when its JVM has exited while running (not stopped here); else None.
+        ``wait``: a call to it has just lost its connection (see exit_code_of)."""
+        if self._proc is not None and self.exit_code is None:
+            self.exit_code = exit_code_of(self._proc, wait=wait)
+        return self.exit_code
+
     def __enter__(self) -> SparkConnectProcess:
         self.start()
         return self
@@ -300,7 +362,7 @@ class SparkConnectProcess:
         want_plugin = self.delta_connect if self.delta_connect is not None else delta_connect_available()
         jars = spark_jars(delta_connect=bool(want_plugin))
         self.plugins_loaded = bool(want_plugin)
-        confs = {**session_confs(self.lakehouse_dir), **self._connect_confs(), **self.extra_confs}
+        confs = {**session_confs(self.lakehouse_dir, self.driver_memory), **self._connect_confs(), **self.extra_confs}
         command = [str(spark_home / "bin" / "spark-submit"), "--class", CONNECT_SERVER_CLASS,
                    "--name", "heartbeat-spark-connect", "--jars", ",".join(str(j) for j in jars)]
         for key, value in confs.items():
@@ -391,6 +453,11 @@ class LocalSpark:
     delta_table_api: bool
     url: str | None = None
     shared: bool = False
+    #: the heap this process's JVM started with (a joined engine runs with its holder's)
+    driver_memory: str = DEFAULT_DRIVER_MEMORY
+    #: the exit code of the JVM this process holds once it has exited, None while it runs (joined: always None);
+    #: its argument: wait a moment for a JVM whose connection just broke (exit_code_of)
+    jvm_exit_code: Callable[[bool], int | None] = field(default=lambda wait: None, repr=False)
     _stop: Callable[[], None] | None = field(default=None, repr=False)
 
     @property
@@ -406,14 +473,15 @@ class LocalSpark:
 _running: LocalSpark | None = None
 
 
-def local_spark(spark_dir: Path, mode: str) -> LocalSpark:
+def local_spark(spark_dir: Path, mode: str, driver_memory: str = DEFAULT_DRIVER_MEMORY) -> LocalSpark:
     """The local Spark for ``spark_dir`` in ``mode``: this process's, or the one another process holds.
 
     A JVM takes 10-40 s to start and holds the Derby metastore of ``spark_dir``, so one JVM serves a
     lakehouse (spark_share): the first process to open it starts it, serves Spark Connect from it and
     keeps it until it exits; a process that finds it held connects to it (whatever its mode). Within
     a process every engine on the same ``spark_dir`` and mode shares it; asking for another one stops
-    the running one first. A classic session drops ``SPARK_REMOTE`` from this process's environment
+    the running one first. ``driver_memory`` is the heap of a JVM started here (a running or joined one
+    keeps the heap it has). A classic session drops ``SPARK_REMOTE`` from this process's environment
     (dbt-spark must find the classic session); a Connect session points it at the server.
     """
     global _running
@@ -428,12 +496,12 @@ def local_spark(spark_dir: Path, mode: str) -> LocalSpark:
             _leave_connect_mode()
         return _running
     stop_local_spark()
-    _running = _hold_or_join(spark_dir, mode)
+    _running = _hold_or_join(spark_dir, mode, driver_memory)
     atexit.register(stop_local_spark)
     return _running
 
 
-def _hold_or_join(spark_dir: Path, mode: str) -> LocalSpark:
+def _hold_or_join(spark_dir: Path, mode: str, driver_memory: str) -> LocalSpark:
     """Start and hold ``spark_dir``'s engine, or join the process that holds it (waiting while it starts)."""
     deadline = time.monotonic() + JOIN_TIMEOUT_S
     announced = False
@@ -441,7 +509,7 @@ def _hold_or_join(spark_dir: Path, mode: str) -> LocalSpark:
         while True:
             handle = spark_share.try_hold(spark_dir)
             if handle is not None:
-                return _hold(spark_dir, mode, handle)
+                return _hold(spark_dir, mode, handle, driver_memory)
             address = spark_share.holder_address(spark_dir)
             if address is not None:
                 return _join(spark_dir, mode, address)
@@ -455,12 +523,13 @@ def _hold_or_join(spark_dir: Path, mode: str) -> LocalSpark:
             time.sleep(0.5)
 
 
-def _hold(spark_dir: Path, mode: str, handle: IO[str]) -> LocalSpark:
+def _hold(spark_dir: Path, mode: str, handle: IO[str], driver_memory: str) -> LocalSpark:
     """Start the JVM for ``spark_dir`` and publish its Spark Connect address; let the lock go if it fails."""
     try:
-        with spark_share.notice(f"Starting Apache Spark + Delta ({mode}) for {spark_dir}; "
-                                "a JVM start takes 10-40 s"):
-            running = _start_classic(spark_dir) if mode == "classic" else _start_connect(spark_dir)
+        with spark_share.notice(f"Starting Apache Spark + Delta ({mode}, driver heap {driver_memory}) for "
+                                f"{spark_dir}; a JVM start takes 10-40 s"):
+            running = (_start_classic(spark_dir, driver_memory) if mode == "classic"
+                       else _start_connect(spark_dir, driver_memory))
     except BaseException:
         handle.close()
         raise
@@ -515,6 +584,23 @@ def _connect_session(url: str) -> SparkSession:
     return spark
 
 
+def out_of_memory_death(connection_lost: bool = False) -> engine_errors.DriverOutOfMemoryError | None:
+    """The error of this process's local Spark JVM when it exited for want of heap (its exit code, see
+    EXIT_ON_OUT_OF_MEMORY), naming the heap it had; None while it runs or when none is held here.
+    A probe of engine_errors: a failure after that death becomes this error. ``connection_lost``: the
+    failure broke the connection to the JVM, so it may still be exiting: wait for it (exit_code_of)."""
+    running = _running
+    if running is None or running.shared:
+        return None
+    code = running.jvm_exit_code(connection_lost)
+    if code not in OUT_OF_MEMORY_EXIT_CODES:
+        return None
+    return engine_errors.DriverOutOfMemoryError(running.driver_memory)
+
+
+engine_errors.register_death_probe(out_of_memory_death)
+
+
 def stop_local_spark() -> None:
     """Stop the process's local Spark, if one runs (idempotent)."""
     global _running
@@ -546,16 +632,17 @@ def _leave_connect_mode() -> None:
     os.environ.pop("SPARK_CONNECT_MODE_ENABLED", None)
 
 
-def _start_classic(spark_dir: Path) -> LocalSpark:
+def _start_classic(spark_dir: Path, driver_memory: str) -> LocalSpark:
     _leave_connect_mode()
     port = free_port()
-    spark = open_classic_session(spark_dir, connect_port=port)
+    spark = open_classic_session(spark_dir, connect_port=port, driver_memory=driver_memory)
     return LocalSpark("classic", spark_dir, spark, delta_table_api=True, url=f"sc://127.0.0.1:{port}",
+                      driver_memory=driver_memory, jvm_exit_code=classic_jvm_exit_code,
                       _stop=lambda: stop_classic_session(spark))
 
 
-def _start_connect(spark_dir: Path) -> LocalSpark:
-    server = SparkConnectProcess(spark_dir)
+def _start_connect(spark_dir: Path, driver_memory: str) -> LocalSpark:
+    server = SparkConnectProcess(spark_dir, driver_memory=driver_memory)
     url = server.start()
     spark = _connect_session(url)
 
@@ -565,7 +652,8 @@ def _start_connect(spark_dir: Path) -> LocalSpark:
         finally:
             server.stop()
 
-    return LocalSpark("connect", spark_dir, spark, delta_table_api=server.plugins_loaded, url=url, _stop=stop)
+    return LocalSpark("connect", spark_dir, spark, delta_table_api=server.plugins_loaded, url=url,
+                      driver_memory=driver_memory, jvm_exit_code=server.exited, _stop=stop)
 
 
 def keep_connect_release_pool() -> None:

@@ -35,6 +35,7 @@ from heartbeat_runner.core.logs import secret_values, use_json_logs
 from heartbeat_runner.core.metrics import serve_metrics
 from heartbeat_runner.core.records import EventType
 from heartbeat_runner.core.settings import TARGETS, JobsBackendKind, LogFormat, Settings, Target, load_settings
+from heartbeat_runner.engines.engine_errors import engine_failures
 from heartbeat_runner.interfaces.operations import (
     ResetPlan,
     ask_retry,
@@ -346,7 +347,8 @@ def _main(argv: list[str] | None) -> int:
         if command == "run" and getattr(args, "replay_new_sensors", False):
             settings = settings.with_(replay_new_sensors=True)
         _check_lakehouse_dir(command, settings)
-        return handler(args, settings)
+        with engine_failures():  # a dead engine's failure becomes its cause's error (engine_errors)
+            return handler(args, settings)
     except ConfigError as exc:
         if args.json:
             emit_json({"valid": False, "problems": exc.problems})

@@ -38,6 +38,7 @@ from heartbeat_runner.core.records import RunStart, RunSummary, TickStatus, utcn
 from heartbeat_runner.core.secrets import redact
 from heartbeat_runner.core.settings import Settings
 from heartbeat_runner.core.stopping import StopRequest
+from heartbeat_runner.engines.engine_errors import engine_failures
 from heartbeat_runner.lakehouse.store import TableStore
 from heartbeat_runner.policies.run_policies import runnable_policies
 from heartbeat_runner.runner.app import App, open_app
@@ -305,7 +306,8 @@ def _recorded(store: TableStore, tick: Callable[[RunStart, TickResult], TickResu
     start, began = RunStart.now(), time.monotonic()
     done = TickResult(run_id=start.run_id, snapshot_ts=start.snapshot_ts)
     try:
-        return tick(start, done)
+        with engine_failures():
+            return tick(start, done)
     except Exception as exc:
         record_failed_tick(store, start, exc, time.monotonic() - began, done)
         log.debug("tick %s failed", start.run_id, exc_info=True)
@@ -329,7 +331,8 @@ def _loop_with(app: App, lease: Lease, config: RunConfig, view: LoopView) -> int
         def tick(start: RunStart, scope: TickScope) -> TickResult | None:
             running.clear()
             running[start.run_id] = TickResult(run_id=start.run_id, snapshot_ts=start.snapshot_ts, scope=scope)
-            result = _leased_tick(lease, heartbeat, start, scope, config, view, running[start.run_id])
+            with engine_failures():  # a tick after the engine died fails with why it died
+                result = _leased_tick(lease, heartbeat, start, scope, config, view, running[start.run_id])
             if result is not None and result.polled and watches is not None:
                 watches.follow([s.target for s in result.sensed])
             return result
