@@ -97,6 +97,16 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(pytest.mark.skip(reason=slow))
 
 
+@pytest.fixture(autouse=True)
+def _cli_processes(request):
+    """A test marked ``cli_processes`` runs every CLI command as a real process (tests/cli_runner.py)."""
+    import cli_runner
+
+    cli_runner.force_processes(bool(request.node.get_closest_marker("cli_processes")))
+    yield
+    cli_runner.force_processes(False)
+
+
 @pytest.fixture(scope="session")
 def engine_kind(request):
     """Which engine ``hb`` runs on (``sail`` unless the test is marked ``engines``)."""

@@ -18,6 +18,8 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
+from cli_runner import run_cli
+
 from heartbeat_runner.core.files import replace_whole
 from heartbeat_runner.core.records import utcnow
 from heartbeat_runner.core.settings import JobsBackendKind, load_settings
@@ -231,8 +233,7 @@ class CliLakehouse:
         return [sys.executable, "-m", "heartbeat_runner", *args]
 
     def cli(self, *args: str, check: bool = True, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-        proc = subprocess.run(self.command(*args), env={**self.env, **(env or {})}, capture_output=True, text=True,
-                              timeout=300, cwd=self.home.parent)
+        proc = run_cli(args, env={**self.env, **(env or {})}, cwd=self.home.parent)
         if check and proc.returncode != 0:
             raise AssertionError(f"{' '.join(args)}: exit {proc.returncode}\nstdout:{proc.stdout}\nstderr:{proc.stderr}")
         return proc

@@ -1,14 +1,15 @@
 """Bad input at the CLI and the page API: a one-line error naming the problem, a non-zero exit
 (or a 4xx answer), no traceback, and nothing created or changed.
 
-Real ``python -m heartbeat_runner`` processes. Flags that argparse or the pre-flight checks
-refuse never open the engine, so most cases cost a process start; the ones that need a
-lakehouse share one, built by real ticks: jobs J1 and J2 each ran once (trigger files).
+The CLI's own ``main`` in this process for most cases (tests/cli_runner.py: as a fresh process would see
+its environment, working folder and output), real ``python -m heartbeat_runner`` processes for the rest.
+The cases that need a lakehouse share one, built by real ticks: jobs J1 and J2 each ran once (trigger files).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -18,6 +19,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from cli_runner import run_cli
 from harness import HEADER, CliLakehouse, marker_jobs_file
 from harness import config_row as row
 
@@ -55,8 +57,8 @@ NEEDS_A_LAKEHOUSE = [
 
 
 def heartbeat(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "heartbeat_runner", *args], capture_output=True, text=True,
-                          timeout=300, env=env, cwd=cwd)
+    """``python -m heartbeat_runner *args``: in this process where that proves the same (tests/cli_runner.py)."""
+    return run_cli(args, env=os.environ if env is None else env, cwd=cwd or Path.cwd())
 
 
 def assert_clean_refusal(proc: subprocess.CompletedProcess, *, names: str, code: int | None = None) -> None:

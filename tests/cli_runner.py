@@ -1,0 +1,107 @@
+"""Run ``python -m heartbeat_runner ARGS`` for a test: in this process where that proves the same, else as a process.
+
+A cold ``python -m heartbeat_runner`` costs 1.7-2.6 s before it does anything (imports of dbt, PySpark and the
+package), and the suite ran about 500 of them. Most are read-only or one-shot commands whose outcome depends only
+on the lakehouse on disk and the environment: those run here through :func:`heartbeat_runner.interfaces.cli.main`,
+as dbt-core's ``dbtRunner.invoke`` runs dbt, with the environment, the working folder, stdout, stderr and the root
+logger set up as a fresh process would have them, and all put back afterwards.
+
+What still runs as a real process (:func:`needs_process`):
+
+- anything that injects a fault (``HEARTBEAT_CRASH_AT`` kills the process, ``HEARTBEAT_FAIL_AT`` counts per
+  process, ``HEARTBEAT_HANG_AT`` never returns), or shifts the clock or zone (``TZ``, ``FAKETIME``, ``LD_PRELOAD``);
+- loops, servers and the demo (``--loop``, ``serve``, ``ui``, ``demo``), which install signal handlers, and
+  ``dbt``, which reads its own process state;
+- commands with a remote engine (``SPARK_REMOTE``, a Spark target): a Spark session is one per process;
+- every command of a test marked ``cli_processes`` (start-up state: caches, migrations, lineage's look-back);
+- everything, with ``HEARTBEAT_TEST_CLI=process`` (the switch that runs the suite as users run the CLI).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import os
+import subprocess
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+
+#: HEARTBEAT_TEST_CLI=process: every CLI command of the tests runs as its own process
+ALL_PROCESSES = os.environ.get("HEARTBEAT_TEST_CLI", "").strip().lower() == "process"
+#: set by the ``cli_processes`` marker (tests/conftest.py) for the test running now
+_forced = False
+
+_PROCESS_ENV = ("HEARTBEAT_CRASH_AT", "HEARTBEAT_FAIL_AT", "HEARTBEAT_HANG_AT", "FAKETIME", "LD_PRELOAD",
+                "SPARK_REMOTE")
+_PROCESS_COMMANDS = frozenset({"serve", "ui", "demo", "dbt"})
+_PROCESS_FLAGS = frozenset({"--loop", "--target", "--metrics-port", "--wake-port"})
+
+
+def force_processes(on: bool) -> None:
+    """The test that starts now runs every CLI command as a process (``cli_processes`` marker)."""
+    global _forced
+    _forced = on
+
+
+def needs_process(args: Sequence[str], env: Mapping[str, str]) -> bool:
+    """Whether ``args`` under ``env`` must run as a process (module docstring: what depends on process state)."""
+    if ALL_PROCESSES or _forced:
+        return True
+    if any(env.get(name) for name in _PROCESS_ENV) or env.get("TZ", os.environ.get("TZ")) != os.environ.get("TZ"):
+        return True
+    if env.get("HEARTBEAT_TARGET", "local") not in ("", "local"):
+        return True
+    return bool(_PROCESS_COMMANDS.intersection(args) or any(a.split("=")[0] in _PROCESS_FLAGS for a in args))
+
+
+def run_cli(args: Sequence[str], *, env: Mapping[str, str], cwd: Path, timeout: float = 300,
+            stdin: str | None = None) -> subprocess.CompletedProcess:
+    """``python -m heartbeat_runner *args`` with exactly ``env`` and ``cwd``; its exit code, stdout and stderr."""
+    args = [str(a) for a in args]
+    if stdin is not None or needs_process(args, env):
+        return subprocess.run([sys.executable, "-m", "heartbeat_runner", *args], env=dict(env), capture_output=True,
+                              text=True, timeout=timeout, cwd=cwd, input=stdin)
+    return _in_process(args, env, cwd)
+
+
+def _in_process(args: list[str], env: Mapping[str, str], cwd: Path) -> subprocess.CompletedProcess:
+    from heartbeat_runner.interfaces.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with _fresh_process_state(env, cwd), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(args)
+        except SystemExit as exc:  # argparse's usage errors, --help, --version
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+            if isinstance(exc.code, str):
+                err.write(exc.code + "\n")
+    return subprocess.CompletedProcess([sys.executable, "-m", "heartbeat_runner", *args], code, out.getvalue(),
+                                       err.getvalue())
+
+
+@contextlib.contextmanager
+def _fresh_process_state(env: Mapping[str, str], cwd: Path) -> Iterator[None]:
+    """The environment, working folder and root logger a new process would start with; restored afterwards."""
+    saved_env, saved_cwd = dict(os.environ), os.getcwd()
+    root = logging.getLogger()
+    saved_handlers, saved_level = root.handlers[:], root.level
+    saved_disabled = logging.root.manager.disable
+    os.environ.clear()
+    os.environ.update(env)
+    os.chdir(cwd)
+    root.handlers.clear()  # so the command's logging.basicConfig installs its own handler, as in a new process
+    root.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        for handler in root.handlers:
+            with contextlib.suppress(Exception):
+                handler.close()
+        root.handlers[:] = saved_handlers
+        root.setLevel(saved_level)
+        logging.disable(saved_disabled)
+        os.chdir(saved_cwd)
+        os.environ.clear()
+        os.environ.update(saved_env)
