@@ -1,0 +1,77 @@
+"""The tests' in-process CLI (tests/cli_runner.py) answers as a real ``python -m heartbeat_runner`` does.
+
+Most tests run read-only and one-shot commands through the CLI's ``main`` in their own process, to save the
+1.7-2.6 s of a cold start each. That is only sound while both give the same exit code, the same output and the
+same refusals, and while what depends on process state still runs as a process: this module holds both to it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import cli_runner
+import pytest
+from harness import HEADER
+from harness import config_row as row
+
+#: commands whose whole answer does not depend on the machine's state: usage errors, a refused flag, a valid and
+#: an invalid config, a missing lakehouse (nothing is created)
+CASES = [
+    ["--version"],
+    ["runs", "--limit", "-3"],
+    ["frobnicate"],
+    ["validate", "--config", "{good}"],
+    ["validate", "--json", "--config", "{bad}"],
+    ["status", "--json", "--lakehouse-dir", "{missing}"],
+]
+
+
+def _both(args: list[str], env: dict[str, str], tmp_path):
+    in_process = cli_runner.run_cli(args, env=env, cwd=tmp_path)
+    cli_runner.force_processes(True)
+    try:
+        process = cli_runner.run_cli(args, env=env, cwd=tmp_path)
+    finally:
+        cli_runner.force_processes(False)
+    return in_process, process
+
+
+def test_in_process_and_process_give_the_same_exit_code_output_and_refusals(tmp_path):
+    good, bad = tmp_path / "good.csv", tmp_path / "bad.csv"
+    good.write_text("\n".join([HEADER, row("trigger_file", "drop", "J1")]) + "\n")
+    bad.write_text("\n".join([HEADER, row("no_such_source", "x", "J1", hard="maybe")]) + "\n")
+    env = {**os.environ, "HEARTBEAT_HOME": str(tmp_path / "lh")}
+    for case in CASES:
+        args = [a.format(good=good, bad=bad, missing=tmp_path / "missing") for a in case]
+        in_process, process = _both(args, env, tmp_path)
+        assert in_process.returncode == process.returncode, (args, in_process, process)
+        assert in_process.stdout == process.stdout, args
+        # stderr: the same lines; a usage message names the program as the process saw it
+        assert in_process.stderr.replace(sys.argv[0], "").splitlines()[-1:] == process.stderr.splitlines()[-1:], args
+        assert "Traceback" not in in_process.stderr
+    assert not (tmp_path / "missing").exists() and not (tmp_path / "lh").exists(), "a read-only command created something"
+    assert os.environ.get("HEARTBEAT_HOME") != str(tmp_path / "lh"), "the command's environment leaked into the test's"
+
+
+@pytest.mark.parametrize(("args", "env"), [
+    (["run", "--loop"], {}),
+    (["serve"], {}),
+    (["run"], {"HEARTBEAT_CRASH_AT": "after_sensing"}),
+    (["run"], {"HEARTBEAT_FAIL_AT": "after_sensing:1"}),
+    (["status"], {"HEARTBEAT_TARGET": "spark"}),
+    (["status"], {"SPARK_REMOTE": "sc://127.0.0.1:1"}),
+])
+def test_what_depends_on_process_state_runs_as_a_process(args, env):
+    """Crashes, per-process fault counts, loops, servers and remote engines never run inside the test."""
+    assert cli_runner.needs_process(args, {**os.environ, **env})
+
+
+@pytest.mark.skipif(cli_runner.ALL_PROCESSES, reason="HEARTBEAT_TEST_CLI=process runs every command as a process")
+def test_plain_one_shot_commands_run_in_process_unless_switched():
+    assert not cli_runner.needs_process(["status", "--json"], dict(os.environ))
+    cli_runner.force_processes(True)
+    try:
+        assert cli_runner.needs_process(["status", "--json"], dict(os.environ))
+    finally:
+        cli_runner.force_processes(False)
