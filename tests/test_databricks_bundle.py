@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 import yaml
+from bundle_rules import merge
 from harness import config_row
 
 from heartbeat_runner.interfaces.cli import build_parser
@@ -49,22 +50,6 @@ def load_bundle() -> tuple[dict[str, Any], dict[str, Path]]:
                     origin[name] = Path(path)
                     root.setdefault("resources", {}).setdefault(kind, {})[name] = spec
     return root, origin
-
-
-def merge(base: Any, override: Any, key: str | None = None) -> Any:
-    """The CLI's target merge: maps recursively, task and cluster lists by their key."""
-    if isinstance(base, dict) and isinstance(override, dict):
-        out = dict(base)
-        for k, v in override.items():
-            out[k] = merge(base[k], v, k) if k in base else v
-        return out
-    item_key = {"tasks": "task_key", "job_clusters": "job_cluster_key"}.get(key or "")
-    if item_key and isinstance(base, list) and isinstance(override, list):
-        merged = {item[item_key]: item for item in base}
-        for item in override:
-            merged[item[item_key]] = merge(merged.get(item[item_key], {}), item)
-        return list(merged.values())
-    return override
 
 
 def resolved(kind: str, target: str, variables: dict[str, str] | None = None) -> dict[str, dict[str, Any]]:
