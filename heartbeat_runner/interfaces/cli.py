@@ -420,6 +420,7 @@ def cmd_validate(args: argparse.Namespace, settings: Settings) -> int:
                                     "exists": bool(policy_file and policy_file.exists()),
                                     "retry": sorted(policies.retry.jobs), "catch_up": sorted(policies.catch_up),
                                     "window": sorted(policies.windows), "unknown_jobs": unknown,
+                                    "trigger": sorted(policies.trigger.jobs), "pools": dict(policies.trigger.pools),
                                     "window_sources_without_event_times": untimed,
                                     "alerts": {"enabled": policies.alerts.enabled, "jobs": sorted(policies.alerts.jobs),
                                                "sources": sorted(policies.alerts.sources),
@@ -431,6 +432,9 @@ def cmd_validate(args: argparse.Namespace, settings: Settings) -> int:
     if policy_file is not None:
         print(f"{policy_file}: {len(policies.retry.jobs)} retry, {len(policies.catch_up)} catch-up and "
               f"{len(policies.windows)} window policy(ies): valid")
+        if policies.trigger.enabled or policies.trigger.pools:
+            print(f"  trigger shaping: {len(policies.trigger.jobs)} trigger policy(ies), "
+                  f"{len(policies.trigger.pools)} pool(s)")
         if policies.alerts.enabled:
             print(f"  alerts: {len(policies.alerts.jobs)} job and {len(policies.alerts.sources)} source override(s), "
                   f"destinations: {', '.join(d.name for d in policies.alerts.destinations) or 'none (lakehouse only)'}")

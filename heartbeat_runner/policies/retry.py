@@ -83,6 +83,7 @@ class RetryPolicy:
         # catch_up: the bounded catch-up policy of the same job (policies/catch_up.py reads it)
         values.pop("catch_up", None)
         values.pop("window", None)  # the event-time window policy (policies/event_windows.py)
+        values.pop("trigger", None)  # the trigger shaping policy (policies/trigger_shaping.py)
         unknown = set(values) - {"max_retries", "backoff_s", "multiplier", "max_backoff_s", "success_with_failures"}
         if unknown:
             raise ValueError(f"unknown retry policy setting(s): {', '.join(sorted(unknown))}")
@@ -133,8 +134,9 @@ class RetryPolicies:
 
 def retry_policies(data: Mapping[str, Any]) -> RetryPolicies:
     """The retry policies of a run-policy mapping; ValueError when it is malformed."""
-    if set(data) - {"default", "jobs", "alerts"}:
-        raise ValueError("expected only the keys 'default', 'jobs' and 'alerts' (policies/alerts.py)")
+    if set(data) - {"default", "jobs", "alerts", "pools"}:
+        raise ValueError("expected only the keys 'default', 'jobs', 'alerts' (policies/alerts.py) and 'pools' "
+                         "(policies/trigger_shaping.py)")
     jobs = data.get("jobs") or {}
     if not isinstance(jobs, dict):
         raise ValueError("'jobs' must map job ids to policies")

@@ -1,4 +1,4 @@
-"""The run-policy YAML as a whole: retry, catch-up, event-time window and alert policies, built once.
+"""The run-policy YAML as a whole: retry, catch-up, event-time window, alert and trigger policies, built once.
 
 Each section has its own parser (``policies/retry.py``, ``policies/catch_up.py``, ``policies/event_windows.py``,
 ``policies/alerts.py``); ``load_run_policies`` builds them all from one read of the file
@@ -26,6 +26,7 @@ from heartbeat_runner.policies.run_policy_file import (
     missing_file_problem,
     policy_problem,
 )
+from heartbeat_runner.policies.trigger_shaping import TriggerShaping, trigger_shaping
 
 T = TypeVar("T")
 
@@ -38,10 +39,13 @@ class RunPolicies:
     catch_up: Mapping[str, CatchUpPolicy] = field(default_factory=dict)
     windows: Mapping[str, WindowPolicy] = field(default_factory=dict)
     alerts: AlertPolicies = field(default_factory=AlertPolicies)
+    #: per-job holds on a ready job's start and the pools (policies/trigger_shaping.py); opt-in
+    trigger: TriggerShaping = field(default_factory=TriggerShaping)
 
     def jobs(self) -> set[str]:
         """The job ids the file names (``"*"``, the default, is none of them)."""
-        return (set(self.retry.jobs) | set(self.catch_up) | set(self.windows) | set(self.alerts.jobs)) - {"*"}
+        return (set(self.retry.jobs) | set(self.catch_up) | set(self.windows) | set(self.alerts.jobs)
+                | set(self.trigger.jobs)) - {"*"}
 
     def unknown_jobs(self, known: Iterable[str]) -> list[str]:
         """Job ids with a policy but no row in the config (a typo, or a job removed since)."""
@@ -71,7 +75,8 @@ def _built(path: Path | None, data: Mapping[str, Any]) -> RunPolicies:
     policies = RunPolicies(retry=section("retry", retry_policies, RetryPolicies()),
                            catch_up=section("catch_up", catch_up_policies, {}),
                            windows=section("window", window_policies, {}),
-                           alerts=section("alerts", alert_policies, AlertPolicies()))
+                           alerts=section("alerts", alert_policies, AlertPolicies()),
+                           trigger=section("trigger", trigger_shaping, TriggerShaping()))
     if problems:
         raise ConfigError(problems)
     return policies
