@@ -2,7 +2,8 @@
   What the next tick does with each active source, in one read: sense it (is_due, with the
   cursor it has reached) or leave it out (with the reason). A source is due when at least
   one active row reading it is eligible (job UNPAUSED, status NULL or COMPLETED, or a job
-  with an event-time window policy, which keeps sensing); several jobs sharing a source
+  with an event-time window policy or a trigger policy with a quiet period, which keep
+  sensing while their data waits: a quiet period must see new arrivals); several jobs sharing a source
   make one row, so the source is read once. A due source's columns come from its eligible
   rows; a skipped source's from all its rows, its reason naming why each job does not ask
   for it, e.g. "J1 paused; J2 in progress".
@@ -18,9 +19,11 @@ with active_rows as (
   select
     c.source_key, c.sensor_source, c.sensor_id, c.upstream_key, c.preprocess_query, c.sensor_read_type,
     c.trigger_job_id,
-    {{ heartbeat_not_sensed_reason('w.trigger_job_id is not null') }} as not_sensed_reason
+    {{ heartbeat_not_sensed_reason('w.trigger_job_id is not null or t.trigger_job_id is not null') }} as not_sensed_reason
   from {{ ref('heartbeat_control') }} c
   left join {{ source('heartbeat', 'heartbeat_window_policies') }} w on w.trigger_job_id = c.trigger_job_id
+  left join {{ source('heartbeat', 'heartbeat_trigger_policies') }} t
+    on t.trigger_job_id = c.trigger_job_id and t.quiet_for_s > 0
   where c.is_active
 ),
 

@@ -53,6 +53,7 @@ from heartbeat_runner.interfaces.operations import (
     retry_outlook,
     run_details,
     runner_health,
+    trigger_hold,
     with_job_runs,
     with_runner_health,
     with_sensing_errors,
@@ -896,12 +897,15 @@ def cmd_explain(args: argparse.Namespace, app: App) -> int:
     deadline = _deadline_note(app, settings, args.job_id)
     asked = pending_ask(app.store, args.job_id)
     runs = latest_job_runs(app.store, args.job_id)
+    hold = trigger_hold(app.store, load_run_policies(settings.run_policy_file).trigger, args.job_id, found.is_ready)
     if args.json:
         emit_json({"job_id": found.job_id, "verdict": found.verdict, "ready": found.is_ready, "rows": found.rows,
                    "automatic_retry": retry, "late_data": late, "deadline": deadline, "asked": asked,
-                   "runs": runs})
+                   "runs": runs, **({"trigger_hold": hold} if hold is not None else {})})
         return 0
     _say(f"job {found.job_id}: {found.verdict}")
+    if hold:
+        _say(f"trigger: {hold}")
     last = runs[0] if runs else None
     if last and last["outcome"] == EventType.FAILED.value and last["output_tail"]:
         _say(f"output of run {last['job_run_id']} (its last {len(last['output_tail'])} line(s)):",

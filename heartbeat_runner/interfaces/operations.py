@@ -23,6 +23,7 @@ from heartbeat_runner.jobs.base import LIMIT_BACKOFF, SKIP_BACKOFF_KEY, SKIP_COD
 from heartbeat_runner.lakehouse.store import CONTROL, EXPLANATION_VIEW, Cond, TableStore
 from heartbeat_runner.policies.retry import RetryPolicies
 from heartbeat_runner.policies.run_policies import load_run_policies
+from heartbeat_runner.policies.trigger_shaping import Candidate, TriggerShaping, hold_decisions
 from heartbeat_runner.runner.alerting import IdleSensing, Liveness, runner_liveness
 from heartbeat_runner.runner.app import App
 from heartbeat_runner.runner.lease import Lease
@@ -112,6 +113,26 @@ def explain(store: TableStore, job_id: str, idle: IdleSensing | None = None) -> 
     if any(row.get("status") == JobStatus.NEW_EVENT_AVAILABLE.value for row in rows):
         verdict += limit_skip_note(store, job_id)
     return Explanation(job_id, verdict, bool(rows[0]["is_ready"]), rows)
+
+
+def trigger_hold(store: TableStore, shaping: TriggerShaping, job_id: str, is_ready: bool,
+                 now: datetime | None = None) -> str | None:
+    """What the trigger holds (policies/trigger_shaping.py) say of ``job_id`` now: which hold keeps it back and
+    until when, or that every hold allows it; None when it has no trigger policy. For a job that is not ready
+    (no data to run on), the policy alone. The same rule the tick applies, to the same facts."""
+    policy = shaping.for_job(job_id)
+    if policy is None:
+        return None
+    if not is_ready:
+        return "trigger policy applies once it is ready"
+    facts = store.trigger_facts([job_id]).get(job_id, {})
+    running = [row.trigger_job_id for row in store.jobs_with_status(JobStatus.IN_PROGRESS)]
+    decisions = hold_decisions(shaping, [Candidate(job_id).with_facts(facts)], running,
+                               now or utcnow())
+    if job_id in decisions.held:
+        return decisions.held[job_id].describe()
+    reasons = ", ".join(reason.value for reason in decisions.released.get(job_id, ()))
+    return "no hold: starts at the next tick" + (f" ({reasons})" if reasons else "")
 
 
 def limit_skip_note(store: TableStore, job_id: str) -> str:

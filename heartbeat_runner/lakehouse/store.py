@@ -67,9 +67,14 @@ SENSOR_STATE = "heartbeat_sensor_state"
 #: the config seed (dbt seed of the config CSV)
 SENSOR_CONFIG = "heartbeat_sensor_config"
 SEQUENCES_VIEW = "heartbeat_job_sequences"
+#: what the trigger holds read (policies/trigger_shaping.py)
+TRIGGER_FACTS_VIEW = "heartbeat_job_trigger_facts"
 WINDOWS_VIEW = "heartbeat_job_windows"
 #: the event-time window policies, copied from the run-policy file for the SQL rule
 WINDOW_POLICIES = "heartbeat_window_policies"
+#: the trigger policies of the run-policy file (policies/trigger_shaping.py), one row per job, for the SQL that reads
+#: them (a job with a quiet period keeps sensing while its data waits: heartbeat_sensor_plan)
+TRIGGER_POLICIES = "heartbeat_trigger_policies"
 #: the tick lease (runner/lease.py): one row per lease name, changed only by a compare-and-swap MERGE
 LEASE = "heartbeat_lease"
 #: since when each job's data deadline is configured (runner/alerting.py): in the lakehouse, so that a runner
@@ -82,6 +87,8 @@ _TYPES = {
     "sources_sensed": "int", "sources_with_new_data": "int", "sensor_errors": "int", "jobs_triggered": "int",
     "jobs_completed": "int", "jobs_failed": "int", "trigger_errors": "int",
     "size_s": "bigint", "lateness_s": "bigint",
+    "min_interval_s": "double", "quiet_for_s": "double", "max_wait_s": "double", "pool_max_running": "bigint",
+    "priority": "bigint",
     "pid": "bigint", "acquired_at": "double", "expires_at": "double", "wanted_at": "double",
     "seen_expires_at": "double",
 }
@@ -94,6 +101,8 @@ TABLE_COLUMNS: dict[str, list[str]] = {
     RUNS_ARCHIVE: RunSummary.columns(),
     ARCHIVE_BATCH: ["archive_key"],
     WINDOW_POLICIES: ["trigger_job_id", "size_s", "lateness_s", "late_data"],
+    TRIGGER_POLICIES: ["trigger_job_id", "min_interval_s", "quiet_for_s", "max_wait_s", "at_cron", "pool",
+                       "pool_max_running", "priority"],
     LEASE: ["lease_name", "owner", "host", "pid", "acquired_at", "expires_at", "wanted_by", "wanted_at"],
     DEADLINES: ["trigger_job_id", "deadline", "since"],
 }
@@ -521,6 +530,14 @@ class TableStore:
             runs.append(ManualRun(job_id, mine[0]["trigger_job_name"], pending))
         return runs
 
+    def trigger_facts(self, job_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """What the trigger holds of ``job_ids`` read (heartbeat_job_trigger_facts): job -> ``last_start``,
+        ``first_arrival``, ``last_arrival``, ``added_at``. Asked only when the run-policy file shapes triggers."""
+        if not job_ids:
+            return {}
+        rows = self.read(TRIGGER_FACTS_VIEW, Cond("trigger_job_id", sorted(set(job_ids)), "in"))
+        return {row["trigger_job_id"]: row for row in rows}
+
     def control_rows(self, job_id: str | None = None, include_retired: bool = False) -> list[dict]:
         where = [] if include_retired else [Cond("is_active", True)]
         if job_id is not None:
@@ -626,6 +643,19 @@ class TableStore:
         frame = self.engine.frame(rows, _struct(TABLE_COLUMNS[WINDOW_POLICIES]))
         retry_lost_commits(lambda: frame.write.mode("overwrite").insertInto(self.name(WINDOW_POLICIES)),
                            "writing the window policies")
+        return True
+
+    def sync_trigger_policies(self, policies: dict[str, tuple]) -> bool:
+        """Make heartbeat_trigger_policies hold ``policies`` (job -> the other columns, in order); True if it
+        changed (a commit only then)."""
+        columns = TABLE_COLUMNS[TRIGGER_POLICIES]
+        current = {r["trigger_job_id"]: tuple(r[c] for c in columns[1:]) for r in self.read(TRIGGER_POLICIES)}
+        if current == policies:
+            return False
+        rows = [(job, *values) for job, values in sorted(policies.items())]
+        frame = self.engine.frame(rows, _struct(columns))
+        retry_lost_commits(lambda: frame.write.mode("overwrite").insertInto(self.name(TRIGGER_POLICIES)),
+                           "writing the trigger policies")
         return True
 
     def deadlines_seen(self) -> dict[str, dict[str, str]]:

@@ -33,13 +33,15 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from heartbeat_runner.core.durations import DurationError, parse_seconds
 
+#: the payload key of a trigger request that records why the holds let it start (not sent to the job)
+RELEASE_KEY = "_release"
 #: the keys of a job's ``trigger`` section and of a pool
 TRIGGER_KEYS = {"min_interval", "quiet_for", "max_wait", "at", "pool", "priority"}
 POOL_KEYS = {"max_running"}
@@ -202,6 +204,18 @@ class TriggerShaping:
     def for_job(self, job_id: str) -> TriggerPolicy | None:
         return self.jobs.get(job_id, self.jobs.get("*"))
 
+    def table_rows(self, job_ids: Iterable[str]) -> dict[str, tuple]:
+        """The rows of heartbeat_trigger_policies for ``job_ids`` (the default applied to each job it covers):
+        job -> (min_interval_s, quiet_for_s, max_wait_s, at_cron, pool, pool_max_running, priority)."""
+        rows: dict[str, tuple] = {}
+        for job in sorted(set(job_ids)):
+            policy = self.for_job(job)
+            if policy is not None:
+                rows[job] = (policy.min_interval_s or None, policy.quiet_for_s or None, policy.max_wait_s,
+                             str(policy.at) if policy.at else None, policy.pool,
+                             self.pools.get(policy.pool) if policy.pool else None, policy.priority)
+        return rows
+
 
 def _where(job: str) -> str:
     return "default.trigger" if job == "*" else f"jobs.{job}.trigger"
@@ -296,6 +310,13 @@ class Candidate:
     last_arrival: datetime | None = None
     added_at: datetime | None = None
     operator: bool = False
+    #: an automatic retry (or another follow-up run): keeps the minimum interval and the pool only
+    follow_up: bool = False
+
+    def with_facts(self, facts: Mapping[str, Any]) -> Candidate:
+        """This candidate with the facts read for it (a row of heartbeat_job_trigger_facts; absent: none)."""
+        return replace(self, last_start=facts.get("last_start"), first_arrival=facts.get("first_arrival"),
+                       last_arrival=facts.get("last_arrival"), added_at=facts.get("added_at"))
 
 
 @dataclass(frozen=True)
@@ -331,6 +352,8 @@ def _time_hold(policy: TriggerPolicy, c: Candidate, now: datetime) -> tuple[Hold
                             f"previous run started {c.last_start.isoformat(timespec='seconds')}, "
                             f"min_interval {policy.min_interval_s:g}s"), reasons
         reasons.append(ReleaseReason.INTERVAL_PASSED)
+    if c.follow_up:
+        return None, reasons
     if policy.quiet_for_s and c.last_arrival is not None:
         quiet_until = c.last_arrival + timedelta(seconds=policy.quiet_for_s)
         cap = (c.first_arrival + timedelta(seconds=policy.max_wait_s)
@@ -359,7 +382,8 @@ def hold_decisions(shaping: TriggerShaping, candidates: Sequence[Candidate], run
 
     The rule: a candidate starts when every hold allows it — its minimum interval has passed, its data has
     been quiet for ``quiet_for`` or waited ``max_wait``, a fire time of ``at`` has come since its previous
-    start (or since it was added), and its pool has room. An operator's run skips the first three. A pool's
+    start (or since it was added), and its pool has room. An operator's run skips the first three; an automatic
+    retry keeps the minimum interval and the pool. A pool's
     room goes to the candidates no time hold keeps back, highest priority first, then oldest waiting data,
     then job id. A candidate without a policy is released with no reason (the tick leaves it as it was)."""
     decisions = Decisions()

@@ -126,6 +126,7 @@ class App:
         heartbeat = Heartbeat(self.store, self.control, jobs, self.sense_context(),
                               progress=progress, policies=policies.retry,
                               sequences=Sequences(self.store, policies.catch_up, policies.windows),
+                              shaping=policies.trigger,
                               maintenance=self.maintenance(progress) if self.settings.auto_maintenance else None)
         alerts = AlertMonitor(self.store, self.control, jobs, policies.alerts, self.settings.lakehouse_dir,
                               ui_url=self.settings.ui_url)

@@ -86,6 +86,14 @@ from heartbeat_runner.lakehouse.store import (
 )
 from heartbeat_runner.policies.event_windows import source_grains
 from heartbeat_runner.policies.retry import RetryPolicies, overrun, retry_token
+from heartbeat_runner.policies.trigger_shaping import (
+    RELEASE_KEY,
+    Candidate,
+    Decisions,
+    ReleaseReason,
+    TriggerShaping,
+    hold_decisions,
+)
 from heartbeat_runner.runner.empty_reads import ASKS, SEQUENCES, SKIPS, EmptyReads
 from heartbeat_runner.runner.sequences import NextRun, Sequences
 from heartbeat_runner.runner.wakeups import POLL, TickScope
@@ -155,6 +163,8 @@ class TickResult:
     runs_skipped: list[JobProblem] = field(default_factory=list)
     #: requests held back this tick: their last run was skipped for a workspace limit and the back-off is not over
     runs_deferred: list[JobProblem] = field(default_factory=list)
+    #: ready jobs (and retries) a trigger hold kept back this tick (policies/trigger_shaping.py): which hold, until when
+    held: list[JobProblem] = field(default_factory=list)
     #: runs that never executed, by (termination code, fate): fate ``skipped`` (asked again next tick),
     #: ``limited`` (asked again after a back-off), ``refused`` (a terminal non-run), ``deferred`` (an ask held
     #: back by the back-off): the ``heartbeat_job_runs_not_executed`` metric
@@ -232,6 +242,7 @@ class TickResult:
             "overdue": [p.as_dict("message") for p in self.overdue],
             "runs_skipped": [p.as_dict("message") for p in self.runs_skipped],
             "runs_deferred": [p.as_dict("message") for p in self.runs_deferred],
+            "held": [p.as_dict("hold") for p in self.held],
             "carried": self.carried, "api_notes": self.api_notes, "recovered": self.recovered,
             "stage_timings": self.stage_timings, "sql_parses": self.sql_parses, "exit_code": self.exit_code,
             "scope": self.scope.describe(),
@@ -336,9 +347,12 @@ class Heartbeat:
 
     def __init__(self, store: TableStore, control: ControlTable, backend: JobsBackend, ctx: SenseContext,
                  *, progress: Callable[[str], None] | None = None, policies: RetryPolicies | None = None,
-                 maintenance: Maintenance | None = None, sequences: Sequences | None = None):
+                 maintenance: Maintenance | None = None, sequences: Sequences | None = None,
+                 shaping: TriggerShaping | None = None):
         self.store = store
         self.policies = policies or RetryPolicies()
+        #: the trigger holds and pools of the run-policy file (off unless it has a trigger section)
+        self.shaping = shaping or TriggerShaping()
         self.sequences = sequences or Sequences(store, {})
         #: the control table: every event this tick records goes through it, and it builds (see tick())
         self.control = control
@@ -425,7 +439,7 @@ class Heartbeat:
         with _stage(timings, "triggering"):
             # two independent reads of the control table just built: at once
             ready, tracked = concurrently(self.store.ready_rows, self._tracked_jobs)
-            self._trigger_ready(result, ready, tracked.resumed)
+            self._trigger_ready(result, ready, tracked.resumed, [row.trigger_job_id for row in tracked.in_progress])
             self._trigger_windows(result)
         fail_point(FaultPoint.AFTER_TRIGGERING)
         with _stage(timings, "reconciliation"):
@@ -582,9 +596,11 @@ class Heartbeat:
 
     # -- step 4: trigger --------------------------------------------------------------------
 
-    def _trigger_ready(self, result: TickResult, ready: list[ReadyRow], carried: list[TriggerRequest]) -> None:
+    def _trigger_ready(self, result: TickResult, ready: list[ReadyRow], carried: list[TriggerRequest],
+                       running: list[str] | None = None) -> None:
         """Step 4: resume ``carried`` (requests earlier ticks recorded without a run id), first and in order,
-        and request the runs of the ready jobs and of operators' asks, all in one round of API calls."""
+        and request the runs of the ready jobs and of operators' asks, all in one round of API calls. With
+        trigger shaping, only the wanted runs every hold allows (``_shaped``; ``running``: the jobs in progress)."""
         by_job: dict[str, list[ReadyRow]] = defaultdict(list)
         for row in ready:
             by_job[row.trigger_job_id].append(row)
@@ -593,6 +609,7 @@ class Heartbeat:
         wanted = [Wanted(job_id, rows[0].trigger_job_name, rows, _consumed(rows[0].consumed_event_ids))
                   for job_id, rows in by_job.items()]
         wanted += self._manual_runs(set(by_job) | {request.job_id for request in carried})
+        wanted = self._shaped(wanted, running or [], result)
         wanted = self._past_skips(wanted, result)
         if not wanted:
             if carried:
@@ -609,6 +626,32 @@ class Heartbeat:
         self._request_runs(result, [self._requested_event(result, req, payload, ",".join(want.consumed) or None,
                                                           want.message)
                                     for want, req, payload in planned], carried + [req for _, req, _ in planned])
+
+    def _holds(self, candidates: list[Candidate], running: list[str], result: TickResult) -> Decisions:
+        """The trigger holds' decisions on ``candidates`` now (policies/trigger_shaping.py), the held ones noted
+        in ``result.held``. The facts they read come from heartbeat_job_trigger_facts, one query."""
+        facts = self.store.trigger_facts([c.job_id for c in candidates])
+        candidates = [c.with_facts(facts.get(c.job_id, {})) for c in candidates]
+        decisions = hold_decisions(self.shaping, candidates, running, utcnow())
+        for job_id, hold in decisions.held.items():
+            log.info("job %s %s", job_id, hold.describe(), extra={"job": job_id})
+            result.held.append(JobProblem(job_id, hold.describe()))
+        return decisions
+
+    def _shaped(self, wanted: list[Wanted], running: list[str], result: TickResult) -> list[Wanted]:
+        """The wanted runs that every trigger hold allows now, each with its release reasons (recorded with its
+        request); the others wait in their rows, untouched, for a later tick. Unchanged without trigger shaping.
+
+        This is the hold rule's one Python step (the reasons it is not a SQL view are in
+        policies/trigger_shaping.py's docstring): applied to the rows of jobs_ready_to_trigger and to operators'
+        asks, after the dependency rule and before any request is recorded."""
+        shaped = [want for want in wanted if self.shaping.for_job(want.job_id) is not None]
+        if not shaped:
+            return wanted
+        decisions = self._holds([Candidate(want.job_id, operator=want.ask is not None) for want in shaped],
+                                running, result)
+        return [replace(want, released=decisions.released.get(want.job_id, ())) for want in wanted
+                if want.job_id not in decisions.held]
 
     def _past_skips(self, wanted: list[Wanted], result: TickResult | None = None) -> list[Wanted]:
         """Each wanted run with the first token of its chain (``skipped_token``) whose run was not skipped: the
@@ -716,6 +759,10 @@ class Heartbeat:
         if not self._windows_synced:
             self.store.sync_window_policies({job: (p.size_s, p.lateness_s, p.late_data.value)
                                              for job, p in windows.items()})
+            # the trigger policies too (a job with a quiet period keeps sensing while its data waits); the jobs of
+            # the config at the runner's start (a job added to a running loop gets its default at the next start)
+            jobs = {r["trigger_job_id"] for r in self.store.control_rows()} if self.shaping.enabled else set()
+            self.store.sync_trigger_policies(self.shaping.table_rows(jobs))
             self._windows_synced = True
         if windows:
             pairs = [(r["trigger_job_id"], r["source_key"]) for r in self.store.control_rows()]
@@ -743,6 +790,8 @@ class Heartbeat:
         catch-up sequence when its policy cuts the backlog into several runs)."""
         token = want.token
         payload = self.sequences.first_request(want.job_id, want.rows, token, {"heartbeat_run_id": run_id}, events)
+        if want.released:
+            payload[RELEASE_KEY] = [reason.value for reason in want.released]
         return TriggerRequest(job_id=want.job_id, job_name=want.job_name, idempotency_token=token,
                               parameters=job_parameters(payload)), payload
 
@@ -793,14 +842,17 @@ class Heartbeat:
             next_runs.extend(self._next_run(row, finished, result))
         retries: list[TriggerRequest] = []
         asks = self.store.retry_asks() if failed else {}
+        due: list[tuple[ControlRow, RetryAsk | None, TriggerRequest]] = []
         for row in failed:
             recovered = self._recovery_events(row, found.recovered.get(row.trigger_job_id), result)
             ask = asks.get(row.trigger_job_id)
             retry = None if recovered or row.trigger_job_id in found.deferred else self._retry_request(row, ask)
             if retry is not None:
                 (retry,) = self._past_skipped_retries([retry])
+                due.append((row, ask, retry))
             events.extend(recovered)
             next_runs.extend(self._next_run(row, recovered, result))
+        for row, ask, retry in self._shaped_retries(due, jobs, result):
             if retry is not None:
                 retries.append(retry)
                 result.retried.append(row.trigger_job_id)
@@ -811,6 +863,18 @@ class Heartbeat:
         # the next run of a sequence goes into the same commit as the success before it
         events.extend(step.event for step in next_runs)
         return FollowUps(events, retries, next_runs)
+
+    def _shaped_retries(self, due: list[tuple[ControlRow, RetryAsk | None, TriggerRequest]], jobs: TrackedJobs,
+                        result: TickResult) -> list[tuple[ControlRow, RetryAsk | None, TriggerRequest]]:
+        """The retries due now that the trigger holds allow: an operator's ``retry`` counts against the pool
+        only, an automatic one keeps the minimum interval too; a held retry is decided again next tick."""
+        shaped = [item for item in due if self.shaping.for_job(item[0].trigger_job_id) is not None]
+        if not shaped:
+            return due
+        running = sorted({row.trigger_job_id for row in jobs.in_progress} | set(result.triggered_job_ids))
+        decisions = self._holds([Candidate(row.trigger_job_id, operator=ask is not None, follow_up=ask is None)
+                                 for row, ask, _ in shaped], running, result)
+        return [item for item in due if item[0].trigger_job_id not in decisions.held]
 
     def _request_follow_ups(self, result: TickResult, follow_ups: FollowUps) -> None:
         """Record what reconciliation found in one commit, then call the jobs API for the retries and next runs
@@ -1055,6 +1119,8 @@ class Wanted:
     ask: TriggerAsk | None = None
     #: how many earlier asks of the same data had their runs skipped (see Heartbeat._past_skips)
     attempt: int = 0
+    #: why the trigger holds let it start (policies/trigger_shaping.py); empty without trigger shaping
+    released: tuple[ReleaseReason, ...] = ()
 
     @property
     def first_token(self) -> str:
