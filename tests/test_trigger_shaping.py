@@ -3,15 +3,19 @@ they put on a ready job's start (policies/trigger_shaping.py, applied by the tri
 
 from __future__ import annotations
 
+import json
 import os
+import sys
+import time
 from datetime import datetime, timedelta, timezone
 
 import pytest
 from cli_runner import run_cli
+from harness import config_row as row
 
 from heartbeat_runner.core.errors import ConfigError
 from heartbeat_runner.policies.run_policies import load_run_policies
-from heartbeat_runner.policies.trigger_shaping import Cron
+from heartbeat_runner.policies.trigger_shaping import Candidate, Cron, HoldKind, ReleaseReason, hold_decisions
 
 GOOD = """\
 pools:
@@ -87,3 +91,175 @@ def test_the_cron_matcher_finds_the_latest_and_next_fire_times_in_its_zone():
     weekdays = Cron.parse("5/20 1-3 * * 1-5")
     assert weekdays.latest(now) == datetime(2026, 12, 1, 3, 45, tzinfo=timezone.utc)
     assert Cron.parse("0 0 29 2 *").next(now) == datetime(2028, 2, 29, tzinfo=timezone.utc)
+
+
+# -- the holds on Sail, in process ----------------------------------------------------------------
+
+def shaping(tmp_path, text):
+    """The trigger shaping of a run-policy file holding ``text``."""
+    path = tmp_path / "policies.yml"
+    path.write_text(text)
+    return load_run_policies(path).trigger
+
+
+def local_jobs(hb, **seconds):
+    """Local jobs that each sleep this long, then succeed."""
+    lines = ["jobs:"] + [f"  {job!r}: [{sys.executable!r}, '-c', 'import time; time.sleep({s})']"
+                         for job, s in seconds.items()]
+    hb.jobs_path.write_text("\n".join(lines) + "\n")
+
+
+def shaped(hb, policy):
+    heartbeat = hb.heartbeat
+    heartbeat.shaping = policy
+    return heartbeat
+
+
+def requests(hb, job):
+    return [e for e in hb.events("TRIGGER_REQUESTED") if e["trigger_job_id"] == job]
+
+
+def test_min_interval_spaces_runs_and_every_version_is_in_exactly_one_window(hb, tmp_path):
+    hb.create_table("sales.orders", "id int")
+    hb.seed(row("delta_table", "sales.orders", "J1"))
+    local_jobs(hb, J1=0)
+    heartbeat = shaped(hb, shaping(tmp_path, "jobs: {J1: {trigger: {min_interval: 3s}}}\n"))
+    heartbeat.tick()  # baseline
+    began = time.monotonic()
+    held = []
+    value = 0
+    while time.monotonic() - began < 8:
+        value += 1
+        hb.insert("sales.orders", f"({value})")                   # a commit closer than the interval
+        result = heartbeat.tick()
+        held += [p.message for p in result.held]
+        time.sleep(0.3)
+    hb.wait_for_jobs()
+    time.sleep(3)
+    heartbeat.tick()                                               # the last held data: released now
+    hb.wait_for_jobs()
+    starts = sorted(e["event_ts"] for e in requests(hb, "J1"))
+    assert len(starts) >= 2
+    assert all(b - a >= timedelta(seconds=3) for a, b in zip(starts, starts[1:])), starts
+    assert any("held by min_interval until" in h for h in held), held
+    new_data = {e["event_id"]: e for e in hb.events("NEW_DATA")}
+    consumed = [i for e in requests(hb, "J1") for i in e["consumed_event_ids"].split(",")]
+    assert sorted(consumed) == sorted(new_data)                    # each arrival in exactly one run
+    chain = sorted((json.loads(e["cursor_from"])["version"], json.loads(e["cursor_to"])["version"])
+                   for e in new_data.values())
+    assert all(a[1] == b[0] for a, b in zip(chain, chain[1:])), chain  # versions contiguous, none twice
+    assert chain[0][0] == 0 and chain[-1][1] == value              # from the table's creation to the last commit
+
+
+def test_a_pool_of_two_never_runs_three_and_starts_the_highest_priorities_first(hb, tmp_path):
+    hb.create_table("sales.orders", "id int")
+    jobs = {"J1": 1, "J2": 5, "J3": 10, "J4": 3}                     # priorities
+    hb.seed(*(row("delta_table", "sales.orders", job) for job in jobs))
+    local_jobs(hb, J1=0.5, J2=3, J3=0.5, J4=0.5)                     # J3's place frees first
+    policy = "pools: {warehouse: {max_running: 2}}\njobs:\n" + "".join(
+        f"  {job}: {{trigger: {{pool: warehouse, priority: {p}}}}}\n" for job, p in jobs.items())
+    heartbeat = shaped(hb, shaping(tmp_path, policy))
+    heartbeat.tick()  # baseline
+    hb.insert("sales.orders", "(1)")
+    first = heartbeat.tick()
+    assert sorted(first.triggered_job_ids) == ["J2", "J3"]           # the two highest priorities
+    assert {p.job_id for p in first.held} == {"J1", "J4"}
+    assert all("held by pool" in p.message and "pool warehouse full" in p.message for p in first.held)
+    started = {job: 0 for job in first.triggered_job_ids}            # job -> the tick that started it
+    deadline, tick = time.monotonic() + 60, 0
+    while len(started) < 4 and time.monotonic() < deadline:
+        tick += 1
+        started.update({job: tick for job in heartbeat.tick().triggered_job_ids})
+        running = {job for job in jobs if "IN_PROGRESS" in hb.job_status(job)}
+        assert len(running) <= 2, running                            # never three at once
+        time.sleep(0.2)
+    assert started["J4"] < started["J1"], started                    # priority 3 before priority 1
+    release = {e["trigger_job_id"]: json.loads(e["payload"])["_release"] for e in hb.events("TRIGGER_REQUESTED")}
+    assert all(reasons == ["pool room"] for reasons in release.values()), release
+
+
+def test_quiet_for_starts_one_run_after_the_last_commit_and_max_wait_releases_under_constant_commits(hb, tmp_path):
+    hb.create_table("sales.orders", "id int")
+    hb.create_table("sales.stream", "id int")
+    hb.seed(row("delta_table", "sales.orders", "QUIET"), row("delta_table", "sales.stream", "BUSY"))
+    local_jobs(hb, QUIET=0, BUSY=0)
+    heartbeat = shaped(hb, shaping(tmp_path, "jobs:\n  QUIET: {trigger: {quiet_for: 2s}}\n"
+                                             "  BUSY: {trigger: {quiet_for: 3s, max_wait: 4s}}\n"))
+    heartbeat.tick()  # baseline
+    began, value = time.monotonic(), 0
+    while time.monotonic() - began < 3:                              # QUIET gets commits for 3 s, then none
+        value += 1
+        hb.insert("sales.orders", f"({value})")
+        hb.insert("sales.stream", f"({value})")
+        assert "QUIET" not in heartbeat.tick().triggered_job_ids     # never while its data keeps coming
+        time.sleep(0.4)
+    while time.monotonic() - began < 9:                              # BUSY keeps getting commits
+        value += 1
+        hb.insert("sales.stream", f"({value})")
+        heartbeat.tick()
+        time.sleep(0.4)
+    hb.wait_for_jobs()
+    quiet = requests(hb, "QUIET")
+    assert len(quiet) == 1                                           # one run, after the last commit
+    assert len(quiet[0]["consumed_event_ids"].split(",")) == len(
+        [e for e in hb.events("NEW_DATA") if e["sensor_id"] == "sales.orders"])
+    assert json.loads(quiet[0]["payload"])["_release"] == ["quiet"]
+    busy = requests(hb, "BUSY")
+    assert busy, "max_wait never released the busy job"
+    assert json.loads(busy[0]["payload"])["_release"] == ["max_wait reached"]
+
+
+# -- the rule alone (pure function, fixed clock) ---------------------------------------------------
+
+NOW = datetime(2026, 12, 1, 17, 0, tzinfo=timezone.utc)
+
+
+def test_at_starts_once_per_fire_time_and_waits_for_the_next_one(tmp_path):
+    policy = shaping(tmp_path, 'jobs: {J1: {trigger: {at: "0 6 * * * Europe/Berlin"}}}\n')
+    fire = datetime(2026, 12, 1, 5, 0, tzinfo=timezone.utc)            # 06:00 in Berlin
+    ran_before = Candidate("J1", last_start=fire - timedelta(hours=1), added_at=fire - timedelta(days=9))
+    assert hold_decisions(policy, [ran_before], [], NOW).released == {"J1": (ReleaseReason.FIRE_TIME,)}
+    ran_since = Candidate("J1", last_start=fire + timedelta(minutes=1), added_at=fire - timedelta(days=9))
+    hold = hold_decisions(policy, [ran_since], [], NOW).held["J1"]
+    assert (hold.kind, hold.until) == (HoldKind.AT, fire + timedelta(days=1))   # at most one run per fire
+    added_after = Candidate("J1", added_at=fire + timedelta(hours=2))          # a new job: from the next fire
+    assert hold_decisions(policy, [added_after], [], NOW).held["J1"].kind is HoldKind.AT
+
+
+def test_operators_skip_the_time_holds_but_count_against_the_pool_and_retries_keep_the_interval(tmp_path):
+    policy = shaping(tmp_path, "pools: {p: {max_running: 1}}\n"
+                               "default: {trigger: {min_interval: 1h, quiet_for: 10m, pool: p}}\n")
+    recent = dict(last_start=NOW - timedelta(minutes=5), first_arrival=NOW - timedelta(minutes=1),
+                  last_arrival=NOW - timedelta(minutes=1))
+    operator = hold_decisions(policy, [Candidate("J1", operator=True, **recent)], [], NOW)
+    assert operator.released == {"J1": (ReleaseReason.OPERATOR, ReleaseReason.POOL_ROOM)}
+    full = hold_decisions(policy, [Candidate("J1", operator=True, **recent)], ["J2"], NOW)
+    assert full.held["J1"].kind is HoldKind.POOL and "running J2" in full.held["J1"].detail
+    retry = hold_decisions(policy, [Candidate("J1", follow_up=True, **recent)], [], NOW)
+    assert retry.held["J1"].kind is HoldKind.MIN_INTERVAL
+    assert retry.held["J1"].until == NOW + timedelta(minutes=55)
+    later = dict(recent, last_start=NOW - timedelta(hours=2))
+    assert hold_decisions(policy, [Candidate("J1", follow_up=True, **later)], [], NOW).released == {
+        "J1": (ReleaseReason.INTERVAL_PASSED, ReleaseReason.POOL_ROOM)}          # no quiet period for a retry
+    assert hold_decisions(policy, [Candidate("J1", **later)], [], NOW).held["J1"].kind is HoldKind.QUIET
+
+
+def test_explain_says_which_hold_applies_and_until_when(hb, tmp_path):
+    from heartbeat_runner.interfaces.operations import trigger_hold
+
+    hb.create_table("sales.orders", "id int")
+    hb.seed(row("delta_table", "sales.orders", "J1"))
+    local_jobs(hb, J1=0)
+    policy = shaping(tmp_path, "jobs: {J1: {trigger: {min_interval: 1h}}}\n")
+    heartbeat = shaped(hb, policy)
+    heartbeat.tick()  # baseline
+    hb.insert("sales.orders", "(1)")
+    assert heartbeat.tick().triggered_job_ids == ["J1"]           # never ran: no interval to wait for
+    hb.wait_for_jobs()
+    hb.insert("sales.orders", "(2)")
+    (held,) = heartbeat.tick().held
+    start = requests(hb, "J1")[0]["event_ts"]
+    said = trigger_hold(hb.app.store, policy, "J1", is_ready=True)
+    assert said == held.message
+    assert said.startswith(f"held by min_interval until {(start + timedelta(hours=1)).isoformat(timespec='seconds')}")
+    assert "J1" in {r["trigger_job_id"] for r in hb.app.store.read("heartbeat_trigger_policies")}
