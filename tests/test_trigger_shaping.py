@@ -244,8 +244,8 @@ def test_operators_skip_the_time_holds_but_count_against_the_pool_and_retries_ke
     assert hold_decisions(policy, [Candidate("J1", **later)], [], NOW).held["J1"].kind is HoldKind.QUIET
 
 
-def test_explain_says_which_hold_applies_and_until_when(hb, tmp_path):
-    from heartbeat_runner.interfaces.operations import trigger_hold
+def test_explain_says_which_hold_applies_and_until_when_and_an_operator_skips_it(hb, tmp_path):
+    from heartbeat_runner.interfaces.operations import ask_trigger, trigger_hold
 
     hb.create_table("sales.orders", "id int")
     hb.seed(row("delta_table", "sales.orders", "J1"))
@@ -263,3 +263,8 @@ def test_explain_says_which_hold_applies_and_until_when(hb, tmp_path):
     assert said == held.message
     assert said.startswith(f"held by min_interval until {(start + timedelta(hours=1)).isoformat(timespec='seconds')}")
     assert "J1" in {r["trigger_job_id"] for r in hb.app.store.read("heartbeat_trigger_policies")}
+    ask_trigger(hb.app, "J1", by="ops")                            # an operator's trigger skips the interval
+    assert heartbeat.tick().triggered_job_ids == ["J1"]
+    last = requests(hb, "J1")[-1]
+    assert json.loads(last["payload"])["_release"] == ["operator's run"] and "manual run asked by ops" in last["message"]
+    assert len(last["consumed_event_ids"].split(",")) == 1        # the held data, consumed once

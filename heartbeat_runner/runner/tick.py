@@ -648,6 +648,12 @@ class Heartbeat:
         shaped = [want for want in wanted if self.shaping.for_job(want.job_id) is not None]
         if not shaped:
             return wanted
+        # an operator's ask for a job that is ready anyway is that job's run (it consumes the same rows): it
+        # skips the time holds as any operator's run does
+        asks = {} if self._empty.still_empty(ASKS) else self.store.trigger_asks()
+        wanted = [replace(want, ask=asks[want.job_id]) if want.ask is None and want.job_id in asks
+                  and self.shaping.for_job(want.job_id) is not None else want for want in wanted]
+        shaped = [want for want in wanted if self.shaping.for_job(want.job_id) is not None]
         decisions = self._holds([Candidate(want.job_id, operator=want.ask is not None) for want in shaped],
                                 running, result)
         return [replace(want, released=decisions.released.get(want.job_id, ())) for want in wanted
