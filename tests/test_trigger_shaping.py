@@ -178,6 +178,30 @@ def test_a_pool_of_two_never_runs_three_and_starts_the_highest_priorities_first(
     assert all(reasons == ["pool room"] for reasons in release.values()), release
 
 
+def test_an_automatic_retry_waits_for_room_in_its_pool(hb, tmp_path):
+    from heartbeat_runner.policies.retry import RetryPolicies, RetryPolicy
+
+    hb.create_table("sales.orders", "id int")
+    hb.seed(row("delta_table", "sales.orders", "J1"), row("delta_table", "sales.orders", "J2"))
+    hb.jobs_path.write_text(f"jobs:\n  J1: [{sys.executable!r}, '-c', 'raise SystemExit(1)']\n"
+                            f"  J2: [{sys.executable!r}, '-c', 'import time; time.sleep(2)']\n")
+    heartbeat = shaped(hb, shaping(tmp_path, "pools: {p: {max_running: 1}}\n"
+                                             "jobs:\n  J1: {trigger: {pool: p, priority: 10}}\n  J2: {trigger: {pool: p}}\n"))
+    heartbeat.policies = RetryPolicies(jobs={"J1": RetryPolicy(max_retries=1, backoff_s=0)})
+    heartbeat.tick()  # baseline
+    hb.insert("sales.orders", "(1)")
+    assert heartbeat.tick().triggered_job_ids == ["J1"]            # the higher priority; J2 waits for room
+    held_retry, retried, deadline = False, False, time.monotonic() + 60
+    while not retried and time.monotonic() < deadline:
+        result = heartbeat.tick()
+        running = {job for job in ("J1", "J2") if "IN_PROGRESS" in hb.job_status(job)}
+        assert len(running) <= 1, running                           # the pool's one place, retries included
+        held_retry |= any(p.job_id == "J1" and "held by pool" in p.message for p in result.held)
+        retried = "J1" in result.retried
+        time.sleep(0.2)
+    assert retried and held_retry                                   # the retry waited for J2's place
+
+
 def test_quiet_for_starts_one_run_after_the_last_commit_and_max_wait_releases_under_constant_commits(hb, tmp_path):
     hb.create_table("sales.orders", "id int")
     hb.create_table("sales.stream", "id int")

@@ -877,7 +877,8 @@ class Heartbeat:
         shaped = [item for item in due if self.shaping.for_job(item[0].trigger_job_id) is not None]
         if not shaped:
             return due
-        running = sorted({row.trigger_job_id for row in jobs.in_progress} | set(result.triggered_job_ids))
+        ended = set(result.completed) | set(result.failed)  # runs that ended this tick free their places
+        running = sorted({row.trigger_job_id for row in jobs.in_progress} - ended | set(result.triggered_job_ids))
         decisions = self._holds([Candidate(row.trigger_job_id, operator=ask is not None, follow_up=ask is None)
                                  for row, ask, _ in shaped], running, result)
         return [item for item in due if item[0].trigger_job_id not in decisions.held]
