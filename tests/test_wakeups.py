@@ -279,6 +279,39 @@ def test_data_that_lands_while_a_job_runs_is_sensed_by_the_tick_that_records_its
     assert (row_["jobs_completed"], row_["sources_with_new_data"], row_["jobs_triggered"]) == (1, 1, 1), row_
 
 
+def test_data_that_lands_while_a_job_runs_is_sensed_when_its_own_complete_ended_the_run(tmp_path):
+    """As above, but J1 records its own end (``complete``, as a Databricks job's last task does) before its process
+    exits: the tick its exit wakes folds that end, senses J1's folder and starts J1 again."""
+    config = tmp_path / "config.csv"
+    config.write_text("\n".join([HEADER, row("trigger_file", "drop", "J1")]) + "\n")
+    started, release = tmp_path / "started", tmp_path / "release"
+    job = (f"import os, pathlib, subprocess, sys, time; pathlib.Path({str(started)!r}).touch()\n"
+           f"while not pathlib.Path({str(release)!r}).exists(): time.sleep(0.05)\n"
+           "if not pathlib.Path(os.environ['HEARTBEAT_HOME'], 'ran').exists():\n"
+           "    subprocess.run([sys.executable, '-m', 'heartbeat_runner', 'complete', '--job-id', 'J1'], check=True)\n"
+           + MARKER_JOB)
+    jobs = tmp_path / "jobs.yml"
+    jobs.write_text(f"jobs:\n  'J1': [{sys.executable!r}, '-c', {job!r}]\n")
+    lake = CliLakehouse(tmp_path / "lakehouse", config=config, jobs_file=jobs)
+    lake.cli("seed")
+    loop = Loop(lake, "--interval", "600")
+    try:
+        loop.first_poll_done()
+        lake.drop_trigger_file("drop", "a.done")
+        loop.wait(started.exists, "J1's first run")
+        lake.drop_trigger_file("drop", "b.done")  # lands while J1 runs
+        release.touch()
+        loop.wait(lambda: lake.executions().get("J1") == 2, "J1's second run, long before the next poll")
+    finally:
+        loop.stop()
+    events = lake.table("heartbeat_events")
+    first, second = sorted((e for e in events if e["event_type"] == "TRIGGERED"), key=lambda e: e["event_ts"])
+    (end,) = [e for e in events if e["event_type"] == "COMPLETED" and e["job_run_id"] == first["job_run_id"]]
+    assert end["run_id"] not in {r["run_id"] for r in lake.table("heartbeat_runs")}, end  # J1's own, not a tick's
+    same_tick = {e["event_type"] for e in events if e["run_id"] == second["run_id"]}
+    assert {"NEW_DATA", "TRIGGER_REQUESTED", "TRIGGERED"} <= same_tick and second["event_ts"] > end["event_ts"]
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

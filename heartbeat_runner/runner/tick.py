@@ -371,6 +371,8 @@ class Heartbeat:
         self._failing: set[str] | None = None
         #: the jobs backend was handed the memory of the latest run summary (once per process)
         self._backend_recalled = False
+        #: source keys the latest tick left skipped (not due, not sensed): a woken tick senses those due now
+        self._skipped_last: set[str] = set()
 
     # -- the tick ---------------------------------------------------------------------------
 
@@ -549,11 +551,18 @@ class Heartbeat:
     # -- step 1: sensing --------------------------------------------------------------------
 
     def _sense(self, result: TickResult) -> None:
-        """Sense every due source in the tick's scope; note the skipped ones and the sources that recovered."""
+        """Sense every due source in the tick's scope; note the skipped ones and the sources that recovered.
+
+        A woken tick also senses the sources the latest tick left skipped that are due now: a run's end that
+        another process recorded (a job's own ``complete``, folded by the refresh before sensing), a resume or a
+        reset made them eligible, and data may have landed while they were skipped (the ends this tick records
+        itself are :meth:`_after_ends`'s)."""
         due = self.store.sensors_due()
         if result.scope.source_keys is not None:
-            due = [d for d in due if d[0].source_key in result.scope.source_keys]
+            named = result.scope.source_keys | self._skipped_last
+            due = [d for d in due if d[0].source_key in named]
         result.skipped = self.store.sensors_skipped()
+        self._skipped_last = {s.source_key for s in result.skipped}
         self.progress(f"sensing {len(due)} source(s)")
         # a wake-up's sources are likely changed: a bulk look would only delay sensing them
         result.sensed = sense_all(due, self.ctx, max_workers=self.settings.max_workers,
@@ -996,6 +1005,7 @@ class Heartbeat:
         pass_result = replace(result, sensed=outcomes)  # sensed_events reads only the run id, snapshot and sensed
         result.sensed += outcomes
         result.recovered += self._recoveries(outcomes)
+        self._skipped_last -= {s.target.source_key for s in outcomes}
         self._append(result, self.sensed_events(pass_result))
         fresh = [s for s in outcomes if s.outcome is Outcome.NEW_DATA]
         if not fresh:
