@@ -268,6 +268,7 @@ def test_data_that_lands_while_a_job_runs_is_sensed_by_the_tick_that_records_its
         lake.drop_trigger_file("drop", "b.done")  # lands while J1 runs
         release.touch()
         loop.wait(lambda: lake.executions().get("J1") == 2, "J1's second run, long before the next poll")
+        loop.wait(lambda: "triggered 0 · completed 1" in loop.stderr(), "the tick that records its end")  # idle
     finally:
         loop.stop()
     events = lake.table("heartbeat_events")
@@ -302,6 +303,7 @@ def test_data_that_lands_while_a_job_runs_is_sensed_when_its_own_complete_ended_
         lake.drop_trigger_file("drop", "b.done")  # lands while J1 runs
         release.touch()
         loop.wait(lambda: lake.executions().get("J1") == 2, "J1's second run, long before the next poll")
+        loop.wait(lambda: "triggered 0 · completed 1" in loop.stderr(), "the tick that records its end")  # idle
     finally:
         loop.stop()
     events = lake.table("heartbeat_events")
