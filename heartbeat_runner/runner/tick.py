@@ -20,7 +20,9 @@ The order is what makes a tick safe to crash anywhere:
    CLI checks there that it still holds the lease); a request the budget left out
    stays recorded and is resumed next tick;
 5. reconcile IN_PROGRESS jobs in one ``JobsBackend.reconcile`` (finished runs become
-   COMPLETED / FAILED) and look for a successful run of FAILED jobs (unblocks them);
+   COMPLETED / FAILED) and look for a successful run of FAILED jobs (unblocks them); when runs completed,
+   steps 1-4 again for those jobs alone (``Heartbeat._after_ends``): their sources, skipped while they ran,
+   are sensed, and data that landed meanwhile starts their next run in this tick, not at the next poll;
 6. bring the control and sensor state tables up to date, then write the run report. When all the
    tick appended after its control build is its own trigger requests, their answers and the ends of runs,
    each commit is folded into the rows it changes (``ControlTable.refresh``) instead of every row derived
@@ -383,6 +385,8 @@ class Heartbeat:
         self._failing: set[str] | None = None
         #: the jobs backend was handed the memory of the latest run summary (once per process)
         self._backend_recalled = False
+        #: source keys the latest tick left skipped (not due, not sensed): a woken tick senses those due now
+        self._skipped_last: set[str] = set()
 
     # -- the tick ---------------------------------------------------------------------------
 
@@ -393,8 +397,9 @@ class Heartbeat:
         (runner/loop.py). ``scope``: the due sources it senses (a wake-up names some; every other step is
         the same in every tick).
 
-        The control table is refreshed up to three times; each is a no-op when the events did not move
-        since the last build (ControlTable's built marker), and each is needed:
+        The control table is refreshed up to three times (five in a tick that records completed runs: twice
+        more in :meth:`_after_ends`, control table only, for the same reasons as 1 and 2); each is a no-op
+        when the events did not move since the last build (ControlTable's built marker), and each is needed:
 
         1. before sensing: which rows are eligible (paused, in progress, failed) is read from it, so other
            processes' commits (a config load, ``complete``, ``reset``, another runner) and a tick that
@@ -445,9 +450,13 @@ class Heartbeat:
         with _stage(timings, "reconciliation"):
             follow_ups = self._reconcile(result, tracked)
             self._request_follow_ups(result, follow_ups)
+        ends: Refresh | None = None
+        if result.completed:
+            with _stage(timings, "after_ends"):
+                ends = self._after_ends(result, tracked)
         with _stage(timings, "report"):
             # what triggering and reconciliation recorded, before the report; its per-source rows meanwhile
-            concurrently(lambda: self._refresh_recorded(result), lambda: self._write_evaluations(result))
+            concurrently(lambda: self._refresh_recorded(result, ends), lambda: self._write_evaluations(result))
             result.sql_parses = self.store.engine.sql_count - parses_before
             self._write_report(result, began, time.monotonic())
         with _stage(timings, "alerts"):
@@ -538,10 +547,14 @@ class Heartbeat:
         self._empty.seen(refreshed.version)
         return refreshed
 
-    def _refresh_recorded(self, result: TickResult) -> None:
-        """Step 3 of :meth:`tick`: the control table, and the sensor state table unless the tick hurries."""
+    def _refresh_recorded(self, result: TickResult, ends: Refresh | None = None) -> None:
+        """Step 3 of :meth:`tick`: the control table, and the sensor state table unless the tick hurries. ``ends``:
+        the refresh after reconciliation (:meth:`_after_ends`); when nothing was recorded since, its folds are
+        the tick's last."""
         result.sensor_state_deferred = self._state_waits = self._hurried()
-        result.control_folded = self.refresh_models(control_only=result.sensor_state_deferred).folded
+        refreshed = self.refresh_models(control_only=result.sensor_state_deferred)
+        unchanged = ends is not None and ends.version == refreshed.version
+        result.control_folded = refreshed.folded or (unchanged and ends is not None and ends.folded)
 
     def _hurried(self) -> bool:
         """Whether this tick leaves what no trigger depends on to a later one: another tick is waiting, and a
@@ -552,11 +565,18 @@ class Heartbeat:
     # -- step 1: sensing --------------------------------------------------------------------
 
     def _sense(self, result: TickResult) -> None:
-        """Sense every due source in the tick's scope; note the skipped ones and the sources that recovered."""
+        """Sense every due source in the tick's scope; note the skipped ones and the sources that recovered.
+
+        A woken tick also senses the sources the latest tick left skipped that are due now: a run's end that
+        another process recorded (a job's own ``complete``, folded by the refresh before sensing), a resume or a
+        reset made them eligible, and data may have landed while they were skipped (the ends this tick records
+        itself are :meth:`_after_ends`'s)."""
         due = self.store.sensors_due()
         if result.scope.source_keys is not None:
-            due = [d for d in due if d[0].source_key in result.scope.source_keys]
+            named = result.scope.source_keys | self._skipped_last
+            due = [d for d in due if d[0].source_key in named]
         result.skipped = self.store.sensors_skipped()
+        self._skipped_last = {s.source_key for s in result.skipped}
         self.progress(f"sensing {len(due)} source(s)")
         # a wake-up's sources are likely changed: a bulk look would only delay sensing them
         result.sensed = sense_all(due, self.ctx, max_workers=self.settings.max_workers,
@@ -597,10 +617,11 @@ class Heartbeat:
     # -- step 4: trigger --------------------------------------------------------------------
 
     def _trigger_ready(self, result: TickResult, ready: list[ReadyRow], carried: list[TriggerRequest],
-                       running: list[str] | None = None) -> None:
+                       running: list[str] | None = None, *, asks: bool = True) -> None:
         """Step 4: resume ``carried`` (requests earlier ticks recorded without a run id), first and in order,
-        and request the runs of the ready jobs and of operators' asks, all in one round of API calls. With
-        trigger shaping, only the wanted runs every hold allows (``_shaped``; ``running``: the jobs in progress)."""
+        and request the runs of the ready jobs and of operators' asks (unless ``asks`` is False), all in one
+        round of API calls. With trigger shaping, only the wanted runs every hold allows (``_shaped``;
+        ``running``: the jobs in progress)."""
         by_job: dict[str, list[ReadyRow]] = defaultdict(list)
         for row in ready:
             by_job[row.trigger_job_id].append(row)
@@ -608,7 +629,8 @@ class Heartbeat:
             self.progress(f"resuming {len(carried)} trigger request(s) left by an earlier tick")
         wanted = [Wanted(job_id, rows[0].trigger_job_name, rows, _consumed(rows[0].consumed_event_ids))
                   for job_id, rows in by_job.items()]
-        wanted += self._manual_runs(set(by_job) | {request.job_id for request in carried})
+        if asks:
+            wanted += self._manual_runs(set(by_job) | {request.job_id for request in carried})
         wanted = self._shaped(wanted, running or [], result)
         wanted = self._past_skips(wanted, result)
         if not wanted:
@@ -1021,6 +1043,54 @@ class Heartbeat:
             result.ended_at[row.trigger_job_id] = run.end_time
         return [self._event(result, EventType.COMPLETED, row.trigger_job_id, job_run_id=run.run_id,
                             message=f"successful run {run.run_id} found; job unblocked", payload=_timing_payload(run))]
+
+    # -- step 5b: what waited for the runs that ended ------------------------------------------
+
+    def _after_ends(self, result: TickResult, tracked: TrackedJobs) -> Refresh:
+        """Sense the sources of the jobs whose runs this tick recorded as completed, and trigger those jobs again
+        when that found new data: data that landed while a job ran starts its next run in the tick that records
+        the end, not at the next poll (a woken tick senses only the sources its wake-up named, and a poll sensed
+        before reconciliation, while the job was in progress and its sources were skipped).
+
+        Invariant: this is steps 1-4 again, for those sources and jobs only, through the same calls and so the
+        same commit grouping and exactly-once rules: the ends are folded into the control table first (so the
+        sensor plan sees the jobs eligible), every NEW_DATA / CURSOR event of the pass goes in one commit against
+        the cursors read again, the control table is rebuilt before the ready view is read, and the requests
+        are recorded in one commit before any jobs API call, with tokens derived from the consumed events (a
+        crash anywhere here leaves what the next tick resumes or senses again, as after steps 2 and 4). Only the
+        ready rows of the jobs whose runs completed and of the jobs reading the sources that had new data are
+        requested (everything else the ready view holds was the first pass's to decide; a job whose request
+        this tick refused or held back waits for the next), with no manual asks, windows or resumed requests.
+        Sources this tick already sensed are not sensed again."""
+        ended = set(result.completed)
+        refreshed = self.refresh_models(control_only=True)  # folds the ends: the jobs' sources become due
+        sensed = {s.target.source_key for s in result.sensed}
+        due = [(target, jobs) for target, jobs in self.store.sensors_due()
+               if target.source_key not in sensed and ended & set(jobs.split(","))]
+        if not due:
+            return refreshed
+        self.progress(f"sensing {len(due)} source(s) of {len(ended)} job(s) whose runs ended")
+        outcomes = sense_all(due, self.ctx, max_workers=self.settings.max_workers,
+                             timeout_s=self.settings.sensor_timeout_s, look_first=False)
+        pass_result = replace(result, sensed=outcomes)  # sensed_events reads only the run id, snapshot and sensed
+        result.sensed += outcomes
+        result.recovered += self._recoveries(outcomes)
+        self._skipped_last -= {s.target.source_key for s in outcomes}
+        self._append(result, self.sensed_events(pass_result))
+        fresh = [s for s in outcomes if s.outcome is Outcome.NEW_DATA]
+        if not fresh:
+            return refreshed
+        # the jobs this pass may have made ready; not those the first pass asked for, refused or held back
+        jobs = (ended | {job for s in fresh for job in s.trigger_job_ids.split(",") if job}) - {
+            p.job_id for p in result.trigger_errors + result.runs_deferred}
+        refreshed = self.refresh_models(control_only=True)
+        ready = [row for row in self.store.ready_rows() if row.trigger_job_id in jobs]
+        if ready:
+            # a pool counts what runs now: the tick's in-progress jobs less those that ended, plus its new starts
+            running = sorted({row.trigger_job_id for row in tracked.in_progress} - ended - set(result.failed)
+                             | set(result.triggered_job_ids))
+            self._trigger_ready(result, ready, [], running, asks=False)
+        return refreshed
 
     # -- step 6: report ---------------------------------------------------------------------
 
