@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from importlib.metadata import requires
 from pathlib import Path
@@ -28,6 +29,9 @@ from bundle_rules import (
     heartbeat_findings,
     load_bundle,
 )
+from cli_runner import run_cli
+from harness import HEADER as CONFIG_HEADER
+from harness import config_row
 from packaging.requirements import Requirement
 
 from heartbeat_runner.core.settings import load_settings
@@ -369,14 +373,15 @@ def test_the_default_schedule_follows_the_cost_advice():
 
 @pytest.mark.parametrize("target", sorted(BUNDLE["targets"]))
 def test_the_runner_finds_its_sources_and_run_policy_files_in_the_uploaded_project(target):
-    """Row 11 (bundle side): the cluster's working directory is not the project, so both files are named."""
+    """Row 11 (bundle side): the cluster's working directory is not the project, so the runner looks for both
+    files in the uploaded project (HEARTBEAT_PROJECT_DIR). The jobs name neither file: a HEARTBEAT_RUN_POLICY that
+    names a missing file is refused by `run`, and a team without policies has no file."""
     d = deploy(BUNDLE, target, documented_deployers()[target], VARS)
     for name in ("heartbeat_runner", "heartbeat_seed"):
         env = d.jobs()[name]["job_clusters"][0]["new_cluster"]["spark_env_vars"]
         project = env["HEARTBEAT_PROJECT_DIR"]
         assert project == f"{d.root_path}/files" and project.startswith(f"/Workspace/Users/{d.deployer.user_name}/")
-        assert env["HEARTBEAT_SOURCES_FILE"] == f"{project}/heartbeat_sources.yml"
-        assert env["HEARTBEAT_RUN_POLICY"] == f"{project}/heartbeat_run_policies.yml"
+        assert "HEARTBEAT_SOURCES_FILE" not in env and "HEARTBEAT_RUN_POLICY" not in env
 
 
 def test_every_declared_variable_is_used():
@@ -454,7 +459,7 @@ def test_a_runner_started_elsewhere_than_the_project_reads_the_uploaded_sources_
     files = tmp_path / "files"
     files.mkdir()
     (files / "heartbeat_sources.yml").write_text("jdbc:\n  warehouse:\n    url: {env: WAREHOUSE_URL}\n")
-    (files / "heartbeat_run_policies.yml").write_text('jobs:\n  "123": {max_retries: 2}\n')
+    (files / "heartbeat_run_policy.yml").write_text('jobs:\n  "123": {max_retries: 2}\n')
     elsewhere = tmp_path / "driver_cwd"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
@@ -468,3 +473,26 @@ def test_a_runner_started_elsewhere_than_the_project_reads_the_uploaded_sources_
     old_env = {k: str(v).replace("/local_disk0", str(tmp_path / "disk")) for k, v in old["spark_env_vars"].items()}
     old_settings = load_settings(env=old_env)
     assert old_settings.effective_sources_file is None and old_settings.run_policy_file is None
+
+
+CONFIG_ROW = config_row("delta_table", "main.sales.orders", "123")
+
+
+@pytest.mark.parametrize("job", ["heartbeat_runner", "heartbeat_seed"])
+def test_a_deployed_project_without_policy_or_sources_files_is_not_refused(tmp_path, job):
+    """The jobs' own environment, with an uploaded project that holds neither optional file: `validate` (the
+    check `run` and `seed` make before anything else) passes. A job that named a missing run-policy file would
+    be refused at every tick (HEARTBEAT_RUN_POLICY must name a file that exists), as the first bundle of issue
+    51 was on the Databricks-shaped leg."""
+    d = deploy(BUNDLE, "prod", CI, VARS)
+    files = tmp_path / "files"
+    (files / "seeds").mkdir(parents=True)
+    config = files / "seeds" / "heartbeat_sensor_config.csv"
+    config.write_text("\n".join([CONFIG_HEADER, CONFIG_ROW]) + "\n")
+    env = {k: str(v).replace(f"{d.root_path}/files", str(files)).replace("/local_disk0", str(tmp_path / "disk"))
+           for k, v in d.jobs()[job]["job_clusters"][0]["new_cluster"]["spark_env_vars"].items()}
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("HEARTBEAT_")}, **env,
+           "HEARTBEAT_TARGET": "local", "HEARTBEAT_JOBS_BACKEND": "local"}
+    proc = run_cli(["validate", "--config", str(config)], env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "does not exist" not in proc.stdout + proc.stderr

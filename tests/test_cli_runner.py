@@ -27,6 +27,12 @@ CASES = [
 ]
 
 
+def _plain_env(**more: str) -> dict[str, str]:
+    """This process's environment without the Spark Connect address an in-process engine of an earlier test in
+    this worker may have left in it (a user's shell has none)."""
+    return {**{k: v for k, v in os.environ.items() if k != "SPARK_REMOTE"}, **more}
+
+
 def _both(args: list[str], env: dict[str, str], tmp_path):
     in_process = cli_runner.run_cli(args, env=env, cwd=tmp_path)
     cli_runner.force_processes(True)
@@ -41,7 +47,8 @@ def test_in_process_and_process_give_the_same_exit_code_output_and_refusals(tmp_
     good, bad = tmp_path / "good.csv", tmp_path / "bad.csv"
     good.write_text("\n".join([HEADER, row("trigger_file", "drop", "J1")]) + "\n")
     bad.write_text("\n".join([HEADER, row("no_such_source", "x", "J1", hard="maybe")]) + "\n")
-    env = {**os.environ, "HEARTBEAT_HOME": str(tmp_path / "lh")}
+    env = _plain_env(HEARTBEAT_HOME=str(tmp_path / "lh"))
+    assert not cli_runner.needs_process(["status"], env) or cli_runner.ALL_PROCESSES
     for case in CASES:
         args = [a.format(good=good, bad=bad, missing=tmp_path / "missing") for a in case]
         in_process, process = _both(args, env, tmp_path)
@@ -64,14 +71,14 @@ def test_in_process_and_process_give_the_same_exit_code_output_and_refusals(tmp_
 ])
 def test_what_depends_on_process_state_runs_as_a_process(args, env):
     """Crashes, per-process fault counts, loops, servers and remote engines never run inside the test."""
-    assert cli_runner.needs_process(args, {**os.environ, **env})
+    assert cli_runner.needs_process(args, _plain_env(**env))
 
 
 @pytest.mark.skipif(cli_runner.ALL_PROCESSES, reason="HEARTBEAT_TEST_CLI=process runs every command as a process")
 def test_plain_one_shot_commands_run_in_process_unless_switched():
-    assert not cli_runner.needs_process(["status", "--json"], dict(os.environ))
+    assert not cli_runner.needs_process(["status", "--json"], _plain_env())
     cli_runner.force_processes(True)
     try:
-        assert cli_runner.needs_process(["status", "--json"], dict(os.environ))
+        assert cli_runner.needs_process(["status", "--json"], _plain_env())
     finally:
         cli_runner.force_processes(False)

@@ -128,25 +128,33 @@ def test_loop_survives_engine_exceptions_and_logs_each_error_once(lake):
     assert "stopped after" in out
 
 
-@pytest.mark.slow
-def test_loop_stops_with_its_own_exit_code_when_the_lakehouse_is_unusable(lake):
-    """The events table is deleted under a loop that is idling (its idle ticks read no table): the next
-    tick notices, and the loop stops with exit code 3 naming the table."""
-    loop = lake.start("run", "--loop", "--interval", "0.2")
+def _loop_until_it_stops(lake, interval: str, ticks: int, damage) -> tuple[int | None, str]:
+    """A ``run --loop`` that ticks ``ticks`` times, then ``damage()`` runs under it; its exit code and stderr once
+    it stopped (killed, and so failing the caller's check, if it did not within 120 s)."""
+    loop = lake.start("run", "--loop", "--interval", interval)
     err: list[str] = []
     reader = threading.Thread(target=lambda: err.extend(loop.stderr), daemon=True)
     reader.start()
     try:
-        wait_for(lambda: sum(line.startswith("tick ") for line in err) >= 3 or loop.poll() is not None, 180,
-              "three ticks of the loop")
-        shutil.rmtree(lake.home / "warehouse" / "heartbeat" / "heartbeat_events")
+        wait_for(lambda: sum(line.startswith("tick ") for line in err) >= ticks or loop.poll() is not None, 180,
+                 f"{ticks} ticks of the loop")
+        damage()
         loop.wait(timeout=120)
     finally:
         if loop.poll() is None:
             loop.kill()
     reader.join(timeout=10)
-    assert loop.returncode == 3, "".join(err[-30:])
-    assert "stopping: the lakehouse is unusable (table heartbeat.heartbeat_events" in "".join(err)
+    return loop.returncode, "".join(err)
+
+
+@pytest.mark.slow
+def test_loop_stops_with_its_own_exit_code_when_the_lakehouse_is_unusable(lake):
+    """The events table is deleted under a loop that is idling (its idle ticks read no table): the next
+    tick notices, and the loop stops with exit code 3 naming the table."""
+    code, err = _loop_until_it_stops(
+        lake, "0.2", 3, lambda: shutil.rmtree(lake.home / "warehouse" / "heartbeat" / "heartbeat_events"))
+    assert code == 3, err[-3000:]
+    assert "stopping: the lakehouse is unusable (table heartbeat.heartbeat_events" in err
 
 
 @pytest.mark.slow
@@ -155,22 +163,13 @@ def test_the_loop_stops_with_exit_3_once_a_dbt_built_table_of_heartbeat_is_gone(
     away under a running loop and new data arrives: the next tick fails, and the loop stops with exit code 3
     naming the table, as the README says. Before, the check looked at the runner's own tables only: the loop
     went on failing with back-off for ever."""
-    loop = lake.start("run", "--loop", "--interval", "0.5")
-    err: list[str] = []
-    reader = threading.Thread(target=lambda: err.extend(loop.stderr), daemon=True)
-    reader.start()
-    try:
-        wait_for(lambda: sum(line.startswith("tick ") for line in err) >= 2 or loop.poll() is not None, 180,
-                 "two ticks of the loop")
+    def damage() -> None:
         shutil.move(str(lake.home / "warehouse" / "heartbeat" / "heartbeat_sensor_state"), str(tmp_path / "moved"))
         lake.drop_trigger_file("drop", "a.done")
-        loop.wait(timeout=120)
-    finally:
-        if loop.poll() is None:
-            loop.kill()
-    reader.join(timeout=10)
-    assert loop.returncode == 3, "".join(err[-30:])
-    assert "stopping: the lakehouse is unusable (table heartbeat.heartbeat_sensor_state" in "".join(err)
+
+    code, err = _loop_until_it_stops(lake, "0.5", 2, damage)
+    assert code == 3, err[-3000:]
+    assert "stopping: the lakehouse is unusable (table heartbeat.heartbeat_sensor_state" in err
 
 
 #: (signal, to the whole process group, mid-tick): every pair of the three choices is covered by one of four
