@@ -120,15 +120,21 @@ new_data as (
   where event_type = 'NEW_DATA'
 ),
 
+{#
+  A row is created by the config load that added it: its time is that CONFIG_LOADED event's, stamped after every
+  event its writer had seen (commits, not clocks), never this engine's clock, which another machine's events
+  cannot be compared with. Data recorded after the load is pending for the new row; data before it is not.
+#}
 rows_now as (
   select
     k.*,
     {% if is_incremental() %}
-    coalesce(p.row_created_timestamp, current_timestamp()) as row_created_timestamp
+    coalesce(p.row_created_timestamp, l.loaded_ts, current_timestamp()) as row_created_timestamp
     {% else %}
-    current_timestamp() as row_created_timestamp
+    coalesce(l.loaded_ts, current_timestamp()) as row_created_timestamp
     {% endif %}
   from keyed k
+  cross join last_config_load l
   {% if is_incremental() %}
   left join previous p
     on p.sensor_source = k.sensor_source and p.sensor_id = k.sensor_id and p.trigger_job_id = k.trigger_job_id

@@ -6,8 +6,8 @@ import enum
 import hashlib
 import threading
 import uuid
-from collections.abc import Mapping
-from dataclasses import Field, dataclass, field, fields
+from collections.abc import Mapping, Sequence
+from dataclasses import Field, dataclass, field, fields, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any, ClassVar
 
@@ -81,7 +81,13 @@ class Outcome(str, enum.Enum):
 
 
 class _Clock:
-    """UTC timestamps that strictly increase within this process (events are ordered by them)."""
+    """UTC timestamps that strictly increase within this process, and follow every event it has seen.
+
+    A hybrid logical clock: the wall clock, pushed past the latest event time this process has read from the
+    events table (:meth:`observe`). Writers on several machines (runners, an operator's laptop, a job's
+    ``complete``) disagree by seconds to minutes; with this rule an event is stamped after every event its
+    writer saw before writing it, so "recorded after" in the derivation means "committed knowing of", whatever
+    the clocks say (docs/architecture.md, "Commits, not clocks")."""
 
     def __init__(self) -> None:
         self._last = datetime.min.replace(tzinfo=timezone.utc)
@@ -95,12 +101,34 @@ class _Clock:
             self._last = now
             return now
 
+    def observe(self, seen: datetime) -> None:
+        """Every time :meth:`now` hands out from here on is later than ``seen`` (an event another writer made)."""
+        with self._lock:
+            self._last = max(self._last, as_utc(seen))
+
 
 CLOCK = _Clock()
 
 
 def utcnow() -> datetime:
     return CLOCK.now()
+
+
+def stamped_after(events: Sequence[Event], latest: datetime | None) -> list[Event]:
+    """``events`` moved forward together, as little as needed, so the earliest is later than ``latest`` (the latest
+    event time in the events table as its writer read it before appending): their order among themselves and
+    their spacing stay. Unchanged when they already are, or when the table has no event yet."""
+    if not events or latest is None:
+        return list(events)
+    latest = as_utc(latest)
+    CLOCK.observe(latest)
+    earliest = min(as_utc(e.event_ts) for e in events)
+    if earliest > latest:
+        return list(events)
+    shift = latest - earliest + timedelta(microseconds=1)
+    moved = [replace(e, event_ts=as_utc(e.event_ts) + shift) for e in events]
+    CLOCK.observe(max(e.event_ts for e in moved))
+    return moved
 
 
 def random_event_id() -> str:

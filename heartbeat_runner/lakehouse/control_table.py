@@ -284,7 +284,7 @@ class ControlTable:
     def append(self, events: list[Event]) -> None:
         """One atomic commit of ``events`` the control table derives from (the tables are not current after
         it, until the next :meth:`refresh`)."""
-        self.store.append_events(events)
+        events = self.store.append_events(events)
         if events and self._appended is not None:
             self._appended.add(events)
 

@@ -32,6 +32,7 @@ from heartbeat_runner.core.records import (
     TickStatus,
     as_utc,
     job_parameters,
+    stamped_after,
 )
 from heartbeat_runner.core.settings import validate_identifier
 from heartbeat_runner.engines import delta_log
@@ -215,6 +216,8 @@ class SkippedSource:
 #: the lease's free row when it has none; the swap changes the row only when it still holds what the caller
 #: read (owner and expiry): a compare-and-swap, so of two writers that read the same row at most one changes
 #: it, and a commit that lost the Delta race may be run again as it is.
+#: the latest event time recorded: every append is stamped after it (TableStore.append_events)
+LATEST_EVENT_SQL = "SELECT max(event_ts) AS latest FROM {table}"
 LEASE_SEED_SQL = """MERGE INTO {table} t USING {source} s ON t.lease_name = s.lease_name
 WHEN NOT MATCHED THEN INSERT (lease_name, owner, host, pid, acquired_at, expires_at, wanted_by, wanted_at)
 VALUES (s.lease_name, s.owner, s.host, s.pid, s.acquired_at, s.expires_at, s.wanted_by, s.wanted_at)"""
@@ -304,9 +307,24 @@ class TableStore:
         frame = self.engine.frame(rows, _struct(columns))
         retry_lost_commits(lambda: frame.write.mode("append").insertInto(self.name(table)), f"append to {table}")
 
-    def append_events(self, events: Iterable[Event]) -> None:
-        """One atomic append of events (a single Delta commit)."""
+    def append_events(self, events: Iterable[Event]) -> list[Event]:
+        """One atomic append of events (a single Delta commit); the events as recorded.
+
+        Invariant (commits, not clocks): each event is stamped later than every event the table held when this
+        writer read it just before appending (:func:`stamped_after`), whatever this machine's clock says, so an
+        event that consumes data (a trigger request, a reset) is recorded after the data it saw, and an end after
+        its run's request. Only a writer racing this one within the read-to-commit gap can be ordered either way."""
+        events = list(events)
+        if not events:
+            return events
+        events = stamped_after(events, self.latest_event_ts())
         self._append(EVENTS, Event.columns(), [e.as_tuple() for e in events])
+        return events
+
+    def latest_event_ts(self) -> datetime | None:
+        """The latest event time the events table holds (None: it holds no event)."""
+        rows = self.engine.sql(LATEST_EVENT_SQL.format(table=self.name(EVENTS))).collect()
+        return as_utc(rows[0]["latest"]) if rows and rows[0]["latest"] is not None else None
 
     def append_run(self, summary: RunSummary, evaluations: list[SensorEvaluation]) -> None:
         self.append_runs([summary], evaluations)

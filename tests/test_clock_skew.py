@@ -1,0 +1,151 @@
+"""Commits, not clocks: writers whose clocks disagree (another runner, an operator's laptop, a job's ``complete``)
+process each committed version once. Each writer's clock is shifted with libfaketime (Debian's ``faketime``),
+preloaded into its process as ``faketime`` does; the JVM-free embedded engine stamps nothing that decides state."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from harness import HEADER, CliLakehouse, marker_jobs_file
+from harness import config_row as row
+
+LIBFAKETIME = next(iter(sorted(Path("/usr/lib").glob("*/faketime/libfaketime.so.1"))), None)
+pytestmark = pytest.mark.skipif(LIBFAKETIME is None, reason="libfaketime is not installed (Debian: faketime)")
+
+
+def shifted(seconds: int) -> dict[str, str]:
+    """The environment of a process whose wall clock is ``seconds`` ahead (negative: behind). Its monotonic clock
+    moves by the same offset: libfaketime 0.9.10 leaving it alone fails Python's ``time.sleep`` (EINVAL)."""
+    return {"LD_PRELOAD": str(LIBFAKETIME), "FAKETIME": f"{seconds:+d}s"}
+
+
+@pytest.fixture
+def lake(tmp_path) -> CliLakehouse:
+    return _lake(tmp_path)
+
+
+def _lake(tmp_path: Path) -> CliLakehouse:
+    """One upstream Delta table sensed for job 301 (a job that leaves a marker), seeded and at its baseline."""
+    config = tmp_path / "config.csv"
+    config.write_text("\n".join([HEADER, row("delta_table", "up.events", "301")]) + "\n")
+    lake = CliLakehouse(tmp_path / "lakehouse", config=config, jobs_file=marker_jobs_file(tmp_path / "jobs.yml", "301"))
+    lake.home.mkdir()
+    lake.append_ids("up.events", 0)
+    lake.cli("seed")
+    lake.cli("run")  # the baseline: version 0 is where sensing starts
+    return lake
+
+
+def consumed_twice(lake: CliLakehouse) -> dict[str, int]:
+    """NEW_DATA event id -> how many trigger requests consumed it, for those consumed more than once."""
+    counts: dict[str, int] = {}
+    for request in lake.events("TRIGGER_REQUESTED"):
+        for event_id in filter(None, (request["consumed_event_ids"] or "").split(",")):
+            counts[event_id] = counts.get(event_id, 0) + 1
+    return {event_id: n for event_id, n in counts.items() if n > 1}
+
+
+def windows(lake: CliLakehouse) -> list[tuple[int, int]]:
+    """The version ranges the runs read, in the order they were requested."""
+    new_data = {e["event_id"]: e for e in lake.events("NEW_DATA")}
+    spans = []
+    for request in lake.events("TRIGGER_REQUESTED"):
+        ids = [i for i in (request["consumed_event_ids"] or "").split(",") if i]
+        spans.append((min(_version(new_data[i]["cursor_from"]) + 1 for i in ids),
+                      max(_version(new_data[i]["cursor_to"]) for i in ids)))
+    return spans
+
+
+def _version(cursor: str | None) -> int:
+    """A Delta cursor's version (-1: before the first)."""
+    return json.loads(cursor)["version"] if cursor else -1
+
+
+def stop(loop) -> str:
+    loop.send_signal(signal.SIGTERM)
+    out, err = loop.communicate(timeout=120)
+    return out + err
+
+
+@pytest.mark.slow
+def test_two_runners_a_minute_apart_read_each_version_in_one_run(lake):
+    """Two loops on one lakehouse, one clock 60 s ahead, a commit every 0.7 s: no run re-reads a version."""
+    loops = [lake.start("run", "--loop", "--interval", "0.3"),
+             lake.start("run", "--loop", "--interval", "0.3", env=shifted(60))]
+    try:
+        for n in range(1, 25):
+            lake.append_ids("up.events", n)
+            time.sleep(0.7)
+        time.sleep(3)
+    finally:
+        said = [stop(loop) for loop in loops]
+    lake.wait_local_runs()
+    assert consumed_twice(lake) == {}, (windows(lake), said)
+    spans = windows(lake)
+    for (_, end), (start, _) in zip(spans, spans[1:]):
+        assert start > end, spans  # each run starts past the last one's window
+
+
+@pytest.mark.parametrize("skew", [90, -90])
+def test_a_reset_from_a_skewed_clock_replays_once_then_reads_only_new_commits(lake, skew):
+    lake.append_ids("up.events", 1)
+    lake.cli("run")
+    lake.wait_local_runs()
+    lake.cli("run")  # the run's end
+    lake.cli("reset", "--job-id", "301", "--reason", "replay", env=shifted(skew))
+    lake.cli("run")  # the replay
+    lake.wait_local_runs()
+    lake.cli("run")
+    lake.append_ids("up.events", 2)
+    lake.cli("run")
+    lake.wait_local_runs()
+    lake.cli("run")
+    # the first run, the replay from the start, then the new commit alone (not the replay again)
+    assert windows(lake) == [(1, 1), (0, 1), (2, 2)]
+
+
+def operator_scenario(lake: CliLakehouse, operator: dict[str, str]) -> tuple[list[tuple[int, int]], dict[str, int]]:
+    """Pause, data, resume, a forced trigger and a retry of a failed run, each command run with ``operator``'s
+    environment; the windows the runs read and how often the job ran."""
+    def ticks(n: int = 1) -> None:
+        for _ in range(n):
+            lake.cli("run")
+            lake.wait_local_runs()
+
+    lake.append_ids("up.events", 1)
+    ticks(2)
+    lake.cli("pause", "--job-id", "301", env=operator)
+    lake.append_ids("up.events", 2)
+    ticks()  # paused: nothing runs
+    lake.cli("resume", "--job-id", "301", env=operator)
+    ticks(2)  # the data that landed while paused, once
+    lake.cli("trigger", "--job-id", "301", "--reason", "by hand", env=operator)
+    ticks(2)
+    lake.append_ids("up.events", 3)
+    lake.cli("run")
+    lake.cli("complete", "--job-id", "301", "--failed", "--message", "bad rows", env=operator)
+    lake.wait_local_runs()
+    ticks()
+    lake.cli("retry", "--job-id", "301", "--reason", "fixed", env=operator)
+    ticks(2)
+    lake.append_ids("up.events", 4)
+    ticks(2)
+    return windows(lake), lake.executions()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("skew", [120, -120])
+def test_operator_commands_from_a_skewed_clock_run_what_they_run_from_a_correct_one(tmp_path, skew):
+    """`pause`, `resume`, `trigger`, `complete --failed` and `retry` from a laptop two minutes ahead or behind."""
+    outcomes = []
+    for name, operator in (("correct", {}), ("skewed", shifted(skew))):
+        (tmp_path / name).mkdir()
+        lake = _lake(tmp_path / name)
+        outcomes.append(operator_scenario(lake, operator))
+    assert outcomes[1] == outcomes[0]
+    spans, runs = outcomes[0]
+    assert (4, 4) == spans[-1] and runs["301"] == len(spans)
