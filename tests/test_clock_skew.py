@@ -49,12 +49,16 @@ def consumed_twice(lake: CliLakehouse) -> dict[str, int]:
     return {event_id: n for event_id, n in counts.items() if n > 1}
 
 
-def windows(lake: CliLakehouse) -> list[tuple[int, int]]:
-    """The version ranges the runs read, in the order they were requested."""
+def windows(lake: CliLakehouse) -> list[tuple[int, int] | None]:
+    """The version ranges the runs read, in the order they were requested (None: a run that consumed no data,
+    an operator's forced run)."""
     new_data = {e["event_id"]: e for e in lake.events("NEW_DATA")}
-    spans = []
+    spans: list[tuple[int, int] | None] = []
     for request in lake.events("TRIGGER_REQUESTED"):
         ids = [i for i in (request["consumed_event_ids"] or "").split(",") if i]
+        if not ids:
+            spans.append(None)
+            continue
         spans.append((min(_version(new_data[i]["cursor_from"]) + 1 for i in ids),
                       max(_version(new_data[i]["cursor_to"]) for i in ids)))
     return spans
@@ -85,9 +89,10 @@ def test_two_runners_a_minute_apart_read_each_version_in_one_run(lake):
         said = [stop(loop) for loop in loops]
     lake.wait_local_runs()
     assert consumed_twice(lake) == {}, (windows(lake), said)
-    spans = windows(lake)
+    spans = [span for span in windows(lake) if span is not None]
+    assert len(spans) == len(windows(lake)) and spans[-1][1] == 24, spans
     for (_, end), (start, _) in zip(spans, spans[1:]):
-        assert start > end, spans  # each run starts past the last one's window
+        assert start == end + 1, spans  # each run starts where the last one's window ended
 
 
 @pytest.mark.parametrize("skew", [90, -90])
@@ -108,9 +113,9 @@ def test_a_reset_from_a_skewed_clock_replays_once_then_reads_only_new_commits(la
     assert windows(lake) == [(1, 1), (0, 1), (2, 2)]
 
 
-def operator_scenario(lake: CliLakehouse, operator: dict[str, str]) -> tuple[list[tuple[int, int]], dict[str, int]]:
+def operator_scenario(lake: CliLakehouse, operator: dict[str, str]) -> tuple:
     """Pause, data, resume, a forced trigger and a retry of a failed run, each command run with ``operator``'s
-    environment; the windows the runs read and how often the job ran."""
+    environment; the windows the runs read, how often the job ran and its lifecycle events in order."""
     def ticks(n: int = 1) -> None:
         for _ in range(n):
             lake.cli("run")
@@ -134,7 +139,8 @@ def operator_scenario(lake: CliLakehouse, operator: dict[str, str]) -> tuple[lis
     ticks(2)
     lake.append_ids("up.events", 4)
     ticks(2)
-    return windows(lake), lake.executions()
+    lifecycle = [e["event_type"] for e in lake.events() if e["trigger_job_id"] is not None]
+    return windows(lake), lake.executions(), lifecycle
 
 
 @pytest.mark.slow
@@ -147,5 +153,6 @@ def test_operator_commands_from_a_skewed_clock_run_what_they_run_from_a_correct_
         lake = _lake(tmp_path / name)
         outcomes.append(operator_scenario(lake, operator))
     assert outcomes[1] == outcomes[0]
-    spans, runs = outcomes[0]
-    assert (4, 4) == spans[-1] and runs["301"] == len(spans)
+    spans, runs, _ = outcomes[0]
+    assert spans == [(1, 1), (2, 2), None, (3, 3), (4, 4)]
+    assert runs == {"301": len(spans) + 1}  # and the retry
