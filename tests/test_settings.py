@@ -3,6 +3,7 @@ README's table generated from it."""
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 import re
@@ -201,6 +202,21 @@ def test_no_module_reads_a_heartbeat_variable_outside_the_declaration():
         if reads:
             offenders[relative] = reads
     assert not offenders, f"declare these in core/settings.py (HeartbeatEnvironment) and pass the value in: {offenders}"
+
+
+def test_every_default_is_declared_once_with_its_variable():
+    """``Settings`` declares no default of its own (they would drift from the variables'), and only
+    ``settings_from`` makes one: a setting added to one but not the other fails here, not at run time."""
+    import dataclasses
+
+    module = settings_module
+    with_defaults = [f.name for f in dataclasses.fields(module.Settings)
+                     if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING]
+    assert with_defaults == []
+    makers = [path.relative_to(PACKAGE).as_posix() for path in sorted(PACKAGE.rglob("*.py"))
+              if re.search(r"(?<![A-Za-z_.])Settings\(", path.read_text(encoding="utf-8"))]
+    assert makers == ["core/settings.py"]
+    assert inspect.getsource(module).count("return Settings(") == 1
 
 
 def test_the_source_check_sees_reads_and_ignores_writes():

@@ -137,91 +137,95 @@ class MemoryPolicy:
 
 @dataclass(frozen=True)
 class Settings:
-    """Everything a command needs to know about where things live and how to run."""
+    """Everything a command needs to know about where things live and how to run.
+
+    Invariant: no field has a default here. Every default is declared once, with its variable, in
+    :class:`HeartbeatEnvironment` (the README's table is generated from it), and :func:`settings_from` is the one
+    place a ``Settings`` is made (tests/test_settings.py checks both)."""
 
     lakehouse_dir: Path
     project_dir: Path
-    target: Target = Target.LOCAL
-    schema: str = "heartbeat"
-    catalog: str | None = None
+    target: Target
+    schema: str
+    catalog: str | None
     #: where a bare upstream table name (``orders``) is resolved; None: ``default`` locally,
     #: the session's current schema on Spark and Databricks
-    upstream_schema: str | None = None
-    config_csv: Path | None = None
-    jobs_file: Path | None = None
-    trigger_dir: Path | None = None
-    sources_file: Path | None = None
+    upstream_schema: str | None
+    config_csv: Path | None
+    jobs_file: Path | None
+    trigger_dir: Path | None
+    sources_file: Path | None
     #: a JobsBackendKind's value or a plugin's name (resolved by the runner, which knows the plugins)
-    jobs_backend: str | None = None
-    max_workers: int = 8
-    sensor_timeout_s: float = 60.0
-    replay_new_sensors: bool = False
+    jobs_backend: str | None
+    max_workers: int
+    sensor_timeout_s: float
+    replay_new_sensors: bool
     #: the spark-local target: ``classic`` (a SparkSession in this process, as on a job cluster)
     #: or ``connect`` (a local Spark Connect server, as serverless); where it keeps its metastore
     #: and warehouse (default ``<lakehouse>/spark``)
-    spark_mode: str = "classic"
-    spark_dir: Path | None = None
+    spark_mode: str
+    spark_dir: Path | None
     #: ``spark-local``: the heap of its driver JVM (``spark.driver.memory``, e.g. ``2g``), in both shapes
     #: (HEARTBEAT_SPARK_DRIVER_MEMORY; unset: default_driver_memory(), chosen from the machine)
-    spark_driver_memory: str = "1g"
+    spark_driver_memory: str
     #: runs longer than this are reported each tick (None: no limit)
-    max_run_duration_s: float | None = None
+    max_run_duration_s: float | None
     #: ... and cancelled, when the backend can cancel runs
-    cancel_overdue_runs: bool = False
+    cancel_overdue_runs: bool
     #: the run-policy YAML (retries, catch-up, event windows, alerts per job; off when absent)
-    run_policy_file: Path | None = None
+    run_policy_file: Path | None
     #: the variable that named ``run_policy_file`` (the deprecated HEARTBEAT_RETRY_POLICY when only it is set)
-    run_policy_variable: str = "HEARTBEAT_RUN_POLICY"
+    run_policy_variable: str
     #: idle ticks (nothing new, nothing done) are summarised in one run row at most this often
-    idle_flush_s: float = 600.0
+    idle_flush_s: float
     #: how maintenance archives, compacts and expires (``maintain``, and ticks when auto_maintenance)
-    maintenance: MaintenancePolicy = field(default_factory=MaintenancePolicy)
+    maintenance: MaintenancePolicy
     #: ticks that wrote run maintenance when it is due (HEARTBEAT_MAINTENANCE=off: only ``maintain`` does)
-    auto_maintenance: bool = True
+    auto_maintenance: bool
     #: events younger than this always stay in the hot log (a margin for clocks of other writers)
-    archive_margin_minutes: float = 10.0
+    archive_margin_minutes: float
     #: bounds of the jobs API calls of one tick
-    jobs_api: JobsApiLimits = field(default_factory=JobsApiLimits)
+    jobs_api: JobsApiLimits
     #: how the embedded engine's process is recycled between ticks (and ``ui`` reads), and the
     #: ceiling after which ``run --loop`` restarts itself (see docs/memory.md)
-    memory: MemoryPolicy = field(default_factory=lambda: MemoryPolicy())
+    memory: MemoryPolicy
     #: seconds a tick lease lasts without renewal
-    lease_ttl_s: float = 600.0
+    lease_ttl_s: float
     #: seconds a command waits for another runner's tick to end (``--wait-lease`` wins)
-    lease_wait_s: float = 30.0
+    lease_wait_s: float
     #: share of the active config rows a ``seed`` may retire without ``--allow-removals``
-    max_removal_share: float = 0.5
+    max_removal_share: float
     #: seconds a stopping ``run --loop`` / ``ui`` / ``serve`` has to end before it dumps stacks and exits
-    shutdown_grace_s: float = 30.0
+    shutdown_grace_s: float
     #: where resolved Delta jar sets are cached (None: ``~/.cache/heartbeat/spark-jars``)
-    spark_jars_dir: Path | None = None
+    spark_jars_dir: Path | None
     #: the status page's operators (e-mail addresses, lower case) and operator groups
-    ui_operators: tuple[str, ...] = ()
-    ui_operator_groups: tuple[str, ...] = ()
+    ui_operators: tuple[str, ...]
+    ui_operator_groups: tuple[str, ...]
     #: delta_table sensor ids never ruled out by the catalog look: always sensed from their history
-    catalog_look_skip: tuple[str, ...] = ()
+    catalog_look_skip: tuple[str, ...]
     #: seconds one Databricks HTTP call may take, and the SDK keeps retrying 429/503/timeouts
-    databricks_http_timeout_s: float = 30.0
-    databricks_retry_timeout_s: int = 120
+    databricks_http_timeout_s: float
+    databricks_retry_timeout_s: int
     #: the run id a local job's own ``complete`` reports (set by the local jobs backend)
-    job_run_id: str | None = None
+    job_run_id: str | None
     #: ``run --loop`` / ``serve``: the port of the Prometheus exposition (None: none) and the address it binds
-    metrics_port: int | None = None
-    metrics_host: str = "127.0.0.1"
+    metrics_port: int | None
+    metrics_host: str
     #: how log lines are written
-    log_format: LogFormat = LogFormat.TEXT
+    log_format: LogFormat
     #: ``run --loop`` ticks early for the sources that say they changed (runner/wakeups.py)
-    wakeups: bool = True
+    wakeups: bool
     #: ``POST /wake``: its port (None: off), address and bearer token (a secret: never shown)
-    wake_port: int | None = None
-    wake_host: str = "127.0.0.1"
-    wake_token: str | None = field(default=None, repr=False)
+    wake_port: int | None
+    wake_host: str
+    wake_token: str | None = field(repr=False)
     #: the OpenLineage job namespace of the runs Heartbeat triggers (docs/lineage.md)
-    lineage_namespace: str = "heartbeat"
+    lineage_namespace: str
     #: the IANA zone times are shown in (CLI, page); stored times stay UTC
-    timezone: str = "UTC"
+    timezone: str
     #: the status page's address, for links in alert messages (None: no page link)
-    ui_url: str | None = None
+    ui_url: str | None
 
     @property
     def retry_policy_file(self) -> Path | None:
