@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
 from datetime import datetime, timedelta, timezone
@@ -292,3 +293,39 @@ def test_explain_says_which_hold_applies_and_until_when_and_an_operator_skips_it
     last = requests(hb, "J1")[-1]
     assert json.loads(last["payload"])["_release"] == ["operator's run"] and "manual run asked by ops" in last["message"]
     assert len(last["consumed_event_ids"].split(",")) == 1        # the held data, consumed once
+
+
+@pytest.mark.slow
+def test_a_loop_polls_when_a_hold_ends_not_at_its_next_interval(tmp_path):
+    """`run --loop --interval 600` with a 15 s minimum interval: data held by it starts its run once the
+    interval has passed, not ten minutes later (the loop's next poll is the hold's end)."""
+    import signal
+
+    from harness import HEADER, CliLakehouse, marker_jobs_file
+
+    config = tmp_path / "config.csv"
+    config.write_text("\n".join([HEADER, row("delta_table", "up.events", "J1")]) + "\n")
+    policies = tmp_path / "policies.yml"
+    policies.write_text("jobs: {J1: {trigger: {min_interval: 15s}}}\n")
+    lake = CliLakehouse(tmp_path / "lakehouse", config=config, jobs_file=marker_jobs_file(tmp_path / "jobs.yml", "J1"),
+                        env={"HEARTBEAT_RUN_POLICY": str(policies)})
+    lake.home.mkdir()
+    lake.append_ids("up.events", 0)
+    lake.cli("seed")
+    lake.cli("run")  # the baseline
+    lake.append_ids("up.events", 1)
+    lake.cli("run")  # the first run starts: the interval runs from here
+    lake.append_ids("up.events", 2)
+    loop = lake.start("run", "--loop", "--interval", "600")  # its first tick finds the new data held
+    try:
+        deadline = time.monotonic() + 90
+        while lake.executions().get("J1", 0) < 2 and time.monotonic() < deadline and loop.poll() is None:
+            time.sleep(0.2)
+    finally:
+        loop.send_signal(signal.SIGTERM)
+        out, err = loop.communicate(timeout=60)
+    assert lake.executions().get("J1") == 2, out + err
+    first = re.search(r"tick 1 · OK .* next in ([0-9.]+) s", err)
+    assert first and float(first.group(1)) < 60, err  # the loop said it polls at the hold's end
+    starts = [e["event_ts"] for e in lake.events("TRIGGER_REQUESTED")]
+    assert len(starts) == 2 and starts[1] - starts[0] >= timedelta(seconds=15), starts

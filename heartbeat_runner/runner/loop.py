@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Protocol
 
 from heartbeat_runner.core.backoff import Backoff
@@ -65,6 +66,8 @@ EXIT_PROJECT_CHANGED = 5
 #: After failed ticks the loop waits interval x 2^(failures-1), at least this long and at most MAX_BACKOFF_S.
 MIN_BACKOFF_S = 1.0
 MAX_BACKOFF_S = 300.0
+#: a loop whose tick held a job polls this long after the hold's end (runner/tick.py, TickResult.release_at)
+HOLD_SLACK_S = 0.05
 
 
 @dataclass(frozen=True)
@@ -506,8 +509,16 @@ def _loop_tick(tick: LoopTick, scope: TickScope, config: RunConfig, view: LoopVi
         return TickEnd(state, started, EXIT_LAKEHOUSE_UNUSABLE)
     failures = failure.failures if failure else 0
     next_at = started + config.wait_s(failures) if scope.polls or failures else poll_at
+    if not failures and result is not None and result.release_at is not None:
+        next_at = min(next_at, _monotonic_at(result.release_at, started))
     view.finished(number, result, failures, time.monotonic() - started, next_at)
     return TickEnd(LoopState(number, failures, failure.text if failure else ""), next_at)
+
+
+def _monotonic_at(when: datetime, started: float) -> float:
+    """The monotonic time of the wall-clock time ``when`` (a hold's end), a little after it so the tick then
+    finds it over, and never sooner than MIN_BACKOFF_S after the tick's start (a hold cannot make a busy loop)."""
+    return max(started + MIN_BACKOFF_S, time.monotonic() + (when - utcnow()).total_seconds() + HOLD_SLACK_S)
 
 
 def _after_tick(hooks: LoopHooks, state: LoopState) -> TickFailure | None:

@@ -167,6 +167,9 @@ class TickResult:
     runs_deferred: list[JobProblem] = field(default_factory=list)
     #: ready jobs (and retries) a trigger hold kept back this tick (policies/trigger_shaping.py): which hold, until when
     held: list[JobProblem] = field(default_factory=list)
+    #: the earliest time a hold of ``held`` ends by itself (a minimum interval, a quiet period, a fire time; None:
+    #: none does): a loop polls then rather than at its next interval (runner/loop.py)
+    release_at: datetime | None = None
     #: runs that never executed, by (termination code, fate): fate ``skipped`` (asked again next tick),
     #: ``limited`` (asked again after a back-off), ``refused`` (a terminal non-run), ``deferred`` (an ask held
     #: back by the back-off): the ``heartbeat_job_runs_not_executed`` metric
@@ -658,6 +661,8 @@ class Heartbeat:
         for job_id, hold in decisions.held.items():
             log.info("job %s %s", job_id, hold.describe(), extra={"job": job_id})
             result.held.append(JobProblem(job_id, hold.describe()))
+            if hold.until is not None and (result.release_at is None or hold.until < result.release_at):
+                result.release_at = hold.until
         return decisions
 
     def _shaped(self, wanted: list[Wanted], running: list[str], result: TickResult) -> list[Wanted]:
