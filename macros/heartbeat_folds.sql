@@ -152,3 +152,28 @@ when matched then update set
   and {{ target }}.sensor_id = {{ source }}.sensor_id
   and {{ target }}.trigger_job_id = {{ source }}.trigger_job_id
 {%- endmacro %}
+
+{#
+  One digest per control row of everything a fold or a build decides (every column but updated_at, the time of
+  the write itself): maintenance compares the folded table's digests with those of the same table derived by dbt
+  (lakehouse/control_table.py, ControlTable.check_folds). Read by the runner without a dbt command.
+#}
+{% macro heartbeat_control_row_digests() -%}
+select
+  sensor_source, sensor_id, trigger_job_id,
+  md5(to_json(named_struct(
+    'sensor_read_type', sensor_read_type, 'asset_description', asset_description, 'upstream_key', upstream_key,
+    'preprocess_query', preprocess_query, 'latest_event_fetched_timestamp', latest_event_fetched_timestamp,
+    'trigger_job_name', trigger_job_name, 'status', status, 'status_change_timestamp', status_change_timestamp,
+    'job_start_timestamp', job_start_timestamp, 'job_end_timestamp', job_end_timestamp, 'job_state', job_state,
+    'dependency_flag', dependency_flag, 'is_hard', is_hard, 'source_key', source_key,
+    'pending_events', pending_events, 'pending_event_ids', pending_event_ids,
+    'pending_window_from', pending_window_from, 'pending_window_to', pending_window_to, 'job_run_id', job_run_id,
+    'last_idempotency_token', last_idempotency_token, 'base_idempotency_token', base_idempotency_token,
+    'consecutive_failures', consecutive_failures, 'last_error', last_error, 'is_active', is_active,
+    'retired_timestamp', retired_timestamp, 'row_created_timestamp', row_created_timestamp,
+    'last_lifecycle_event', last_lifecycle_event, 'base_requested_ts', base_requested_ts,
+    'sequence_run', sequence_run, 'sequence_runs', sequence_runs, 'sequence_windows', sequence_windows
+  ))) as digest
+from {{ ref('heartbeat_control') }}
+{%- endmacro %}

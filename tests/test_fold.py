@@ -204,3 +204,46 @@ def test_a_hurried_tick_leaves_the_sensor_state_to_the_next_which_catches_up(hb,
     hb.wait_for_jobs()
     assert not hb.tick().sensor_state_deferred
     assert_as_derived(hb)
+
+
+def test_maintenance_rebuilds_a_folded_row_that_drifted_from_its_derivation_and_says_which(hb, caplog):
+    """A fold whose rule drifted from the model (here: a row's state written wrong behind the runner's back) is
+    found by the next maintenance, which derives the table, repairs the row and names it; a correct table is left
+    as it is (nothing repaired)."""
+    hb.jobs(J1=0, J2=0)
+    hb.seed(row("trigger_file", "a", "J1"), row("trigger_file", "b", "J2"))
+    hb.tick()
+    hb.drop_trigger_file("a", "1.done")
+    hb.drop_trigger_file("b", "1.done")
+    assert hb.tick().control_folded
+    hb.wait_for_jobs()
+    hb.drop_trigger_file("b", "2.done")
+    assert hb.tick().control_folded  # J2 has new data pending: folded
+    healthy = control_table(hb)
+
+    assert hb.heartbeat.run_maintenance().repaired_rows == []  # the folds gave what the derivation gives
+    assert control_table(hb) == healthy
+
+    hb.drop_trigger_file("a", "2.done")
+    assert hb.tick().control_folded  # J1 starts again: folded
+    healthy = control_table(hb)
+    name = hb.app.store.name("heartbeat_control")
+    hb.spark.sql(f"UPDATE {name} SET status = 'FAILED', consecutive_failures = 7 WHERE trigger_job_id = 'J2'")
+    caplog.set_level("WARNING", logger="heartbeat_runner.lakehouse.control_table")
+    repaired = hb.heartbeat.run_maintenance().repaired_rows
+    assert repaired == [("trigger_file", "b", "J2")]
+    assert control_table(hb) == healthy
+    assert "control row trigger_file/b/J2 differed from its derivation" in caplog.text
+    assert hb.app.control.is_current()
+
+
+def test_the_row_digest_reads_every_column_of_the_control_table_but_the_write_time(hb):
+    """A column added to the control model must be compared by maintenance's check of the folds too."""
+    import re
+    from pathlib import Path
+
+    hb.seed(row("trigger_file", "a", "J1"))
+    macros = (Path(__file__).resolve().parent.parent / "macros" / "heartbeat_folds.sql").read_text()
+    digest = macros[macros.index("macro heartbeat_control_row_digests"):]
+    named = set(re.findall(r"'([a-z_]+)', [a-z_]+", digest)) | {"sensor_source", "sensor_id", "trigger_job_id"}
+    assert named == set(hb.app.engine.columns(hb.app.store.name("heartbeat_control"))) - {"updated_at"}

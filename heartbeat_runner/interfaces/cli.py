@@ -955,8 +955,8 @@ def _print_reset(plan: ResetPlan, running_run: str | None, args: argparse.Namesp
 def cmd_maintain(args: argparse.Namespace, settings: Settings) -> int:
     with _opened(args, settings, lease=True, views=Views.BUILT) as app:
         app.control.refresh()  # the live set is judged on current state
-        with _progress(args) as progress, app.control.keeping_current():
-            done = app.maintenance(progress).run(compact_all=args.compact_all)
+        with _progress(args) as progress:
+            done = app.control.run_maintenance(app.maintenance(progress), compact_all=args.compact_all)
     if args.json:
         emit_json(done.as_dict())
         return 0
@@ -964,6 +964,10 @@ def cmd_maintain(args: argparse.Namespace, settings: Settings) -> int:
           f"{done.archived_report_rows} report row(s) in {done.duration_s:.1f}s")
     if done.deleted_by_retention:
         print(f"deleted {done.deleted_by_retention} archived row(s) past HEARTBEAT_ARCHIVE_RETENTION_DAYS")
+    if done.repaired_rows:
+        emit([dict(zip(("sensor_source", "sensor_id", "trigger_job_id"), key)) for key in done.repaired_rows],
+             ["sensor_source", "sensor_id", "trigger_job_id"], as_json=False,
+             title="Control rows that differed from their derivation (rebuilt)")
     if done.compacted:
         emit([{"table": table, "files_before": before, "files_after": after}
               for table, (before, after) in done.compacted.items()],

@@ -25,17 +25,30 @@ Invariants:
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import logging
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import Enum
 from pathlib import Path
+from typing import NamedTuple
 
 from heartbeat_runner.core.errors import NotFoundError
 from heartbeat_runner.core.faults import FaultPoint, crash_point
 from heartbeat_runner.core.records import Event, EventType
 from heartbeat_runner.lakehouse.dbt_invoke import DbtProject
+from heartbeat_runner.lakehouse.maintenance import Maintenance, MaintenanceResult
 from heartbeat_runner.lakehouse.store import EVENTS, TableStore, retry_lost_commits
+
+log = logging.getLogger(__name__)
+
+
+class RowKey(NamedTuple):
+    """A control row's key (the model's unique key)."""
+
+    sensor_source: str
+    sensor_id: str
+    trigger_job_id: str
 
 
 class Scope(Enum):
@@ -74,6 +87,8 @@ FOLD_COLUMNS = {
 CHANGED_COLUMNS = ["source_key", "trigger_job_id"]
 #: the MERGE that brings the sensor state table up to date without dbt (macros/heartbeat_sensor_state.sql)
 SENSOR_STATE_MERGE = "heartbeat_merge_sensor_state"
+#: the macro that digests each control row (macros/heartbeat_folds.sql): folded and derived tables compared
+ROW_DIGESTS = "heartbeat_control_row_digests"
 #: every macro the runner renders and runs itself, outside dbt's own builds
 RUNNER_MACROS = (*(kind.macro for kind in FoldKind), SENSOR_STATE_MERGE)
 
@@ -257,6 +272,8 @@ class ControlTable:
         self._appended: Appended | None = None
         #: what the sensor state table lacks of the control table's folds (None: not known, the whole table)
         self._unmerged: StateChanges | None = None
+        #: this object folded into the control table since its latest check_folds (only folds can drift)
+        self._folded_unchecked = False
 
     # -- what was built ------------------------------------------------------------------------------
 
@@ -337,6 +354,7 @@ class ControlTable:
         if folds is not None:
             for step in folds:
                 self._fold(step)
+            self._folded_unchecked = self._folded_unchecked or bool(folds)
         elif control_only:
             self.dbt.build_control_only()
         elif not control_current:
@@ -394,6 +412,38 @@ class ControlTable:
         version = self.events_version()
         self.dbt.rebuild_from_all_events()
         self._mark(version, Scope.FULL)
+
+    # -- checking the folds ---------------------------------------------------------------------------
+
+    def run_maintenance(self, maintenance: Maintenance, *, compact_all: bool = False,
+                        interrupt: Callable[[], bool] = lambda: False) -> MaintenanceResult:
+        """A maintenance run (which leaves what the tables derive unchanged, so they stay current), then, when it
+        went through and this process folded since the last check, :meth:`check_folds`: the rows it repaired are
+        in the result. (A process that never folded has tables dbt derived: nothing to compare.)"""
+        with self.keeping_current():
+            result = maintenance.run(compact_all=compact_all, interrupt=interrupt)
+        if not result.interrupted and self._folded_unchecked:
+            result.repaired_rows.extend(self.check_folds())
+        return result
+
+    def check_folds(self) -> list[RowKey]:
+        """Derive the control table with dbt and compare it, row by row, with the table as the folds left it; a
+        row that differs is repaired by that very build. The keys of the repaired rows (none: the folds gave what
+        the derivation gives), each logged as a warning, as a difference means a fold's rule drifted from the
+        model's. The caller holds the tick lease; the tables are current after it."""
+        before = self._row_digests()
+        self.refresh(force=True)
+        self._folded_unchecked = False
+        after = self._row_digests()
+        repaired = sorted(key for key in before.keys() | after.keys() if before.get(key) != after.get(key))
+        for key in repaired:
+            log.warning("control row %s/%s/%s differed from its derivation (a fold's rule drifted from "
+                        "models/heartbeat_control.sql): rebuilt", *key)
+        return repaired
+
+    def _row_digests(self) -> dict[RowKey, str]:
+        rows = self.store.engine.sql(self.dbt.macro_sql(ROW_DIGESTS)).collect()
+        return {RowKey(r["sensor_source"], r["sensor_id"], r["trigger_job_id"]): r["digest"] for r in rows}
 
     # -- the marker ----------------------------------------------------------------------------------
 

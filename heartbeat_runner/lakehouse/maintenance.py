@@ -85,9 +85,13 @@ class MaintenanceResult:
     #: the run stopped between two of its steps when asked to (``Maintenance.run(interrupt=…)``); what it
     #: left is found due again later
     interrupted: bool = False
+    #: control rows whose folded state differed from their derivation, rebuilt (ControlTable.check_folds), as
+    #: (sensor_source, sensor_id, trigger_job_id)
+    repaired_rows: list[tuple[str, str, str]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, object]:
         return {"archived_events": self.archived_events, "archived_runs": self.archived_runs,
+                "repaired_rows": [list(key) for key in self.repaired_rows],
                 "archived_report_rows": self.archived_report_rows,
                 "deleted_by_retention": self.deleted_by_retention,
                 "compacted": {t: {"files_before": b, "files_after": a} for t, (b, a) in self.compacted.items()},

@@ -495,8 +495,7 @@ class Heartbeat:
         """Archive and compact (stopping between two steps when ``interrupt`` says so); the control table does
         not change, so it stays current."""
         assert self.maintenance is not None
-        with self.control.keeping_current():
-            return self.maintenance.run(interrupt=interrupt)
+        return self.control.run_maintenance(self.maintenance, interrupt=interrupt)
 
     def close(self) -> None:
         """Write the summary of a pending idle streak (call when the runner stops)."""
