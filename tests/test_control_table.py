@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from harness import config_row as row
 
-from heartbeat_runner.core.records import Event, EventType, JobStatus, utcnow
-from heartbeat_runner.lakehouse.control_table import Appended, ControlTable, FoldKind, Scope
+from heartbeat_runner.core.records import Event, EventType, JobStatus, RefreshPath, RefreshReason, utcnow
+from heartbeat_runner.lakehouse.control_table import Appended, ControlTable, FoldKind, NoFold, Refresh, Scope
 from heartbeat_runner.runner.tick import TickResult
 from heartbeat_runner.sensing.parallel import sense_all
 
@@ -134,3 +134,65 @@ def test_a_ticks_own_commits_fold_in_order_and_anything_else_derives():
         span = Appended(base_version=10)
         span.add(commit)
         assert span.folds(11) is None, commit
+
+
+def _path(refresh: Refresh) -> tuple[RefreshPath, RefreshReason | None]:
+    return refresh.path, refresh.reason
+
+
+def test_a_refresh_says_its_path_and_why_it_built_rather_than_folded(hb):
+    """Each refresh names its path: NONE (current), FOLD (its own commits), or BUILD with why no fold: forced, the
+    process's first refresh, a commit that cannot fold (named), another writer's commit, a control table built
+    past the span's base (another process's build), folds turned off."""
+    hb.jobs(J1=0)
+    hb.seed(row("trigger_file", "a", "J1"))
+    store, dbt, control = hb.app.store, hb.app.dbt, hb.app.control
+    assert _path(control.refresh(force=True)) == (RefreshPath.BUILD, RefreshReason.FORCED)
+    assert _path(control.refresh()) == (RefreshPath.NONE, None)
+
+    control.append([_sensed("r1", "trigger_file|a", EventType.CURSOR)])  # a tick's own sensing append
+    assert _path(control.refresh()) == (RefreshPath.FOLD, None)
+
+    control.append([_config_loaded()])
+    built = control.refresh()
+    assert _path(built) == (RefreshPath.BUILD, RefreshReason.NOT_FOLDABLE) and built.why is not None
+    assert built.why.detail == EventType.CONFIG_LOADED.value
+    assert built.as_dict() == {"path": "build", "reason": "not_foldable", "detail": "CONFIG_LOADED"}
+
+    store.append_events([_config_loaded()])  # another writer (a CLI command) beside this object's span
+    assert _path(control.refresh()) == (RefreshPath.BUILD, RefreshReason.OTHER_COMMITS)
+
+    other = ControlTable(store, dbt)  # another process: its first refresh finds the events moved
+    store.append_events([_config_loaded()])
+    assert _path(other.refresh()) == (RefreshPath.BUILD, RefreshReason.FIRST_REFRESH)
+    other.append([_config_loaded()])
+    other.refresh()  # ... and builds past the base of this object's span, which then appends its own commit
+    control.append([_sensed("r2", "trigger_file|a", EventType.CURSOR)])
+    assert _path(control.refresh()) == (RefreshPath.BUILD, RefreshReason.MOVED)
+
+    off = ControlTable(store, dbt, folding=False)  # HEARTBEAT_FOLDS=off
+    off.refresh()
+    off.append([_sensed("r3", "trigger_file|a", EventType.CURSOR)])
+    assert _path(off.refresh()) == (RefreshPath.BUILD, RefreshReason.FOLDS_OFF)
+
+
+def test_a_span_that_cannot_fold_keeps_the_commit_that_stopped_it():
+    def first_refusal(*commits: list[Event]) -> str | None:
+        span = Appended(base_version=10)
+        for commit in commits:
+            span.add(commit)
+        plan = span.plan(10 + len(commits))
+        return plan.detail if isinstance(plan, NoFold) and plan.reason is RefreshReason.NOT_FOLDABLE else None
+
+    retry = Event(event_type=EventType.RETRY_REQUESTED, run_id="r1", snapshot_ts=utcnow(), trigger_job_id="J2",
+                  idempotency_token="t")
+    assert first_refusal([_ended("r1", "J1"), retry]) == "COMPLETED+RETRY_REQUESTED"
+    assert first_refusal([_request("r1", "J1")], [_request("r1", "J1")], [_config_loaded()]) == \
+        "TRIGGER_REQUESTED: a second request of a job in the span"  # the first refusal is kept
+    assert first_refusal([_sensed("r1", "a")], [_sensed("r2", "b")]) == "NEW_DATA: another run's events"
+    assert first_refusal([_request("r1", "J9", EventType.TRIGGERED)]) == \
+        "TRIGGERED: an answer to no request of the span"
+    assert first_refusal([_sensed("r1", "a")]) is None
+    span = Appended(base_version=10)
+    span.add([_sensed("r1", "a")])
+    assert span.plan(12) == NoFold(RefreshReason.OTHER_COMMITS)

@@ -5,14 +5,20 @@ read must be exactly what a build from all the events gives: each folded table i
 
 from __future__ import annotations
 
+import json
 import sys
 import time
+from collections import Counter
 
 import pytest
+from harness import HEADER, CliLakehouse, marker_jobs_file, wait_for
 from harness import config_row as row
+from prometheus_client.parser import text_string_to_metric_families
 
+from heartbeat_runner.core.metrics import use_metrics
 from heartbeat_runner.core.records import JobStatus
 from heartbeat_runner.interfaces.operations import ask_trigger
+from heartbeat_runner.runner.observability import count_tick
 
 ON_SPARK = pytest.mark.engines("sail", "spark-classic")
 
@@ -247,3 +253,89 @@ def test_the_row_digest_reads_every_column_of_the_control_table_but_the_write_ti
     digest = macros[macros.index("macro heartbeat_control_row_digests"):]
     named = set(re.findall(r"'([a-z_]+)', [a-z_]+", digest)) | {"sensor_source", "sensor_id", "trigger_job_id"}
     assert named == set(hb.app.engine.columns(hb.app.store.name("heartbeat_control"))) - {"updated_at"}
+
+
+# -- which path each refresh took, where a user sees it -----------------------------------------------------------
+
+def _refresh_counts(exposition: bytes) -> dict[tuple[str, str], float]:
+    """heartbeat_control_refresh_total by (path, reason), as a scrape reads it."""
+    return {(s.labels["path"], s.labels["reason"]): s.value for family in text_string_to_metric_families(
+        exposition.decode()) if family.name == "heartbeat_control_refresh" for s in family.samples
+        if s.name.endswith("_total")}
+
+
+def test_a_ticks_refreshes_say_whether_they_folded_or_built_and_why_and_the_metric_counts_them(hb):
+    """A tick's new data and the request it starts fold; a refused request makes the refresh after it build
+    (not_foldable, naming the commit), and so does another process's ask (other_commits); the counter the loop
+    keeps counts each refresh by path and reason."""
+    hb.jobs(J1=0)
+    hb.seed(row("trigger_file", "a", "J1"), row("trigger_file", "x", "UNKNOWN"))
+    hb.tick()
+    hb.drop_trigger_file("a", "1.done")
+    folded = hb.tick()
+    assert folded.triggered_job_ids == ["J1"]
+    assert folded.refresh_paths() == [{"path": "none"}, {"path": "fold"}, {"path": "fold"}]
+    assert folded.as_dict()["control_refreshes"] == folded.refresh_paths()  # `run --json`
+    hb.wait_for_jobs()
+
+    hb.drop_trigger_file("x", "1.done")
+    refused = hb.tick()
+    assert [p.job_id for p in refused.trigger_errors] == ["UNKNOWN"]
+    assert refused.refresh_paths()[1:] == [
+        {"path": "fold"}, {"path": "build", "reason": "not_foldable", "detail": "TRIGGER_ERROR"}]
+    ask_trigger(hb.app, "J1", by="another process")
+    asked = hb.tick()
+    assert asked.triggered_job_ids == ["J1"]
+    assert asked.refresh_paths()[0] == {"path": "build", "reason": "other_commits"}
+    assert_as_derived(hb)
+
+    fresh = use_metrics()
+    try:
+        for result in (folded, refused, asked):
+            count_tick(result, "local")
+        counts = _refresh_counts(fresh.exposition())
+    finally:
+        use_metrics()
+    made = Counter((r.path.value, r.reason.value if r.reason else "") for result in (folded, refused, asked)
+                   for r in result.refreshes)
+    assert counts == made and made[("fold", "")] >= 3 and made[("build", "other_commits")] == 1
+
+
+def _ticks_of_a_day(lake: CliLakehouse) -> list[list[dict]]:
+    """New data for both jobs, their runs ending, new data again, each through ``run``; every tick's
+    ``control_refreshes`` in ``runs --json``, oldest first."""
+    for folder in ("a", "b"):
+        lake.drop_trigger_file(folder, "1.done")
+    lake.cli("run")
+    wait_for(lambda: lake.executions() == {"J1": 1, "J2": 1}, 60, "both jobs to run")
+    lake.cli("run")  # records their ends
+    lake.drop_trigger_file("a", "2.done")
+    lake.cli("run")
+    runs = json.loads(lake.cli("runs", "--json").stdout)
+    return [run["control_refreshes"] for run in reversed(runs)]
+
+
+def test_with_folds_off_every_refresh_builds_and_the_control_table_is_the_folded_one(tmp_path):
+    """The same ticks on two lakehouses, one with HEARTBEAT_FOLDS=off: there each refresh that has work builds
+    (reason folds_off), here they fold; `runs --json` shows each tick's paths; both control tables end alike."""
+    config = tmp_path / "config.csv"
+    config.write_text("\n".join([HEADER, row("trigger_file", "a", "J1"), row("trigger_file", "b", "J2"),
+                                 row("trigger_file", "b", "J1", hard="FALSE")]) + "\n")
+    jobs = marker_jobs_file(tmp_path / "jobs.yml", "J1", "J2")
+    lakes, ticks = {}, {}
+    for folds in ("on", "off"):
+        lake = lakes[folds] = CliLakehouse(tmp_path / folds / "lakehouse", config=config, jobs_file=jobs,
+                                           env={"HEARTBEAT_FOLDS": folds})
+        lake.home.mkdir(parents=True)
+        lake.cli("seed")
+        lake.cli("run")  # baseline
+        ticks[folds] = _ticks_of_a_day(lake)
+
+    on = [r for tick in ticks["on"] for r in tick]
+    off = [r for tick in ticks["off"] for r in tick]
+    assert {"path": "fold"} in on and all(r.get("reason") != "folds_off" for r in on)
+    assert {r["path"] for r in off} == {"build", "none"} and {"path": "build", "reason": "folds_off"} in off
+    assert all(r == {"path": "build", "reason": "folds_off"} for r in off if r["path"] == "build")
+    assert lakes["on"].control() == lakes["off"].control()
+    assert {(job, status) for _, _, job, status, *_ in lakes["on"].control()} == {
+        ("J1", JobStatus.IN_PROGRESS.value), ("J2", JobStatus.COMPLETED.value)}

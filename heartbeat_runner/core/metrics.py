@@ -7,7 +7,7 @@ Invariants:
 * names follow Prometheus' conventions: the ``heartbeat_`` prefix, base units (seconds, bytes), counters
   end in ``_total`` (the library appends it), durations in ``_seconds``;
 * labels are bounded: an outcome, a stage, a source kind (``sensor_source``), a jobs backend, a jobs API
-  endpoint, a destination kind, an alert kind; never a job id, a source id or a run id, so the
+  endpoint, a destination kind, an alert kind, a control table refresh's path and reason; never a job id, a source id or a run id, so the
   exposition's size does not grow with the number of sources;
 * nothing here queries a table: what a scrape reads was set by the last tick (or by the code that counts),
   so a scrape costs the same at 10,000 sources as at 10.
@@ -27,6 +27,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Proc
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest, start_http_server
 
 from heartbeat_runner.core.errors import HeartbeatError
+from heartbeat_runner.core.records import RefreshPath, RefreshReason
 
 # no ``*_created`` series: a third of the exposition, and nothing the dashboard or the rules read
 disable_created_metrics()
@@ -69,6 +70,11 @@ class Metrics:
         self.sources_failing = Gauge("heartbeat_sources_failing",
                                      "Sources whose latest sensing by this process failed, by source kind",
                                      ["kind"], registry=r)
+        self.control_refreshes = Counter(
+            "heartbeat_control_refresh", "Refreshes of the control table by ticks, by path "
+            f"({', '.join(path.value for path in RefreshPath)}) and, for a build, why it did not fold "
+            f"({', '.join(reason.value for reason in RefreshReason)}; empty otherwise)", ["path", "reason"],
+            registry=r)
         self.jobs_triggered = Counter("heartbeat_jobs_triggered", "Job runs started, by jobs backend",
                                       ["backend"], registry=r)
         self.jobs_completed = Counter("heartbeat_jobs_completed", "Job runs that succeeded, by jobs backend",

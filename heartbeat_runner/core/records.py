@@ -73,6 +73,28 @@ class TickStatus(str, enum.Enum):
     FAILED = "FAILED"
 
 
+class RefreshPath(str, enum.Enum):
+    """How one refresh brought the control table to the events read (lakehouse/control_table.py,
+    ControlTable.refresh): FOLD, the commits since the latest refresh merged into the rows they change
+    (macros/heartbeat_folds.sql); BUILD, dbt derived every row (RefreshReason says why not a fold); NONE, the
+    control table already included every event (at most the sensor state table was brought up to it)."""
+
+    FOLD = "fold"
+    BUILD = "build"
+    NONE = "none"
+
+
+class RefreshReason(str, enum.Enum):
+    """Why a refresh of the control table built rather than folded (a BUILD's reason; FOLD and NONE have none)."""
+
+    FORCED = "forced"                # asked to derive every row anyway (``refresh(force=True)``)
+    FIRST_REFRESH = "first_refresh"  # the process's first refresh: no span of its own commits to fold
+    NOT_FOLDABLE = "not_foldable"    # a commit of the span cannot fold (the refresh's detail says which)
+    OTHER_COMMITS = "other_commits"  # another writer committed beside the span (another process, a CLI command)
+    MOVED = "moved"                  # the control table is not the one built at the span's base
+    FOLDS_OFF = "folds_off"          # HEARTBEAT_FOLDS=off
+
+
 class Outcome(str, enum.Enum):
     NEW_DATA = "NEW_DATA"
     NO_NEW_DATA = "NO_NEW_DATA"
@@ -261,7 +283,8 @@ class RunSummary(TableRow):
     status: TickStatus
     message: str | None
     #: JSON: seconds per stage and process figures; ``jobs_backend_memory`` (an object) is what the jobs backend
-    #: carries to the next process (e.g. Databricks: how far the look for failed jobs' successful runs reached)
+    #: carries to the next process (e.g. Databricks: how far the look for failed jobs' successful runs reached);
+    #: ``control_refreshes`` (a list) the path of each control table refresh of the tick (``runs --json``)
     stage_timings: str
 
 

@@ -182,6 +182,9 @@ class Settings:
     maintenance: MaintenancePolicy
     #: ticks that wrote run maintenance when it is due (HEARTBEAT_MAINTENANCE=off: only ``maintain`` does)
     auto_maintenance: bool
+    #: a refresh folds a tick's own commits into the control table when it can (HEARTBEAT_FOLDS=off: dbt
+    #: derives every row of each refresh that has work; lakehouse/control_table.py)
+    folds: bool
     #: events younger than this always stay in the hot log (a margin for clocks of other writers)
     archive_margin_minutes: float
     #: bounds of the jobs API calls of one tick
@@ -584,6 +587,12 @@ class HeartbeatEnvironment(BaseSettings):
         ge=0, le=1)
     maintenance: Flag = _var("HEARTBEAT_MAINTENANCE", True,
                              "`off`: ticks never run maintenance (then schedule `maintain`)", shown="`on`")
+    folds: Flag = _var(
+        "HEARTBEAT_FOLDS", True,
+        "a tick folds its own commits (new data, requests, runs that ended) into the control table by MERGEs; "
+        "`off`: dbt derives every row at each refresh that has work (slower; the same table). `runs --json` "
+        "and `heartbeat_control_refresh_total` show which path each refresh took "
+        "([docs/observability.md](docs/observability.md))", shown="`on`")
     maintenance_max_files: Annotated[int, _Accepts("a whole number")] = _var(
         "HEARTBEAT_MAINTENANCE_MAX_FILES", 32,
         "maintenance is due once one of Heartbeat's tables references more data files than this", ge=1)
@@ -794,6 +803,7 @@ def settings_from(env: HeartbeatEnvironment) -> Settings:
             compact_min_files=env.maintenance_max_files, vacuum_retention_hours=env.vacuum_retention_hours,
             report_keep_hours=env.report_keep_hours, archive_retention_days=env.archive_retention_days),
         auto_maintenance=env.maintenance,
+        folds=env.folds,
         archive_margin_minutes=env.archive_margin_minutes,
         jobs_api=jobs_api_limits(env),
         memory=MemoryPolicy(

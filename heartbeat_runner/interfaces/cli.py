@@ -41,6 +41,7 @@ from heartbeat_runner.interfaces.operations import (
     ask_retry,
     ask_trigger,
     check_removals,
+    control_refreshes,
     explain,
     late_data,
     latest_job_runs,
@@ -871,16 +872,17 @@ def _tick_cells(tick: dict, now: datetime) -> list[tuple[str, str]]:
 def cmd_runs(args: argparse.Namespace, app: App) -> int:
     if not args.run_id:
         ticks = recent_runs(app.store, args.limit)
-        if args.json:  # each tick's columns, and the job runs it requested with their own durations
-            emit_json([{**{c: t.get(c) for c in RUNS_COLUMNS}, "job_runs": t["job_runs"]}
-                       for t in with_job_runs(app.store, ticks)])
+        if args.json:  # each tick's columns, its control table refreshes, and the job runs it requested
+            emit_json([{**{c: t.get(c) for c in RUNS_COLUMNS}, "control_refreshes": control_refreshes(t),
+                        "job_runs": t["job_runs"]} for t in with_job_runs(app.store, ticks)])
         else:
             console = console_for()
             print_lines(console, compact_table(TICK_COLUMNS, [_tick_cells(t, datetime.now(timezone.utc)) for t in ticks], fit_width(console)))
         return 0
     run, report = run_details(app.store, args.run_id)
     if args.json:
-        emit_json({"run": with_job_runs(app.store, [run])[0], "sources": report})
+        emit_json({"run": {**with_job_runs(app.store, [run])[0], "control_refreshes": control_refreshes(run)},
+                   "sources": report})
         return 0
     print(f"run {run['run_id']} at {timestamp(run['snapshot_ts'])}: {run['status']}"
           + (f" ({run['message']})" if run["message"] else ""))

@@ -27,6 +27,7 @@ from heartbeat_runner.policies.trigger_shaping import Candidate, TriggerShaping,
 from heartbeat_runner.runner.alerting import IdleSensing, Liveness, runner_liveness
 from heartbeat_runner.runner.app import App
 from heartbeat_runner.runner.lease import Lease
+from heartbeat_runner.runner.tick import CONTROL_REFRESHES
 from heartbeat_runner.sensing.sources.base import dump_cursor
 
 CURSOR_HISTORY_VIEW = "heartbeat_cursor_history"
@@ -442,6 +443,18 @@ def with_job_runs(store: TableStore, ticks: list[dict]) -> list[dict]:
     for run in job_runs(store, Cond("tick_run_id", ids, "in")) if ids else []:
         by_tick[run.pop("tick_run_id")].append(run)
     return [{**tick, "job_runs": by_tick[tick["run_id"]]} for tick in ticks]
+
+
+def control_refreshes(run: dict) -> list[dict[str, str]]:
+    """The control table refreshes a tick's summary row (of heartbeat_run_overview) records, in order: each one's
+    path, and a build's reason and detail. Empty for an idle streak, an INCOMPLETE tick, a tick that raised
+    before its first refresh, or a row an older runner wrote."""
+    try:
+        figures = json.loads(run.get("stage_timings") or "{}")
+    except ValueError:
+        return []
+    found = figures.get(CONTROL_REFRESHES) if isinstance(figures, dict) else None
+    return [dict(r) for r in found if isinstance(r, dict)] if isinstance(found, list) else []
 
 
 def run_details(store: TableStore, run_id: str) -> tuple[dict, list[dict]]:

@@ -35,7 +35,7 @@ from typing import NamedTuple
 
 from heartbeat_runner.core.errors import NotFoundError
 from heartbeat_runner.core.faults import FaultPoint, crash_point
-from heartbeat_runner.core.records import Event, EventType
+from heartbeat_runner.core.records import Event, EventType, RefreshPath, RefreshReason
 from heartbeat_runner.lakehouse.dbt_invoke import DbtProject
 from heartbeat_runner.lakehouse.maintenance import Maintenance, MaintenanceResult
 from heartbeat_runner.lakehouse.store import EVENTS, TableStore, retry_lost_commits
@@ -94,13 +94,38 @@ RUNNER_MACROS = (*(kind.macro for kind in FoldKind), SENSOR_STATE_MERGE)
 
 
 @dataclass(frozen=True)
+class NoFold:
+    """Why a refresh derives every row rather than folding: the reason, and for NOT_FOLDABLE what the first
+    commit that could not fold held (its event types, and why when those types fold otherwise)."""
+
+    reason: RefreshReason
+    detail: str | None = None
+
+
+@dataclass(frozen=True)
 class Refresh:
-    """What one :meth:`ControlTable.refresh` did."""
+    """What one :meth:`ControlTable.refresh` did.
+
+    Invariants: ``path`` is FOLD exactly when ``folds`` is not empty; ``why`` is set exactly when ``path`` is
+    BUILD; NONE leaves the control table as it was (``built`` may still be True: the sensor state table alone)."""
 
     version: int          # the events version the refreshed tables include now
     built: bool           # the tables changed (False: they already included ``version``)
     #: the folds that brought the control table there, in order (empty: derived by dbt, or nothing to do)
     folds: tuple[FoldKind, ...] = ()
+    path: RefreshPath = RefreshPath.NONE
+    #: a BUILD's reason (None otherwise)
+    why: NoFold | None = None
+
+    @property
+    def reason(self) -> RefreshReason | None:
+        return self.why.reason if self.why is not None else None
+
+    def as_dict(self) -> dict[str, str]:
+        """The path, and a build's reason and detail, as a run summary and ``runs --json`` show them."""
+        why = self.why
+        return {"path": self.path.value, **({"reason": why.reason.value} if why else {}),
+                **({"detail": why.detail} if why and why.detail else {})}
 
     @property
     def folded(self) -> bool:
@@ -174,7 +199,8 @@ class Appended:
     - COMPLETED / FAILED events, one per job (runs that ended, or a failed job's successful run).
 
     Anything else (a refusal, a skipped run, a retry, the next run of a sequence, a skipped window, a config
-    load, another process's event) asks for the full build.
+    load, another process's event) asks for the full build; ``unfoldable`` keeps what the first such commit
+    held (set exactly when ``steps`` is None).
     """
 
     base_version: int
@@ -182,6 +208,8 @@ class Appended:
     commits: int = 0
     #: the folds of the commits so far, in order (None: not foldable)
     steps: list[FoldStep] | None = field(default_factory=list)
+    #: what made the span not foldable: the event types of the commit, and why when they fold otherwise
+    unfoldable: str | None = None
 
     def add(self, events: list[Event]) -> None:
         """Record one commit of ``events`` (not empty)."""
@@ -190,7 +218,7 @@ class Appended:
             return
         runs = {e.run_id for e in events}
         if len(runs) != 1 or (self.run_id is not None and runs != {self.run_id}):
-            self.steps = None
+            self._refuse(events, "another run's events" if len(runs) == 1 else "events of several runs")
             return
         self.run_id = runs.pop()
         kinds = {e.event_type for e in events}
@@ -198,12 +226,18 @@ class Appended:
             self._answer(events)
             return
         step = self._step(kinds, events)
-        if step is None:
-            self.steps = None
-        else:
+        if isinstance(step, FoldStep):
             self.steps.append(step)
+        else:
+            self._refuse(events, step)
 
-    def _step(self, kinds: set[EventType], events: list[Event]) -> FoldStep | None:
+    def _refuse(self, events: list[Event], why: str | None) -> None:
+        """The span is not foldable from this commit of ``events`` on (``why``: when its types fold otherwise)."""
+        kinds = "+".join(sorted({e.event_type.value for e in events}))
+        self.steps, self.unfoldable = None, f"{kinds}: {why}" if why else kinds
+
+    def _step(self, kinds: set[EventType], events: list[Event]) -> FoldStep | str | None:
+        """The fold of one commit of ``kinds``; else why those kinds do not fold here (None: they never do)."""
         if kinds <= _SENSED:
             return _new_data(events)
         if kinds == {EventType.TRIGGER_REQUESTED}:
@@ -219,43 +253,64 @@ class Appended:
             token = event.idempotency_token or ""
             step = steps.get(token)
             if step is None:
-                self.steps = None
+                self._refuse(events, "an answer to no request of the span")
                 return
             step.requests[token] = replace(step.requests[token], job_run_id=event.job_run_id)
 
-    def folds(self, events_version: int) -> list[FoldStep] | None:
-        """The folds that bring a control table built at the span's base to ``events_version``, or None."""
-        if self.steps is None or events_version != self.base_version + self.commits:
-            return None
+    def plan(self, events_version: int) -> list[FoldStep] | NoFold:
+        """The folds that bring a control table built at the span's base to ``events_version``, or why none do
+        (NOT_FOLDABLE: a commit of the span cannot fold; OTHER_COMMITS: the events moved by more than the span)."""
+        if self.steps is None:
+            return NoFold(RefreshReason.NOT_FOLDABLE, self.unfoldable)
+        if events_version != self.base_version + self.commits:
+            return NoFold(RefreshReason.OTHER_COMMITS)
         return self.steps
 
+    def folds(self, events_version: int) -> list[FoldStep] | None:
+        """:meth:`plan`'s folds, or None when the span does not fold."""
+        plan = self.plan(events_version)
+        return None if isinstance(plan, NoFold) else plan
 
-def _new_data(events: list[Event]) -> FoldStep | None:
+
+def _new_data(events: list[Event]) -> FoldStep | str:
     fresh = [e for e in events if e.event_type is EventType.NEW_DATA]
     keys = [e.source_key for e in fresh]
-    if None in keys or len(set(keys)) != len(keys) or any(e.trigger_job_id is not None for e in events):
-        return None
+    if None in keys or len(set(keys)) != len(keys):
+        return "new data without a source, or twice of one source"
+    if any(e.trigger_job_id is not None for e in events):
+        return "a job's sensing event"
     return FoldStep(FoldKind.NEW_DATA, [(e.source_key, e.event_id, e.event_ts, e.snapshot_ts, e.window_from,
                                           e.window_to) for e in fresh],
                     source_keys=frozenset(e.source_key for e in events if e.source_key is not None))
 
 
-def _requests(events: list[Event], requested: set[str]) -> FoldStep | None:
+def _requests(events: list[Event], requested: set[str]) -> FoldStep | str:
     found = {}
     for e in events:
-        if e.trigger_job_id is None or e.idempotency_token is None or e.trigger_job_id in requested:
-            return None
+        if e.trigger_job_id is None or e.idempotency_token is None:
+            return "a request without a job or a token"
+        if e.trigger_job_id in requested:
+            return "a second request of a job in the span"
         requested = requested | {e.trigger_job_id}
         found[e.idempotency_token] = FoldedRequest(e.trigger_job_id, e.idempotency_token, e.event_ts, e.payload)
     return FoldStep(FoldKind.REQUESTS, requests=found, job_ids=frozenset(r.trigger_job_id for r in found.values()))
 
 
-def _ends(events: list[Event]) -> FoldStep | None:
+def _ends(events: list[Event]) -> FoldStep | str:
     jobs = [e.trigger_job_id for e in events]
     if None in jobs or len(set(jobs)) != len(jobs):
-        return None
+        return "an end without a job, or two ends of one job"
     return FoldStep(FoldKind.ENDS, [(e.trigger_job_id, e.event_type.value, e.event_ts, e.message, e.payload)
                                     for e in events], job_ids=frozenset(j for j in jobs if j is not None))
+
+
+def _refreshed(version: int, plan: list[FoldStep] | NoFold | None) -> Refresh:
+    """The Refresh of a refresh that had work, from its plan (None: the control table was current)."""
+    if plan is None:
+        return Refresh(version, built=True)
+    if isinstance(plan, NoFold):
+        return Refresh(version, built=True, path=RefreshPath.BUILD, why=plan)
+    return Refresh(version, built=True, folds=tuple(step.kind for step in plan), path=RefreshPath.FOLD)
 
 
 class ControlTable:
@@ -265,9 +320,11 @@ class ControlTable:
     beside appends to other tables).
     """
 
-    def __init__(self, store: TableStore, dbt: DbtProject):
+    def __init__(self, store: TableStore, dbt: DbtProject, *, folding: bool = True):
+        """``folding``: whether a refresh may fold (HEARTBEAT_FOLDS; off: every refresh with work builds)."""
         self.store = store
         self.dbt = dbt
+        self.folding = folding
         #: this object's commits since its latest refresh (None: none since, or no refresh yet)
         self._appended: Appended | None = None
         #: what the sensor state table lacks of the control table's folds (None: not known, the whole table)
@@ -338,7 +395,8 @@ class ControlTable:
         table is merged by the statement dbt's build of it makes (macros/heartbeat_sensor_state.sql), so a
         refresh that folds starts no dbt command.
 
-        Every call starts a new :class:`Appended` span at the version it read.
+        Every call starts a new :class:`Appended` span at the version it read. The :class:`Refresh` says which
+        path the control table took and, for a build, why no fold (from what is known here: no query).
         """
         version = self.events_version()
         appended, self._appended = self._appended, Appended(version)
@@ -350,7 +408,8 @@ class ControlTable:
             return Refresh(version, built=False)
         crash_point(FaultPoint.DURING_DBT_BUILD)
         self.dbt.migrate_once()  # a fold or merge writes columns an older Heartbeat's tables may lack
-        folds = None if force or control_current else self._folds(appended, version)
+        plan = NoFold(RefreshReason.FORCED) if force else None if control_current else self._plan(appended, version)
+        folds = None if plan is None or isinstance(plan, NoFold) else plan
         if folds is not None:
             for step in folds:
                 self._fold(step)
@@ -369,13 +428,19 @@ class ControlTable:
         self._mark(version, Scope.CONTROL if control_only else Scope.FULL)
         if not control_only:
             self._unmerged = StateChanges()
-        return Refresh(version, built=True, folds=tuple(step.kind for step in folds or []))
+        return _refreshed(version, plan)
 
-    def _folds(self, appended: Appended | None, version: int) -> list[FoldStep] | None:
-        """The folds that bring the control table to ``version``: only onto the table as built at the span's base."""
-        if appended is None or self.built_version(Scope.CONTROL) != appended.base_version:
-            return None
-        return appended.folds(version)
+    def _plan(self, appended: Appended | None, version: int) -> list[FoldStep] | NoFold:
+        """The folds that bring the control table to ``version``, or why it is built instead: folds are on, this
+        object refreshed before (a span), and the table is the one built at the span's base; the span says the rest
+        (:meth:`Appended.plan`)."""
+        if not self.folding:
+            return NoFold(RefreshReason.FOLDS_OFF)
+        if appended is None:
+            return NoFold(RefreshReason.FIRST_REFRESH)
+        if self.built_version(Scope.CONTROL) != appended.base_version:
+            return NoFold(RefreshReason.MOVED)
+        return appended.plan(version)
 
     def _fold(self, step: FoldStep) -> None:
         """One MERGE of ``step``'s rows, given to its macro as the temporary view FOLD_RELATION (none: nothing)."""

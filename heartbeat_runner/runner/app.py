@@ -181,7 +181,7 @@ def open_app(settings: Settings, *, port: int = 0, session_id: str | None = None
         if not engine.joined:
             store.ensure_tables()
         dbt = DbtProject(engine)
-        app = App(settings=settings, engine=engine, store=store, dbt=dbt, control=ControlTable(store, dbt))
+        app = App(settings=settings, engine=engine, store=store, dbt=dbt, control=ControlTable(store, dbt, folding=settings.folds))
         engine.on_restart = app.restore_after_restart
         yield app
     finally:

@@ -52,7 +52,7 @@ from heartbeat_runner.runner.memory import (
     restart_process,
 )
 from heartbeat_runner.runner.observability import count_outcome, count_tick
-from heartbeat_runner.runner.tick import Heartbeat, TickResult
+from heartbeat_runner.runner.tick import CONTROL_REFRESHES, Heartbeat, TickResult
 from heartbeat_runner.runner.wakeups import POLL, SourceWatches, TickScope, WakeSignal
 
 log = logging.getLogger(__name__)
@@ -552,7 +552,8 @@ def failed_tick_summary(start: RunStart, error: BaseException, took_s: float,
     """The ``heartbeat_runs`` row of a tick that raised: status FAILED, counting what it did before it raised
     (``done``: sources sensed, with new data, sensing errors, jobs triggered, runs completed and failed; none
     without it), the message ``tick failed (<kind>): <type>: <first line>`` redacted (one line, URLs cut to
-    their host), and the kind in ``stage_timings`` as ``error_kind`` with the events it had recorded."""
+    their host), and the kind in ``stage_timings`` as ``error_kind`` with the events it had recorded (and the
+    control table refreshes it made, when any)."""
     kind = kind_of(error)
     done = done or TickResult(run_id=start.run_id, snapshot_ts=start.snapshot_ts)
     return RunSummary(
@@ -562,7 +563,8 @@ def failed_tick_summary(start: RunStart, error: BaseException, took_s: float,
         jobs_completed=len(done.completed), jobs_failed=len(done.failed), trigger_errors=len(done.trigger_errors),
         status=TickStatus.FAILED,
         message=redact(f"tick failed ({kind}): {describe(error)}"),
-        stage_timings=json.dumps({"error_kind": kind, "events_written": done.events_written}),
+        stage_timings=json.dumps({"error_kind": kind, "events_written": done.events_written,
+                                  **({CONTROL_REFRESHES: done.refresh_paths()} if done.refreshes else {})}),
     )
 
 

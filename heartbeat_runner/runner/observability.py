@@ -1,7 +1,8 @@
 """A tick's figures into this process's metrics (core/metrics.py), counted from its result record.
 
 Invariant: one call per tick, after it ended; labels come from bounded vocabularies (the tick's stages,
-source kinds, the jobs backend's name, outcomes, alert kinds), never from a job's or a source's id.
+source kinds, the jobs backend's name, outcomes, alert kinds, RefreshPath and RefreshReason), never from a job's
+or a source's id.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from heartbeat_runner.runner.tick import COUNT_FIGURES, TickResult
 
 def count_tick(result: TickResult, backend: str) -> None:
     """What one tick that went through did: its duration and its stages', what it sensed by source kind, what
-    it triggered and reconciled on ``backend``."""
+    it triggered and reconciled on ``backend``, the path (and a build's reason) of each control table refresh."""
     m = metrics()
     m.tick_duration.observe(result.duration_s)
     for stage, seconds in result.stage_timings.items():
@@ -35,6 +36,9 @@ def count_tick(result: TickResult, backend: str) -> None:
         m.sources_new_data.labels(kind=kind).inc(new_data[kind])
         m.source_errors.labels(kind=kind).inc(errors[kind])
     m.note_sensing(failed, result.recovered)
+    for refresh in result.refreshes:
+        reason = refresh.reason
+        m.control_refreshes.labels(path=refresh.path.value, reason=reason.value if reason else "").inc()
     m.jobs_triggered.labels(backend=backend).inc(len(result.triggered))
     m.jobs_completed.labels(backend=backend).inc(len(result.completed))
     m.jobs_failed.labels(backend=backend).inc(len(result.failed))

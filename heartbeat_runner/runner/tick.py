@@ -106,6 +106,8 @@ log = logging.getLogger(__name__)
 
 #: the key of a run summary's figures that carries the jobs backend's memory to the next process
 BACKEND_MEMORY = "jobs_backend_memory"
+#: the key of a run summary's figures that lists the tick's control table refreshes (Refresh.as_dict, in order)
+CONTROL_REFRESHES = "control_refreshes"
 #: tokens of one request's chain (see skipped_token) read in one query
 SKIP_CHAIN = 8
 #: how long ticks may hurry (Heartbeat.hurry) before one does everything again, in seconds: the most the sensor
@@ -190,6 +192,8 @@ class TickResult:
     control_folded: bool = False
     #: the control build before triggering folded the tick's new data in (see ControlTable.refresh)
     new_data_folded: bool = False
+    #: every refresh of the control table the tick made, in order: its path and, for a build, why no fold
+    refreshes: list[Refresh] = field(default_factory=list)
     #: another tick was waiting, so this one left the sensor state table's merge to it (Heartbeat.hurry)
     sensor_state_deferred: bool = False
     #: another tick was waiting, so this one left its maintenance, due or not, to a later tick
@@ -235,6 +239,10 @@ class TickResult:
     def status(self) -> TickStatus:
         return TickStatus.ERROR if self.exit_code else TickStatus.OK
 
+    def refresh_paths(self) -> list[dict[str, str]]:
+        """The tick's control table refreshes as its run summary records them (Refresh.as_dict, in order)."""
+        return [refresh.as_dict() for refresh in self.refreshes]
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "run_id": self.run_id, "snapshot_ts": self.snapshot_ts, "duration_s": round(self.duration_s, 3),
@@ -250,7 +258,7 @@ class TickResult:
             "held": [p.as_dict("hold") for p in self.held],
             "carried": self.carried, "api_notes": self.api_notes, "recovered": self.recovered,
             "stage_timings": self.stage_timings, "sql_parses": self.sql_parses, "exit_code": self.exit_code,
-            "scope": self.scope.describe(),
+            "scope": self.scope.describe(), CONTROL_REFRESHES: self.refresh_paths(),
             **({"maintenance": self.maintenance.as_dict()} if self.maintenance else {}),
         }
 
@@ -432,7 +440,7 @@ class Heartbeat:
 
         self._prepare_windows()
         with _stage(timings, "models"):
-            self.refresh_models(control_only=self._state_waits)  # what a hurried tick left: at step 3
+            self.refresh_models(control_only=self._state_waits, into=result)  # what a hurried tick left: at step 3
         with _stage(timings, "sensing"):
             self._sense(result)
         crash_point(FaultPoint.AFTER_SENSING)
@@ -442,7 +450,7 @@ class Heartbeat:
         crash_point(FaultPoint.AFTER_NEW_DATA_EVENTS)
         with _stage(timings, "dbt"):
             # triggering reads the control table alone; the tick's new data folds into it when that is all
-            result.new_data_folded = self.refresh_models(control_only=True).folded_new_data
+            result.new_data_folded = self.refresh_models(control_only=True, into=result).folded_new_data
         self._budget = ApiBudget(self.settings.jobs_api)
         with _stage(timings, "triggering"):
             # two independent reads of the control table just built: at once
@@ -540,13 +548,16 @@ class Heartbeat:
         figures = {"engine_recycles": engine.recycles, "engine_wakes": engine.wakes, "loop_restarts": self.loop_restarts}
         return {name: value for name, value in figures.items() if value}
 
-    def refresh_models(self, force: bool = False, *, control_only: bool = False) -> Refresh:
+    def refresh_models(self, force: bool = False, *, control_only: bool = False,
+                       into: TickResult | None = None) -> Refresh:
         """Bring the control table (and, unless ``control_only``, the sensor state table) up to date; see
         :meth:`ControlTable.refresh`. The events table's version is read every tick (a file listing on local
         engines); a tick whose events table is gone fails here, even when idle ticks read nothing else, so
-        the loop sees its lakehouse is unusable."""
+        the loop sees its lakehouse is unusable. ``into``: the tick whose refreshes this one joins."""
         refreshed = self.control.refresh(force=force, control_only=control_only)
         self._empty.seen(refreshed.version)
+        if into is not None:
+            into.refreshes.append(refreshed)
         return refreshed
 
     def _refresh_recorded(self, result: TickResult, ends: Refresh | None = None) -> None:
@@ -554,7 +565,7 @@ class Heartbeat:
         the refresh after reconciliation (:meth:`_after_ends`); when nothing was recorded since, its folds are
         the tick's last."""
         result.sensor_state_deferred = self._state_waits = self._hurried()
-        refreshed = self.refresh_models(control_only=result.sensor_state_deferred)
+        refreshed = self.refresh_models(control_only=result.sensor_state_deferred, into=result)
         unchanged = ends is not None and ends.version == refreshed.version
         result.control_folded = refreshed.folded or (unchanged and ends is not None and ends.folded)
 
@@ -1067,7 +1078,7 @@ class Heartbeat:
         this tick refused or held back waits for the next), with no manual asks, windows or resumed requests.
         Sources this tick already sensed are not sensed again."""
         ended = set(result.completed)
-        refreshed = self.refresh_models(control_only=True)  # folds the ends: the jobs' sources become due
+        refreshed = self.refresh_models(control_only=True, into=result)  # folds the ends: the sources become due
         sensed = {s.target.source_key for s in result.sensed}
         due = [(target, jobs) for target, jobs in self.store.sensors_due()
                if target.source_key not in sensed and ended & set(jobs.split(","))]
@@ -1087,7 +1098,7 @@ class Heartbeat:
         # the jobs this pass may have made ready; not those the first pass asked for, refused or held back
         jobs = (ended | {job for s in fresh for job in s.trigger_job_ids.split(",") if job}) - {
             p.job_id for p in result.trigger_errors + result.runs_deferred}
-        refreshed = self.refresh_models(control_only=True)
+        refreshed = self.refresh_models(control_only=True, into=result)
         ready = [row for row in self.store.ready_rows() if row.trigger_job_id in jobs]
         if ready:
             # a pool counts what runs now: the tick's in-progress jobs less those that ended, plus its new starts
@@ -1158,7 +1169,8 @@ class Heartbeat:
                                *([f"carried to the next tick (jobs API budget): {', '.join(result.carried)}"]
                                  if result.carried else [])]) or None,
             stage_timings=json.dumps({**{k: round(v, 4) for k, v in stages.items()},
-                                      "sql_parses": result.sql_parses, **self._summary_figures()}),
+                                      "sql_parses": result.sql_parses, CONTROL_REFRESHES: result.refresh_paths(),
+                                      **self._summary_figures()}),
         )]
         self.store.append_runs(summaries, [])
 
