@@ -14,6 +14,8 @@ What still runs as a real process (:func:`needs_process`):
   ``dbt``, which reads its own process state;
 - commands with a remote engine (``SPARK_REMOTE``, a Spark target): a Spark session is one per process;
 - every command of a test marked ``cli_processes`` (start-up state: caches, migrations, lineage's look-back);
+- a command run from another thread than the main one, or while a Spark session lives in this process (the
+  test's own engine, ``hb``): a command borrows the process's environment and PySpark's one session per process;
 - everything, with ``HEARTBEAT_TEST_CLI=process`` (the switch that runs the suite as users run the CLI).
 """
 
@@ -25,6 +27,7 @@ import logging
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
@@ -47,13 +50,27 @@ def force_processes(on: bool) -> None:
 
 def needs_process(args: Sequence[str], env: Mapping[str, str]) -> bool:
     """Whether ``args`` under ``env`` must run as a process (module docstring: what depends on process state)."""
-    if ALL_PROCESSES or _forced:
+    if ALL_PROCESSES or _forced or not _process_is_ours():
         return True
     if any(env.get(name) for name in _PROCESS_ENV) or env.get("TZ", os.environ.get("TZ")) != os.environ.get("TZ"):
         return True
     if env.get("HEARTBEAT_TARGET", "local") not in ("", "local"):
         return True
     return bool(_PROCESS_COMMANDS.intersection(args) or any(a.split("=")[0] in _PROCESS_FLAGS for a in args))
+
+
+def _process_is_ours() -> bool:
+    """Whether a command may borrow this process: only from its main thread (a command swaps the process's
+    environment, working folder and logging, which other threads would see), and only while no Spark session
+    lives in it (the test's own engine, ``hb``): PySpark keeps one session per process, and a command that found
+    the test's, or built a classic one beside a Connect one, would change what the test runs on."""
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    classic = sys.modules.get("pyspark.sql.session")
+    if classic is not None and getattr(classic.SparkSession, "_instantiatedSession", None) is not None:
+        return False
+    connect = sys.modules.get("pyspark.sql.connect.session")
+    return connect is None or connect.SparkSession._get_default_session() is None  # None once stopped
 
 
 def run_cli(args: Sequence[str], *, env: Mapping[str, str], cwd: Path, timeout: float = 300,
