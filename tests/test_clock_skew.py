@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import json
 import signal
+import sys
 import time
 from pathlib import Path
 
 import pytest
-from harness import HEADER, CliLakehouse, marker_jobs_file
+from harness import HEADER, MARKER_JOB, CliLakehouse
 from harness import config_row as row
 
 LIBFAKETIME = next(iter(sorted(Path("/usr/lib").glob("*/faketime/libfaketime.so.1"))), None)
@@ -28,11 +29,19 @@ def lake(tmp_path) -> CliLakehouse:
     return _lake(tmp_path)
 
 
+#: job 301: waits while <lakehouse>/hold exists, leaves its marker, and fails while <lakehouse>/fail exists
+SLOW_MARKER_JOB = ("import os, pathlib, time; h = pathlib.Path(os.environ['HEARTBEAT_HOME'])\n"
+                   "while (h / 'hold').exists(): time.sleep(0.05)\n" + MARKER_JOB + "\n"
+                   "raise SystemExit(1 if (h / 'fail').exists() else 0)")
+
+
 def _lake(tmp_path: Path) -> CliLakehouse:
-    """One upstream Delta table sensed for job 301 (a job that leaves a marker), seeded and at its baseline."""
+    """One upstream Delta table sensed for job 301 (SLOW_MARKER_JOB), seeded and at its baseline."""
     config = tmp_path / "config.csv"
     config.write_text("\n".join([HEADER, row("delta_table", "up.events", "301")]) + "\n")
-    lake = CliLakehouse(tmp_path / "lakehouse", config=config, jobs_file=marker_jobs_file(tmp_path / "jobs.yml", "301"))
+    jobs = tmp_path / "jobs.yml"
+    jobs.write_text(f"jobs:\n  '301': [{sys.executable!r}, '-c', {SLOW_MARKER_JOB!r}]\n")
+    lake = CliLakehouse(tmp_path / "lakehouse", config=config, jobs_file=jobs)
     lake.home.mkdir()
     lake.append_ids("up.events", 0)
     lake.cli("seed")
@@ -114,8 +123,9 @@ def test_a_reset_from_a_skewed_clock_replays_once_then_reads_only_new_commits(la
 
 
 def operator_scenario(lake: CliLakehouse, operator: dict[str, str]) -> tuple:
-    """Pause, data, resume, a forced trigger and a retry of a failed run, each command run with ``operator``'s
-    environment; the windows the runs read, how often the job ran and its lifecycle events in order."""
+    """Pause, data, resume, a forced trigger, a run ended by its `complete` and a retry of a failed run, each command
+    run with ``operator``'s environment; the windows the runs read, how often the job ran and its lifecycle events
+    in order."""
     def ticks(n: int = 1) -> None:
         for _ in range(n):
             lake.cli("run")
@@ -131,13 +141,19 @@ def operator_scenario(lake: CliLakehouse, operator: dict[str, str]) -> tuple:
     lake.cli("trigger", "--job-id", "301", "--reason", "by hand", env=operator)
     ticks(2)
     lake.append_ids("up.events", 3)
+    (lake.home / "hold").touch()  # the run is still going when its own `complete` ends it
     lake.cli("run")
-    lake.cli("complete", "--job-id", "301", "--failed", "--message", "bad rows", env=operator)
+    lake.cli("complete", "--job-id", "301", "--message", "loaded", env=operator)
+    (lake.home / "hold").unlink()
     lake.wait_local_runs()
     ticks()
+    lake.append_ids("up.events", 4)
+    (lake.home / "fail").touch()
+    ticks(2)  # the run fails
+    (lake.home / "fail").unlink()
     lake.cli("retry", "--job-id", "301", "--reason", "fixed", env=operator)
     ticks(2)
-    lake.append_ids("up.events", 4)
+    lake.append_ids("up.events", 5)
     ticks(2)
     lifecycle = [e["event_type"] for e in lake.events() if e["trigger_job_id"] is not None]
     return windows(lake), lake.executions(), lifecycle
@@ -146,7 +162,7 @@ def operator_scenario(lake: CliLakehouse, operator: dict[str, str]) -> tuple:
 @pytest.mark.slow
 @pytest.mark.parametrize("skew", [120, -120])
 def test_operator_commands_from_a_skewed_clock_run_what_they_run_from_a_correct_one(tmp_path, skew):
-    """`pause`, `resume`, `trigger`, `complete --failed` and `retry` from a laptop two minutes ahead or behind."""
+    """`pause`, `resume`, `trigger`, a job's `complete` and `retry` from a clock two minutes ahead or behind."""
     outcomes = []
     for name, operator in (("correct", {}), ("skewed", shifted(skew))):
         (tmp_path / name).mkdir()
@@ -154,7 +170,7 @@ def test_operator_commands_from_a_skewed_clock_run_what_they_run_from_a_correct_
         outcomes.append(operator_scenario(lake, operator))
     assert outcomes[1] == outcomes[0]
     spans, runs, _ = outcomes[0]
-    assert spans == [(1, 1), (2, 2), None, (3, 3), (4, 4)]
+    assert spans == [(1, 1), (2, 2), None, (3, 3), (4, 4), (5, 5)]
     assert runs == {"301": len(spans) + 1}  # and the retry
 
 
@@ -188,3 +204,23 @@ def test_two_runners_a_minute_apart_on_spark_classic_read_each_version_in_one_ru
     consumed = [i for e in requests for i in (e["consumed_event_ids"] or "").split(",") if i]
     assert len(consumed) == len(set(consumed)), said  # no version read by two runs
     assert len(requests) >= 2, said
+
+
+def test_each_append_is_stamped_after_the_latest_event_another_writer_committed(hb):
+    """A writer whose clock is ahead commits an event (here written straight to the table, as another machine's
+    runner would); this process's next events are stamped after it, whether the latest time is read from the
+    table's log on this machine (each append) or asked of the engine (the first)."""
+    from datetime import timedelta
+
+    from heartbeat_runner.core.records import Event, EventType, utcnow
+    from heartbeat_runner.lakehouse.store import EVENTS, LATEST_EVENT_SQL
+
+    store = hb.app.store
+    for ahead in (timedelta(minutes=2), timedelta(minutes=5)):
+        future = Event(EventType.JOB_PAUSED, "laptop", utcnow(), event_ts=utcnow() + ahead, trigger_job_id="J1")
+        store._append(EVENTS, Event.columns(), [future.as_tuple()])  # another machine's commit
+        (mine,) = store.append_events([Event(EventType.JOB_RESUMED, "runner", utcnow(), trigger_job_id="J1")])
+        assert mine.event_ts > future.event_ts
+        assert mine.event_ts - future.event_ts < timedelta(milliseconds=2)  # moved as little as needed
+        engine_says = store.engine.sql(LATEST_EVENT_SQL.format(table=store.name(EVENTS))).collect()[0]["latest"]
+        assert abs(store.latest_event_ts().replace(tzinfo=None) - engine_says) < timedelta(milliseconds=1)

@@ -149,7 +149,7 @@ class _FlakyWriter:
 def _store_writing_to(writer: _FlakyWriter) -> TableStore:
     no_events_yet = SimpleNamespace(collect=lambda: [{"latest": None}])  # the latest event time read before appending
     return TableStore(SimpleNamespace(frame=lambda rows, schema: SimpleNamespace(write=writer), table=lambda name: name,
-                                      sql=lambda text, args=None: no_events_yet))
+                                      sql=lambda text, args=None: no_events_yet, delta_log_dir=lambda name: None))
 
 
 def test_lost_delta_commit_races_are_retried_not_surfaced():

@@ -95,3 +95,29 @@ def added_data_between(table_dir: Path, after_version: int, up_to_version: int) 
             if action.get("add", {}).get("dataChange", False) and operation not in NO_DATA_OPERATIONS:
                 return True
     return False
+
+
+def max_added_value(table_dir: Path, after_version: int, up_to_version: int, column: str) -> tuple[str | None, bool]:
+    """The greatest ``maxValues[column]`` of the files that commits in (after_version, up_to_version] added, as the
+    log's statistics write it (text; a timestamp to the millisecond), and whether every such file had one. False
+    (not complete) when a commit file was already cleaned up or a file was written without statistics: the caller
+    asks the engine instead."""
+    log_dir = Path(table_dir) / "_delta_log"
+    greatest: str | None = None
+    for version in range(after_version + 1, up_to_version + 1):
+        try:
+            text = (log_dir / f"{version:020d}.json").read_text()
+        except FileNotFoundError:
+            return None, False
+        for line in text.splitlines():
+            added = json.loads(line).get("add") if line.strip() else None
+            if added is None:
+                continue
+            stats = json.loads(added.get("stats") or "{}")
+            value = (stats.get("maxValues") or {}).get(column)
+            if value is None:
+                if stats.get("numRecords") == 0:
+                    continue
+                return None, False
+            greatest = value if greatest is None or value > greatest else greatest
+    return greatest, True

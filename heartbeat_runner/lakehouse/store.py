@@ -218,6 +218,21 @@ class SkippedSource:
 #: it, and a commit that lost the Delta race may be run again as it is.
 #: the latest event time recorded: every append is stamped after it (TableStore.append_events)
 LATEST_EVENT_SQL = "SELECT max(event_ts) AS latest FROM {table}"
+
+
+@dataclass(frozen=True)
+class _LatestEvent:
+    """The latest event time found in the events table as of one of its versions (TableStore.latest_event_ts)."""
+
+    version: int
+    latest: datetime | None
+
+
+def _stat_time(text: str) -> datetime:
+    """A timestamp as the Delta log's statistics write it (UTC, to the millisecond), moved to the end of its
+    millisecond: the time it stands for may be up to 999 microseconds later."""
+    value = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return as_utc(value).replace(microsecond=value.microsecond // 1000 * 1000 + 999)
 LEASE_SEED_SQL = """MERGE INTO {table} t USING {source} s ON t.lease_name = s.lease_name
 WHEN NOT MATCHED THEN INSERT (lease_name, owner, host, pid, acquired_at, expires_at, wanted_by, wanted_at)
 VALUES (s.lease_name, s.owner, s.host, s.pid, s.acquired_at, s.expires_at, s.wanted_by, s.wanted_at)"""
@@ -269,6 +284,8 @@ class TableStore:
     def __init__(self, engine: Engine):
         self.engine = engine
         self._reads = ReadCache()
+        #: the latest event time as of a version of the events table (None: not read yet, or its log is remote)
+        self._latest_event: _LatestEvent | None = None
 
     @property
     def spark(self):
@@ -322,9 +339,25 @@ class TableStore:
         return events
 
     def latest_event_ts(self) -> datetime | None:
-        """The latest event time the events table holds (None: it holds no event)."""
+        """The latest event time the events table holds, or a time at most a millisecond later (None: it holds no
+        event). Where the table's log is on this machine, the commits since the previous answer are read from it
+        (each added file's statistics, kept to the millisecond: one small file per commit); else, and the first
+        time, the engine is asked."""
+        folder = self.engine.delta_log_dir(self.name(EVENTS))
+        version = delta_log.latest_version(folder) if folder is not None else None
+        known = self._latest_event
+        if folder is not None and known is not None and version is not None and version >= known.version:
+            found, complete = delta_log.max_added_value(folder, known.version, version, "event_ts")
+            if complete:
+                later = _stat_time(found) if found is not None else None
+                latest = max(filter(None, (known.latest, later)), default=None)
+                self._latest_event = _LatestEvent(version, latest)
+                return latest
         rows = self.engine.sql(LATEST_EVENT_SQL.format(table=self.name(EVENTS))).collect()
-        return as_utc(rows[0]["latest"]) if rows and rows[0]["latest"] is not None else None
+        latest = as_utc(rows[0]["latest"]) if rows and rows[0]["latest"] is not None else None
+        # the version read before the query: a commit between the two is read again next time (max is idempotent)
+        self._latest_event = _LatestEvent(version, latest) if version is not None else None
+        return latest
 
     def append_run(self, summary: RunSummary, evaluations: list[SensorEvaluation]) -> None:
         self.append_runs([summary], evaluations)
