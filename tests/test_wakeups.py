@@ -246,16 +246,15 @@ def test_a_lost_wake_up_is_caught_by_the_next_poll(lake):
     assert lake.executions() == {"J1": 1}
 
 
-def test_data_that_lands_while_a_job_runs_is_sensed_by_the_tick_that_records_its_end_which_starts_the_next_run(
-        tmp_path):
-    """Wake-ups on, a poll every 600 s: J1 runs until the test releases it; a trigger file lands meanwhile (its
-    folder is skipped while J1 runs). The tick woken by the run's end records the end, senses J1's folder and
-    starts J1 again: one tick, no poll waited for."""
+def _data_lands_during_a_run(tmp_path, before_exit: str) -> tuple[CliLakehouse, list[dict]]:
+    """A loop polling every 600 s with wake-ups on; J1 runs until the test releases it, then runs ``before_exit``
+    (Python) and leaves its marker. A trigger file lands while J1 runs; the loop stops once J1 ran twice and the
+    tick that records the second end is seen. The lakehouse and its events."""
     config = tmp_path / "config.csv"
     config.write_text("\n".join([HEADER, row("trigger_file", "drop", "J1")]) + "\n")
     started, release = tmp_path / "started", tmp_path / "release"
     job = (f"import pathlib, time; pathlib.Path({str(started)!r}).touch()\n"
-           f"while not pathlib.Path({str(release)!r}).exists(): time.sleep(0.05)\n" + MARKER_JOB)
+           f"while not pathlib.Path({str(release)!r}).exists(): time.sleep(0.05)\n" + before_exit + MARKER_JOB)
     jobs = tmp_path / "jobs.yml"
     jobs.write_text(f"jobs:\n  'J1': [{sys.executable!r}, '-c', {job!r}]\n")
     lake = CliLakehouse(tmp_path / "lakehouse", config=config, jobs_file=jobs)
@@ -272,6 +271,15 @@ def test_data_that_lands_while_a_job_runs_is_sensed_by_the_tick_that_records_its
     finally:
         loop.stop()
     events = lake.table("heartbeat_events")
+    return lake, events
+
+
+def test_data_that_lands_while_a_job_runs_is_sensed_by_the_tick_that_records_its_end_which_starts_the_next_run(
+        tmp_path):
+    """Wake-ups on, a poll every 600 s: J1 runs until the test releases it; a trigger file lands meanwhile (its
+    folder is skipped while J1 runs). The tick woken by the run's end records the end, senses J1's folder and
+    starts J1 again: one tick, no poll waited for."""
+    lake, events = _data_lands_during_a_run(tmp_path, "")
     first = min((e for e in events if e["event_type"] == "TRIGGERED"), key=lambda e: e["event_ts"])
     (end,) = [e for e in events if e["event_type"] == "COMPLETED" and e["job_run_id"] == first["job_run_id"]]
     same_tick = {e["event_type"] for e in events if e["run_id"] == end["run_id"]}
@@ -283,30 +291,10 @@ def test_data_that_lands_while_a_job_runs_is_sensed_by_the_tick_that_records_its
 def test_data_that_lands_while_a_job_runs_is_sensed_when_its_own_complete_ended_the_run(tmp_path):
     """As above, but J1 records its own end (``complete``, as a Databricks job's last task does) before its process
     exits: the tick its exit wakes folds that end, senses J1's folder and starts J1 again."""
-    config = tmp_path / "config.csv"
-    config.write_text("\n".join([HEADER, row("trigger_file", "drop", "J1")]) + "\n")
-    started, release = tmp_path / "started", tmp_path / "release"
-    job = (f"import os, pathlib, subprocess, sys, time; pathlib.Path({str(started)!r}).touch()\n"
-           f"while not pathlib.Path({str(release)!r}).exists(): time.sleep(0.05)\n"
-           "if not pathlib.Path(os.environ['HEARTBEAT_HOME'], 'ran').exists():\n"
-           "    subprocess.run([sys.executable, '-m', 'heartbeat_runner', 'complete', '--job-id', 'J1'], check=True)\n"
-           + MARKER_JOB)
-    jobs = tmp_path / "jobs.yml"
-    jobs.write_text(f"jobs:\n  'J1': [{sys.executable!r}, '-c', {job!r}]\n")
-    lake = CliLakehouse(tmp_path / "lakehouse", config=config, jobs_file=jobs)
-    lake.cli("seed")
-    loop = Loop(lake, "--interval", "600")
-    try:
-        loop.first_poll_done()
-        lake.drop_trigger_file("drop", "a.done")
-        loop.wait(started.exists, "J1's first run")
-        lake.drop_trigger_file("drop", "b.done")  # lands while J1 runs
-        release.touch()
-        loop.wait(lambda: lake.executions().get("J1") == 2, "J1's second run, long before the next poll")
-        loop.wait(lambda: "triggered 0 · completed 1" in loop.stderr(), "the tick that records its end")  # idle
-    finally:
-        loop.stop()
-    events = lake.table("heartbeat_events")
+    lake, events = _data_lands_during_a_run(tmp_path, (
+        "import os, subprocess, sys\n"
+        "if not pathlib.Path(os.environ['HEARTBEAT_HOME'], 'ran').exists():\n"
+        "    subprocess.run([sys.executable, '-m', 'heartbeat_runner', 'complete', '--job-id', 'J1'], check=True)\n"))
     first, second = sorted((e for e in events if e["event_type"] == "TRIGGERED"), key=lambda e: e["event_ts"])
     (end,) = [e for e in events if e["event_type"] == "COMPLETED" and e["job_run_id"] == first["job_run_id"]]
     assert end["run_id"] not in {r["run_id"] for r in lake.table("heartbeat_runs")}, end  # J1's own, not a tick's
