@@ -402,3 +402,100 @@ def test_with_folds_off_every_refresh_builds_and_the_control_table_is_the_folded
     assert {(job, status) for _, _, job, status, *_ in lakes["on"].control()} == {
         ("J1", JobStatus.IN_PROGRESS.value), ("J2", JobStatus.COMPLETED.value)}
 
+
+# -- random histories ---------------------------------------------------------------------------------------------
+
+#: the seed of test_random_histories_fold_into_what_the_events_derive (HEARTBEAT_FOLD_HISTORY_SEED explores others)
+HISTORY_SEED = 7  # its history retries a failed job that fails again, and folds every kind of commit
+#: ticks of one history (each compared with a full build: ~3-5 s a tick on Sail)
+HISTORY_TICKS = 8
+
+
+def _jobs_failing_on_a_flag(hb, *jobs: str) -> dict[str, object]:
+    """Local jobs that fail while the file <root>/fail/<job> exists and succeed otherwise; the flag files by job."""
+    hb.jobs(**{job: 0 for job in jobs})  # resets the harness's Heartbeat; the jobs file is written again below
+    flags = {job: hb.root / "fail" / job for job in jobs}
+    flags[jobs[0]].parent.mkdir(exist_ok=True)
+    lines = ["jobs:"]
+    for job, flag in flags.items():
+        script = f"import pathlib, sys; sys.exit(1 if pathlib.Path({str(flag)!r}).exists() else 0)"
+        lines += [f"  {job!r}:", f"    command: [{sys.executable!r}, '-c', {script!r}]"]
+    hb.jobs_path.write_text("\n".join(lines) + "\n")
+    return flags
+
+
+def test_random_histories_fold_into_what_the_events_derive(hb):
+    """A seeded random history: each tick some of new trigger files on hard and soft sources shared by jobs, rows
+    into an upstream Delta table, a job made to fail or succeed from now on, an operator's ask to run a job or to
+    retry a failed one (another process's commit: refused asks are skipped). After every tick the control table
+    as the folds left it equals the one derived from all the events (assert_as_derived), whatever path each refresh
+    took; the history ends once every run ended, and the default one folds new data, requests and ends. A failure
+    names the seed and the history up to it. The seed fixes the actions; which tick records a run's end depends on
+    how fast the job processes run, so histories of one seed may differ there (the property holds for any)."""
+    import os
+    import random
+
+    from heartbeat_runner.core.errors import InvalidInputError
+    from heartbeat_runner.interfaces.operations import ask_retry
+
+    seed = int(os.environ.get("HEARTBEAT_FOLD_HISTORY_SEED", HISTORY_SEED))
+    rng = random.Random(seed)
+    flags = _jobs_failing_on_a_flag(hb, "J1", "J2", "J3")
+    hb.create_table("up.orders", "id int")
+    hb.seed(row("trigger_file", "a", "J1"), row("trigger_file", "b", "J1", hard="FALSE"),
+            row("trigger_file", "b", "J2"), row("trigger_file", "c", "J2"),
+            row("delta_table", "up.orders", "J3"), row("trigger_file", "a", "J3", hard="FALSE"))
+    hb.tick()
+    history: list[str] = []
+    folded: set[FoldKind] = set()  # the kinds of fold the ticks ran
+
+    def compare(when: str) -> None:
+        try:
+            assert_as_derived(hb)
+        except AssertionError as error:
+            raise AssertionError(f"seed {seed}, {when}: the folded table differs from the derived one after "
+                                 f"{history}") from error
+
+    for step in range(HISTORY_TICKS):
+        done = []
+        for folder in rng.sample("abc", rng.randint(0, 3)):
+            hb.drop_trigger_file(folder, f"{step}.done")
+            done.append(folder)
+        if done:
+            history.append(f"data {''.join(sorted(done))}")
+        if rng.random() < 0.3:
+            hb.insert("up.orders", f"({step})")
+            history.append("rows up.orders")
+        if rng.random() < 0.3:
+            job = rng.choice(sorted(flags))
+            if flags[job].exists():
+                flags[job].unlink()
+                history.append(f"{job} succeeds")
+            else:
+                flags[job].touch()
+                history.append(f"{job} fails")
+        if rng.random() < 0.4:  # a failed job is retried, any other asked to run (refused while it runs)
+            job = rng.choice(sorted(flags))
+            ask = ask_retry if JobStatus.FAILED.value in hb.job_status(job) else ask_trigger
+            try:
+                ask(hb.app, job, by="another process")
+                history.append(f"{ask.__name__} {job}")
+            except InvalidInputError:
+                pass
+        result = hb.tick()
+        folded.update(kind for refresh in result.refreshes for kind in refresh.folds)
+        history.append(f"tick {step}: triggered {result.triggered_job_ids}, ended {result.completed + result.failed}"
+                       f"{' (folded)' if result.control_folded else ''}")
+        compare(f"tick {step}")
+
+    deadline = time.monotonic() + 30
+    while JobStatus.IN_PROGRESS.value in set(hb.status().values()):
+        assert time.monotonic() < deadline, f"seed {seed}: runs did not end: {history}"
+        time.sleep(0.3)
+        result = hb.tick()
+        if result.completed or result.failed:
+            folded.update(kind for refresh in result.refreshes for kind in refresh.folds)
+            history.append(f"settle: ended {result.completed + result.failed}")
+            compare("settling")
+    # the default history folds every kind of commit (another seed may fold fewer: it then compares less)
+    assert folded == set(FoldKind) if seed == HISTORY_SEED else folded, f"seed {seed}: folded {folded}: {history}"
