@@ -90,7 +90,7 @@ SENSOR_STATE_MERGE = "heartbeat_merge_sensor_state"
 #: the macro that digests each control row (macros/heartbeat_folds.sql): folded and derived tables compared
 ROW_DIGESTS = "heartbeat_control_row_digests"
 #: every macro the runner renders and runs itself, outside dbt's own builds
-RUNNER_MACROS = (*(kind.macro for kind in FoldKind), SENSOR_STATE_MERGE)
+RUNNER_MACROS = (*(kind.macro for kind in FoldKind), SENSOR_STATE_MERGE, ROW_DIGESTS)
 
 
 @dataclass(frozen=True)
