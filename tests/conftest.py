@@ -107,24 +107,6 @@ def _cli_processes(request):
     cli_runner.force_processes(False)
 
 
-#: what an in-process embedded engine sets in this process's environment (engines/engine.py, spark_local.py)
-_CONNECT_ENV = ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED")
-
-
-@pytest.fixture(autouse=True)
-def _connect_env_put_back():
-    """Each test ends with the Spark Connect variables as it found them. An in-process engine points
-    ``SPARK_REMOTE`` at its own server and leaves it set; a later test copying ``os.environ`` for a CLI
-    command would then run it as a process (tests/cli_runner.py) against a server that is gone."""
-    before = {name: os.environ.get(name) for name in _CONNECT_ENV}
-    yield
-    for name, value in before.items():
-        if value is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = value
-
-
 @pytest.fixture(scope="session")
 def engine_kind(request):
     """Which engine ``hb`` runs on (``sail`` unless the test is marked ``engines``)."""
