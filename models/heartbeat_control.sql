@@ -15,10 +15,17 @@
     COMPLETED            the job's latest lifecycle event is a success
     NULL                 nothing happened yet (new row) or the job was reset
 
+  This model aggregates each row's inputs (its job's latest lifecycle event, what is pending, ...); the
+  per-row rules that turn them into the row's columns (status and its timestamps, the run's start and end,
+  what is pending, consecutive failures, the last error, the sequence) live once in
+  macros/heartbeat_row_rules.sql, which the folds call too.
+
   Rows removed from the config are retired (is_active = false), never deleted.
 
   A tick usually changes few rows: its new data and its trigger requests are folded into the rows
-  they change by the MERGEs of macros/heartbeat_folds.sql, which give what this derivation would.
+  they change by the MERGEs of macros/heartbeat_folds.sql, which give what this derivation would: they
+  compute the new inputs of the same rules and call the same macros (tests/test_row_rules.py checks that
+  neither side restates a rule, tests/test_fold.py that folded and derived tables are equal).
 #}
 {{
   config(
@@ -93,7 +100,7 @@ jobs as (
       jobs service's end time), NULL where the backend does not know
     #}
     max_by(named_struct('event_type', event_type, 'event_ts', event_ts, 'message', message,
-                        'run_ended_at', cast(get_json_object(payload, '$.run_ended_at') as timestamp)), recency)
+                        'run_ended_at', {{ heartbeat_run_ended_at('payload') }}), recency)
       filter (where in_lifecycle) as lifecycle,
     {# where the job last consumed its sources' data: its latest trigger request or reset #}
     max(event_ts) filter (where in_lifecycle and event_type in ('TRIGGER_REQUESTED', 'RESET')) as consumed_ts,
@@ -146,7 +153,7 @@ row_jobs as (
   select
     r.*,
     j.lifecycle, j.request, j.base, j.failed_ts, j.trigger_error, j.state_override,
-    greatest(r.row_created_timestamp, coalesce(j.consumed_ts, r.row_created_timestamp)) as consumed_after
+    {{ heartbeat_consumed_after('r.row_created_timestamp', 'j.consumed_ts') }} as consumed_after
   from rows_now r
   left join jobs j on j.trigger_job_id = r.trigger_job_id
 ),
@@ -156,16 +163,16 @@ row_jobs as (
   not consumed yet. One aggregate per row (its own columns carried as one struct, identical in the
   group), so the rows are read once.
 #}
+{%- set pending = heartbeat_is_pending('n.event_ts', 'r.consumed_after') %}
 row_data as (
   select
     max(struct(r.*)) as r,
     max(n.snapshot_ts) as latest_event_fetched_timestamp,
-    count(n.event_id) filter (where n.event_ts > r.consumed_after) as pending_events,
-    min(n.event_ts) filter (where n.event_ts > r.consumed_after) as first_pending_ts,
-    nullif(concat_ws(',', sort_array(collect_list(n.event_id) filter (where n.event_ts > r.consumed_after))), '')
-      as pending_event_ids,
-    min_by(n.window_from, n.event_ts) filter (where n.event_ts > r.consumed_after) as pending_window_from,
-    max_by(n.window_to, n.event_ts) filter (where n.event_ts > r.consumed_after) as pending_window_to
+    count(n.event_id) filter (where {{ pending }}) as pending_events,
+    min(n.event_ts) filter (where {{ pending }}) as first_pending_ts,
+    {{ heartbeat_pending_ids('collect_list(n.event_id) filter (where ' ~ pending ~ ')') }} as pending_event_ids,
+    min_by(n.window_from, n.event_ts) filter (where {{ pending }}) as pending_window_from,
+    max_by(n.window_to, n.event_ts) filter (where {{ pending }}) as pending_window_to
   from row_jobs r
   left join new_data n on n.source_key = r.source_key
   group by r.sensor_source, r.sensor_id, r.trigger_job_id
@@ -189,17 +196,11 @@ derived as (
     r.latest_event_fetched_timestamp,
     r.trigger_job_id,
     r.trigger_job_name,
-    case
-      when r.lifecycle.event_type in ({{ heartbeat_request_types() }}) then 'IN_PROGRESS'
-      when r.lifecycle.event_type = 'FAILED' then 'FAILED'
-      when r.pending_events > 0 then 'NEW_EVENT_AVAILABLE'
-      when r.lifecycle.event_type = 'COMPLETED' then 'COMPLETED'
-      else cast(null as string)
-    end as status,
+    {{ heartbeat_row_status('r.lifecycle.event_type', 'r.pending_events') }} as status,
     r.lifecycle.event_type as last_lifecycle_event,
     r.lifecycle.event_ts as lifecycle_ts,
     {# when the job's last run ended: its own end time; the event's (the tick that noticed it, `complete`'s) if unknown #}
-    coalesce(r.lifecycle.run_ended_at, r.lifecycle.event_ts) as lifecycle_end_ts,
+    {{ heartbeat_lifecycle_end_ts('r.lifecycle.run_ended_at', 'r.lifecycle.event_ts') }} as lifecycle_end_ts,
     r.first_pending_ts,
     r.request.event_ts as last_trigger_ts,
     case
@@ -218,15 +219,13 @@ derived as (
     r.request.idempotency_token as last_idempotency_token,
     r.base.idempotency_token as base_idempotency_token,
     r.base.event_ts as base_requested_ts,
-    cast(get_json_object(r.base.payload, '$._run') as int) as sequence_run,
-    cast(get_json_object(r.base.payload, '$._runs') as int) as sequence_runs,
-    get_json_object(r.base.payload, '$.heartbeat_windows') as sequence_windows,
+    {{ heartbeat_sequence_run('r.base.payload') }} as sequence_run,
+    {{ heartbeat_sequence_runs('r.base.payload') }} as sequence_runs,
+    {{ heartbeat_sequence_windows('r.base.payload') }} as sequence_windows,
     {# failures since the request a retry re-runs #}
-    cast(size(filter(coalesce(r.failed_ts, array()), failed -> failed > r.base.event_ts)) as bigint) as consecutive_failures,
-    case
-      when r.lifecycle.event_type = 'FAILED' then r.lifecycle.message
-      when r.trigger_error.event_ts > coalesce(r.lifecycle.event_ts, timestamp '1900-01-01') then r.trigger_error.message
-    end as last_error,
+    {{ heartbeat_consecutive_failures('0', 'r.failed_ts', 'r.base.event_ts') }} as consecutive_failures,
+    {{ heartbeat_last_error('r.lifecycle.event_type', 'r.lifecycle.message', 'r.lifecycle.event_ts',
+                            'r.trigger_error.event_ts', 'r.trigger_error.message') }} as last_error,
     r.row_created_timestamp
   from rows_with_data r
 ),
@@ -243,14 +242,10 @@ active as (
     trigger_job_id,
     trigger_job_name,
     status,
-    case
-      when status = 'NEW_EVENT_AVAILABLE' then first_pending_ts
-      when status is not null then lifecycle_ts
-    end as status_change_timestamp,
-    case when status in ('IN_PROGRESS', 'COMPLETED', 'FAILED') then last_trigger_ts end as job_start_timestamp,
+    {{ heartbeat_status_change_ts('status', 'first_pending_ts', 'lifecycle_ts') }} as status_change_timestamp,
+    {{ heartbeat_job_start_ts('status', 'last_trigger_ts') }} as job_start_timestamp,
     {# the spec: job_start_timestamp when the job was triggered, job_end_timestamp its completion time #}
-    case when status in ('COMPLETED', 'FAILED') and last_lifecycle_event in ('COMPLETED', 'FAILED') then lifecycle_end_ts end
-      as job_end_timestamp,
+    {{ heartbeat_job_end_ts('status', 'last_lifecycle_event', 'lifecycle_end_ts') }} as job_end_timestamp,
     job_state,
     dependency_flag,
     is_hard,

@@ -11,13 +11,14 @@ import time
 from collections import Counter
 
 import pytest
-from harness import HEADER, CliLakehouse, marker_jobs_file, wait_for
+from harness import HEADER, CliLakehouse, Harness, marker_jobs_file, project_copy, wait_for
 from harness import config_row as row
 from prometheus_client.parser import text_string_to_metric_families
 
 from heartbeat_runner.core.metrics import use_metrics
 from heartbeat_runner.core.records import JobStatus
 from heartbeat_runner.interfaces.operations import ask_trigger
+from heartbeat_runner.lakehouse.control_table import FoldKind
 from heartbeat_runner.runner.observability import count_tick
 
 ON_SPARK = pytest.mark.engines("sail", "spark-classic")
@@ -243,6 +244,67 @@ def test_maintenance_rebuilds_a_folded_row_that_drifted_from_its_derivation_and_
     assert hb.app.control.is_current()
 
 
+def _project_whose_folds_rank_new_data_over_a_failure(root):
+    """A copy of the dbt project whose folds, and only they, call a changed status rule: pending data outranks a
+    failure (heartbeat_row_status with its FAILED and pending lines swapped, as heartbeat_mutant_row_status). The
+    model still calls the rule as shipped. Built from the shipped files, so it follows them."""
+    import re
+
+    project = project_copy(root)
+    rules = (project / "macros" / "heartbeat_row_rules.sql").read_text()
+    rule = re.search(r"\{% macro heartbeat_row_status\(.*?\{%- endmacro %\}", rules, re.DOTALL)
+    assert rule, "heartbeat_row_status is not in macros/heartbeat_row_rules.sql"
+    failed, pending = "    when {{ lifecycle_event }} = 'FAILED' then 'FAILED'\n", \
+        "    when {{ pending_events }} > 0 then 'NEW_EVENT_AVAILABLE'\n"
+    assert failed + pending in rule.group(0)
+    mutant = rule.group(0).replace(failed + pending, pending + failed).replace(
+        "macro heartbeat_row_status(", "macro heartbeat_mutant_row_status(")
+    (project / "macros" / "heartbeat_fold_mutant.sql").write_text(mutant + "\n")
+    folds = project / "macros" / "heartbeat_folds.sql"
+    text = folds.read_text()
+    assert text.count("heartbeat_row_status(") >= len(FoldKind)  # each fold calls the rule (tests/test_row_rules.py)
+    folds.write_text(text.replace("heartbeat_row_status(", "heartbeat_mutant_row_status("))
+    assert "mutant" not in (project / "models" / "heartbeat_control.sql").read_text()
+    return project
+
+
+def test_a_status_rule_changed_in_the_folds_alone_is_caught_by_the_comparison_with_the_derivation(tmp_path):
+    """The comparison of folded and derived tables (assert_as_derived, what every fold test here relies on) catches
+    a rule that the fold path states differently from the model: with the folds' status rule ranking pending data
+    over a failure, the folded table agrees with the derived one while the two rules agree (a start, a failure),
+    and differs once they do not (new data for a failed job's soft row: the model says FAILED). The test fails if
+    the comparison stops comparing (no AssertionError), or if the changed rule stops reaching the folds."""
+    project = _project_whose_folds_rank_new_data_over_a_failure(tmp_path)
+    with Harness(tmp_path, HEARTBEAT_PROJECT_DIR=str(project)) as hb:
+        hb.jobs(BAD=1, OK=0)
+        # y is sensed for OK's soft row (a failed job's rows alone are not sensed); OK waits for z, which never comes
+        hb.seed(row("trigger_file", "x", "BAD"), row("trigger_file", "y", "BAD", hard="FALSE"),
+                row("trigger_file", "z", "OK"), row("trigger_file", "y", "OK", hard="FALSE"))
+        hb.tick()
+        hb.drop_trigger_file("x", "1.done")
+        started = hb.tick()
+        assert started.triggered_job_ids == ["BAD"] and started.control_folded
+        assert_as_derived(hb)  # both rules say NEW_EVENT_AVAILABLE, then IN_PROGRESS
+        hb.wait_for_jobs()
+        assert hb.job_status("BAD") == {JobStatus.FAILED.value}
+        assert_as_derived(hb)  # nothing pending: both say FAILED
+
+        hb.drop_trigger_file("y", "2.done")
+        result = hb.tick()
+        assert result.new_data_folded and result.triggered_job_ids == [], result.refresh_paths()
+
+        def statuses() -> dict[tuple[str, str], str | None]:
+            return {(r["trigger_job_id"], r["sensor_id"]): r["status"] for r in control_table(hb)}
+
+        failed, waiting = JobStatus.FAILED.value, JobStatus.NEW_EVENT_AVAILABLE.value
+        assert statuses() == {("BAD", "x"): failed, ("BAD", "y"): waiting,  # the folds' rule
+                              ("OK", "y"): waiting, ("OK", "z"): None}
+        with pytest.raises(AssertionError):
+            assert_as_derived(hb)
+        assert statuses() == {("BAD", "x"): failed, ("BAD", "y"): failed,  # the model's rule
+                              ("OK", "y"): waiting, ("OK", "z"): None}
+
+
 def test_the_row_digest_reads_every_column_of_the_control_table_but_the_write_time(hb):
     """A column added to the control model must be compared by maintenance's check of the folds too."""
     import re
@@ -339,3 +401,101 @@ def test_with_folds_off_every_refresh_builds_and_the_control_table_is_the_folded
     assert lakes["on"].control() == lakes["off"].control()
     assert {(job, status) for _, _, job, status, *_ in lakes["on"].control()} == {
         ("J1", JobStatus.IN_PROGRESS.value), ("J2", JobStatus.COMPLETED.value)}
+
+
+# -- random histories ---------------------------------------------------------------------------------------------
+
+#: the seed of test_random_histories_fold_into_what_the_events_derive (HEARTBEAT_FOLD_HISTORY_SEED explores others)
+HISTORY_SEED = 7  # its history retries a failed job that fails again, and folds every kind of commit
+#: ticks of one history (each compared with a full build: ~3-5 s a tick on Sail)
+HISTORY_TICKS = 8
+
+
+def _jobs_failing_on_a_flag(hb, *jobs: str) -> dict[str, object]:
+    """Local jobs that fail while the file <root>/fail/<job> exists and succeed otherwise; the flag files by job."""
+    hb.jobs(**{job: 0 for job in jobs})  # resets the harness's Heartbeat; the jobs file is written again below
+    flags = {job: hb.root / "fail" / job for job in jobs}
+    flags[jobs[0]].parent.mkdir(exist_ok=True)
+    lines = ["jobs:"]
+    for job, flag in flags.items():
+        script = f"import pathlib, sys; sys.exit(1 if pathlib.Path({str(flag)!r}).exists() else 0)"
+        lines += [f"  {job!r}:", f"    command: [{sys.executable!r}, '-c', {script!r}]"]
+    hb.jobs_path.write_text("\n".join(lines) + "\n")
+    return flags
+
+
+def test_random_histories_fold_into_what_the_events_derive(hb):
+    """A seeded random history: each tick some of new trigger files on hard and soft sources shared by jobs, rows
+    into an upstream Delta table, a job made to fail or succeed from now on, an operator's ask to run a job or to
+    retry a failed one (another process's commit: refused asks are skipped). After every tick the control table
+    as the folds left it equals the one derived from all the events (assert_as_derived), whatever path each refresh
+    took; the history ends once every run ended, and the default one folds new data, requests and ends. A failure
+    names the seed and the history up to it. The seed fixes the actions; which tick records a run's end depends on
+    how fast the job processes run, so histories of one seed may differ there (the property holds for any)."""
+    import os
+    import random
+
+    from heartbeat_runner.core.errors import InvalidInputError
+    from heartbeat_runner.interfaces.operations import ask_retry
+
+    seed = int(os.environ.get("HEARTBEAT_FOLD_HISTORY_SEED", HISTORY_SEED))
+    rng = random.Random(seed)
+    flags = _jobs_failing_on_a_flag(hb, "J1", "J2", "J3")
+    hb.create_table("up.orders", "id int")
+    hb.seed(row("trigger_file", "a", "J1"), row("trigger_file", "b", "J1", hard="FALSE"),
+            row("trigger_file", "b", "J2"), row("trigger_file", "c", "J2"),
+            row("delta_table", "up.orders", "J3"), row("trigger_file", "a", "J3", hard="FALSE"))
+    hb.tick()
+    history: list[str] = []
+    folded: set[FoldKind] = set()  # the kinds of fold the ticks ran
+
+    def compare(when: str) -> None:
+        try:
+            assert_as_derived(hb)
+        except AssertionError as error:
+            raise AssertionError(f"seed {seed}, {when}: the folded table differs from the derived one after "
+                                 f"{history}") from error
+
+    for step in range(HISTORY_TICKS):
+        done = []
+        for folder in rng.sample("abc", rng.randint(0, 3)):
+            hb.drop_trigger_file(folder, f"{step}.done")
+            done.append(folder)
+        if done:
+            history.append(f"data {''.join(sorted(done))}")
+        if rng.random() < 0.3:
+            hb.insert("up.orders", f"({step})")
+            history.append("rows up.orders")
+        if rng.random() < 0.3:
+            job = rng.choice(sorted(flags))
+            if flags[job].exists():
+                flags[job].unlink()
+                history.append(f"{job} succeeds")
+            else:
+                flags[job].touch()
+                history.append(f"{job} fails")
+        if rng.random() < 0.4:  # a failed job is retried, any other asked to run (refused while it runs)
+            job = rng.choice(sorted(flags))
+            ask = ask_retry if JobStatus.FAILED.value in hb.job_status(job) else ask_trigger
+            try:
+                ask(hb.app, job, by="another process")
+                history.append(f"{ask.__name__} {job}")
+            except InvalidInputError:
+                pass
+        result = hb.tick()
+        folded.update(kind for refresh in result.refreshes for kind in refresh.folds)
+        history.append(f"tick {step}: triggered {result.triggered_job_ids}, ended {result.completed + result.failed}"
+                       f"{' (folded)' if result.control_folded else ''}")
+        compare(f"tick {step}")
+
+    deadline = time.monotonic() + 30
+    while JobStatus.IN_PROGRESS.value in set(hb.status().values()):
+        assert time.monotonic() < deadline, f"seed {seed}: runs did not end: {history}"
+        time.sleep(0.3)
+        result = hb.tick()
+        if result.completed or result.failed:
+            folded.update(kind for refresh in result.refreshes for kind in refresh.folds)
+            history.append(f"settle: ended {result.completed + result.failed}")
+            compare("settling")
+    # the default history folds every kind of commit (another seed may fold fewer: it then compares less)
+    assert folded == set(FoldKind) if seed == HISTORY_SEED else folded, f"seed {seed}: folded {folded}: {history}"

@@ -74,11 +74,13 @@ def test_targets_and_backends_come_from_their_enums():
 
 
 def test_every_status_the_models_write_is_a_member():
-    """Each status literal in the control model's CASE is a JobStatus (a typo there fails here)."""
+    """Each status literal of the status rule (macros/heartbeat_row_rules.sql, which the control model and its folds
+    call) is a JobStatus (a typo there fails here)."""
     import re
 
-    sql = (ROOT / "models" / "heartbeat_control.sql").read_text()
-    case = sql[sql.index("case\n      when r.lifecycle.event_type in"):sql.index("end as status")]
+    sql = (ROOT / "macros" / "heartbeat_row_rules.sql").read_text()
+    rule = sql[sql.index("macro heartbeat_row_status("):]
+    case = rule[:rule.index("endmacro")]
     assert set(re.findall(r"then '([A-Z_]+)'", case)) == {s.value for s in JobStatus}
 
 
