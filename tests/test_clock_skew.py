@@ -174,6 +174,38 @@ def test_operator_commands_from_a_skewed_clock_run_what_they_run_from_a_correct_
     assert runs == {"301": len(spans) + 1}  # and the retry
 
 
+@pytest.mark.engines("spark-classic")
+@pytest.mark.timeout(1800)
+def test_two_runners_a_minute_apart_on_spark_classic_read_each_version_in_one_run(hb):
+    """The same two loops on Apache Spark: this process holds the lakehouse's JVM (its clock is right), both
+    runners join it through Spark Connect, one of them with its clock a minute ahead."""
+    import os
+    import subprocess
+    import sys
+
+    hb.create_table("skew_sales.orders", "id bigint")
+    hb.jobs(J1=0)
+    hb.seed(row("delta_table", "skew_sales.orders", "J1"))
+    hb.tick()  # the baseline
+    env = {**os.environ, "HEARTBEAT_HOME": str(hb.home), "HEARTBEAT_CONFIG": str(hb.config_path),
+           "HEARTBEAT_JOBS_FILE": str(hb.jobs_path), **hb.settings.lakehouse_env()}
+    command = [sys.executable, "-m", "heartbeat_runner", "run", "--loop", "--interval", "0.5", "--wait-lease", "600"]
+    loops = [subprocess.Popen(command, env={**env, **extra}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, cwd=hb.root) for extra in ({}, shifted(60))]
+    try:
+        for n in range(1, 9):
+            hb.insert("skew_sales.orders", f"({n})")
+            time.sleep(2)
+        time.sleep(10)
+    finally:
+        said = [stop(loop) for loop in loops]
+    hb.wait_for_jobs()
+    requests = [e for e in hb.events("TRIGGER_REQUESTED") if e["trigger_job_id"] == "J1"]
+    consumed = [i for e in requests for i in (e["consumed_event_ids"] or "").split(",") if i]
+    assert len(consumed) == len(set(consumed)), said  # no version read by two runs
+    assert len(requests) >= 2, said
+
+
 def test_each_append_is_stamped_after_the_latest_event_another_writer_committed(hb):
     """A writer whose clock is ahead commits an event (here written straight to the table, as another machine's
     runner would); this process's next events are stamped after it, whether the latest time is read from the
