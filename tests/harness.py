@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -13,7 +14,7 @@ import textwrap
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -306,6 +307,28 @@ class CliLakehouse:
             time.sleep(0.1)
 
 
+class LakehouseTemplate:
+    """A lakehouse built once (seeded, at its baseline: ``build(root)`` makes it under ``root``) and copied into
+    each test that wants a fresh one. Copying its files takes milliseconds; seeding (a dbt parse, seed and build)
+    and a baseline tick take 5-15 s a test. Equal to a fresh build as long as ``build`` writes no absolute path
+    of ``root`` into the config or the data (the environment's paths are moved with the copy), as a lakehouse
+    moved to another folder is (tests/test_crash.py has always run on such copies)."""
+
+    def __init__(self, root: Path, build: Callable[[Path], CliLakehouse]):
+        self._root, self._build = root, build
+        self._lake: CliLakehouse | None = None
+
+    def copy(self, dest: Path) -> CliLakehouse:
+        """A copy of the template under ``dest`` (a test's ``tmp_path``), with its config and jobs file."""
+        if self._lake is None:
+            self._lake = self._build(self._root)
+        shutil.copytree(self._root, dest, symlinks=True, dirs_exist_ok=True)
+        root, moved = str(self._root), str(dest)
+        env = {key: value.replace(root, moved) for key, value in self._lake.env.items() if os.environ.get(key) != value}
+        return CliLakehouse(dest / self._lake.home.relative_to(self._root), config=Path(env["HEARTBEAT_CONFIG"]),
+                            jobs_file=Path(env["HEARTBEAT_JOBS_FILE"]), env=env)
+
+
 def _run_going(run_dir: Path) -> bool:
     """A local job run that will still end: claimed by its launcher and not finished, or not claimed yet
     while the launcher the runner started lives (a run whose runner died before starting it is not)."""
@@ -394,7 +417,7 @@ class LoopStop:
 
 
 def stop_loop(lake: CliLakehouse, sig: int, *, to_group: bool, mid_tick: bool, marker: Path,
-              interval: str = "30") -> LoopStop:
+              interval: str = "30", start_timeout: float = 120) -> LoopStop:
     """Start ``run --loop`` in its own process group (as a terminal or systemd starts it), wait until it is
     between ticks (its first tick finished) or mid-tick (paused after sensing: HEARTBEAT_PAUSE_AT), send ``sig``
     to the whole group (Ctrl-C, ``timeout``, KillMode=control-group) or to the runner alone, let a paused tick
@@ -412,10 +435,11 @@ def stop_loop(lake: CliLakehouse, sig: int, *, to_group: bool, mid_tick: bool, m
         reader.start()
     try:
         if mid_tick:
-            wait_for(lambda: marker.exists() or loop.poll() is not None, 120, "the tick to pause after sensing")
+            wait_for(lambda: marker.exists() or loop.poll() is not None, start_timeout,
+                     "the tick to pause after sensing")
         else:
-            wait_for(lambda: any(line.startswith("tick 1 ") for line in err) or loop.poll() is not None, 120,
-                     "the first tick to finish")
+            wait_for(lambda: any(line.startswith("tick 1 ") for line in err) or loop.poll() is not None,
+                     start_timeout, "the first tick to finish")
         assert loop.poll() is None, "".join(err)
         children = {p.pid: " ".join(p.cmdline()) for p in psutil.Process(loop.pid).children(recursive=True)}
         began = time.monotonic()

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from harness import HEADER, CliLakehouse, marker_jobs_file, stop_loop, wait_for
+from harness import HEADER, CliLakehouse, LakehouseTemplate, marker_jobs_file, stop_loop, wait_for
 from harness import config_row as row
 
 from heartbeat_runner.core.errors import ConfigError
@@ -106,13 +106,23 @@ def test_a_query_edited_into_the_table_behind_the_csv_is_refused_at_sensing(hb):
 
 # -- 2. the loop survives any failing tick; it stops only when the lakehouse is unusable -----------
 
-@pytest.fixture
-def lake(tmp_path) -> CliLakehouse:
-    config = write_config(tmp_path / "config.csv", row("trigger_file", "drop", "J1"))
-    lake = CliLakehouse(tmp_path / "lakehouse", config=config, jobs_file=marker_jobs_file(tmp_path / "jobs.yml", "J1"))
+def _seeded(root: Path) -> CliLakehouse:
+    config = write_config(root / "config.csv", row("trigger_file", "drop", "J1"))
+    lake = CliLakehouse(root / "lakehouse", config=config, jobs_file=marker_jobs_file(root / "jobs.yml", "J1"))
     lake.cli("seed")
     lake.cli("run")  # baseline
     return lake
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory) -> LakehouseTemplate:
+    return LakehouseTemplate(tmp_path_factory.mktemp("template"), _seeded)
+
+
+@pytest.fixture
+def lake(tmp_path, template) -> CliLakehouse:
+    """J1 reads the trigger folder ``drop``; seeded, at its baseline (a copy of the module's template)."""
+    return template.copy(tmp_path)
 
 
 
@@ -192,6 +202,72 @@ def test_a_stop_signal_to_the_loop_or_its_whole_process_group_stops_it_cleanly_a
         assert "Timeout (" not in stopped.stderr and "Traceback" not in stopped.stderr, what
         assert "stopped after 1 tick(s)" in stopped.stdout, (what, stopped.stdout)
         assert stopped.engine_children and not stopped.left_behind, (what, stopped)
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(1800)
+def test_ctrl_c_to_the_process_group_of_a_loop_on_spark_classic_stops_it_cleanly(tmp_path):
+    """Row 1 on the production engine: a loop on local Spark classic owns its JVM (a child in its process group,
+    as a terminal starts it). Ctrl-C reaches the whole group mid-tick: the loop finishes the tick, exits 0
+    ("stopped after"), its shutdown watchdog never fires and no JVM is left behind."""
+    config = write_config(tmp_path / "config.csv", row("trigger_file", "drop", "J1"))
+    lake = CliLakehouse(tmp_path / "lakehouse", config=config, jobs_file=marker_jobs_file(tmp_path / "jobs.yml", "J1"),
+                        env={"HEARTBEAT_TARGET": "spark-local", "HEARTBEAT_SPARK_MODE": "classic",
+                             "HEARTBEAT_SPARK_DIR": str(tmp_path / "spark")})
+    lake.cli("seed")  # a process of its own (a Spark target), its JVM gone with it
+    stopped = stop_loop(lake, signal.SIGINT, to_group=True, mid_tick=True, marker=tmp_path / "paused",
+                        interval="5", start_timeout=900)
+    assert stopped.returncode == 0, stopped.stderr[-4000:]
+    assert "Timeout (" not in stopped.stderr and "Traceback" not in stopped.stderr, stopped.stderr[-4000:]
+    assert "stopped after 1 tick(s)" in stopped.stdout, stopped.stdout
+    assert any("java" in command for command in stopped.engine_children), stopped.engine_children
+    assert not stopped.left_behind, stopped
+
+
+def _lines_of(process: subprocess.Popen) -> list[str]:
+    """stderr of ``process`` as it comes (read by a thread)."""
+    lines: list[str] = []
+    threading.Thread(target=lambda: lines.extend(process.stderr or ()), daemon=True).start()
+    return lines
+
+
+@pytest.mark.slow
+def test_a_loop_waiting_for_the_lease_stops_at_once_on_a_stop_signal(lake, tmp_path):
+    """``--wait-lease 600`` waits for another runner's tick, not for a stop: a loop that waits for the lease,
+    between its ticks (it held the lease before) or before its first, exits 0 within seconds of SIGTERM to its
+    process group while the holder's tick goes on (paused mid-tick). Before, it waited out the holder's tick:
+    in CI, more than 120 s on Spark classic."""
+    def loop(*extra: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+        return subprocess.Popen(lake.command("run", "--loop", "--interval", "0.3", "--wait-lease", "600", *extra),
+                                env={**lake.env, **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, cwd=lake.home.parent, start_new_session=True)
+
+    marker = tmp_path / "holder-paused"
+    ticking = loop()
+    ticking_err = _lines_of(ticking)
+    holder = waiting = None
+    try:
+        wait_for(lambda: any(line.startswith("tick 1 ") for line in ticking_err) or ticking.poll() is not None, 120,
+                 "the first loop's first tick")
+        holder = loop(env={"HEARTBEAT_PAUSE_AT": f"after_sensing:{marker}"})  # asks for the lease, then keeps it
+        wait_for(lambda: marker.exists() or holder.poll() is not None, 120, "the second loop to hold the lease")
+        waiting = loop()  # waits from its start
+        waiting_err = _lines_of(waiting)
+        time.sleep(3)  # both are in their wait now (the holder is paused for as long as the marker exists)
+        assert ticking.poll() is None and waiting.poll() is None, ("".join(ticking_err), "".join(waiting_err))
+        began = time.monotonic()
+        for process in (ticking, waiting):
+            os.killpg(process.pid, signal.SIGTERM)
+        codes = [process.wait(timeout=60) for process in (ticking, waiting)]
+        print(f"stopped {time.monotonic() - began:.1f} s after SIGTERM")
+        assert codes == [0, 0], ("".join(ticking_err)[-3000:], "".join(waiting_err)[-3000:])
+        assert marker.exists() and holder.poll() is None  # the holder's tick still paused: they did not wait for it
+    finally:
+        marker.unlink(missing_ok=True)
+        for process in (ticking, holder, waiting):
+            if process is not None and process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)
+                process.wait(timeout=120)
 
 
 @pytest.mark.slow

@@ -27,9 +27,10 @@ import os
 import signal
 import socket
 import subprocess
+import threading
 import time
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, cast
@@ -205,10 +206,27 @@ def open_classic_session(lakehouse_dir: Path, *, jars: Iterable[Path] | None = N
     if connect_port is not None:
         for key, value in {"spark.plugins": CONNECT_PLUGIN, **connect_binding(connect_port)}.items():
             builder = builder.config(key, value)
-    spark = builder.enableHiveSupport().getOrCreate()
+    with _keeping_sigint_handler():
+        spark = builder.enableHiveSupport().getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     atexit.register(stop_classic_session, spark)
     return spark
+
+
+@contextlib.contextmanager
+def _keeping_sigint_handler() -> Iterator[None]:
+    """Put the main thread's SIGINT handler back after PySpark's SparkContext replaced it with its own (which
+    cancels every Spark job and raises KeyboardInterrupt wherever the runner is): Ctrl-C on ``run --loop`` must
+    reach the loop's handler (core/stopping.py: finish the tick, exit 0). The JVM itself ignores SIGINT
+    (PySpark starts it so), so the engine outlives a Ctrl-C to the whole process group."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = signal.getsignal(signal.SIGINT)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
 
 
 def stop_classic_session(spark: SparkSession) -> None:

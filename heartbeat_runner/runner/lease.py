@@ -187,16 +187,18 @@ class Lease:
                 return self._holding(False, after)  # another runner's commit went first
         return self._holding(False, after)
 
-    def acquire(self, wait_s: float = 0.0, poll_s: float = 0.25) -> None:
+    def acquire(self, wait_s: float = 0.0, poll_s: float = 0.25, stop: Callable[[], bool] = lambda: False) -> None:
         """Take the lease, waiting up to ``wait_s`` seconds for its holder; raise LeaseHeld.
 
-        While waiting, the row says so (``wanted_by``): a loop holding it lets go after its tick."""
+        While waiting, the row says so (``wanted_by``): a loop holding it lets go after its tick. The wait
+        ends early, as LeaseHeld, once ``stop()`` says the process was asked to stop (a loop's SIGINT or
+        SIGTERM): a runner waiting up to ``--wait-lease`` for another's long tick still stops at once."""
         deadline = time.monotonic() + wait_s
         while True:
             holder = self.try_acquire()
             if holder is None:
                 return
-            if time.monotonic() >= deadline:
+            if time.monotonic() >= deadline or stop():
                 raise LeaseHeld(holder)
             if holder.wanted_by != self.owner:
                 self._ask(holder)
@@ -242,9 +244,10 @@ class Lease:
             self.release()
 
     @contextlib.contextmanager
-    def ticking(self, wait_s: float = 0.0) -> Iterator[Lease]:
-        """One tick of a loop: hold the lease for the block and keep it after, unless someone waits for it."""
-        self.acquire(wait_s)
+    def ticking(self, wait_s: float = 0.0, stop: Callable[[], bool] = lambda: False) -> Iterator[Lease]:
+        """One tick of a loop: hold the lease for the block and keep it after, unless someone waits for it
+        (``stop``: as :meth:`acquire`'s)."""
+        self.acquire(wait_s, stop=stop)
         try:
             yield self
         finally:

@@ -219,9 +219,11 @@ def run_forever(settings: Settings, config: RunConfig, view: LoopView) -> int:
     With ``config.metrics_port`` it serves its metrics there, on a thread, for as long as it runs. A run-policy
     file that is missing or invalid is refused (ConfigError) before anything is opened, served or claimed."""
     _check_run_policies(settings)
+    stop = StopRequest().install()  # from here on a stop signal also ends a wait for the lease
     exposition = _exposition(config)
     try:
-        return _under_lease(settings, config, view, lambda app, lease: _loop_with(app, lease, config, view))
+        return _under_lease(settings, config, view, lambda app, lease: _loop_with(app, lease, config, view, stop),
+                            stop=stop.is_set)
     except RestartRequested as exc:
         if exposition is not None:
             exposition.close()  # the new process listens on the same port
@@ -249,13 +251,15 @@ def _exposition(config: RunConfig) -> MetricsServer | None:
     return server
 
 
-def _under_lease(settings: Settings, config: RunConfig, view: TickView, body: Callable[[App, Lease], int]) -> int:
+def _under_lease(settings: Settings, config: RunConfig, view: TickView, body: Callable[[App, Lease], int],
+                 stop: Callable[[], bool] = lambda: False) -> int:
     """Open the app, take the tick lease before the views are built (building them writes too), run ``body``,
-    then give the lease up and close; 0 (shown as skipped) when another runner keeps the lease."""
+    then give the lease up and close; 0 (shown as skipped) when another runner keeps the lease, or when
+    ``stop()`` turns true while this process waits for it."""
     with open_app(settings) as app:
         lease = tick_lease(app.store)
         try:
-            lease.acquire(config.lease_wait_s)
+            lease.acquire(config.lease_wait_s, stop=stop)
         except LeaseHeld as exc:
             view.skipped(exc)
             return 0
@@ -317,7 +321,7 @@ def _recorded(store: TableStore, tick: Callable[[RunStart, TickResult], TickResu
         raise tick_failure(exc, done) from exc
 
 
-def _loop_with(app: App, lease: Lease, config: RunConfig, view: LoopView) -> int:
+def _loop_with(app: App, lease: Lease, config: RunConfig, view: LoopView, stop: StopRequest) -> int:
     with _heartbeat(app, lease, view) as heartbeat, _wakeups(app, heartbeat, config) as (wakes, watches):
         if wakes is not None:
             heartbeat.hurry = wakes.pending  # a wake-up during a tick: it leaves what can wait to the next
@@ -335,12 +339,13 @@ def _loop_with(app: App, lease: Lease, config: RunConfig, view: LoopView) -> int
             running.clear()
             running[start.run_id] = TickResult(run_id=start.run_id, snapshot_ts=start.snapshot_ts, scope=scope)
             with engine_failures():  # a tick after the engine died fails with why it died
-                result = _leased_tick(lease, heartbeat, start, scope, config, view, running[start.run_id])
+                result = _leased_tick(lease, heartbeat, start, scope, config, view, running[start.run_id],
+                                      stop=stop.is_set)
             if result is not None and result.polled and watches is not None:
                 watches.follow([s.target for s in result.sensed])
             return result
 
-        return run_loop(tick, config, view, hooks, wakes)
+        return run_loop(tick, config, view, hooks, wakes, stop)
 
 
 @contextlib.contextmanager
@@ -366,11 +371,13 @@ def _wakeups(app: App, heartbeat: Heartbeat,
 
 
 def _leased_tick(lease: Lease, heartbeat: Heartbeat, start: RunStart, scope: TickScope, config: RunConfig,
-                 view: TickView, done: TickResult | None = None) -> TickResult | None:
+                 view: TickView, done: TickResult | None = None,
+                 stop: Callable[[], bool] = lambda: False) -> TickResult | None:
     """One tick of the loop under the lease (kept after it unless another runner waits for it), or None
-    (skipped, shown) when another runner holds it. It fills ``done`` when given."""
+    (skipped, shown) when another runner holds it, past the wait or once ``stop()`` says the loop stops.
+    It fills ``done`` when given."""
     try:
-        with lease.ticking(config.lease_wait_s):
+        with lease.ticking(config.lease_wait_s, stop=stop):
             return _counted(heartbeat, start, scope, done)
     except LeaseHeld as exc:
         view.skipped(exc)
@@ -432,14 +439,14 @@ LoopTick = Callable[[RunStart, TickScope], "TickResult | None"]
 
 
 def run_loop(tick: LoopTick, config: RunConfig, view: LoopView, hooks: LoopHooks = LoopHooks(),
-             wakes: WakeSignal | None = None) -> int:
+             wakes: WakeSignal | None = None, stop: StopRequest | None = None) -> int:
     """Poll every ``config.interval_s`` seconds until SIGINT/SIGTERM; 0, EXIT_LAKEHOUSE_UNUSABLE or
     EXIT_PROJECT_CHANGED (checked before each tick, so no tick runs half on either project). With
     ``wakes``, a wake-up between polls ticks at once for the sources it named.
 
     ``tick`` returns None when it was skipped. RestartRequested (from ``hooks.after_tick``) and
     BrokenPipeError (the reader of the output went away) end the loop by propagating."""
-    stop = StopRequest().install()
+    stop = stop or StopRequest().install()
     state, scope, poll_at = LoopState(), POLL, 0.0
     with view.session():
         while not stop.is_set():
