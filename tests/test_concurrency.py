@@ -10,10 +10,11 @@ import subprocess
 import sys
 import time
 from dataclasses import replace
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from harness import HEADER, CliLakehouse, marker_jobs_file
+from harness import HEADER, CliLakehouse, LakehouseTemplate, marker_jobs_file
 from harness import config_row as row
 
 from heartbeat_runner.core.records import Event, utcnow
@@ -24,16 +25,26 @@ from heartbeat_runner.runner.app import open_app
 from heartbeat_runner.runner.lease import Lease, LeaseHeld, LeaseLost
 
 
-@pytest.fixture
-def lake(tmp_path) -> CliLakehouse:
-    config = tmp_path / "config.csv"
+def _seeded(root: Path) -> CliLakehouse:
+    config = root / "config.csv"
     config.write_text("\n".join([HEADER, row("delta_table", "up.events", "201"), row("trigger_file", "drop", "202")]) + "\n")
-    lake = CliLakehouse(tmp_path / "lakehouse", config=config, jobs_file=marker_jobs_file(tmp_path / "jobs.yml", "201", "202"))
+    lake = CliLakehouse(root / "lakehouse", config=config, jobs_file=marker_jobs_file(root / "jobs.yml", "201", "202"))
     lake.home.mkdir()
     lake.append_ids("up.events", 0)
     lake.cli("seed")
     lake.cli("run")  # baseline
     return lake
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory) -> LakehouseTemplate:
+    return LakehouseTemplate(tmp_path_factory.mktemp("template"), _seeded)
+
+
+@pytest.fixture
+def lake(tmp_path, template) -> CliLakehouse:
+    """201 reads the Delta table ``up.events``, 202 the trigger folder ``drop``; seeded, at its baseline."""
+    return template.copy(tmp_path)
 
 
 def run_pair(lake: CliLakehouse) -> list[str]:
