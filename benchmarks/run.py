@@ -172,8 +172,9 @@ def engine_env(engine: str, root: Path) -> dict[str, str]:
     """The settings' environment that runs a lakehouse under ``root`` on ``engine`` (one of ENGINES)."""
     if engine == "sail":
         return {}
+    heap = os.environ.get("HEARTBEAT_SPARK_DRIVER_MEMORY")  # the one setting a benchmark run may choose
     return {"HEARTBEAT_TARGET": "spark-local", "HEARTBEAT_SPARK_MODE": engine.removeprefix("spark-"),
-            "HEARTBEAT_SPARK_DIR": str(root / "spark")}
+            "HEARTBEAT_SPARK_DIR": str(root / "spark"), **({"HEARTBEAT_SPARK_DRIVER_MEMORY": heap} if heap else {})}
 
 
 def _sensors(n: int) -> list[Sensor]:

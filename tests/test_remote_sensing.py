@@ -212,3 +212,21 @@ def test_tables_the_catalog_cannot_vouch_for_are_sensed_from_their_history(spark
     assert found[-1] == {"managed"} and "lagging" not in set.union(*found[1:])
     lag_logs = [r for r in caplog.records if "last_altered does not show" in r.getMessage()]
     assert len(lag_logs) == 1 and "lagging" in lag_logs[0].getMessage()
+
+
+def test_a_look_at_more_tables_than_a_batch_asks_in_batches_and_answers_for_every_table(spark, tmp_path, monkeypatch):
+    """A deployment with thousands of Delta sources named every table in one statement (a parameter per name):
+    the look now asks CATALOG_LOOK_BATCH names per query (here 3, for 7 tables: 3 queries), and the merged answer
+    is the one a single query gives."""
+    from heartbeat_runner.engines import engine as engine_module
+
+    for name in TABLES:
+        catalog_says(spark, name, altered="yesterday")
+    names = [f"{CATALOG}.{SCHEMA}.{name}" for name in TABLES]
+    whole = remote_engine(spark, tmp_path).catalog_look(names)
+    monkeypatch.setattr(engine_module, "CATALOG_LOOK_BATCH", 3)
+    batched = remote_engine(spark, tmp_path)
+    assert batched.catalog_look(names) == whole and set(whole) == set(names)
+    looks = batched.session.looks()
+    assert len(looks) == 3
+    assert sorted(len([k for k in args if k.startswith("t")]) for _, args in looks) == [1, 3, 3]

@@ -158,7 +158,9 @@ def _follow(spark, table: Path) -> None:
     table_ids = {json.loads(line)["metaData"]["id"] for c in commits for line in c.read_text().splitlines()
                  if line.strip() and "metaData" in json.loads(line)}
     assert len(table_ids) == 1, f"the table was replaced: ids {table_ids}"
-    assert len(versions) >= 4, f"fewer than three rebuilds after the first: versions {versions}"
+    # the demo's ticks rebuild the table three to five times (a hurried tick leaves the rebuild to the next one):
+    # two rebuilds after the first give the follower something to follow
+    assert len(versions) >= 3, f"fewer than two rebuilds after the first: versions {versions}"
 
     def as_of(version: int) -> dict[str, str]:
         frame = spark.read.format("delta").option("versionAsOf", version).load(str(table))
@@ -194,3 +196,32 @@ def test_a_recorded_tick_duration_counts_every_stage_and_the_report(hb):
               if stage not in COUNT_FIGURES and isinstance(seconds, (int, float))}  # counts and lists beside them
     assert {"sensing", "dbt", "triggering", "report"} <= set(stages)
     assert run["duration_s"] >= sum(stages.values()) - 0.01  # rounding of the recorded figures
+
+
+@pytest.mark.engines("spark-connect", "spark-classic")
+def test_a_first_tick_finds_its_upstream_tables_files_in_one_catalog_listing_per_schema(hb):
+    """Issue 55: a first tick on local Spark asked each upstream table for its location with a DESCRIBE DETAIL of its
+    own (each loads the table's snapshot): at 1,000 sources about 100 s of the cold start. Now one ``SHOW TABLE
+    EXTENDED`` per schema finds them all; the locations are the tables' own, and sensing reads their logs there."""
+    from heartbeat_runner.engines.engine import local_path
+
+    tables = [f"loc_sales.t{i}" for i in range(4)]
+    for name in tables:
+        hb.create_table(name, "id bigint")
+    hb.jobs(J1=0)
+    hb.seed(*(row("delta_table", name, "J1") for name in tables))
+    spark = hb.app.engine.spark
+    plain, asked = spark.sql, []
+    spark.sql = lambda text, *args, **kwargs: (asked.append(text), plain(text, *args, **kwargs))[1]
+    try:
+        hb.tick()  # the baseline
+    finally:
+        del spark.sql
+    assert [text for text in asked if text.startswith("SHOW TABLE")] == ["SHOW TABLE EXTENDED IN loc_sales LIKE '*'"]
+    assert not [text for text in asked if text.startswith("DESCRIBE DETAIL") and "loc_sales" in text], asked
+    for name in tables:
+        told = local_path(spark.sql(f"DESCRIBE DETAIL {name}").collect()[0]["location"])
+        assert hb.app.engine.delta_log_dir(name) == told
+    for name in tables:
+        hb.insert(name, "(1)")
+    assert hb.tick().triggered_job_ids == ["J1"]

@@ -107,6 +107,8 @@ class DeltaTableSource(Source):
         """Tables on this machine whose newest commit is still their cursor's version: exactly what
         :meth:`sense` would find first, without a worker thread per table (at 10,000 tables the hand-offs
         cost more than the looks). A table that cannot be looked at here is left to :meth:`sense`."""
+        ctx.engine.learn_locations([ctx.engine.upstream_table(t.sensor_id) for t in targets
+                                    if not is_path(t.sensor_id)])
         out = {}
         for target in targets:
             try:
