@@ -18,11 +18,11 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from harness import HEADER, CliLakehouse, marker_jobs_file
+from harness import HEADER, CliLakehouse, LakehouseTemplate, marker_jobs_file
 from harness import config_row as row
 
 from heartbeat_runner.core.processes import pid_alive, process_command, process_tree, tree_rss_bytes
@@ -31,6 +31,21 @@ from heartbeat_runner.jobs.local import is_job_run
 from heartbeat_runner.runner.app import open_app
 
 MIB = 1024 * 1024
+
+
+@pytest.fixture(scope="module")
+def lakehouses(tmp_path_factory) -> Callable[..., CliLakehouse]:
+    """``lakehouses(tmp_path, delta=D, files=F)``: a copy of the module's seeded lakehouse of that shape
+    (built once per shape: LakehouseTemplate)."""
+    templates: dict[tuple[int, int], LakehouseTemplate] = {}
+
+    def copy(tmp_path: Path, *, delta: int, files: int) -> CliLakehouse:
+        if (delta, files) not in templates:
+            root = tmp_path_factory.mktemp(f"template-{delta}-{files}")
+            templates[delta, files] = LakehouseTemplate(root, lambda at: _lakehouse(at, delta=delta, files=files))
+        return templates[delta, files].copy(tmp_path)
+
+    return copy
 
 
 def _lakehouse(tmp_path: Path, *, delta: int, files: int, env: dict[str, str] | None = None) -> CliLakehouse:
@@ -149,11 +164,11 @@ def _process_figures(lake: CliLakehouse) -> list[dict]:
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_an_idle_loop_keeps_the_memory_of_its_process_tree_flat(tmp_path):
+def test_an_idle_loop_keeps_the_memory_of_its_process_tree_flat(tmp_path, lakehouses):
     """2,000 idle ticks at 12 sensors (~1 min on a quiet machine): the tree's peak over ticks 1,100-2,000
     stays under 1.25x its peak over ticks 200-1,100. Before issue 18 the in-process engine grew ~1 MiB
     per idle tick (2 GiB here). The engine is recycled every 700 ticks, so each half holds a recycle."""
-    lake = _lakehouse(tmp_path, delta=6, files=6)
+    lake = lakehouses(tmp_path, delta=6, files=6)
     with _sampled_loop(lake, env={"HEARTBEAT_ENGINE_RECYCLE_TICKS": "700"}) as (loop, sampler):
         loop.wait_ticks(200, 300)
         sampler.phase = "early"
@@ -171,13 +186,13 @@ def test_an_idle_loop_keeps_the_memory_of_its_process_tree_flat(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_a_busy_loop_keeps_its_memory_bounded_by_recycling_the_engine(tmp_path):
+def test_a_busy_loop_keeps_its_memory_bounded_by_recycling_the_engine(tmp_path, lakehouses):
     """11 changes, each followed by 10 ticks (its trigger, reconciliation, idle ticks; ~1.5 min on a
     quiet machine; a busy tick builds the control table with dbt, ~25 MiB of engine memory before
     issue 18's recycling). With HEARTBEAT_ENGINE_MAX_RSS_MB=180 the engine is recycled, and the tree's
     peak over changes 8-11 stays under 1.25x its peak over changes 4-7 (the first three warm up).
     Every change is triggered exactly once."""
-    lake = _lakehouse(tmp_path, delta=2, files=4)
+    lake = lakehouses(tmp_path, delta=2, files=4)
     with _sampled_loop(lake, env={"HEARTBEAT_ENGINE_MAX_RSS_MB": "180"}) as (loop, sampler):
         for change in range(11):
             sampler.phase = None if change < 3 else "early" if change < 7 else "late"
@@ -214,13 +229,13 @@ def _wait_engine(loop: _Loop, count: int, timeout_s: float, sampler: _PeakSample
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_an_idle_loop_parks_its_engine_and_starts_it_again_for_new_data(tmp_path):
+def test_an_idle_loop_parks_its_engine_and_starts_it_again_for_new_data(tmp_path, lakehouses):
     """HEARTBEAT_ENGINE_PARK_AFTER_S=1: a second after its last query the loop ends its engine's process
     and goes on ticking without one (hundreds of idle ticks over more than HEARTBEAT_IDLE_FLUSH=3 s,
     none of which starts it: the idle streak's row waits while parked), holding clearly less memory;
     new data starts a new engine, its job is triggered once, the waiting streak's row is written with
     it, the run report counts the start, and the engine is parked again once idle."""
-    lake = _lakehouse(tmp_path, delta=2, files=2)
+    lake = lakehouses(tmp_path, delta=2, files=2)
     env = {"HEARTBEAT_ENGINE_PARK_AFTER_S": "1", "HEARTBEAT_IDLE_FLUSH": "3"}
     with _sampled_loop(lake, env=env) as (loop, sampler):
         _wait_engine(loop, 1, 120, sampler, None)
@@ -253,11 +268,11 @@ def test_an_idle_loop_parks_its_engine_and_starts_it_again_for_new_data(tmp_path
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_past_its_memory_ceiling_the_loop_restarts_itself_and_loses_or_repeats_nothing(tmp_path):
+def test_past_its_memory_ceiling_the_loop_restarts_itself_and_loses_or_repeats_nothing(tmp_path, lakehouses):
     """HEARTBEAT_MAX_RSS_MB=1: every tick passes the ceiling, so the loop restarts after each one
     (same pid, the restart logged and counted in the run report). New data arriving across two
     restarts is sensed once and its job triggered once; no event is recorded twice."""
-    lake = _lakehouse(tmp_path, delta=1, files=1)
+    lake = lakehouses(tmp_path, delta=1, files=1)
     lake.drop_trigger_file("drop0", "a.done")
     loop = _Loop(lake, env={"HEARTBEAT_MAX_RSS_MB": "1"})
     try:
@@ -285,10 +300,10 @@ def test_past_its_memory_ceiling_the_loop_restarts_itself_and_loses_or_repeats_n
     assert any(f.get("loop_restarts", 0) >= 1 for f in _process_figures(lake))
 
 
-def test_a_recycled_engine_keeps_tables_views_and_dbt_working(tmp_path):
+def test_a_recycled_engine_keeps_tables_views_and_dbt_working(tmp_path, lakehouses):
     """In one process: after a recycle the engine is a new child process, the tables and views answer
     as before, and dbt (dbt-spark's session method) builds against the new engine."""
-    lake = _lakehouse(tmp_path, delta=1, files=1)
+    lake = lakehouses(tmp_path, delta=1, files=1)
     settings = load_settings(lakehouse_dir=str(lake.home), env=lake.env)
     with open_app(settings) as app:
         app.ensure_views()
@@ -303,12 +318,12 @@ def test_a_recycled_engine_keeps_tables_views_and_dbt_working(tmp_path):
         assert [r["trigger_job_id"] for r in app.store.control_rows()] == [r["trigger_job_id"] for r in before]
 
 
-def test_an_idle_tick_after_a_recycle_or_a_wake_still_sends_no_sql(tmp_path):
+def test_an_idle_tick_after_a_recycle_or_a_wake_still_sends_no_sql(tmp_path, lakehouses):
     """The new engine process answers as the old one did (same tables, views from the same SQL), so the
     reads cached before stay valid: an idle tick right after a recycle or a wake parses nothing. (Each
     recycle used to drop the cache: the 10,000-tick busy soak recycled 1,519 times and its idle ticks
     slowed from 0.015 s to 0.059 s.)"""
-    lake = _lakehouse(tmp_path, delta=2, files=2)
+    lake = lakehouses(tmp_path, delta=2, files=2)
     settings = load_settings(lakehouse_dir=str(lake.home), env=lake.env)
     with open_app(settings) as app:
         heartbeat = app.heartbeat()
@@ -325,11 +340,11 @@ def test_an_idle_tick_after_a_recycle_or_a_wake_still_sends_no_sql(tmp_path):
         heartbeat.close()
 
 
-def test_an_engine_recycled_on_a_short_lived_thread_outlives_that_thread(tmp_path):
+def test_an_engine_recycled_on_a_short_lived_thread_outlives_that_thread(tmp_path, lakehouses):
     """The ``ui`` recycles the engine on the thread of the request that passed the bound; the kernel's
     parent-death signal follows the spawning *thread*, so a server spawned there was killed when the
     request ended and every later read of the page failed. The new server must keep answering."""
-    lake = _lakehouse(tmp_path, delta=1, files=1)
+    lake = lakehouses(tmp_path, delta=1, files=1)
     settings = load_settings(lakehouse_dir=str(lake.home), env=lake.env)
     with open_app(settings) as app:
         app.ensure_views()
@@ -350,7 +365,7 @@ def _fresh_engine_mib(lake: CliLakehouse) -> float:
         return app.engine.engine_rss_bytes() / MIB
 
 
-def test_a_fresh_engine_commits_its_allocators_pages_as_it_uses_them(tmp_path, monkeypatch):
+def test_a_fresh_engine_commits_its_allocators_pages_as_it_uses_them(tmp_path, monkeypatch, lakehouses):
     """The engine's allocator (mimalloc in Sail) committed whole arenas up front: tens of MiB of a
     fresh engine that it never used, every recycle (one recycling bound serves fewer recycles and a
     lower peak without it). A user who sets MIMALLOC_ARENA_EAGER_COMMIT keeps their value: that
@@ -359,7 +374,7 @@ def test_a_fresh_engine_commits_its_allocators_pages_as_it_uses_them(tmp_path, m
     Both engines run the same warm tick (the lakehouse is made first). The bound is a difference,
     not a ratio: on this small lakehouse the two were 166 and ~205 MiB (0.81x, too near any ratio
     to hold on a busy machine), and 169 and 171 MiB before the change."""
-    lake = _lakehouse(tmp_path, delta=2, files=2)
+    lake = lakehouses(tmp_path, delta=2, files=2)
     _fresh_engine_mib(lake)
     lazy = _fresh_engine_mib(lake)
     monkeypatch.setenv("MIMALLOC_ARENA_EAGER_COMMIT", "1")
@@ -402,7 +417,7 @@ def test_the_loops_ceiling_leaves_out_the_local_job_runs_it_started(tmp_path):
         job.wait(timeout=30)
 
 
-def test_a_default_memory_bound_below_the_workload_follows_it_and_one_the_user_set_is_obeyed(tmp_path):
+def test_a_default_memory_bound_below_the_workload_follows_it_and_one_the_user_set_is_obeyed(tmp_path, lakehouses):
     """At 10,000 sources a fresh engine holds more than the default HEARTBEAT_ENGINE_MAX_RSS_MB and the tree more
     than HEARTBEAT_MAX_RSS_MB: with the defaults obeyed literally the loop recycled its engine and restarted itself
     after every tick (a commit took 7-12 s to reach its job at --interval 1). A bound left at its default now
@@ -412,7 +427,7 @@ def test_a_default_memory_bound_below_the_workload_follows_it_and_one_the_user_s
     from heartbeat_runner.runner.loop import memory_guard
     from heartbeat_runner.runner.memory import RestartRequested
 
-    lake = _lakehouse(tmp_path, delta=1, files=1)
+    lake = lakehouses(tmp_path, delta=1, files=1)
     recycles = {}
     for user_set in (False, True):
         settings = load_settings(lakehouse_dir=str(lake.home), env=lake.env)
@@ -463,12 +478,12 @@ def test_a_stop_signal_during_a_tick_stops_the_loop_even_when_its_memory_asks_fo
     assert code == 0 and len(ticks) == 1
 
 
-def test_a_recycle_that_comes_due_while_a_wake_up_waits_waits_for_its_tick(tmp_path):
+def test_a_recycle_that_comes_due_while_a_wake_up_waits_waits_for_its_tick(tmp_path, lakehouses):
     """A recycle takes about a second; a wake-up waiting when one comes due goes first (EngineRecycler.hurry),
     for RECYCLE_DEFERRALS uses at most, after which the engine is recycled even while wake-ups keep coming."""
     from heartbeat_runner.runner.memory import RECYCLE_DEFERRALS, EngineRecycler
 
-    lake = _lakehouse(tmp_path, delta=1, files=1)
+    lake = lakehouses(tmp_path, delta=1, files=1)
     settings = load_settings(lakehouse_dir=str(lake.home), env=lake.env)
     with open_app(settings) as app:
         app.ensure_views()
