@@ -1,6 +1,7 @@
 import os
 import shutil
 import sys
+from datetime import datetime, timezone
 from importlib.util import find_spec
 from pathlib import Path
 
@@ -95,6 +96,17 @@ def pytest_collection_modifyitems(config, items):
         for item in kept:
             if item.get_closest_marker("slow"):
                 item.add_marker(pytest.mark.skip(reason=slow))
+
+
+@pytest.fixture(autouse=True)
+def _fresh_hybrid_clock():
+    """Each test starts with this process's hybrid clock (core/records.py ``CLOCK``) as a new process has it: it
+    has seen no event. A test that commits events minutes ahead (another writer's clock) pushes the clock past
+    them, and a later test of the same worker would otherwise stamp, and call "now", minutes in the future."""
+    from heartbeat_runner.core.records import CLOCK
+
+    CLOCK._last = datetime.min.replace(tzinfo=timezone.utc)
+    yield
 
 
 @pytest.fixture(autouse=True)
