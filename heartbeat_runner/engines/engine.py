@@ -715,7 +715,7 @@ class Engine:
         directory listing, not a Spark job; None when the engine's files are elsewhere (Databricks,
         a remote Spark) or the table is not found. The embedded engine knows it; local Apache Spark is
         asked once per table (one DESCRIBE DETAIL), remembered while that folder holds a Delta log."""
-        known = self.local_location(table_name) or self._disk.get(table_name)
+        known = self._known_location(table_name)
         if known is not None or not self.ops.local_files:
             return known
         try:
@@ -723,10 +723,7 @@ class Engine:
         except Exception as exc:  # noqa: BLE001 - not found or not readable: the caller's Spark path says why
             log.debug("%s: no location (%s)", table_name, exc)
             return None
-        if found is not None and (found / "_delta_log").is_dir():
-            self._disk[table_name] = found
-            return found
-        return None
+        return self._remember_location(table_name, found)
 
     def learn_locations(self, table_names: Sequence[str]) -> None:
         """Ask where the unknown ones of ``table_names`` (``schema.table``) keep their files in one catalog
@@ -737,9 +734,7 @@ class Engine:
         by_schema: dict[str, dict[str, str]] = {}  # schema -> table -> the name as given (all lower case keys)
         for name in table_names:
             parts = name.lower().split(".")
-            if len(parts) != 2 or not is_table_name(name) or name in self._disk:
-                continue
-            if self.local_location(name) is None:
+            if len(parts) == 2 and is_table_name(name) and self._known_location(name) is None:
                 by_schema.setdefault(parts[0], {})[parts[1]] = name
         for schema, tables in by_schema.items():
             if len(tables) < 2:
@@ -750,9 +745,18 @@ class Engine:
                 log.debug("could not list the tables of %s: %s", schema, exc)
                 continue
             for table, name in tables.items():
-                found = listed.get(table)
-                if found is not None and (found / "_delta_log").is_dir():
-                    self._disk[name] = found
+                self._remember_location(name, listed.get(table))
+
+    def _known_location(self, table_name: str) -> Path | None:
+        """Where ``table_name`` lives, if the engine manages its files or it was found before."""
+        return self.local_location(table_name) or self._disk.get(table_name)
+
+    def _remember_location(self, table_name: str, found: Path | None) -> Path | None:
+        """Remember ``found`` as ``table_name``'s folder while it holds a Delta log; that folder, else None."""
+        if found is not None and (found / "_delta_log").is_dir():
+            self._disk[table_name] = found
+            return found
+        return None
 
     def forget_location(self, table_name: str) -> None:
         """Ask again next time (the table was dropped or re-created elsewhere)."""
