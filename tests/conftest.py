@@ -98,6 +98,15 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(pytest.mark.skip(reason=slow))
 
 
+@pytest.fixture(scope="module")
+def template(request, tmp_path_factory):
+    """The module's lakehouse, built once by its ``seeded_lakehouse(root)`` on first use and copied into each test
+    that asks (``template.copy(tmp_path)``; harness.LakehouseTemplate)."""
+    from harness import LakehouseTemplate
+
+    return LakehouseTemplate(tmp_path_factory.mktemp("template"), request.module.seeded_lakehouse)
+
+
 @pytest.fixture(autouse=True)
 def _fresh_hybrid_clock():
     """Each test starts with this process's hybrid clock (core/records.py ``CLOCK``) as a new process has it: it

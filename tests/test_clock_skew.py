@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from harness import HEADER, MARKER_JOB, CliLakehouse, LakehouseTemplate
+from harness import HEADER, MARKER_JOB, CliLakehouse
 from harness import config_row as row
 
 LIBFAKETIME = next(iter(sorted(Path("/usr/lib").glob("*/faketime/libfaketime.so.1"))), None)
@@ -22,11 +22,6 @@ def shifted(seconds: int) -> dict[str, str]:
     """The environment of a process whose wall clock is ``seconds`` ahead (negative: behind). Its monotonic clock
     moves by the same offset: libfaketime 0.9.10 leaving it alone fails Python's ``time.sleep`` (EINVAL)."""
     return {"LD_PRELOAD": str(LIBFAKETIME), "FAKETIME": f"{seconds:+d}s"}
-
-
-@pytest.fixture(scope="module")
-def template(tmp_path_factory) -> LakehouseTemplate:
-    return LakehouseTemplate(tmp_path_factory.mktemp("template"), _lake)
 
 
 @pytest.fixture
@@ -40,7 +35,7 @@ SLOW_MARKER_JOB = ("import os, pathlib, time; h = pathlib.Path(os.environ['HEART
                    "raise SystemExit(1 if (h / 'fail').exists() else 0)")
 
 
-def _lake(tmp_path: Path) -> CliLakehouse:
+def seeded_lakehouse(tmp_path: Path) -> CliLakehouse:
     """One upstream Delta table sensed for job 301 (SLOW_MARKER_JOB), seeded and at its baseline."""
     config = tmp_path / "config.csv"
     config.write_text("\n".join([HEADER, row("delta_table", "up.events", "301")]) + "\n")

@@ -14,7 +14,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from harness import HEADER, CliLakehouse, LakehouseTemplate, marker_jobs_file
+from harness import HEADER, CliLakehouse, marker_jobs_file
 from harness import config_row as row
 
 from heartbeat_runner.core.records import Event, utcnow
@@ -25,7 +25,7 @@ from heartbeat_runner.runner.app import open_app
 from heartbeat_runner.runner.lease import Lease, LeaseHeld, LeaseLost
 
 
-def _seeded(root: Path) -> CliLakehouse:
+def seeded_lakehouse(root: Path) -> CliLakehouse:
     config = root / "config.csv"
     config.write_text("\n".join([HEADER, row("delta_table", "up.events", "201"), row("trigger_file", "drop", "202")]) + "\n")
     lake = CliLakehouse(root / "lakehouse", config=config, jobs_file=marker_jobs_file(root / "jobs.yml", "201", "202"))
@@ -34,11 +34,6 @@ def _seeded(root: Path) -> CliLakehouse:
     lake.cli("seed")
     lake.cli("run")  # baseline
     return lake
-
-
-@pytest.fixture(scope="module")
-def template(tmp_path_factory) -> LakehouseTemplate:
-    return LakehouseTemplate(tmp_path_factory.mktemp("template"), _seeded)
 
 
 @pytest.fixture

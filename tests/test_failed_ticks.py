@@ -14,7 +14,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from harness import HEADER, CliLakehouse, LakehouseTemplate, marker_jobs_file, serving_page, ticks, wait_for
+from harness import HEADER, CliLakehouse, marker_jobs_file, serving_page, ticks, wait_for
 from harness import config_row as row
 
 from heartbeat_runner.core.errors import TransientError
@@ -26,18 +26,13 @@ from heartbeat_runner.runner.tick import TickResult
 INJECTED = "tick failed (unexpected): InjectedFault: injected failure at after_sensing"
 
 
-def _seeded(root: Path) -> CliLakehouse:
+def seeded_lakehouse(root: Path) -> CliLakehouse:
     config = root / "config.csv"
     config.write_text("\n".join([HEADER, row("trigger_file", "drop", "J1")]) + "\n")
     lake = CliLakehouse(root / "lakehouse", config=config, jobs_file=marker_jobs_file(root / "jobs.yml", "J1"))
     lake.cli("seed")
     lake.cli("run")  # baseline: a new sensor starts at its source's current end
     return lake
-
-
-@pytest.fixture(scope="module")
-def template(tmp_path_factory) -> LakehouseTemplate:
-    return LakehouseTemplate(tmp_path_factory.mktemp("template"), _seeded)
 
 
 @pytest.fixture

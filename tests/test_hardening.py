@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from harness import HEADER, CliLakehouse, LakehouseTemplate, marker_jobs_file, stop_loop, wait_for
+from harness import HEADER, CliLakehouse, marker_jobs_file, stop_loop, wait_for
 from harness import config_row as row
 
 from heartbeat_runner.core.errors import ConfigError
@@ -106,17 +106,12 @@ def test_a_query_edited_into_the_table_behind_the_csv_is_refused_at_sensing(hb):
 
 # -- 2. the loop survives any failing tick; it stops only when the lakehouse is unusable -----------
 
-def _seeded(root: Path) -> CliLakehouse:
+def seeded_lakehouse(root: Path) -> CliLakehouse:
     config = write_config(root / "config.csv", row("trigger_file", "drop", "J1"))
     lake = CliLakehouse(root / "lakehouse", config=config, jobs_file=marker_jobs_file(root / "jobs.yml", "J1"))
     lake.cli("seed")
     lake.cli("run")  # baseline
     return lake
-
-
-@pytest.fixture(scope="module")
-def template(tmp_path_factory) -> LakehouseTemplate:
-    return LakehouseTemplate(tmp_path_factory.mktemp("template"), _seeded)
 
 
 @pytest.fixture
