@@ -3,6 +3,9 @@ A write that lost a Delta commit race is repeated; any other failure is raised a
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
+
 import pytest
 
 from heartbeat_runner.engines.engine_errors import (
@@ -107,3 +110,37 @@ def test_a_dropped_spark_connect_session_leaves_the_other_clients_working(hb):
     assert hb.tick().triggered_job_ids == ["J1"]
     hb.wait_for_jobs()
     assert hb.job_status("J1") == {"COMPLETED"}
+
+
+def _child_environment(pid: int) -> dict[str, str]:
+    """The environment a running process was started with (Linux ``/proc``)."""
+    raw = Path(f"/proc/{pid}/environ").read_bytes()
+    return dict(item.split("=", 1) for item in raw.decode().split("\0") if "=" in item)
+
+
+def test_the_engines_session_outlives_sails_idle_timeout_unless_the_user_sets_one(monkeypatch):
+    """Sail drops a Spark Connect session after 15 idle minutes by default. A status page nobody visited
+    for 15 minutes, or a worker whose shared engine sat idle that long (CI), then failed every query with
+    "session ... is not running". The engine's child keeps its session a year; a timeout the user sets
+    still wins, and Sail then does drop the idle session."""
+    from pyspark.sql import SparkSession
+
+    from heartbeat_runner.engines.sail_process import SESSION_TIMEOUT_S, SailProcess
+
+    monkeypatch.delenv("SAIL_SPARK__SESSION_TIMEOUT_SECS", raising=False)
+    ours = SailProcess.start()
+    try:
+        assert int(_child_environment(ours.pid)["SAIL_SPARK__SESSION_TIMEOUT_SECS"]) == SESSION_TIMEOUT_S >= 86_400
+    finally:
+        ours.stop()
+
+    monkeypatch.setenv("SAIL_SPARK__SESSION_TIMEOUT_SECS", "1")
+    theirs = SailProcess.start()
+    try:
+        session = SparkSession.builder.remote(theirs.url).create()
+        assert session.sql("SELECT 1 AS one").collect()[0]["one"] == 1
+        time.sleep(4)
+        with pytest.raises(Exception, match="is not running"):
+            session.sql("SELECT 2 AS two").collect()
+    finally:
+        theirs.stop()

@@ -22,7 +22,8 @@ Invariants:
   the process, never on a short-lived thread (a ``ui`` request recycling the engine on its own
   thread killed the new server the moment the request ended);
 - the child's allocator (mimalloc, inside Sail) commits its arenas' pages as they are used, not
-  up front (:data:`CHILD_ENVIRONMENT`), unless the user's environment says otherwise.
+  up front, and the child keeps an idle session for a year, not Sail's 15 minutes (both in
+  :data:`CHILD_ENVIRONMENT`), unless the user's environment says otherwise.
 """
 
 from __future__ import annotations
@@ -50,8 +51,12 @@ _PR_SET_PDEATHSIG = 1
 #: the child's environment defaults. Sail's allocator commits a whole arena up front by default: a
 #: fresh engine held ~164 MiB after its first queries, ~108 MiB with this (benchmarks/README.md), so
 #: the same recycling bound is reached later and a lower bound serves. RUST_LOG keeps Sail's own
-#: logging to errors.
-CHILD_ENVIRONMENT = {"RUST_LOG": "error", "MIMALLOC_ARENA_EAGER_COMMIT": "0"}
+#: logging to errors. Sail drops a Spark Connect session after 15 idle minutes by default; the runner's
+#: one session must live as long as the child does (the runner parks or recycles the child itself, and a
+#: status page or ``serve`` left unvisited overnight still answers), so the timeout is a year.
+SESSION_TIMEOUT_S = 365 * 24 * 3600
+CHILD_ENVIRONMENT = {"RUST_LOG": "error", "MIMALLOC_ARENA_EAGER_COMMIT": "0",
+                     "SAIL_SPARK__SESSION_TIMEOUT_SECS": str(SESSION_TIMEOUT_S)}
 
 
 class EngineStartError(HeartbeatError):

@@ -998,9 +998,8 @@ def cmd_dbt(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
-    from heartbeat_runner.interfaces.serve import prepare_environment, serve, session_id_for
+    from heartbeat_runner.interfaces.serve import serve, session_id_for
 
-    prepare_environment()
     port, host = _metrics_address(args, settings)
     exposition = serve_metrics(port, host) if port is not None else None
     try:

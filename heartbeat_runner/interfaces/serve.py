@@ -13,7 +13,6 @@ that moment fails; run it again). Tick counts do not apply here: there are no ti
 
 from __future__ import annotations
 
-import os
 import threading
 import uuid
 from dataclasses import replace
@@ -24,8 +23,6 @@ from heartbeat_runner.lakehouse.dbt_invoke import merge_stage_dir
 from heartbeat_runner.runner.app import App
 from heartbeat_runner.runner.memory import EngineRecycler
 
-#: Sail ends idle sessions after this many seconds; a served session must outlive its clients.
-SESSION_TIMEOUT_S = str(365 * 24 * 3600)
 #: seconds between two looks at the served engine's memory
 RECYCLE_CHECK_S = 5.0
 
@@ -65,6 +62,3 @@ def serve(app: App, port: int, stop: threading.Event | None = None) -> None:
             print(f"recycling the engine ({reason}) in {app.recycle_engine():.1f} s", flush=True)
     stopped.shutting_down()
 
-
-def prepare_environment() -> None:
-    os.environ.setdefault("SAIL_SPARK__SESSION_TIMEOUT_SECS", SESSION_TIMEOUT_S)
