@@ -40,6 +40,18 @@ def pytest_configure(config):
         config.option.dist, config.option.numprocesses = "no", 0
 
 
+#: workers of ``-n auto`` per core: a test spends about a quarter of its time waiting on the processes it
+#: starts (the engine's child, jobs, runners) and on its pauses, so one worker per core left ~27% of two cores
+#: idle (user+sys 8.6 of 11.7 core-minutes); three workers on two cores ran the same 100 tests in 388 s, not
+#: 440 s (tests/README.md, "Where the time goes")
+EXTRA_WORKERS = 1
+
+
+def pytest_xdist_auto_num_workers(config):
+    """``-n auto``: one worker per core and :data:`EXTRA_WORKERS` more (``-n N`` still names any number)."""
+    return (os.cpu_count() or 1) + EXTRA_WORKERS
+
+
 def pytest_generate_tests(metafunc):
     """Tests marked ``engines`` that use ``hb`` run once per engine: embedded Sail, then Apache Spark +
     Delta classic and Spark Connect when the spark extra is installed (``engines("sail", "spark-classic")``

@@ -145,7 +145,9 @@ def test_min_interval_spaces_runs_and_every_version_is_in_exactly_one_window(hb,
     assert any("held by min_interval until" in h for h in held), held
     new_data = {e["event_id"]: e for e in hb.events("NEW_DATA")}
     consumed = [i for e in requests(hb, "J1") for i in e["consumed_event_ids"].split(",")]
-    assert sorted(consumed) == sorted(new_data)                    # each arrival in exactly one run
+    assert sorted(consumed) == sorted(new_data), (                # each arrival in exactly one run
+        held, starts, [(e["event_ts"], e["cursor_to"]) for e in sorted(new_data.values(), key=lambda e: e["event_ts"])],
+        [(e["event_ts"], e["consumed_event_ids"]) for e in requests(hb, "J1")], sorted(new_data))
     chain = sorted((json.loads(e["cursor_from"])["version"], json.loads(e["cursor_to"])["version"])
                    for e in new_data.values())
     assert all(a[1] == b[0] for a, b in zip(chain, chain[1:])), chain  # versions contiguous, none twice
