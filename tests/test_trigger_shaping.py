@@ -120,6 +120,18 @@ def requests(hb, job):
     return [e for e in hb.events("TRIGGER_REQUESTED") if e["trigger_job_id"] == job]
 
 
+def held_metrics(result) -> tuple[dict[str, float], float]:
+    """What the metrics say after the loop counted ``result``: held jobs by hold kind, and the next release."""
+    from heartbeat_runner.core.metrics import metrics
+    from heartbeat_runner.policies.trigger_shaping import HoldKind
+    from heartbeat_runner.runner.observability import count_tick
+
+    count_tick(result, "local")
+    registry = metrics().registry
+    return ({kind.value: registry.get_sample_value("heartbeat_jobs_held", {"hold": kind.value}) for kind in HoldKind},
+            registry.get_sample_value("heartbeat_trigger_hold_release_timestamp_seconds"))
+
+
 def test_min_interval_spaces_runs_and_every_version_is_in_exactly_one_window(hb, tmp_path):
     hb.create_table("sales.orders", "id int")
     hb.seed(row("delta_table", "sales.orders", "J1"))
@@ -129,11 +141,14 @@ def test_min_interval_spaces_runs_and_every_version_is_in_exactly_one_window(hb,
     began = time.monotonic()
     held = []
     value = 0
+    seen_by_metrics = None
     while time.monotonic() - began < 8:
         value += 1
         hb.insert("sales.orders", f"({value})")                   # a commit closer than the interval
         result = heartbeat.tick()
         held += [p.message for p in result.held]
+        if result.held and seen_by_metrics is None:
+            seen_by_metrics = (result.release_at, held_metrics(result))
         time.sleep(0.3)
     hb.wait_for_jobs()
     time.sleep(3)
@@ -143,6 +158,9 @@ def test_min_interval_spaces_runs_and_every_version_is_in_exactly_one_window(hb,
     assert len(starts) >= 2
     assert all(b - a >= timedelta(seconds=3) for a, b in zip(starts, starts[1:])), starts
     assert any("held by min_interval until" in h for h in held), held
+    release_at, (by_kind, next_release) = seen_by_metrics           # the metrics of a tick that held J1
+    assert by_kind == {"min_interval": 1, "quiet_for": 0, "at": 0, "pool": 0}
+    assert release_at is not None and next_release == release_at.timestamp()  # when that hold ends by itself
     new_data = {e["event_id"]: e for e in hb.events("NEW_DATA")}
     consumed = [i for e in requests(hb, "J1") for i in e["consumed_event_ids"].split(",")]
     assert sorted(consumed) == sorted(new_data), (                # each arrival in exactly one run
@@ -168,6 +186,7 @@ def test_a_pool_of_two_never_runs_three_and_starts_the_highest_priorities_first(
     assert sorted(first.triggered_job_ids) == ["J2", "J3"]           # the two highest priorities
     assert {p.job_id for p in first.held} == {"J1", "J4"}
     assert all("held by pool" in p.message and "pool warehouse full" in p.message for p in first.held)
+    assert held_metrics(first) == ({"min_interval": 0, "quiet_for": 0, "at": 0, "pool": 2}, 0)  # no time hold
     started = {job: 0 for job in first.triggered_job_ids}            # job -> the tick that started it
     deadline, tick = time.monotonic() + 60, 0
     while len(started) < 4 and time.monotonic() < deadline:
@@ -177,6 +196,7 @@ def test_a_pool_of_two_never_runs_three_and_starts_the_highest_priorities_first(
         assert len(running) <= 2, running                            # never three at once
         time.sleep(0.2)
     assert started["J4"] < started["J1"], started                    # priority 3 before priority 1
+    assert held_metrics(heartbeat.tick())[0]["pool"] == 0             # none held any more
     release = {e["trigger_job_id"]: json.loads(e["payload"])["_release"] for e in hb.events("TRIGGER_REQUESTED")}
     assert all(reasons == ["pool room"] for reasons in release.values()), release
 
@@ -272,7 +292,10 @@ def test_operators_skip_the_time_holds_but_count_against_the_pool_and_retries_ke
 
 
 def test_explain_says_which_hold_applies_and_until_when_and_an_operator_skips_it(hb, tmp_path):
+    from cli_runner import run_cli
+
     from heartbeat_runner.interfaces.operations import ask_trigger, trigger_hold
+    from heartbeat_runner.interfaces.ui.data import JobPhase, overview
 
     hb.create_table("sales.orders", "id int")
     hb.seed(row("delta_table", "sales.orders", "J1"))
@@ -289,6 +312,13 @@ def test_explain_says_which_hold_applies_and_until_when_and_an_operator_skips_it
     said = trigger_hold(hb.app.store, policy, "J1", is_ready=True)
     assert said == held.message
     assert said.startswith(f"held by min_interval until {(start + timedelta(hours=1)).isoformat(timespec='seconds')}")
+    (job,) = overview(hb.app.store, shaping=policy)               # what `status` and the page show of J1
+    assert job.phase is JobPhase.READY and job.verdict == f"{overview(hb.app.store)[0].verdict}; {said}"
+    env = {**os.environ, **hb.settings.lakehouse_env(), "HEARTBEAT_HOME": str(hb.home),
+           "HEARTBEAT_CONFIG": str(hb.config_path), "HEARTBEAT_JOBS_FILE": str(hb.jobs_path),
+           "HEARTBEAT_RUN_POLICY": str(tmp_path / "policies.yml"), "COLUMNS": "200"}
+    status = run_cli(["status"], env=env, cwd=hb.root)
+    assert status.returncode == 0 and "held by min_interval until" in status.stdout, status.stdout + status.stderr
     assert "J1" in {r["trigger_job_id"] for r in hb.app.store.read("heartbeat_trigger_policies")}
     ask_trigger(hb.app, "J1", by="ops")                            # an operator's trigger skips the interval
     assert heartbeat.tick().triggered_job_ids == ["J1"]

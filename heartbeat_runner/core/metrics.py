@@ -107,6 +107,12 @@ class Metrics:
                                       registry=r)
         self.lineage_failures = Counter("heartbeat_lineage_event_failures", "OpenLineage events that could not "
                                         "be delivered (retried)", registry=r)
+        self.jobs_held = Gauge("heartbeat_jobs_held", "Ready jobs a trigger hold kept back, by hold: the minimum "
+                               "interval, the quiet period, the cron gate or the pool (as of the latest tick)",
+                               ["hold"], registry=r)
+        self.hold_release = Gauge("heartbeat_trigger_hold_release_timestamp_seconds",
+                                  "Unix time at which the earliest time hold of the latest tick ends by itself "
+                                  "(0: no job is held by time)", registry=r)
         self.alerts_open = Gauge("heartbeat_alerts_open", "Open alerts, by alert kind (as of the latest tick)",
                                  ["kind"], registry=r)
         self.engine_recycles = Counter("heartbeat_engine_recycles", "Embedded engine processes replaced",

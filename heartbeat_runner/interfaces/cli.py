@@ -760,7 +760,9 @@ def _on_call(app: App, health: Liveness) -> OnCall:
     from heartbeat_runner.runner.alerting import list_alerts
 
     alerts = list_alerts(app.store, include_resolved=False, limit=MAX_LIMIT, lakehouse_dir=app.settings.lakehouse_dir)
-    return on_call(overview(app.store, app.settings.lakehouse_dir), alerts, health, app.store.open_sequences())
+    shaping = load_run_policies(app.settings.run_policy_file).trigger
+    return on_call(overview(app.store, app.settings.lakehouse_dir, shaping), alerts, health,
+                   app.store.open_sequences())
 
 
 def _say(*lines: str) -> None:

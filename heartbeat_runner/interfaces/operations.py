@@ -23,7 +23,7 @@ from heartbeat_runner.jobs.base import LIMIT_BACKOFF, SKIP_BACKOFF_KEY, SKIP_COD
 from heartbeat_runner.lakehouse.store import CONTROL, EXPLANATION_VIEW, Cond, TableStore
 from heartbeat_runner.policies.retry import RetryPolicies
 from heartbeat_runner.policies.run_policies import load_run_policies
-from heartbeat_runner.policies.trigger_shaping import Candidate, TriggerShaping, hold_decisions
+from heartbeat_runner.policies.trigger_shaping import Candidate, Decisions, TriggerShaping, hold_decisions
 from heartbeat_runner.runner.alerting import IdleSensing, Liveness, runner_liveness
 from heartbeat_runner.runner.app import App
 from heartbeat_runner.runner.lease import Lease
@@ -126,14 +126,34 @@ def trigger_hold(store: TableStore, shaping: TriggerShaping, job_id: str, is_rea
         return None
     if not is_ready:
         return "trigger policy applies once it is ready"
-    facts = store.trigger_facts([job_id]).get(job_id, {})
-    running = [row.trigger_job_id for row in store.jobs_with_status(JobStatus.IN_PROGRESS)]
-    decisions = hold_decisions(shaping, [Candidate(job_id).with_facts(facts)], running,
-                               now or utcnow())
+    decisions = _hold_decisions(store, shaping, [job_id], now)
     if job_id in decisions.held:
         return decisions.held[job_id].describe()
     reasons = ", ".join(reason.value for reason in decisions.released.get(job_id, ()))
     return "no hold: starts at the next tick" + (f" ({reasons})" if reasons else "")
+
+
+def trigger_holds(store: TableStore, shaping: TriggerShaping, ready_job_ids: Iterable[str],
+                  now: datetime | None = None) -> dict[str, str]:
+    """The hold line of each of ``ready_job_ids`` that a trigger hold keeps back now (``status``, the page).
+
+    The jobs are decided together, as a tick decides them (a pool's places go by priority), from one read of
+    their facts and one of the running jobs, however many jobs there are; jobs without a trigger policy are
+    never held."""
+    shaped = [job_id for job_id in ready_job_ids if shaping.for_job(job_id) is not None]
+    if not shaped:
+        return {}
+    return {job_id: hold.describe() for job_id, hold in _hold_decisions(store, shaping, shaped, now).held.items()}
+
+
+def _hold_decisions(store: TableStore, shaping: TriggerShaping, job_ids: list[str],
+                    now: datetime | None) -> Decisions:
+    """The trigger holds' decisions on ``job_ids`` (ready, with a policy) now: the rule the tick applies, to the
+    same facts (heartbeat_job_trigger_facts) and the same running jobs."""
+    facts = store.trigger_facts(job_ids)
+    running = [row.trigger_job_id for row in store.jobs_with_status(JobStatus.IN_PROGRESS)]
+    return hold_decisions(shaping, [Candidate(job_id).with_facts(facts.get(job_id, {})) for job_id in job_ids],
+                          running, now or utcnow())
 
 
 def limit_skip_note(store: TableStore, job_id: str) -> str:

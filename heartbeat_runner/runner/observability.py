@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from heartbeat_runner.core.metrics import SKIPPED, metrics
 from heartbeat_runner.core.records import TickStatus
 from heartbeat_runner.policies.alerts import AlertKind
+from heartbeat_runner.policies.trigger_shaping import HoldKind
 from heartbeat_runner.runner.tick import COUNT_FIGURES, TickResult
 
 
@@ -45,6 +46,17 @@ def count_tick(result: TickResult, backend: str) -> None:
     m.trigger_errors.labels(backend=backend).inc(len(result.trigger_errors))
     for (code, fate), count in result.not_executed.items():
         m.runs_not_executed.labels(code=code, fate=fate).inc(count)
+    count_holds(result)
+
+
+def count_holds(result: TickResult) -> None:
+    """The jobs a trigger hold kept back this tick, by hold kind (every kind shown, 0 when none), and when the
+    earliest time hold ends by itself (0: none)."""
+    m = metrics()
+    held = Counter(kind.value for kind in result.held_by.values())
+    for kind in HoldKind:
+        m.jobs_held.labels(hold=kind.value).set(held[kind.value])
+    m.hold_release.set(result.release_at.timestamp() if result.release_at is not None else 0)
 
 
 def count_outcome(result: TickResult | None, *, failed: bool) -> None:

@@ -92,6 +92,7 @@ from heartbeat_runner.policies.trigger_shaping import (
     RELEASE_KEY,
     Candidate,
     Decisions,
+    HoldKind,
     ReleaseReason,
     TriggerShaping,
     hold_decisions,
@@ -169,6 +170,8 @@ class TickResult:
     runs_deferred: list[JobProblem] = field(default_factory=list)
     #: ready jobs (and retries) a trigger hold kept back this tick (policies/trigger_shaping.py): which hold, until when
     held: list[JobProblem] = field(default_factory=list)
+    #: job id -> the hold that kept it back this tick (the ``heartbeat_jobs_held`` metric counts them by kind)
+    held_by: dict[str, HoldKind] = field(default_factory=dict)
     #: the earliest time a hold of ``held`` ends by itself (a minimum interval, a quiet period, a fire time; None:
     #: none does): a loop polls then rather than at its next interval (runner/loop.py)
     release_at: datetime | None = None
@@ -671,6 +674,7 @@ class Heartbeat:
         for job_id, hold in decisions.held.items():
             log.info("job %s %s", job_id, hold.describe(), extra={"job": job_id})
             result.held.append(JobProblem(job_id, hold.describe()))
+            result.held_by[job_id] = hold.kind
             if hold.until is not None and (result.release_at is None or hold.until < result.release_at):
                 result.release_at = hold.until
         return decisions

@@ -24,10 +24,12 @@ from heartbeat_runner.interfaces.operations import (
     late_data,
     pending_ask,
     recent_runs,
+    trigger_holds,
     with_idle_sensing,
 )
 from heartbeat_runner.jobs.base import JobsBackend, RunOutput
 from heartbeat_runner.lakehouse.store import EVENTS, EXPLANATION_VIEW, Cond, TableStore
+from heartbeat_runner.policies.trigger_shaping import TriggerShaping
 from heartbeat_runner.runner.alerting import idle_sensing, list_alerts
 from heartbeat_runner.runner.tick import COUNT_FIGURES
 
@@ -130,9 +132,12 @@ def as_json(value: Any) -> Any:
 
 # -- overview ----------------------------------------------------------------------------------
 
-def overview(store: TableStore, lakehouse_dir: Path | None = None) -> list[JobSummary]:
+def overview(store: TableStore, lakehouse_dir: Path | None = None,
+             shaping: TriggerShaping | None = None) -> list[JobSummary]:
     """Every active job with its phase, verdict, dependencies and last run, by job id; with ``lakehouse_dir``,
-    each source's last evaluation counts the runner's latest idle tick (as on the job page and in ``explain``)."""
+    each source's last evaluation counts the runner's latest idle tick (as on the job page and in ``explain``);
+    with ``shaping`` (the run-policy file's trigger holds), a ready job that a hold keeps back says which hold
+    and until when in its verdict."""
     idle = idle_sensing(lakehouse_dir) if lakehouse_dir else None
     rows = store.read(EXPLANATION_VIEW, Cond("is_active", True), order_by=["trigger_job_id", "dependency",
                                                                           "sensor_source", "sensor_id"])
@@ -140,8 +145,12 @@ def overview(store: TableStore, lakehouse_dir: Path | None = None) -> list[JobSu
     by_job: dict[str, list[dict]] = defaultdict(list)
     for row in rows:
         by_job[row["trigger_job_id"]].append(row)
-    return [_summary(job_id, with_idle_sensing(job_rows, idle), latest.get(job_id))
-            for job_id, job_rows in sorted(by_job.items())]
+    summaries = [_summary(job_id, with_idle_sensing(job_rows, idle), latest.get(job_id))
+                 for job_id, job_rows in sorted(by_job.items())]
+    if shaping is None:
+        return summaries
+    holds = trigger_holds(store, shaping, [s.job_id for s in summaries if s.phase is JobPhase.READY])
+    return [replace(s, verdict=f"{s.verdict}; {holds[s.job_id]}") if s.job_id in holds else s for s in summaries]
 
 
 def _summary(job_id: str, rows: list[dict], last_run: RunRecord | None) -> JobSummary:

@@ -48,6 +48,7 @@ from heartbeat_runner.interfaces.outcomes import outcome_of
 from heartbeat_runner.interfaces.ui import data
 from heartbeat_runner.interfaces.ui.actions import ActionPolicy, ActionRefused, ActionRequest, forwarded_user, perform
 from heartbeat_runner.jobs.base import JobsBackend
+from heartbeat_runner.policies.run_policies import load_run_policies
 from heartbeat_runner.runner.app import App
 from heartbeat_runner.runner.lease import tick_lease
 from heartbeat_runner.runner.memory import EngineRecycler
@@ -93,7 +94,9 @@ class StatusPage:
     def jobs(self) -> list[data.JobSummary]:
         now = time.monotonic()
         if self._cache is None or now - self._cache[0] > OVERVIEW_CACHE_S:
-            self._cache = (now, self.read(lambda: data.overview(self.app.store, self.app.settings.lakehouse_dir)))
+            shaping = load_run_policies(self.app.settings.run_policy_file).trigger
+            self._cache = (now, self.read(lambda: data.overview(self.app.store, self.app.settings.lakehouse_dir,
+                                                                shaping)))
         return self._cache[1]
 
     def backend(self) -> JobsBackend:
