@@ -319,6 +319,8 @@ def test_explain_says_which_hold_applies_and_until_when_and_an_operator_skips_it
            "HEARTBEAT_RUN_POLICY": str(tmp_path / "policies.yml"), "COLUMNS": "200"}
     status = run_cli(["status"], env=env, cwd=hb.root)
     assert status.returncode == 0 and "held by min_interval until" in status.stdout, status.stdout + status.stderr
+    rows = json.loads(run_cli(["status", "--json"], env=env, cwd=hb.root).stdout)
+    assert {row["trigger_hold"] for row in rows if row["trigger_job_id"] == "J1"} == {said}
     assert "J1" in {r["trigger_job_id"] for r in hb.app.store.read("heartbeat_trigger_policies")}
     ask_trigger(hb.app, "J1", by="ops")                            # an operator's trigger skips the interval
     assert heartbeat.tick().triggered_job_ids == ["J1"]

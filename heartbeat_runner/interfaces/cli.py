@@ -58,6 +58,7 @@ from heartbeat_runner.interfaces.operations import (
     with_job_runs,
     with_runner_health,
     with_sensing_errors,
+    with_trigger_holds,
 )
 from heartbeat_runner.interfaces.outcomes import outcome_of
 from heartbeat_runner.interfaces.output import (
@@ -740,7 +741,7 @@ def cmd_status(args: argparse.Namespace, app: App) -> int:
     if args.json or args.wide:
         rows = with_sensing_errors(app.store, app.store.control_rows())
         if args.json:
-            rows = with_runner_health(rows, health)
+            rows = _with_job_context(app, rows, health)
         emit(rows, _status_columns(rows, args), as_json=args.json)
         sequences = [] if args.json else app.store.open_sequences()
         if sequences:
@@ -751,6 +752,12 @@ def cmd_status(args: argparse.Namespace, app: App) -> int:
     console = console_for()
     print_lines(console, render(_on_call(app, health), fit_width(console)))
     return 0
+
+
+def _with_job_context(app: App, rows: list[dict], health: Liveness) -> list[dict]:
+    """``status --json``'s rows: each with the runner's health and its job's trigger hold (None: not held)."""
+    shaping = load_run_policies(app.settings.run_policy_file).trigger
+    return with_trigger_holds(app.store, shaping, with_runner_health(rows, health))
 
 
 def _on_call(app: App, health: Liveness) -> OnCall:
@@ -797,7 +804,7 @@ def _watch_status(app: App, args: argparse.Namespace) -> int:
             health = runner_health(app.settings, app.store)
             rows = with_sensing_errors(app.store, app.store.control_rows())
             if args.json:
-                rows = with_runner_health(rows, health)
+                rows = _with_job_context(app, rows, health)
             note = _health_line(health) + ("" if fresh else "; the table is as of its last build")
             return rows, _status_columns(rows, args), note
 

@@ -146,6 +146,17 @@ def trigger_holds(store: TableStore, shaping: TriggerShaping, ready_job_ids: Ite
     return {job_id: hold.describe() for job_id, hold in _hold_decisions(store, shaping, shaped, now).held.items()}
 
 
+def with_trigger_holds(store: TableStore, shaping: TriggerShaping, rows: list[dict]) -> list[dict]:
+    """Control rows with ``trigger_hold``: on each row of a ready job that a trigger hold keeps back now, the
+    hold line ``explain`` prints; None elsewhere (``status --json``). Without a trigger policy nothing is read."""
+    holds: dict[str, str] = {}
+    if shaping.jobs:
+        holds = trigger_holds(store, shaping, sorted({row.trigger_job_id for row in store.ready_rows()}))
+    for row in rows:
+        row["trigger_hold"] = holds.get(row["trigger_job_id"])
+    return rows
+
+
 def _hold_decisions(store: TableStore, shaping: TriggerShaping, job_ids: list[str],
                     now: datetime | None) -> Decisions:
     """The trigger holds' decisions on ``job_ids`` (ready, with a policy) now: the rule the tick applies, to the
