@@ -46,10 +46,10 @@ def count_tick(result: TickResult, backend: str) -> None:
     m.trigger_errors.labels(backend=backend).inc(len(result.trigger_errors))
     for (code, fate), count in result.not_executed.items():
         m.runs_not_executed.labels(code=code, fate=fate).inc(count)
-    count_holds(result)
+    _count_holds(result)
 
 
-def count_holds(result: TickResult) -> None:
+def _count_holds(result: TickResult) -> None:
     """The jobs a trigger hold kept back this tick, by hold kind (every kind shown, 0 when none), and when the
     earliest time hold ends by itself (0: none)."""
     m = metrics()
