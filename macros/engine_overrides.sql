@@ -3,10 +3,14 @@
 
   On the embedded engine every table needs a fixed location: the catalog is in
   memory and empty at every start, so the runner re-registers the Delta folders.
-  On Databricks `heartbeat_location_root` stays empty and tables are managed.
+  On Databricks HEARTBEAT_LOCATION_ROOT stays empty and tables are managed.
+
+  The runner's per-lakehouse paths (HEARTBEAT_LOCATION_ROOT, HEARTBEAT_MERGE_STAGE_ROOT,
+  HEARTBEAT_SEED_FILE) are read from the environment when a statement runs, never at parse
+  time: dbt's saved parse of the project then fits every lakehouse (lakehouse/dbt_invoke.py).
 #}
 {% macro spark__location_clause() %}
-  {%- set root = var('heartbeat_location_root', '') -%}
+  {%- set root = env_var('HEARTBEAT_LOCATION_ROOT', '') -%}
   {%- if root %}
     location '{{ root }}/{{ model['alias'] }}'
   {%- else -%}
@@ -20,7 +24,7 @@
 {#
   A MERGE runs its source query more than once: Sail three times for the control model
   (whose source reads the whole event history), local Apache Spark twice (finding the
-  touched files, then writing). Where the runner sets `heartbeat_merge_stage_root` (engines
+  touched files, then writing). Where the runner sets HEARTBEAT_MERGE_STAGE_ROOT (engines
   on this machine's disk) an incremental model's source is therefore computed once, into
   parquet files under <stage root>/<invocation id>/, and the temporary view the MERGE
   reads selects from them; the runner deletes them after its own dbt commands, and
@@ -30,7 +34,7 @@
   no statement asks for the source's (asking cost 0.2-0.3 s a build on Spark).
 #}
 {% macro spark__create_temporary_view(relation, compiled_code) -%}
-  {%- set root = var('heartbeat_merge_stage_root', '') -%}
+  {%- set root = env_var('HEARTBEAT_MERGE_STAGE_ROOT', '') -%}
   {%- if root and config.get('materialized') == 'incremental' -%}
     {%- set location = root ~ '/' ~ invocation_id ~ '/' ~ relation.identifier -%}
     {% call statement('stage_merge_source') -%}
@@ -110,7 +114,7 @@
   literal) breaks the statement. Render escaped literals ourselves instead.
 #}
 {% macro spark__load_csv_rows(model, agate_table) %}
-  {%- set seed_file = var('heartbeat_seed_file', '') -%}
+  {%- set seed_file = env_var('HEARTBEAT_SEED_FILE', '') -%}
   {%- if seed_file -%}
     {{ return(heartbeat_load_csv_file(model, agate_table, seed_file)) }}
   {%- endif -%}
@@ -139,7 +143,7 @@
 {% endmacro %}
 
 {#
-  Where the engine runs on this machine (the runner sets `heartbeat_seed_file` to the seed's path: the
+  Where the engine runs on this machine (the runner sets HEARTBEAT_SEED_FILE to the seed's path: the
   embedded engine, local Apache Spark), the engine reads the seed's CSV file itself rather than an INSERT
   of every row as literals (10,000 rows: ~13 s, the text built here and then parsed by the engine; the
   file read: well under a second). Every field is read as text (RFC 4180: quotes, doubled quotes, line

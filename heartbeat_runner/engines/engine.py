@@ -133,11 +133,11 @@ class TableOps:
     #: read from its ``_delta_log`` folder once its location is known, not with a Spark job
     local_files: bool = False
     #: an incremental model's MERGE source is computed once into parquet files on this machine's disk
-    #: and the MERGE reads those (dbt var heartbeat_merge_stage_root, macros/engine_overrides.sql):
+    #: and the MERGE reads those (HEARTBEAT_MERGE_STAGE_ROOT, macros/engine_overrides.sql):
     #: engines whose MERGE would otherwise run the source query more than once (Sail three times,
     #: local Apache Spark twice: its control-table MERGE took 6.6 s from the view, 2.0 + 2.0 s staged)
     stages_merge_sources: bool = False
-    #: the engine reads the config seed's CSV file itself (dbt var heartbeat_seed_file,
+    #: the engine reads the config seed's CSV file itself (HEARTBEAT_SEED_FILE,
     #: macros/engine_overrides.sql): engines on this machine, where the file is; elsewhere dbt sends the rows
     #: as INSERTs of literals (10,000 rows took ~13 s that way on Sail, the text built and then parsed)
     seeds_from_file: bool = False

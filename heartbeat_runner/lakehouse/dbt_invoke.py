@@ -3,6 +3,13 @@
 On the local target dbt-spark's ``session`` method attaches to the embedded Sail
 server (``SPARK_REMOTE``), so dbt and the runner share one catalog. Everything dbt
 writes (compiled SQL, logs, the loaded seed) goes under ``<lakehouse>/dbt/``.
+
+dbt runs on ``<lakehouse>/dbt/project``, a folder of links to the project's files, with
+the seed and target folders relative to it and the lakehouse's own paths in environment
+variables only the macros read when a statement runs. What dbt parses and hashes is then
+the same for every lakehouse of one project and engine, so dbt's saved parse
+(``target/partial_parse.msgpack``) of one lakehouse serves another: a copied or moved
+lakehouse, and a new one when ``HEARTBEAT_DBT_PARSE_CACHE`` names a folder to keep it in.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ import json
 import logging
 import os
 import shutil
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -41,6 +49,12 @@ PROJECT_NAME = "heartbeat"
 SEED_NAME = "heartbeat_sensor_config"
 #: what dbt parses, besides the seed: a change to any file under these re-parses the project
 PROJECT_INPUTS = ("dbt_project.yml", "models", "macros")
+#: what ``<lakehouse>/dbt/project`` links to in the project folder (all dbt reads of the project)
+PROJECT_LINKS = ("dbt_project.yml", "models", "macros")
+#: the seed and target folders as dbt is given them, relative to ``<lakehouse>/dbt/project``
+SEED_PATH, TARGET_PATH = "../seed", "../target"
+#: dbt's saved parse, in its target folder
+PARSE_FILE = "partial_parse.msgpack"
 #: where incremental builds stage their MERGE source on engines that ask for it (TableOps.stages_merge_sources)
 MERGE_SOURCES = "_merge_sources"
 #: a staged MERGE source older than this was left by a dbt process that did not clean up after itself
@@ -101,12 +115,70 @@ class DbtProject:
         explicit = os.environ.get("DBT_PROFILES_DIR")
         return Path(explicit) if explicit else self.write_profiles()
 
+    def link_project(self) -> Path:
+        """``<lakehouse>/dbt/project``: links to the project's ``PROJECT_LINKS``, made or moved to the project
+        folder of the settings now (a redeployed project, a lakehouse copied elsewhere). Each link is replaced
+        whole, so a concurrent dbt call sees the old link or the new one."""
+        linked = self.work_dir / "project"
+        linked.mkdir(parents=True, exist_ok=True)
+        for name in PROJECT_LINKS:
+            target, link = self.settings.project_dir / name, linked / name
+            with contextlib.suppress(OSError):
+                if os.readlink(link) == str(target):
+                    continue
+            staged = linked / f".{name}.{os.getpid()}.{threading.get_ident()}"
+            staged.unlink(missing_ok=True)
+            staged.symlink_to(target)
+            if link.is_dir() and not link.is_symlink():  # a copy that followed the links: a folder, not a link
+                with contextlib.suppress(FileNotFoundError):  # another process moved it first
+                    link.rename(aside := staged.with_name(staged.name + ".old"))
+                    shutil.rmtree(aside, ignore_errors=True)
+            os.replace(staged, link)
+        return linked
+
+    def _parse_cache(self, cli_vars: str) -> Path | None:
+        """Where dbt's saved parse for this project, engine and schema is kept for new lakehouses
+        (``HEARTBEAT_DBT_PARSE_CACHE``; None: not kept). dbt itself checks a saved parse against the project's
+        files, the vars, the target and its own version, and parses again what differs."""
+        root = self.settings.dbt_parse_cache
+        if root is None:
+            return None
+        key = hashlib.sha256("\0".join([self.project_digest(), self.settings.target.value, self.settings.schema,
+                                         self.settings.catalog or "", cli_vars]).encode()).hexdigest()[:24]
+        return root / f"{key}.msgpack"
+
+    def _prime_parse(self, cached: Path | None) -> None:
+        """A lakehouse without dbt's saved parse starts from the kept one (a parse of ~0.1 s instead of ~1.5 s)."""
+        saved = self.work_dir / "target" / PARSE_FILE
+        if cached is not None and cached.is_file() and not saved.exists():
+            saved.parent.mkdir(parents=True, exist_ok=True)
+            with contextlib.suppress(OSError):
+                shutil.copyfile(cached, saved)
+
+    def _keep_parse(self, cached: Path | None) -> None:
+        """Keep this lakehouse's saved parse for new ones (written whole: readers see an old one or this)."""
+        saved = self.work_dir / "target" / PARSE_FILE
+        if cached is None or cached.exists() or not saved.is_file():
+            return
+        with contextlib.suppress(OSError):
+            cached.parent.mkdir(parents=True, exist_ok=True)
+            staged = cached.with_name(f".{cached.name}.{os.getpid()}.{threading.get_ident()}")
+            shutil.copyfile(saved, staged)
+            os.replace(staged, cached)
+
     @contextlib.contextmanager
     def _environment(self) -> Iterator[None]:
-        """dbt reads env_var() from os.environ; set ours for the call, then restore."""
+        """dbt reads env_var() from os.environ; set ours for the call, then restore. The seed and target folders
+        are relative to the linked project (link_project), the same for every lakehouse; the lakehouse's own
+        paths are read by the macros only (macros/engine_overrides.sql), never while dbt parses."""
+        local = self.engine.is_local
+        stage_root = merge_stage_dir(self.settings) if self.engine.ops.stages_merge_sources else None
         values = {
-            "HEARTBEAT_SEED_DIR": str(self.seed_dir),
-            "HEARTBEAT_DBT_TARGET_PATH": str(self.work_dir / "target"),
+            "HEARTBEAT_SEED_DIR": SEED_PATH,
+            "HEARTBEAT_DBT_TARGET_PATH": TARGET_PATH,
+            "HEARTBEAT_LOCATION_ROOT": str(self.settings.warehouse_dir / self.settings.schema) if local else "",
+            "HEARTBEAT_MERGE_STAGE_ROOT": str(stage_root or ""),
+            "HEARTBEAT_SEED_FILE": str(self.seed_csv) if self.engine.ops.seeds_from_file else "",
             "HEARTBEAT_SCHEMA": self.settings.schema,
             "HEARTBEAT_TARGET": self.settings.target.value,
             "DBT_SEND_ANONYMOUS_USAGE_STATS": "false",
@@ -133,27 +205,26 @@ class DbtProject:
 
         manifest = self.manifest() if reuse_manifest else None
 
-        location_root = str(self.settings.warehouse_dir / self.settings.schema) if self.engine.is_local else ""
         stage_root = merge_stage_dir(self.settings) if self.engine.ops.stages_merge_sources else None
+        cli_vars = json.dumps({"heartbeat_archive_margin_minutes": self.settings.archive_margin_minutes,
+                               "heartbeat_stage_events": self.engine.ops.stage_events,
+                               "heartbeat_change_feed": self.engine.ops.writes_change_feed,
+                               "heartbeat_list_by_name": self.engine.ops.lists_relations_by_name,
+                               **(extra_vars or {})}, sort_keys=True)
         full = [
             *args,
-            "--project-dir", str(self.settings.project_dir),
+            "--project-dir", str(self.link_project()),
             "--profiles-dir", str(self._profiles_dir()),
             "--target", self.settings.target.value,
-            "--vars", json.dumps({"heartbeat_location_root": location_root,
-                                  "heartbeat_merge_stage_root": str(stage_root or ""),
-                                  "heartbeat_archive_margin_minutes": self.settings.archive_margin_minutes,
-                                  "heartbeat_stage_events": self.engine.ops.stage_events,
-                                  "heartbeat_change_feed": self.engine.ops.writes_change_feed,
-                                  "heartbeat_list_by_name": self.engine.ops.lists_relations_by_name,
-                                  "heartbeat_seed_file": str(self.seed_csv) if self.engine.ops.seeds_from_file else "",
-                                  **(extra_vars or {})}),
+            "--vars", cli_vars,
             "--log-path", str(self.work_dir / "logs"),
         ]
         if quiet:
             full += ["--quiet", "--no-use-colors"]
         if reuse_manifest:
             full.append("--no-write-json")
+        cached = None if manifest is not None else self._parse_cache(cli_vars)
+        self._prime_parse(cached)
         started = time.monotonic()
         self.engine.touch()  # a parked engine starts now: dbt finds the server through the default session
         self.engine.generation += 1  # dbt may re-create views: cached reads of them are stale
@@ -167,6 +238,7 @@ class DbtProject:
         log.debug("dbt %s took %.2fs", " ".join(args), time.monotonic() - started)
         if not result.success:
             raise DbtError(_failure_summary(args, result))
+        self._keep_parse(cached)
         return result
 
     def manifest(self) -> Any:
@@ -218,9 +290,6 @@ class DbtProject:
         os.replace(staged, self.seed_csv)
         try:
             self.invoke(["seed", "--select", SEED_NAME])
-            # dbt writes the seed's "run" SQL to target/run/<project>/<seed path>; the seed path is
-            # absolute, so that lands on the CSV itself: put the config back.
-            self.seed_csv.write_text(normalized_csv, encoding="utf-8")
         except DbtError:
             if previous is None:
                 self.seed_csv.unlink(missing_ok=True)
