@@ -91,7 +91,8 @@ class Harness:
         self.jobs_path = root / "heartbeat_jobs.yml"
         self.jobs_path.write_text("jobs: {}\n")
         # the run's kept dbt parse (tests/conftest.py) serves this lakehouse too; only the given variables else
-        kept = {k: os.environ[k] for k in ("HEARTBEAT_DBT_PARSE_CACHE",) if os.environ.get(k)}
+        cache = os.environ.get("HEARTBEAT_DBT_PARSE_CACHE")
+        kept = {"HEARTBEAT_DBT_PARSE_CACHE": cache} if cache else {}
         self.settings = load_settings(lakehouse_dir=str(self.home), config_csv=str(self.config_path),
                                       jobs_file=str(self.jobs_path), jobs_backend=JobsBackendKind.LOCAL.value,
                                       env={**kept, **settings_env})

@@ -47,10 +47,9 @@ CONTROL_MODEL = "heartbeat_control"
 SENSOR_STATE_MODEL = "heartbeat_sensor_state"
 PROJECT_NAME = "heartbeat"
 SEED_NAME = "heartbeat_sensor_config"
-#: what dbt parses, besides the seed: a change to any file under these re-parses the project
+#: what dbt parses, besides the seed: a change to any file under these re-parses the project; also what
+#: ``<lakehouse>/dbt/project`` links to (link_project)
 PROJECT_INPUTS = ("dbt_project.yml", "models", "macros")
-#: what ``<lakehouse>/dbt/project`` links to in the project folder (all dbt reads of the project)
-PROJECT_LINKS = ("dbt_project.yml", "models", "macros")
 #: the seed and target folders as dbt is given them, relative to ``<lakehouse>/dbt/project``
 SEED_PATH, TARGET_PATH = "../seed", "../target"
 #: dbt's saved parse, in its target folder
@@ -116,12 +115,12 @@ class DbtProject:
         return Path(explicit) if explicit else self.write_profiles()
 
     def link_project(self) -> Path:
-        """``<lakehouse>/dbt/project``: links to the project's ``PROJECT_LINKS``, made or moved to the project
+        """``<lakehouse>/dbt/project``: links to the project's ``PROJECT_INPUTS``, made or moved to the project
         folder of the settings now (a redeployed project, a lakehouse copied elsewhere). Each link is replaced
         whole, so a concurrent dbt call sees the old link or the new one."""
         linked = self.work_dir / "project"
         linked.mkdir(parents=True, exist_ok=True)
-        for name in PROJECT_LINKS:
+        for name in PROJECT_INPUTS:
             target, link = self.settings.project_dir / name, linked / name
             with contextlib.suppress(OSError):
                 if os.readlink(link) == str(target):
@@ -167,12 +166,12 @@ class DbtProject:
             os.replace(staged, cached)
 
     @contextlib.contextmanager
-    def _environment(self) -> Iterator[None]:
+    def _environment(self, stage_root: Path | None) -> Iterator[None]:
         """dbt reads env_var() from os.environ; set ours for the call, then restore. The seed and target folders
         are relative to the linked project (link_project), the same for every lakehouse; the lakehouse's own
-        paths are read by the macros only (macros/engine_overrides.sql), never while dbt parses."""
+        paths are read by the macros only (macros/engine_overrides.sql), never while dbt parses; ``stage_root``:
+        where incremental models stage their MERGE source (None: they do not)."""
         local = self.engine.is_local
-        stage_root = merge_stage_dir(self.settings) if self.engine.ops.stages_merge_sources else None
         values = {
             "HEARTBEAT_SEED_DIR": SEED_PATH,
             "HEARTBEAT_DBT_TARGET_PATH": TARGET_PATH,
@@ -229,7 +228,7 @@ class DbtProject:
         self.engine.touch()  # a parked engine starts now: dbt finds the server through the default session
         self.engine.generation += 1  # dbt may re-create views: cached reads of them are stale
         try:
-            with self._environment():
+            with self._environment(stage_root):
                 result = dbtRunner(manifest=manifest).invoke(full)
         finally:
             self.engine.touch()  # dbt used the engine until now
