@@ -419,6 +419,18 @@ class LoopStop:
     left_behind: list[str]
 
 
+def _live_descendants(pid: int) -> dict[int, str]:
+    """The command lines of ``pid``'s descendants that still run, by pid. A child that ended and is not yet
+    reaped (a zombie) or that went between the listing and the read is not one: it holds nothing."""
+    import psutil
+
+    found = {}
+    for child in psutil.Process(pid).children(recursive=True):
+        with contextlib.suppress(psutil.ZombieProcess, psutil.NoSuchProcess):
+            found[child.pid] = " ".join(child.cmdline())
+    return found
+
+
 def stop_loop(lake: CliLakehouse, sig: int, *, to_group: bool, mid_tick: bool, marker: Path,
               interval: str = "30", start_timeout: float = 120) -> LoopStop:
     """Start ``run --loop`` in its own process group (as a terminal or systemd starts it), wait until it is
@@ -444,7 +456,7 @@ def stop_loop(lake: CliLakehouse, sig: int, *, to_group: bool, mid_tick: bool, m
             wait_for(lambda: any(line.startswith("tick 1 ") for line in err) or loop.poll() is not None,
                      start_timeout, "the first tick to finish")
         assert loop.poll() is None, "".join(err)
-        children = {p.pid: " ".join(p.cmdline()) for p in psutil.Process(loop.pid).children(recursive=True)}
+        children = _live_descendants(loop.pid)
         began = time.monotonic()
         if to_group:
             os.killpg(loop.pid, sig)

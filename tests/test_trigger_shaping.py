@@ -4,7 +4,9 @@ they put on a ready job's start (policies/trigger_shaping.py, applied by the tri
 from __future__ import annotations
 
 import json
+import math
 import os
+import pprint
 import re
 import sys
 import time
@@ -133,43 +135,57 @@ def held_metrics(result) -> tuple[dict[str, float], float]:
 
 
 def test_min_interval_spaces_runs_and_every_version_is_in_exactly_one_window(hb, tmp_path):
+    """Commits closer than the minimum interval: the runs are spaced by it, a hold says until when, and every
+    arrival is in exactly one run. The interval is three of this machine's ticks with data (3 s at least), so
+    the commits are closer than it however loaded the machine is; the commits go on until a held run started."""
     hb.create_table("sales.orders", "id int")
     hb.seed(row("delta_table", "sales.orders", "J1"))
     local_jobs(hb, J1=0)
-    heartbeat = shaped(hb, shaping(tmp_path, "jobs: {J1: {trigger: {min_interval: 3s}}}\n"))
-    heartbeat.tick()  # baseline
+    hb.heartbeat.tick()  # baseline
+    hb.insert("sales.orders", "(0)")
     began = time.monotonic()
-    held = []
+    assert hb.heartbeat.tick().triggered_job_ids == ["J1"]        # a run before any policy: the pace of a tick
+    interval = max(3, math.ceil(3 * (time.monotonic() - began)))
+    heartbeat = shaped(hb, shaping(tmp_path, f"jobs: {{J1: {{trigger: {{min_interval: {interval}s}}}}}}\n"))
+    held: list[str] = []
     value = 0
     seen_by_metrics = None
-    while time.monotonic() - began < 8:
+    released = False
+    deadline = time.monotonic() + 30 * interval
+    while not released and time.monotonic() < deadline:
         value += 1
         hb.insert("sales.orders", f"({value})")                   # a commit closer than the interval
         result = heartbeat.tick()
         held += [p.message for p in result.held]
+        released = seen_by_metrics is not None and bool(result.triggered_job_ids)  # a run after a hold
         if result.held and seen_by_metrics is None:
             seen_by_metrics = (result.release_at, held_metrics(result))
         time.sleep(0.3)
     hb.wait_for_jobs()
-    time.sleep(3)
+    time.sleep(interval)
     heartbeat.tick()                                               # the last held data: released now
     hb.wait_for_jobs()
     starts = sorted(e["event_ts"] for e in requests(hb, "J1"))
-    assert len(starts) >= 2
-    assert all(b - a >= timedelta(seconds=3) for a, b in zip(starts, starts[1:])), starts
+    assert released, held
+    assert all(b - a >= timedelta(seconds=interval) for a, b in zip(starts, starts[1:])), (interval, starts)
     assert any("held by min_interval until" in h for h in held), held
     release_at, (by_kind, next_release) = seen_by_metrics           # the metrics of a tick that held J1
     assert by_kind == {"min_interval": 1, "quiet_for": 0, "at": 0, "pool": 0}
     assert release_at is not None and next_release == release_at.timestamp()  # when that hold ends by itself
     new_data = {e["event_id"]: e for e in hb.events("NEW_DATA")}
     consumed = [i for e in requests(hb, "J1") for i in e["consumed_event_ids"].split(",")]
-    assert sorted(consumed) == sorted(new_data), (                # each arrival in exactly one run
-        held, starts, [(e["event_ts"], e["cursor_to"]) for e in sorted(new_data.values(), key=lambda e: e["event_ts"])],
-        [(e["event_ts"], e["consumed_event_ids"]) for e in requests(hb, "J1")], sorted(new_data))
+    assert sorted(consumed) == sorted(new_data), pprint.pformat({   # each arrival in exactly one run (a str: whole)
+        "held": held, "starts": starts,
+        "arrivals": [(e["event_ts"], e["event_id"], e["cursor_to"])
+                     for e in sorted(new_data.values(), key=lambda e: e["event_ts"])],
+        "runs": [(e["event_ts"], e["consumed_event_ids"]) for e in requests(hb, "J1")],
+        "control": hb.rows("J1"),
+        "other events": [(e["event_ts"], e["event_type"]) for e in hb.events() if e["event_type"] != "NEW_DATA"]},
+        width=160)
     chain = sorted((json.loads(e["cursor_from"])["version"], json.loads(e["cursor_to"])["version"])
                    for e in new_data.values())
     assert all(a[1] == b[0] for a, b in zip(chain, chain[1:])), chain  # versions contiguous, none twice
-    assert chain[0][0] == 0 and chain[-1][1] == value              # from the table's creation to the last commit
+    assert chain[0][0] == 0 and chain[-1][1] == value + 1          # from the table's creation to the last commit
 
 
 def test_a_pool_of_two_never_runs_three_and_starts_the_highest_priorities_first(hb, tmp_path):
