@@ -32,19 +32,24 @@
   lets the engine filter on them before this window, not after it.
 
   By default the hot log only: what the control table still needs (see
-  heartbeat_events_live). `all_history`, or the var heartbeat_full_history (the
-  full-rebuild path, `python -m heartbeat_runner rebuild`), adds the archive.
+  heartbeat_events_live). `all_history`, or HEARTBEAT_FULL_HISTORY=true in the environment
+  of the dbt call (the full-rebuild path, `python -m heartbeat_runner rebuild`), adds the
+  archive. The environment is read when a statement runs, never while dbt parses, so the
+  rebuild and the everyday build share one saved parse (a var would make dbt parse the
+  whole project again on each switch); the archive is named at parse time all the same,
+  so both builds have the same dependencies.
 #}
 {% macro heartbeat_events(all_history=false) -%}
+  {%- set archive = source('heartbeat', 'heartbeat_events_archive') -%}
   (
     select * from (
       select e.*, row_number() over (partition by event_id, event_type, source_key, trigger_job_id
                                      order by event_ts) as heartbeat_copy
       from (
         select * from {{ source('heartbeat', 'heartbeat_events') }}
-        {%- if all_history or var('heartbeat_full_history', false) %}
+        {%- if all_history or (execute and env_var('HEARTBEAT_FULL_HISTORY', '') == 'true') %}
         union all
-        select * from {{ source('heartbeat', 'heartbeat_events_archive') }}
+        select * from {{ archive }}
         {%- endif %}
       ) e
     ) numbered

@@ -90,6 +90,36 @@ def test_busy_ticks_keep_the_file_count_bounded_and_the_state_unchanged(tmp_path
         assert hb.app.store.count("heartbeat_runs_archive") > 0
 
 
+def test_the_full_rebuild_reads_the_archive(hb):
+    """`rebuild` re-derives the control table from every event ever recorded, archive included: with the whole
+    history moved out of the hot log (as after restoring an archive from a backup) it gives back the table the
+    events made, row by row. A rebuild that read the hot log alone would find no event and no run."""
+    from heartbeat_runner.lakehouse.store import EVENTS, EVENTS_ARCHIVE
+
+    hb.create_table("shop.orders", "id bigint")
+    hb.jobs(J1=0)
+    hb.seed(row("delta_table", "shop.orders", "J1"))
+    hb.tick()
+    hb.insert("shop.orders", "(1)")
+    assert hb.tick().triggered_job_ids == ["J1"]
+    hb.wait_for_jobs()
+    hb.insert("shop.orders", "(2)")
+    hb.tick()
+    hb.heartbeat.refresh_models()
+    before = hb.app.store.control_rows(include_retired=True)
+    assert all(r["last_idempotency_token"] for r in before)  # a run is on record
+
+    store = hb.app.store
+    store.stage_keys(hb.spark.table(store.name(EVENTS)).select("event_id").distinct())
+    store.copy_staged(EVENTS, EVENTS_ARCHIVE)
+    store.delete_staged(EVENTS)
+    assert store.count(EVENTS) == 0 and store.count(EVENTS_ARCHIVE) > 0
+    hb.app.dbt.rebuild_from_all_events()
+    after = store.control_rows(include_retired=True)
+    assert [{k: v for k, v in r.items() if k != "updated_at"} for r in after] == \
+        [{k: v for k, v in r.items() if k != "updated_at"} for r in before]
+
+
 # -- crashes during maintenance -------------------------------------------------------------------
 
 @pytest.fixture(scope="module")

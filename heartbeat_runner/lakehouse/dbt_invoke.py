@@ -166,11 +166,12 @@ class DbtProject:
             os.replace(staged, cached)
 
     @contextlib.contextmanager
-    def _environment(self, stage_root: Path | None) -> Iterator[None]:
+    def _environment(self, stage_root: Path | None, full_history: bool) -> Iterator[None]:
         """dbt reads env_var() from os.environ; set ours for the call, then restore. The seed and target folders
         are relative to the linked project (link_project), the same for every lakehouse; the lakehouse's own
-        paths are read by the macros only (macros/engine_overrides.sql), never while dbt parses; ``stage_root``:
-        where incremental models stage their MERGE source (None: they do not)."""
+        paths and the full-history switch are read by the macros when a statement runs, never while dbt parses
+        (macros/engine_overrides.sql, heartbeat_helpers.sql); ``stage_root``: where incremental models stage their
+        MERGE source (None: they do not)."""
         local = self.engine.is_local
         values = {
             "HEARTBEAT_SEED_DIR": SEED_PATH,
@@ -178,6 +179,7 @@ class DbtProject:
             "HEARTBEAT_LOCATION_ROOT": str(self.settings.warehouse_dir / self.settings.schema) if local else "",
             "HEARTBEAT_MERGE_STAGE_ROOT": str(stage_root or ""),
             "HEARTBEAT_SEED_FILE": str(self.seed_csv) if self.engine.ops.seeds_from_file else "",
+            "HEARTBEAT_FULL_HISTORY": "true" if full_history else "",
             "HEARTBEAT_SCHEMA": self.settings.schema,
             "HEARTBEAT_TARGET": self.settings.target.value,
             "DBT_SEND_ANONYMOUS_USAGE_STATS": "false",
@@ -194,8 +196,9 @@ class DbtProject:
                     os.environ[key] = value
 
     def invoke(self, args: list[str], *, quiet: bool = True, reuse_manifest: bool = False,
-               extra_vars: dict[str, object] | None = None) -> dbtRunnerResult:
-        """Run one dbt command; raise DbtError naming what failed.
+               full_history: bool = False) -> dbtRunnerResult:
+        """Run one dbt command; raise DbtError naming what failed. ``full_history``: the models read the
+        archive with the hot log (the full-rebuild path).
 
         ``reuse_manifest`` skips dbt's parse by running on :meth:`manifest` (the runner's
         own builds), and skips writing manifest.json/run_results.json, which nothing reads.
@@ -208,8 +211,8 @@ class DbtProject:
         cli_vars = json.dumps({"heartbeat_archive_margin_minutes": self.settings.archive_margin_minutes,
                                "heartbeat_stage_events": self.engine.ops.stage_events,
                                "heartbeat_change_feed": self.engine.ops.writes_change_feed,
-                               "heartbeat_list_by_name": self.engine.ops.lists_relations_by_name,
-                               **(extra_vars or {})}, sort_keys=True)
+                               "heartbeat_list_by_name": self.engine.ops.lists_relations_by_name},
+                              sort_keys=True)
         full = [
             *args,
             "--project-dir", str(self.link_project()),
@@ -228,7 +231,7 @@ class DbtProject:
         self.engine.touch()  # a parked engine starts now: dbt finds the server through the default session
         self.engine.generation += 1  # dbt may re-create views: cached reads of them are stale
         try:
-            with self._environment(stage_root):
+            with self._environment(stage_root, full_history):
                 result = dbtRunner(manifest=manifest).invoke(full)
         finally:
             self.engine.touch()  # dbt used the engine until now
@@ -359,7 +362,7 @@ class DbtProject:
         crash_point(FaultPoint.DURING_DBT_BUILD)
         self.migrate_once()
         retry_lost_commits(lambda: self.invoke(["run", "--select", CONTROL_MODEL, SENSOR_STATE_MODEL],
-                                               extra_vars={"heartbeat_full_history": True}),
+                                               full_history=True),
                            "dbt rebuild from all events", also=(EngineUnavailableError,))
 
     def build_all(self) -> None:
