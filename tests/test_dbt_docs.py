@@ -97,6 +97,8 @@ def model_output_columns(manifest) -> dict[str, list[str]]:
     env.globals.update(ref=lambda *names: names[-1], source=lambda _source, table: table,
                        config=lambda *args, **kwargs: "", is_incremental=lambda: False,
                        var=lambda _name, default=None: default, this="this",
+                       # as dbt parses: nothing executes, and the environment gives the defaults
+                       execute=False, env_var=lambda _name, default="": default,
                        # dbt's `return` hands a value back from a macro; here it is only rendered (a macro's
                        # value feeds config(), which is a no-op above)
                        **{"return": lambda value: value})

@@ -1,5 +1,6 @@
 """dbt's saved parse serves every lakehouse of one project: a new lakehouse (with HEARTBEAT_DBT_PARSE_CACHE) and a
-copied one start from it instead of a full parse (~1.5 s), and still build and write only their own tables.
+copied one start from it instead of a full parse (~1.5 s), and still build and write only their own tables. The
+macros the runner renders with dbt for its own statements (folds, the sensor state MERGE) are kept there too.
 
 dbt runs on ``<lakehouse>/dbt/project`` (links to the project) with relative seed and target folders, and the
 lakehouse's own paths reach the macros as environment variables only (lakehouse/dbt_invoke.py), so nothing dbt
@@ -7,6 +8,7 @@ parses or hashes differs between two lakehouses of one schema and engine."""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -37,6 +39,20 @@ def full_parses(lake: CliLakehouse) -> int:
     return log.read_text(encoding="utf-8", errors="replace").count(FULL_PARSE) if log.exists() else 0
 
 
+def mark_kept_statements(cache: Path) -> int:
+    """Append a SQL comment to each statement kept in ``cache`` (a lakehouse that takes one has it); how many."""
+    kept = list((cache / "rendered").glob("*.json"))
+    for path in kept:
+        record = json.loads(path.read_text())
+        path.write_text(json.dumps({**record, "sql": record["sql"] + "\n-- kept"}))
+    return len(kept)
+
+
+def statements(lake: CliLakehouse) -> list[str]:
+    """The statements this lakehouse keeps for itself (DbtProject.macro_sql)."""
+    return [json.loads(p.read_text())["sql"] for p in (lake.home / "dbt" / "rendered").glob("*.json")]
+
+
 def new_data_runs_the_job(lake: CliLakehouse) -> None:
     lake.append_ids("up.events", 1)
     lake.cli("run")
@@ -51,14 +67,18 @@ def test_a_new_lakehouse_starts_from_the_kept_parse_and_writes_only_its_own_tabl
     first = lakehouse(tmp_path / "a")
     assert full_parses(first) == 1  # nothing kept yet: dbt parses the project once
     assert len(list(cache.glob("*.msgpack"))) == 1
+
+    new_data_runs_the_job(first)
+    assert mark_kept_statements(cache) > 0  # its folds' statements, rendered by dbt once and kept
     events_before = len(first.events())
 
     second = lakehouse(tmp_path / "b")
     new_data_runs_the_job(second)
     assert full_parses(second) == 0
+    assert statements(second) and all(sql.endswith("-- kept") for sql in statements(second))  # none rendered again
     # its tables are its own: built and read in its folder, the first lakehouse untouched
     assert (second.home / "warehouse" / "heartbeat" / "heartbeat_control" / "_delta_log").is_dir()
-    assert len(first.events()) == events_before and first.executions() == {}
+    assert len(first.events()) == events_before and first.executions() == {"301": 1}
     assert {r[2] for r in second.control()} == {"301"}
 
     # another schema is another parse (its relations differ): kept beside the first, never mixed with it

@@ -1002,7 +1002,7 @@ def cmd_dbt(args: argparse.Namespace, settings: Settings) -> int:
     with _opened(args, settings) as app:
         if app.store.exists("heartbeat_control"):
             app.ensure_views()
-        app.dbt.invoke(list(args.dbt_args), quiet=False)
+        app.dbt.invoke(list(args.dbt_args), quiet=False, artifacts=True)  # the user's command: dbt's own files
     return 0
 
 

@@ -196,13 +196,15 @@ class DbtProject:
                     os.environ[key] = value
 
     def invoke(self, args: list[str], *, quiet: bool = True, reuse_manifest: bool = False,
-               full_history: bool = False) -> dbtRunnerResult:
+               full_history: bool = False, artifacts: bool = False) -> dbtRunnerResult:
         """Run one dbt command; raise DbtError naming what failed. ``full_history``: the models read the
         archive with the hot log (the full-rebuild path).
 
-        ``reuse_manifest`` skips dbt's parse by running on :meth:`manifest` (the runner's
-        own builds), and skips writing manifest.json/run_results.json, which nothing reads.
-        """
+        ``reuse_manifest`` skips dbt's parse by running on :meth:`manifest` (the runner's own builds).
+        dbt's manifest.json and run_results.json are written only with ``artifacts`` (a user's own dbt
+        command): nothing of Heartbeat reads them, and writing the manifest took ~0.7 s a call. dbt's saved
+        parse (partial_parse.msgpack) and the compiled SQL (target/run, read by restore_views) are written
+        either way."""
         from dbt.cli.main import dbtRunner
 
         manifest = self.manifest() if reuse_manifest else None
@@ -223,7 +225,7 @@ class DbtProject:
         ]
         if quiet:
             full += ["--quiet", "--no-use-colors"]
-        if reuse_manifest:
+        if not artifacts:
             full.append("--no-write-json")
         cached = None if manifest is not None else self._parse_cache(cli_vars)
         self._prime_parse(cached)
@@ -253,9 +255,7 @@ class DbtProject:
             self.restore_seed_file()
         fingerprint = self._fingerprint()
         if self._parsed is None or self._parsed[0] != fingerprint:
-            # dbt's partial parse file (target/partial_parse.msgpack) is written whatever the flag says; the
-            # manifest.json it skips is read by nothing here and took ~0.3-0.7 s of a cold tick to write
-            self._parsed = (fingerprint, self.invoke(["parse", "--no-write-json"]).result)
+            self._parsed = (fingerprint, self.invoke(["parse"]).result)
         return self._parsed[1]
 
     def _fingerprint(self) -> tuple:
@@ -329,19 +329,29 @@ class DbtProject:
         as a temporary view's rows, see TableStore.merge_rows), for the runner to run without a dbt command.
 
         Rendered by ``dbt compile --inline`` once, then kept in this process and in ``<lakehouse>/dbt/``
-        keyed on what it depends on: the project's files (a changed macro renders again), the target and the
-        schema (the relation names in it). A cold process reads it back rather than start dbt for it."""
+        keyed on what it depends on: the project's files (a changed macro renders again), the target, the
+        catalog and the schema (the relation names in it), never the lakehouse's paths. A cold process reads it
+        back rather than start dbt for it; a new lakehouse reads it from ``HEARTBEAT_DBT_PARSE_CACHE`` when set
+        (a render costs ~0.7 s)."""
         if not all(name.isidentifier() for name in (macro, *args)):
             raise ValueError(f"not a macro call of names: {macro}{args}")
         call = f"{{{{ {macro}({', '.join(repr(a) for a in args)}) }}}}"
         key = hashlib.sha256("\0".join([self.project_digest(), self.settings.target.value, self.settings.schema,
-                                         call]).encode()).hexdigest()
+                                         self.settings.catalog or "", call]).encode()).hexdigest()
         if (found := self._rendered.get(key)) is not None:
             return found
         path = self.work_dir / "rendered" / f"{'-'.join([macro, *args])}.json"  # args are names: safe in a file name
-        sql = _saved_sql(path, key)
+        kept = self.settings.dbt_parse_cache / "rendered" / f"{key}.json" if self.settings.dbt_parse_cache else None
+        sql = saved = _saved_sql(path, key)
+        if sql is None and kept is not None:
+            sql = _saved_sql(kept, key)
         if sql is None:
             sql = self._render(call)
+            if kept is not None:
+                with contextlib.suppress(OSError):  # a cache for others: this lakehouse does without it
+                    kept.parent.mkdir(parents=True, exist_ok=True)
+                    replace_whole(kept, json.dumps({"key": key, "sql": sql}))
+        if saved is None:
             path.parent.mkdir(parents=True, exist_ok=True)
             replace_whole(path, json.dumps({"key": key, "sql": sql}))
         self._rendered[key] = sql
