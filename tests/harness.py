@@ -175,6 +175,12 @@ class Harness:
             self._heartbeat = self.app.heartbeat(backend=backend)
         return self._heartbeat
 
+    def new_runner(self) -> Heartbeat:
+        """A runner started afresh on this lakehouse, as a new process is: what it copies to tables once (window
+        and trigger policies) it copies at its first tick."""
+        self._heartbeat = None
+        return self.heartbeat
+
     def tick(self) -> TickResult:
         return self.heartbeat.tick()
 
