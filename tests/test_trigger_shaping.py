@@ -113,7 +113,9 @@ def local_jobs(hb, **seconds):
 
 
 def shaped(hb, policy):
-    heartbeat = hb.heartbeat
+    """A runner started with ``policy``, as a process starts with its policy file: a fresh one, so its first
+    tick copies the policy to heartbeat_trigger_policies (a quiet period keeps its sources sensed)."""
+    heartbeat = hb.new_runner()
     heartbeat.shaping = policy
     return heartbeat
 
@@ -146,7 +148,6 @@ def test_min_interval_spaces_runs_and_every_version_is_in_exactly_one_window(hb,
     began = time.monotonic()
     assert hb.heartbeat.tick().triggered_job_ids == ["J1"]        # a run before any policy: the pace of a tick
     interval = max(3, math.ceil(3 * (time.monotonic() - began)))
-    hb.new_runner()  # a runner started with the policy
     heartbeat = shaped(hb, shaping(tmp_path, f"jobs: {{J1: {{trigger: {{min_interval: {interval}s}}}}}}\n"))
     held: list[str] = []
     value = 0
@@ -253,7 +254,6 @@ def test_quiet_for_starts_one_run_after_the_last_commit_and_max_wait_releases_un
     began = time.monotonic()
     hb.heartbeat.tick()  # baseline
     quiet = max(2, math.ceil(2.5 * (time.monotonic() - began)))
-    hb.new_runner()  # started with the policy: it keeps sensing QUIET's and BUSY's sources while their data waits
     heartbeat = shaped(hb, shaping(tmp_path, f"jobs:\n  QUIET: {{trigger: {{quiet_for: {quiet}s}}}}\n"
                                              f"  BUSY: {{trigger: {{quiet_for: {quiet + 1}s, max_wait: {2 * quiet}s}}}}\n"))
     began, value = time.monotonic(), 0

@@ -135,6 +135,12 @@ class DbtProject:
             os.replace(staged, link)
         return linked
 
+    def _compiled_key(self, what: str) -> str:
+        """The key of what dbt makes of ``what`` (the vars of a parse, a macro call) with this project: its files,
+        the target, the schema and the catalog (the relation names); never the lakehouse's own paths."""
+        return hashlib.sha256("\0".join([self.project_digest(), self.settings.target.value, self.settings.schema,
+                                         self.settings.catalog or "", what]).encode()).hexdigest()
+
     def _parse_cache(self, cli_vars: str) -> Path | None:
         """Where dbt's saved parse for this project, engine and schema is kept for new lakehouses
         (``HEARTBEAT_DBT_PARSE_CACHE``; None: not kept). dbt itself checks a saved parse against the project's
@@ -142,8 +148,7 @@ class DbtProject:
         root = self.settings.dbt_parse_cache
         if root is None:
             return None
-        key = hashlib.sha256("\0".join([self.project_digest(), self.settings.target.value, self.settings.schema,
-                                         self.settings.catalog or "", cli_vars]).encode()).hexdigest()[:24]
+        key = self._compiled_key(cli_vars)[:24]
         return root / f"{key}.msgpack"
 
     def _prime_parse(self, cached: Path | None) -> None:
@@ -336,8 +341,7 @@ class DbtProject:
         if not all(name.isidentifier() for name in (macro, *args)):
             raise ValueError(f"not a macro call of names: {macro}{args}")
         call = f"{{{{ {macro}({', '.join(repr(a) for a in args)}) }}}}"
-        key = hashlib.sha256("\0".join([self.project_digest(), self.settings.target.value, self.settings.schema,
-                                         self.settings.catalog or "", call]).encode()).hexdigest()
+        key = self._compiled_key(call)
         if (found := self._rendered.get(key)) is not None:
             return found
         path = self.work_dir / "rendered" / f"{'-'.join([macro, *args])}.json"  # args are names: safe in a file name
