@@ -59,3 +59,39 @@ def test_after_an_upgrade_that_changed_a_view_the_next_start_creates_it_from_the
     with Harness(tmp_path, **env) as hb:
         assert hb.app.ensure_views()
         assert _columns(hb, "heartbeat_sensing_errors") == [*before, "added_by_the_upgrade"]
+
+
+def _views_built_by_dbt(hb: Harness) -> int:
+    """How many views dbt has built in this lakehouse so far (its log counts each view model it ran)."""
+    log = hb.app.dbt.work_dir / "logs" / "dbt.log"
+    return log.read_text(encoding="utf-8", errors="replace").count("START sql view model") if log.exists() else 0
+
+
+def test_a_second_seed_builds_the_tables_with_dbt_and_the_views_from_their_compiled_sql(tmp_path, monkeypatch):
+    """A config load builds the control and sensor state tables with dbt; views whose SQL dbt compiled before
+    from the same project and vars are created from it, as at every start, not through dbt again."""
+    monkeypatch.setenv("HEARTBEAT_DBT_PARSE_CACHE", str(tmp_path / "kept"))  # none kept yet
+    with Harness(tmp_path) as hb:
+        hb.seed(row("trigger_file", "drops", "J"))
+        built = _views_built_by_dbt(hb)
+        assert built == len(view_models(hb.app.dbt.manifest()))  # the first load: dbt builds every view
+        hb.jobs(J=0)
+        hb.seed(row("trigger_file", "other", "J"))
+        assert _views_built_by_dbt(hb) == built
+        hb.tick()  # baseline
+        hb.drop_trigger_file("other", "a.done")
+        assert hb.tick().triggered_job_ids == ["J"]  # the views answer for the new config
+
+
+def test_a_start_with_another_archive_margin_builds_the_views_again_with_it(tmp_path):
+    """A view's SQL depends on the vars too (heartbeat_events_live reads the archive margin): a start with another
+    margin builds the views again, never re-creates them from SQL compiled with the old margin; the start after
+    that restores them."""
+    with Harness(tmp_path) as hb:
+        hb.seed(row("trigger_file", "drops", "J"))
+    with Harness(tmp_path, HEARTBEAT_ARCHIVE_MARGIN_MINUTES="0") as hb:
+        assert not hb.app.ensure_views(), "compiled with the default margin: dbt builds the views"
+        live = hb.app.dbt.work_dir / "target" / "run" / "heartbeat" / "models" / "heartbeat_events_live.sql"
+        assert "interval 0 seconds" in live.read_text()
+    with Harness(tmp_path, HEARTBEAT_ARCHIVE_MARGIN_MINUTES="0") as hb:
+        assert hb.app.ensure_views()

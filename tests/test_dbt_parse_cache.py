@@ -1,6 +1,7 @@
 """dbt's saved parse serves every lakehouse of one project: a new lakehouse (with HEARTBEAT_DBT_PARSE_CACHE) and a
 copied one start from it instead of a full parse (~1.5 s), and still build and write only their own tables. The
-macros the runner renders with dbt for its own statements (folds, the sensor state MERGE) are kept there too.
+macros the runner renders with dbt for its own statements (folds, the sensor state MERGE) and the views' compiled
+SQL are kept there too.
 
 dbt runs on ``<lakehouse>/dbt/project`` (links to the project) with relative seed and target folders, and the
 lakehouse's own paths reach the macros as environment variables only (lakehouse/dbt_invoke.py), so nothing dbt
@@ -48,6 +49,12 @@ def mark_kept_statements(cache: Path) -> int:
     return len(kept)
 
 
+def views_built_by_dbt(lake: CliLakehouse) -> int:
+    """How many views dbt built in this lakehouse (each view model dbt ran is a line of its log)."""
+    log = lake.home / "dbt" / "logs" / "dbt.log"
+    return log.read_text(encoding="utf-8", errors="replace").count("START sql view model") if log.exists() else 0
+
+
 def statements(lake: CliLakehouse) -> list[str]:
     """The statements this lakehouse keeps for itself (DbtProject.macro_sql)."""
     return [json.loads(p.read_text())["sql"] for p in (lake.home / "dbt" / "rendered").glob("*.json")]
@@ -65,7 +72,8 @@ def test_a_new_lakehouse_starts_from_the_kept_parse_and_writes_only_its_own_tabl
     cache = tmp_path / "parse-cache"
     monkeypatch.setenv("HEARTBEAT_DBT_PARSE_CACHE", str(cache))
     first = lakehouse(tmp_path / "a")
-    assert full_parses(first) == 1  # nothing kept yet: dbt parses the project once
+    assert full_parses(first) == 1  # nothing kept yet: dbt parses the project once, and builds every view
+    assert views_built_by_dbt(first) > 0
     assert len(list(cache.glob("*.msgpack"))) == 1
 
     new_data_runs_the_job(first)
@@ -74,7 +82,7 @@ def test_a_new_lakehouse_starts_from_the_kept_parse_and_writes_only_its_own_tabl
 
     second = lakehouse(tmp_path / "b")
     new_data_runs_the_job(second)
-    assert full_parses(second) == 0
+    assert full_parses(second) == 0 and views_built_by_dbt(second) == 0  # its views from the kept SQL
     assert statements(second) and all(sql.endswith("-- kept") for sql in statements(second))  # none rendered again
     # its tables are its own: built and read in its folder, the first lakehouse untouched
     assert (second.home / "warehouse" / "heartbeat" / "heartbeat_control" / "_delta_log").is_dir()
@@ -83,7 +91,7 @@ def test_a_new_lakehouse_starts_from_the_kept_parse_and_writes_only_its_own_tabl
 
     # another schema is another parse (its relations differ): kept beside the first, never mixed with it
     other = lakehouse(tmp_path / "c", HEARTBEAT_SCHEMA="heartbeat_other")
-    assert full_parses(other) == 1 and len(list(cache.glob("*.msgpack"))) == 2
+    assert full_parses(other) == 1 and len(list(cache.glob("*.msgpack"))) == 2 and views_built_by_dbt(other) > 0
     assert (other.home / "warehouse" / "heartbeat_other" / "heartbeat_control" / "_delta_log").is_dir()
 
 

@@ -527,7 +527,8 @@ class HeartbeatEnvironment(BaseSettings):
         "HEARTBEAT_DBT_PARSE_CACHE", None,
         "a folder where dbt's parse of the project is kept for new lakehouses: a new lakehouse's first dbt call "
         "then starts from it (~0.1 s) rather than parse the project (~1.5 s); dbt checks it against the project. "
-        "The statements the runner renders with dbt (~0.7 s each) are kept there too, by project, engine and schema",
+        "The statements the runner renders with dbt (~0.7 s each) and the views' compiled SQL are kept there too, "
+        "by project, engine, schema and vars",
         shown="none (each new lakehouse parses once)")
     config: FilePath = _var("HEARTBEAT_CONFIG", None, "the config CSV (`--config`)",
                             shown="`seeds/heartbeat_sensor_config.csv`")

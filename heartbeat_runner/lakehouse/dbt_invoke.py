@@ -135,21 +135,27 @@ class DbtProject:
             os.replace(staged, link)
         return linked
 
-    def _compiled_key(self, what: str) -> str:
-        """The key of what dbt makes of ``what`` (the vars of a parse, a macro call) with this project: its files,
-        the target, the schema and the catalog (the relation names); never the lakehouse's own paths."""
-        return hashlib.sha256("\0".join([self.project_digest(), self.settings.target.value, self.settings.schema,
-                                         self.settings.catalog or "", what]).encode()).hexdigest()
+    def _cli_vars(self) -> str:
+        """The ``--vars`` of every dbt call: fixed by the engine and the archive margin, never by the lakehouse."""
+        return json.dumps({"heartbeat_archive_margin_minutes": self.settings.archive_margin_minutes,
+                           "heartbeat_stage_events": self.engine.ops.stage_events,
+                           "heartbeat_change_feed": self.engine.ops.writes_change_feed,
+                           "heartbeat_list_by_name": self.engine.ops.lists_relations_by_name}, sort_keys=True)
 
-    def _parse_cache(self, cli_vars: str) -> Path | None:
+    def _compiled_key(self, *extra: str) -> str:
+        """What SQL dbt compiles from this project depends on: its files, the target, the schema and catalog (the
+        relation names), the vars, and ``extra``; never the lakehouse's own paths."""
+        return hashlib.sha256("\0".join([self.project_digest(), self.settings.target.value, self.settings.schema,
+                                         self.settings.catalog or "", self._cli_vars(), *extra]).encode()).hexdigest()
+
+    def _parse_cache(self) -> Path | None:
         """Where dbt's saved parse for this project, engine and schema is kept for new lakehouses
         (``HEARTBEAT_DBT_PARSE_CACHE``; None: not kept). dbt itself checks a saved parse against the project's
         files, the vars, the target and its own version, and parses again what differs."""
         root = self.settings.dbt_parse_cache
         if root is None:
             return None
-        key = self._compiled_key(cli_vars)[:24]
-        return root / f"{key}.msgpack"
+        return root / f"{self._compiled_key()[:24]}.msgpack"
 
     def _prime_parse(self, cached: Path | None) -> None:
         """A lakehouse without dbt's saved parse starts from the kept one (a parse of ~0.1 s instead of ~1.5 s)."""
@@ -215,11 +221,7 @@ class DbtProject:
         manifest = self.manifest() if reuse_manifest else None
 
         stage_root = merge_stage_dir(self.settings) if self.engine.ops.stages_merge_sources else None
-        cli_vars = json.dumps({"heartbeat_archive_margin_minutes": self.settings.archive_margin_minutes,
-                               "heartbeat_stage_events": self.engine.ops.stage_events,
-                               "heartbeat_change_feed": self.engine.ops.writes_change_feed,
-                               "heartbeat_list_by_name": self.engine.ops.lists_relations_by_name},
-                              sort_keys=True)
+        cli_vars = self._cli_vars()
         full = [
             *args,
             "--project-dir", str(self.link_project()),
@@ -232,7 +234,7 @@ class DbtProject:
             full += ["--quiet", "--no-use-colors"]
         if not artifacts:
             full.append("--no-write-json")
-        cached = None if manifest is not None else self._parse_cache(cli_vars)
+        cached = None if manifest is not None else self._parse_cache()
         self._prime_parse(cached)
         started = time.monotonic()
         self.engine.touch()  # a parked engine starts now: dbt finds the server through the default session
@@ -334,7 +336,7 @@ class DbtProject:
         as a temporary view's rows, see TableStore.merge_rows), for the runner to run without a dbt command.
 
         Rendered by ``dbt compile --inline`` once, then kept in this process and in ``<lakehouse>/dbt/``
-        keyed on what it depends on: the project's files (a changed macro renders again), the target, the
+        keyed on what it depends on: the project's files (a changed macro renders again), the vars, the target, the
         catalog and the schema (the relation names in it), never the lakehouse's paths. A cold process reads it
         back rather than start dbt for it; a new lakehouse reads it from ``HEARTBEAT_DBT_PARSE_CACHE`` when set
         (a render costs ~0.7 s)."""
@@ -381,15 +383,62 @@ class DbtProject:
 
     def build_all(self) -> None:
         """Build the control and sensor state tables and (re)create the views. Records the views' dependency
-        order (from dbt's manifest) for :meth:`restore_views`; what the build includes is ControlTable's to mark."""
+        order (from dbt's manifest) for :meth:`restore_views`; what the build includes is ControlTable's to mark.
+
+        On a local engine, views whose SQL dbt compiled before from the same project, target, schema, catalog
+        and vars (this lakehouse's, or one kept in ``HEARTBEAT_DBT_PARSE_CACHE``) are created from that SQL, as
+        :meth:`restore_views` does at every start, and dbt builds the two tables alone (a view through dbt costs
+        its materialization's statements; its SQL is the same)."""
         views = view_models(self.manifest())
-        project = self.project_digest()
+        key = self._compiled_key()
+        if self.engine.is_local and self._take_kept_views(views, key):
+            self._build(CONTROL_MODEL, SENSOR_STATE_MODEL)
+            replace_whole(self._view_order, json.dumps({"key": key, "views": views}))
+            if self.restore_views():
+                return
         self._build(CONTROL_MODEL, SENSOR_STATE_MODEL, *views)
-        replace_whole(self._view_order, json.dumps({"project": project, "views": views}))
+        replace_whole(self._view_order, json.dumps({"key": key, "views": views}))
+        self._keep_views(views, key)
+
+    @property
+    def _compiled_dir(self) -> Path:
+        """Where dbt leaves the SQL it ran for each model (a view's: its ``create or replace view``)."""
+        return self.work_dir / "target" / "run" / PROJECT_NAME / "models"
+
+    def _kept_views_dir(self, key: str) -> Path | None:
+        root = self.settings.dbt_parse_cache
+        return root / "views" / key[:24] if root is not None else None
+
+    def _take_kept_views(self, views: list[str], key: str) -> bool:
+        """Whether every view's SQL compiled under ``key`` is at hand: this lakehouse's last build, or else the
+        kept one (copied in)."""
+        if self._compiled_views() == views and all((self._compiled_dir / f"{v}.sql").exists() for v in views):
+            return True
+        kept = self._kept_views_dir(key)
+        if kept is None or not all((kept / f"{v}.sql").is_file() for v in views):
+            return False
+        self._compiled_dir.mkdir(parents=True, exist_ok=True)
+        for view in views:
+            shutil.copyfile(kept / f"{view}.sql", self._compiled_dir / f"{view}.sql")
+        return True
+
+    def _keep_views(self, views: list[str], key: str) -> None:
+        """Keep the views' compiled SQL for new lakehouses (a folder made whole: readers see all of it or none)."""
+        kept = self._kept_views_dir(key)
+        if kept is None or kept.is_dir():
+            return
+        staged = kept.with_name(f".{kept.name}.{os.getpid()}.{threading.get_ident()}")
+        try:
+            staged.mkdir(parents=True, exist_ok=True)
+            for view in views:
+                shutil.copyfile(self._compiled_dir / f"{view}.sql", staged / f"{view}.sql")
+            os.replace(staged, kept)
+        except OSError:  # another process kept it first, or the cache is not writable: a cache, not needed
+            shutil.rmtree(staged, ignore_errors=True)
 
     @property
     def _view_order(self) -> Path:
-        """The views in creation order and the digest of the project they were compiled from."""
+        """The views in creation order and the key of what they were compiled from (:meth:`_compiled_key`)."""
         return self.work_dir / "view_models.json"
 
     def project_digest(self) -> str:
@@ -412,8 +461,8 @@ class DbtProject:
             return None
         if not isinstance(record, dict):
             return None
-        if self.available and record.get("project") != self.project_digest():
-            return None  # a bare list: written by a Heartbeat that did not record its project
+        if self.available and record.get("key") != self._compiled_key():
+            return None  # compiled from other files or vars (or recorded by a Heartbeat that kept no key)
         return [str(name) for name in record.get("views", [])]
 
     def test_seed(self) -> None:
@@ -426,7 +475,7 @@ class DbtProject:
         version of the project (an upgraded Heartbeat whose models or macros changed, a new model
         among them): build_all() is then needed, so a changed view is never re-created from its old SQL.
         """
-        compiled = self.work_dir / "target" / "run" / PROJECT_NAME / "models"
+        compiled = self._compiled_dir
         views = self._compiled_views()
         if views is None:
             return False
