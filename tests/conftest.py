@@ -1,3 +1,4 @@
+import json
 import os
 import shutil
 import sys
@@ -78,16 +79,29 @@ def pytest_generate_tests(metafunc):
 _ENGINE_ORDER = {"sail": 0, "spark-connect": 1, "spark-classic": 2}
 
 
+#: each module's worker-seconds in the last measured embedded leg (.ci/module_seconds.py writes it)
+_MODULE_SECONDS: dict[str, int] = json.loads((Path(__file__).parent / "module_seconds.json").read_text())
+
+
 def pytest_collection_modifyitems(config, items):
     """Sail first (every test that is not parametrised), then the Spark tests, classic last. A module
     that uses a Spark shape without the ``engine_kind`` parameter names it in ``ENGINE_KIND`` (or is
-    parametrised by an ``engine`` fixture whose values are engine kinds)."""
+    parametrised by an ``engine`` fixture whose values are engine kinds).
+
+    Within an engine the heaviest modules come first (``module_seconds.json``; a new module counts as heavy
+    until measured): the workers take whole modules in this order (``--dist loadfile``), so the leg ends on
+    short modules, not with two workers idle beside one long module that started last. A module's tests
+    keep their order and stay together."""
     def rank(item) -> int:
         params = getattr(item, "callspec", None).params if hasattr(item, "callspec") else {}
         kind = params.get("engine_kind") or params.get("engine")
         return _ENGINE_ORDER.get(kind or getattr(item.module, "ENGINE_KIND", "sail"), 0)
 
-    items.sort(key=rank)
+    def heaviest_first(item) -> tuple[int, int, str]:
+        name = item.path.name
+        return rank(item), -_MODULE_SECONDS.get(name, max(_MODULE_SECONDS.values(), default=0)), name
+
+    items.sort(key=heaviest_first)
     if MATRIX == "full":
         return
 
