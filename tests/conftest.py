@@ -81,6 +81,8 @@ _ENGINE_ORDER = {"sail": 0, "spark-connect": 1, "spark-classic": 2}
 
 #: each module's worker-seconds in the last measured embedded leg (.ci/module_seconds.py writes it)
 _MODULE_SECONDS: dict[str, int] = json.loads((Path(__file__).parent / "module_seconds.json").read_text())
+#: what a module not measured yet counts as: the heaviest, so it starts early
+_UNMEASURED_SECONDS = max(_MODULE_SECONDS.values(), default=0)
 
 
 def pytest_collection_modifyitems(config, items):
@@ -99,7 +101,7 @@ def pytest_collection_modifyitems(config, items):
 
     def heaviest_first(item) -> tuple[int, int, str]:
         name = item.path.name
-        return rank(item), -_MODULE_SECONDS.get(name, max(_MODULE_SECONDS.values(), default=0)), name
+        return rank(item), -_MODULE_SECONDS.get(name, _UNMEASURED_SECONDS), name
 
     items.sort(key=heaviest_first)
     if MATRIX == "full":

@@ -53,6 +53,13 @@ def wait_for(predicate, timeout_s: float, what: str) -> None:
         time.sleep(0.2)
 
 
+def views_built_by_dbt(dbt_dir: Path) -> int:
+    """How many views dbt has built in the lakehouse whose dbt folder is ``dbt_dir`` (``<lakehouse>/dbt``): its log
+    has a line for each view model it ran."""
+    log = dbt_dir / "logs" / "dbt.log"
+    return log.read_text(encoding="utf-8", errors="replace").count("START sql view model") if log.exists() else 0
+
+
 def ticks(*outcomes):
     """A tick function returning (or raising) each outcome in turn; after the last the loop is told to stop."""
     pending = list(outcomes)

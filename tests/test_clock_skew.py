@@ -91,7 +91,7 @@ def both_ticking(lake: CliLakehouse, loops: list) -> None:
 
     def all_seen() -> bool:
         seen.update(row["pid"] for row in lake.table("heartbeat_lease"))
-        assert all(loop.poll() is None for loop in loops), [loop.communicate() for loop in loops]
+        assert all(loop.poll() is None for loop in loops), f"a loop ended: exits {[loop.poll() for loop in loops]}"
         return {loop.pid for loop in loops} <= seen
 
     wait_for(all_seen, 180, "both loops to tick")
@@ -100,8 +100,10 @@ def both_ticking(lake: CliLakehouse, loops: list) -> None:
 @pytest.mark.slow
 def test_two_runners_a_minute_apart_read_each_version_in_one_run(lake):
     """Two loops on one lakehouse, one clock 60 s ahead, a commit every 0.7 s: no run re-reads a version."""
-    loops = [lake.start("run", "--loop", "--interval", "0.3"),
-             lake.start("run", "--loop", "--interval", "0.3", env=shifted(60))]
+    # each waits up to 600 s for the lease, as the Spark twin below: with the default 30 s, one loop of three runs
+    # three at a time ended (exit 0) before it ever held the lease
+    loops = [lake.start("run", "--loop", "--interval", "0.3", "--wait-lease", "600"),
+             lake.start("run", "--loop", "--interval", "0.3", "--wait-lease", "600", env=shifted(60))]
     try:
         both_ticking(lake, loops)  # a loaded machine can take over 20 s to start a loop: commit once both tick
         for n in range(1, 25):

@@ -6,7 +6,7 @@ import re
 import shutil
 from pathlib import Path
 
-from harness import Harness, project_copy
+from harness import Harness, project_copy, views_built_by_dbt
 from harness import config_row as row
 
 from heartbeat_runner.lakehouse.dbt_invoke import view_models
@@ -61,23 +61,17 @@ def test_after_an_upgrade_that_changed_a_view_the_next_start_creates_it_from_the
         assert _columns(hb, "heartbeat_sensing_errors") == [*before, "added_by_the_upgrade"]
 
 
-def _views_built_by_dbt(hb: Harness) -> int:
-    """How many views dbt has built in this lakehouse so far (its log counts each view model it ran)."""
-    log = hb.app.dbt.work_dir / "logs" / "dbt.log"
-    return log.read_text(encoding="utf-8", errors="replace").count("START sql view model") if log.exists() else 0
-
-
 def test_a_second_seed_builds_the_tables_with_dbt_and_the_views_from_their_compiled_sql(tmp_path, monkeypatch):
     """A config load builds the control and sensor state tables with dbt; views whose SQL dbt compiled before
     from the same project and vars are created from it, as at every start, not through dbt again."""
     monkeypatch.setenv("HEARTBEAT_DBT_PARSE_CACHE", str(tmp_path / "kept"))  # none kept yet
     with Harness(tmp_path) as hb:
         hb.seed(row("trigger_file", "drops", "J"))
-        built = _views_built_by_dbt(hb)
+        built = views_built_by_dbt(hb.app.dbt.work_dir)
         assert built == len(view_models(hb.app.dbt.manifest()))  # the first load: dbt builds every view
         hb.jobs(J=0)
         hb.seed(row("trigger_file", "other", "J"))
-        assert _views_built_by_dbt(hb) == built
+        assert views_built_by_dbt(hb.app.dbt.work_dir) == built
         hb.tick()  # baseline
         hb.drop_trigger_file("other", "a.done")
         assert hb.tick().triggered_job_ids == ["J"]  # the views answer for the new config

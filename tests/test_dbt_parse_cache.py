@@ -13,7 +13,7 @@ import json
 import sys
 from pathlib import Path
 
-from harness import HEADER, MARKER_JOB, CliLakehouse
+from harness import HEADER, MARKER_JOB, CliLakehouse, views_built_by_dbt
 from harness import config_row as row
 
 #: what dbt writes to its log when it cannot start from a saved parse
@@ -49,12 +49,6 @@ def mark_kept_statements(cache: Path) -> int:
     return len(kept)
 
 
-def views_built_by_dbt(lake: CliLakehouse) -> int:
-    """How many views dbt built in this lakehouse (each view model dbt ran is a line of its log)."""
-    log = lake.home / "dbt" / "logs" / "dbt.log"
-    return log.read_text(encoding="utf-8", errors="replace").count("START sql view model") if log.exists() else 0
-
-
 def statements(lake: CliLakehouse) -> list[str]:
     """The statements this lakehouse keeps for itself (DbtProject.macro_sql)."""
     return [json.loads(p.read_text())["sql"] for p in (lake.home / "dbt" / "rendered").glob("*.json")]
@@ -73,7 +67,7 @@ def test_a_new_lakehouse_starts_from_the_kept_parse_and_writes_only_its_own_tabl
     monkeypatch.setenv("HEARTBEAT_DBT_PARSE_CACHE", str(cache))
     first = lakehouse(tmp_path / "a")
     assert full_parses(first) == 1  # nothing kept yet: dbt parses the project once, and builds every view
-    assert views_built_by_dbt(first) > 0
+    assert views_built_by_dbt(first.home / "dbt") > 0
     assert len(list(cache.glob("*.msgpack"))) == 1
 
     new_data_runs_the_job(first)
@@ -82,7 +76,7 @@ def test_a_new_lakehouse_starts_from_the_kept_parse_and_writes_only_its_own_tabl
 
     second = lakehouse(tmp_path / "b")
     new_data_runs_the_job(second)
-    assert full_parses(second) == 0 and views_built_by_dbt(second) == 0  # its views from the kept SQL
+    assert full_parses(second) == 0 and views_built_by_dbt(second.home / "dbt") == 0  # its views from the kept SQL
     assert statements(second) and all(sql.endswith("-- kept") for sql in statements(second))  # none rendered again
     # its tables are its own: built and read in its folder, the first lakehouse untouched
     assert (second.home / "warehouse" / "heartbeat" / "heartbeat_control" / "_delta_log").is_dir()
@@ -91,7 +85,8 @@ def test_a_new_lakehouse_starts_from_the_kept_parse_and_writes_only_its_own_tabl
 
     # another schema is another parse (its relations differ): kept beside the first, never mixed with it
     other = lakehouse(tmp_path / "c", HEARTBEAT_SCHEMA="heartbeat_other")
-    assert full_parses(other) == 1 and len(list(cache.glob("*.msgpack"))) == 2 and views_built_by_dbt(other) > 0
+    assert full_parses(other) == 1 and len(list(cache.glob("*.msgpack"))) == 2
+    assert views_built_by_dbt(other.home / "dbt") > 0
     assert (other.home / "warehouse" / "heartbeat_other" / "heartbeat_control" / "_delta_log").is_dir()
 
 
