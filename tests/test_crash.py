@@ -4,8 +4,9 @@ jobs backend and for Databricks Jobs (the stateful stand-in server and the real 
 
 Each scenario copies one seeded lakehouse, adds upstream data, runs
 ``python -m heartbeat_runner run`` with ``HEARTBEAT_CRASH_AT=<point>`` (the process dies
-there with exit code faults.CRASH_EXIT_CODE), then normal ticks. The scenarios of a backend
-run two at a time and are compared with a crash-free run of the same steps.
+there with exit code faults.CRASH_EXIT_CODE), then normal ticks (in the test's process, as the
+suite runs one-shot commands: tests/cli_runner.py). The scenarios of a backend run one after the
+other and are compared with a crash-free run of the same steps.
 
 Also: a trigger the jobs API refused, retried with the same token once fixed, runs once.
 """
@@ -13,7 +14,6 @@ Also: a trigger the jobs API refused, retried with the same token once fixed, ru
 from __future__ import annotations
 
 import shutil
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -112,7 +112,7 @@ def settle(lake: CliLakehouse, server: JobsApiServer | None) -> None:
 
 
 class Scenarios:
-    """Runs every crash point of a backend (two at a time) on first use, plus the crash-free reference."""
+    """Runs every crash point of a backend (one after the other) on first use, plus the crash-free reference."""
 
     def __init__(self, template: tuple[Path, Path, Path]):
         self.template = template
@@ -135,9 +135,9 @@ class Scenarios:
             for server in filter(None, servers.values()):
                 server.__enter__()
             try:
-                with ThreadPoolExecutor(max_workers=3) as pool:
-                    futures = {p: pool.submit(scenario, self.template, backend, p, servers[p]) for p in points}
-                    self.done[backend] = {p: f.result() for p, f in futures.items()}
+                # one after the other: only the killed command is a process then, the others run in this
+                # process (tests/cli_runner.py); from threads every command would be a cold process (~2x the CPU)
+                self.done[backend] = {p: scenario(self.template, backend, p, servers[p]) for p in points}
             finally:
                 for server in filter(None, servers.values()):
                     server.__exit__(None, None, None)
@@ -150,7 +150,7 @@ def scenarios(template) -> Scenarios:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(900)  # the first test of a backend runs all its scenarios (one per crash point, 3 at a time)
+@pytest.mark.timeout(900)  # the first test of a backend runs all its scenarios (one per crash point)
 @pytest.mark.parametrize(("backend", "point"), [(backend, point) for backend, points in POINTS.items() for point in points])
 def test_a_crash_at_any_step_loses_nothing_and_triggers_nothing_twice(scenarios, backend, point):
     outcomes = scenarios.of(backend)

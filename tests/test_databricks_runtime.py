@@ -165,6 +165,9 @@ class Workspace:
                               capture_output=True, text=True, timeout=int(os.environ.get("HEARTBEAT_TEST_TASK_TIMEOUT", "600")), cwd=self.root, env=env)
         outcomes = [json.loads(line[5:]) for line in done.stdout.splitlines() if line.startswith("STEP ")]
         self.last_output = done.stdout + done.stderr
+        # the cluster's whole output is kept beside the plan, and each step's seconds shown with -s
+        (self.root / f"output-{self.calls}.txt").write_text(self.last_output)
+        print(f"cluster {self.calls} ({job_name}): seconds per step", [o.get("seconds") for o in outcomes])
         assert done.returncode == 0 and len(outcomes) == len(plan_steps), self.last_output[-4000:]
         return outcomes
 
