@@ -23,11 +23,13 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import logging
 import os
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
@@ -73,14 +75,26 @@ def _process_is_ours() -> bool:
     return connect is None or connect.SparkSession._get_default_session() is None  # None once stopped
 
 
+#: HEARTBEAT_TEST_CLI_LOG=<file>: each command appends one JSON line there (the test, the command, whether it ran
+#: as a process, its seconds), to find the tests whose commands are processes and what they cost
+_LOG = os.environ.get("HEARTBEAT_TEST_CLI_LOG", "")
+
+
 def run_cli(args: Sequence[str], *, env: Mapping[str, str], cwd: Path, timeout: float = 300,
             stdin: str | None = None) -> subprocess.CompletedProcess:
     """``python -m heartbeat_runner *args`` with exactly ``env`` and ``cwd``; its exit code, stdout and stderr."""
     args = [str(a) for a in args]
-    if stdin is not None or needs_process(args, env):
-        return subprocess.run([sys.executable, "-m", "heartbeat_runner", *args], env=dict(env), capture_output=True,
+    began, as_process = time.monotonic(), stdin is not None or needs_process(args, env)
+    if as_process:
+        done = subprocess.run([sys.executable, "-m", "heartbeat_runner", *args], env=dict(env), capture_output=True,
                               text=True, timeout=timeout, cwd=cwd, input=stdin)
-    return _in_process(args, env, cwd)
+    else:
+        done = _in_process(args, env, cwd)
+    if _LOG:
+        with open(_LOG, "a", encoding="utf-8") as log:
+            log.write(json.dumps({"test": os.environ.get("PYTEST_CURRENT_TEST", ""), "command": args[:1],
+                                  "process": as_process, "seconds": round(time.monotonic() - began, 2)}) + "\n")
+    return done
 
 
 def _in_process(args: list[str], env: Mapping[str, str], cwd: Path) -> subprocess.CompletedProcess:

@@ -15,6 +15,10 @@ The closest thing to a workspace this machine has:
 
 The code paths are the ``databricks`` target's: no ``_delta_log`` listing (sensing reads the table history),
 no Sail, dbt-spark on the cluster's own session.
+
+Each test of a task environment runs on two runtimes (``RUNTIMES``): the PySpark 4.0 and Delta 4.0 this
+repository develops on, and Databricks Runtime 16.4 LTS's Apache Spark 3.5 with Delta 3.3. Spark 3.5 refused the
+array parameters every tick bound (tests/test_sql_parameters.py).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import shutil
 import subprocess
 import sys
 import venv
+from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
 
@@ -39,10 +44,28 @@ from test_databricks_bundle import REPO, resolved_jobs
 pytestmark = [pytest.mark.databricks_runtime, pytest.mark.timeout(900),
               pytest.mark.skipif(not SPARK_AVAILABLE, reason="needs Java 17, Maven and the spark extra")]
 
-#: where task environments are kept between runs, one per wheel and runtime
+#: where task environments are kept between runs, one per runtime (the newest wheel's dependencies)
 VENVS = Path(os.environ.get("HEARTBEAT_TEST_CACHE", Path.home() / ".cache" / "heartbeat")) / "task-venvs"
-#: what the runtime provides, at the versions this repository is tested with
-RUNTIME_PACKAGES = (f"pyspark=={version('pyspark')}", f"delta-spark=={version('delta-spark')}")
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """What a job cluster's runtime provides: its PySpark and Delta (pip requirements) and Delta's jars."""
+
+    name: str
+    packages: tuple[str, ...]
+    #: the Maven project whose dependencies are the Delta jars (engines/spark_jars.py resolves and caches them)
+    pom: Path
+
+
+#: the runtimes the leg runs on: the Spark this repository develops on, and Databricks Runtime 16.4 LTS's
+#: Apache Spark 3.5 with open-source Delta 3.3 (Scala 2.12), what a team deploying today gets
+RUNTIMES = (
+    Runtime("spark-4.0", (f"pyspark=={version('pyspark')}", f"delta-spark=={version('delta-spark')}"),
+            REPO / "spark" / "pom.xml"),
+    Runtime("dbr-16.4-spark-3.5", ("pyspark==3.5.5", "delta-spark==3.3.2"),
+            REPO / "tests" / "fixtures" / "runtime-spark35" / "pom.xml"),
+)
 #: the bundle's sync excludes these from the workspace files (databricks.yml `sync.exclude`)
 NOT_SYNCED = ("tests", "benchmarks", ".git", ".venv", "dist", "app")
 #: the catalog the test workspace has: a local Spark's one catalog, named as Unity Catalog names are
@@ -76,25 +99,25 @@ def task_libraries(task: dict) -> list[str]:
     return out
 
 
-def task_environment(wheel: Path, libraries: list[str]) -> Path:
+def task_environment(runtime: Runtime, wheel: Path, libraries: list[str]) -> Path:
     """A venv holding the runtime's packages, the wheel's dependencies and the task's libraries, kept while
-    those stay the same; the wheel itself is installed again every time (``--no-deps``), so the code under
-    test is always this checkout's."""
+    those stay the same (one per runtime); the wheel itself is installed again every time (``--no-deps``), so
+    the code under test is always this checkout's."""
     import zipfile
 
     with zipfile.ZipFile(wheel) as archive:
         (metadata,) = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
         requires = sorted(line for line in archive.read(metadata).decode().splitlines() if line.startswith("Requires-Dist"))
-    key = hashlib.sha256(json.dumps([RUNTIME_PACKAGES, libraries, requires]).encode()).hexdigest()[:16]
-    home = VENVS / key
+    key = hashlib.sha256(json.dumps([runtime.packages, libraries, requires]).encode()).hexdigest()[:16]
+    home = VENVS / runtime.name / key
     python = home / "bin" / "python"
     if not (home / ".complete").exists():
         shutil.rmtree(home, ignore_errors=True)
         venv.EnvBuilder(with_pip=True).create(home)
-        subprocess.run([str(python), "-m", "pip", "install", "-q", *RUNTIME_PACKAGES, str(wheel), *libraries],
+        subprocess.run([str(python), "-m", "pip", "install", "-q", *runtime.packages, str(wheel), *libraries],
                        check=True, capture_output=True, text=True)
         (home / ".complete").write_text(key)
-        for stale in VENVS.iterdir():  # one environment at a time is enough
+        for stale in home.parent.iterdir():  # one environment per runtime at a time is enough
             if stale != home:
                 shutil.rmtree(stale, ignore_errors=True)
     subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall", str(wheel)],
@@ -173,18 +196,27 @@ class Workspace:
 
 
 @pytest.fixture(scope="module")
-def task_python(tmp_path_factory):
-    wheel = build_wheel(tmp_path_factory.mktemp("dist"))
-    job = resolved_jobs("prod", variables={"catalog": CATALOG})["heartbeat_runner"]
-    (task,) = [t for t in job["tasks"] if t["task_key"] == "tick"]
-    return task_environment(wheel, task_libraries(task))
+def wheel(tmp_path_factory) -> Path:
+    return build_wheel(tmp_path_factory.mktemp("dist"))
+
+
+@pytest.fixture(scope="module", params=RUNTIMES, ids=lambda runtime: runtime.name)
+def runtime(request) -> Runtime:
+    return request.param
 
 
 @pytest.fixture(scope="module")
-def jars():
+def task_python(runtime, wheel):
+    job = resolved_jobs("prod", variables={"catalog": CATALOG})["heartbeat_runner"]
+    (task,) = [t for t in job["tasks"] if t["task_key"] == "tick"]
+    return task_environment(runtime, wheel, task_libraries(task))
+
+
+@pytest.fixture(scope="module")
+def jars(runtime):
     from heartbeat_runner.engines.spark_jars import spark_jars
 
-    return [str(j) for j in spark_jars()]
+    return [str(j) for j in spark_jars(pom=runtime.pom)]
 
 
 @pytest.fixture
@@ -193,11 +225,13 @@ def workspace(tmp_path, task_python, jars):
         yield Workspace(tmp_path, api, task_python, jars)
 
 
-def test_the_task_environment_holds_what_a_cluster_holds_and_nothing_else(task_python):
+def test_the_task_environment_holds_what_a_cluster_holds_and_nothing_else(runtime, task_python):
     listed = subprocess.run([str(task_python), "-m", "pip", "list", "--format=json"], capture_output=True,
                             text=True, check=True)
-    names = {p["name"].lower() for p in json.loads(listed.stdout)}
+    installed = {p["name"].lower(): p["version"] for p in json.loads(listed.stdout)}
+    names = set(installed)
     assert {"heartbeat-runner", "pyspark", "delta-spark", "dbt-spark"} <= names
+    assert {f"{name}=={installed[name]}" for name in ("pyspark", "delta-spark")} == set(runtime.packages)
     assert not names & {"pysail", "dbt-databricks", "databricks-connect"}, names
 
 

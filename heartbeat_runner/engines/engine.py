@@ -531,6 +531,9 @@ class Engine:
     catalog_lagging: set[str] = field(default_factory=set, repr=False)
     #: where the next spot check of a table the catalog rules out begins (delta_table, in turn)
     catalog_spot_turn: int = 0
+    #: ``sql(args=...)`` takes a list as one array parameter (Apache Spark 4.0 and the embedded engine); False on
+    #: Spark 3.5 (Databricks Runtime 16.4 LTS), which takes literals only: lists then bind one value each
+    binds_arrays: bool = True
 
     @property
     def spark(self) -> SparkSession:
@@ -1038,7 +1041,7 @@ def _open_spark_connect(settings: Settings) -> Engine:
         raise ValueError("target 'spark' needs SPARK_REMOTE (a Spark Connect URL, sc://host:port)")
     keep_connect_release_pool()
     spark = SparkSession.builder.remote(url).getOrCreate()
-    return Engine(session=spark, settings=settings)
+    return Engine(session=spark, settings=settings, binds_arrays=binds_arrays(spark.version))
 
 
 def _open_databricks(settings: Settings) -> Engine:
@@ -1063,4 +1066,11 @@ def _open_databricks(settings: Settings) -> Engine:
     # whatever zone the cluster or a Databricks Connect laptop would give the session
     spark.conf.set("spark.sql.session.timeZone", "UTC")
     spark.sql(f"CREATE SCHEMA IF NOT EXISTS {settings.schema}")  # a first deploy: the events are written before dbt runs
-    return Engine(session=spark, settings=settings)
+    return Engine(session=spark, settings=settings, binds_arrays=binds_arrays(spark.version))
+
+
+def binds_arrays(spark_version: str) -> bool:
+    """Whether a Spark of ``spark_version`` binds a list passed to ``sql(args=...)`` as an array parameter: 4.0
+    does; 3.5 (Databricks Runtime 16.4 LTS) refuses it (``INVALID_SQL_ARG``: only literals are parameters)."""
+    major = spark_version.split(".", 1)[0]
+    return not major.isdigit() or int(major) >= 4

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from heartbeat_runner.core.backoff import Backoff
 from heartbeat_runner.core.errors import HeartbeatError
@@ -432,8 +432,9 @@ class TableStore:
         sql = f"SELECT {select} FROM {self.name(relation)}"
         args: dict[str, object] = {}
         if where:
-            sql += " WHERE " + " AND ".join(cond.sql(f"p{i}") for i, cond in enumerate(where))
-            args = {f"p{i}": cond.value for i, cond in enumerate(where)}
+            bound = [cond.bind(f"p{i}", arrays=self.engine.binds_arrays) for i, cond in enumerate(where)]
+            sql += " WHERE " + " AND ".join(text for text, _ in bound)
+            args = {name: value for _, values in bound for name, value in values.items()}
         if order_by:
             sql += " ORDER BY " + ", ".join(_order_term(term) for term in order_by)
         if limit is not None:
@@ -829,13 +830,23 @@ class Cond:
 
     _OPS = ("=", "<>", "<", "<=", ">", ">=", "in")
 
-    def sql(self, parameter: str) -> str:
+    def bind(self, parameter: str, *, arrays: bool = True) -> tuple[str, dict[str, object]]:
+        """The condition's SQL and its named parameters (``parameter``, or ``parameter_0``, ``_1``, ...).
+
+        ``in`` binds its list as one array parameter where the engine takes arrays (``arrays``), else one
+        parameter per value (Spark 3.5 takes literals only); an empty list matches no row either way."""
         column = validate_identifier(self.column, "column")
         if self.op not in self._OPS:
             raise ValueError(f"unsupported comparison {self.op!r}")
-        if self.op == "in":
-            return f"array_contains(:{parameter}, {column})"
-        return f"{column} {self.op} :{parameter}"
+        if self.op != "in":
+            return f"{column} {self.op} :{parameter}", {parameter: self.value}
+        if arrays:
+            return f"array_contains(:{parameter}, {column})", {parameter: self.value}
+        values = list(cast(Iterable[object], self.value))
+        if not values:
+            return "FALSE", {}
+        names = [f"{parameter}_{i}" for i in range(len(values))]
+        return f"{column} IN ({', '.join(':' + name for name in names)})", dict(zip(names, values))
 
 
 def _prefixed(expression: str, alias: str) -> str:
