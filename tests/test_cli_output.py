@@ -361,6 +361,7 @@ def closed_pipe() -> int:
     return write
 
 
+@pytest.mark.slow  # 21 real processes (a closed pipe is the process's own stdout)
 def test_no_command_prints_a_traceback_when_its_reader_goes_away(lake):
     """`explain … | head -1`, `status | head -1` and every other printing command: the reader closing the pipe
     ends the command quietly with exit status 0, no BrokenPipeError traceback, nothing printed about it."""

@@ -195,6 +195,7 @@ READ_COMMANDS = ["status", "status --wide", "status --json", "status --watch 0.2
                  f"explain --job-id {FAILING}", "alerts", "alerts --all", "check", "validate", "--help"]
 
 
+@pytest.mark.slow  # twelve real shell pipelines
 def test_every_read_command_piped_into_head_ends_quietly(lake):
     """`… | head -1` through a real shell pipe: exit status 0, no traceback, the first line shown."""
     command = " ".join(lake.command())

@@ -33,6 +33,10 @@ from harness import config_row as row
 
 from heartbeat_runner.runner.alerting import liveness_path
 
+#: every test runs a `run` process per tick or a `run --loop`: several real processes each, so CI's leg only
+#: (tests/README.md, "How to add a test"); the README's test command stays the everyday one
+pytestmark = pytest.mark.slow
+
 SELF_TIMED = ("import json, os, pathlib, sys, time; start = time.time(); time.sleep(float(sys.argv[1])); "
               "out = pathlib.Path(os.environ['HEARTBEAT_HOME']) / 'timed'; out.mkdir(exist_ok=True); "
               "(out / os.environ['HEARTBEAT_JOB_ID']).write_text(json.dumps({'start': start, 'end': time.time()}))")
