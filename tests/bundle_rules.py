@@ -39,6 +39,7 @@ import copy
 import glob
 import json
 import re
+import shutil
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,6 +53,19 @@ CLI_COMMIT = "7bbe2852131bc5c4a6c7bad5f147bc7772eedf9f"
 # Resource kinds whose deploy the CLI refuses when run_as differs from the deployer (run_as.go).
 RUN_AS_REFUSED = ("model_serving_endpoints", "quality_monitors", "apps")
 # Dashboards are refused only with embed_credentials: true (run_as.go).
+#: what ``bundle deploy`` does not upload from the repository's top folder: the bundle's ``sync.exclude`` (tests,
+#: benchmarks), what git ignores (the venv, built wheels) and hidden folders; the app's folder is left out too
+#: (the jobs never read it)
+NOT_SYNCED = ("tests", "benchmarks", ".git", ".venv", "dist", "app")
+
+
+def workspace_files(repo: Path, dest: Path) -> Path:
+    """The repository as the bundle syncs it to the workspace (``${workspace.file_path}``)."""
+    shutil.copytree(repo, dest, ignore=lambda folder, names: [n for n in names if Path(folder) == repo
+                                                              and (n in NOT_SYNCED or n.startswith("."))])
+    return dest
+
+
 REFERENCE = re.compile(r"\$\{([A-Za-z0-9_.\-]+)\}")
 
 

@@ -491,7 +491,9 @@ def test_a_deployed_project_without_policy_or_sources_files_is_not_refused(tmp_p
     config.write_text("\n".join([CONFIG_HEADER, CONFIG_ROW]) + "\n")
     env = {k: str(v).replace(f"{d.root_path}/files", str(files)).replace("/local_disk0", str(tmp_path / "disk"))
            for k, v in d.jobs()[job]["job_clusters"][0]["new_cluster"]["spark_env_vars"].items()}
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("HEARTBEAT_")}, **env,
+    # the local engine stands in for the cluster's: it has one catalog, so the cluster's HEARTBEAT_CATALOG stays out
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("HEARTBEAT_")},
+           **{k: v for k, v in env.items() if k != "HEARTBEAT_CATALOG"},
            "HEARTBEAT_TARGET": "local", "HEARTBEAT_JOBS_BACKEND": "local"}
     proc = run_cli(["validate", "--config", str(config)], env=env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr

@@ -35,6 +35,7 @@ from importlib.metadata import version
 from pathlib import Path
 
 import pytest
+from bundle_rules import workspace_files
 from conftest import SPARK_AVAILABLE
 from databricks_jobs_server import TOKEN, JobsApiServer
 from harness import HEADER
@@ -67,7 +68,6 @@ RUNTIMES = (
             REPO / "tests" / "fixtures" / "runtime-spark35" / "pom.xml"),
 )
 #: the bundle's sync excludes these from the workspace files (databricks.yml `sync.exclude`)
-NOT_SYNCED = ("tests", "benchmarks", ".git", ".venv", "dist", "app")
 #: the catalog the test workspace has: a local Spark's one catalog, named as Unity Catalog names are
 CATALOG = "spark_catalog"
 
@@ -125,19 +125,12 @@ def task_environment(runtime: Runtime, wheel: Path, libraries: list[str]) -> Pat
     return python
 
 
-def workspace_files(dest: Path) -> Path:
-    """The repository as the bundle syncs it to the workspace (``${workspace.file_path}``)."""
-    shutil.copytree(REPO, dest, ignore=lambda folder, names: [n for n in names if Path(folder) == REPO
-                                                              and (n in NOT_SYNCED or n.startswith("."))])
-    return dest
-
-
 class Workspace:
     """One test workspace: the stand-in Jobs API, the metastore and warehouse, the synced files."""
 
     def __init__(self, root: Path, api: JobsApiServer, python: Path, jars: list[str]):
         self.root, self.api, self.python, self.jars = root, api, python, jars
-        self.files = workspace_files(root / "workspace_files")
+        self.files = workspace_files(REPO, root / "workspace_files")
         self.metastore = root / "cluster"
         self.metastore.mkdir()
         self.calls = 0
@@ -170,8 +163,9 @@ class Workspace:
         for step in steps:
             if "task_key" in step:
                 wheel_task = tasks[step["task_key"]]["python_wheel_task"]
+                parameters = step.get("parameters", wheel_task["parameters"])  # another command of the wheel
                 plan_steps.append({"task": {**wheel_task, "parameters": [
-                    self.substitute(str(p)) for p in wheel_task["parameters"]] + step.get("extra", [])}})
+                    self.substitute(str(p)) for p in parameters] + step.get("extra", [])}})
             else:
                 plan_steps.append(step)
         env = {
@@ -273,9 +267,14 @@ def test_the_runner_job_seeds_ticks_and_starts_one_run_for_a_data_commit_and_non
         *sql_steps(f"OPTIMIZE {table}", f"ALTER TABLE {table} SET TBLPROPERTIES ('comment.owner' = 'sales')",
                    f"COMMENT ON TABLE {table} IS 'orders'"),
         {"task_key": "tick"},
+        # Heartbeat's own maintenance on the runtime's Spark (archive, compaction, the fold check), as a job or
+        # an operator runs it on a cluster: every statement it issues runs there
+        {"task_key": "tick", "parameters": ["maintain", "--target", "databricks", "--compact-all"]},
     ])
-    assert [s.get("exit", 0) for s in later] == [0, 0, 0, 0, 0], workspace.last_output[-3000:]
+    assert [s.get("exit", 0) for s in later] == [0, 0, 0, 0, 0, 0], workspace.last_output[-3000:]
     assert len(api.runs_of(job)) == 1, workspace.last_output[-3000:]
+    assert "archived " in workspace.last_output and "Compacted (data files)" in workspace.last_output, \
+        workspace.last_output[-3000:]
 
 
 def test_a_seed_task_whose_config_is_broken_ends_failed(workspace):

@@ -69,6 +69,21 @@ def test_a_value_outside_an_enum_is_refused_with_its_name_and_the_choices():
     assert "`local`, `spark-local`, `spark` or `databricks`" in message
 
 
+@pytest.mark.parametrize("target", [Target.LOCAL, Target.SPARK_LOCAL])
+def test_a_catalog_on_a_target_of_one_catalog_is_refused_with_its_name(target):
+    """A job cluster's environment (HEARTBEAT_CATALOG=main) on a laptop's engine: a clear refusal, not a
+    'database not found' from the engine at the first statement."""
+    message = refusal(HEARTBEAT_CATALOG="main", HEARTBEAT_TARGET=target.value)
+    assert "HEARTBEAT_CATALOG='main'" in message and f"target {target.value!r} has one catalog" in message
+    assert load_settings(lakehouse_dir="/tmp/lh", env={"HEARTBEAT_TARGET": target.value}).catalog is None
+
+
+@pytest.mark.parametrize("target", [Target.SPARK, Target.DATABRICKS])
+def test_a_catalog_is_taken_where_catalogs_are_unity_catalogs(target):
+    settings = load_settings(lakehouse_dir="/tmp/lh", env={"HEARTBEAT_CATALOG": "main", "HEARTBEAT_TARGET": target.value})
+    assert settings.catalog == "main"
+
+
 def test_every_bad_variable_is_reported_at_once():
     with pytest.raises(SettingsError) as caught:
         load_settings(lakehouse_dir="/tmp/lh", env={"HEARTBEAT_MAX_WORKERS": "-3", "HEARTBEAT_IDLE_FLUSH": "soon",
@@ -242,6 +257,15 @@ def test_the_cli_refuses_a_bad_variable_in_one_clear_error(tmp_path):
     assert "Traceback" not in proc.stderr + proc.stdout
     assert "HEARTBEAT_MAX_WORKERS='-3'" in proc.stderr and "at least 1" in proc.stderr
     assert "HEARTBEAT_LEASE_TTL='later'" in proc.stderr
+
+
+def test_a_seed_with_a_clusters_catalog_on_the_local_target_is_refused_and_makes_no_lakehouse(tmp_path):
+    config = tmp_path / "cfg.csv"
+    config.write_text((ROOT / "seeds" / "heartbeat_sensor_config.csv").read_text())
+    proc = _cli(tmp_path, "seed", "--config", str(config), HEARTBEAT_CATALOG="main", HEARTBEAT_SCHEMA="heartbeat_dev")
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr + proc.stdout
+    assert "HEARTBEAT_CATALOG='main'" in proc.stderr and "Database not found" not in proc.stderr
+    assert not (tmp_path / "lh").exists()
 
 
 def test_the_cli_says_once_that_the_old_policy_name_is_deprecated(tmp_path):

@@ -515,8 +515,9 @@ class HeartbeatEnvironment(BaseSettings):
                                     "`spark-local`: where the resolved Delta jars are cached",
                                     shown="`~/.cache/heartbeat/spark-jars`")
     schema_name: Identifier = _var("HEARTBEAT_SCHEMA", "heartbeat", "the schema of Heartbeat's tables")
-    catalog: OptionalIdentifier = _var("HEARTBEAT_CATALOG", None, "the catalog of Heartbeat's tables",
-                                      shown="none")
+    catalog: OptionalIdentifier = _var("HEARTBEAT_CATALOG", None,
+                                      "the catalog of Heartbeat's tables (targets `spark` and `databricks`; refused on "
+                                      "`local` and `spark-local`, whose engine has one catalog)", shown="none")
     upstream_schema: QualifiedSchema = _var(
         "HEARTBEAT_UPSTREAM_SCHEMA", None,
         "where a bare upstream table name in the config (`orders`, as the reference implementation's "
@@ -707,9 +708,26 @@ def read_environment(environ: Mapping[str, str] | None = None) -> HeartbeatEnvir
     naming each bad variable, its value and what it accepts. Blank values count as not set."""
     raw = _MappingSource(os.environ if environ is None else environ)()
     try:
-        return HeartbeatEnvironment(**raw)
+        env = HeartbeatEnvironment(**raw)
     except ValidationError as exc:
         raise SettingsError([_problem(error, raw) for error in exc.errors()]) from exc
+    problems = _combination_problems(env)
+    if problems:
+        raise SettingsError(problems)
+    return env
+
+
+#: the targets whose engine has one catalog, its own (the embedded engine; Spark on this machine)
+ONE_CATALOG_TARGETS = (Target.LOCAL, Target.SPARK_LOCAL)
+
+
+def _combination_problems(env: HeartbeatEnvironment) -> list[str]:
+    """Variables each valid alone that do not go together (a job cluster's environment copied to a laptop)."""
+    if env.catalog and env.target in ONE_CATALOG_TARGETS:
+        return [f"HEARTBEAT_CATALOG={env.catalog!r}: target {env.target.value!r} has one catalog, the engine's own; "
+                "leave HEARTBEAT_CATALOG unset there (it names a Unity Catalog catalog on targets 'spark' and "
+                "'databricks')"]
+    return []
 
 
 def _problem(error: Mapping[str, Any], raw: Mapping[str, Any]) -> str:

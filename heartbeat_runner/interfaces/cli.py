@@ -19,6 +19,7 @@ import gc
 import logging
 import math
 import os
+import pwd
 import sys
 import time
 import traceback
@@ -91,7 +92,7 @@ from heartbeat_runner.runner.alerting import Liveness, idle_sensing
 from heartbeat_runner.runner.app import App, open_app
 from heartbeat_runner.runner.lease import LeaseHeld, tick_lease
 from heartbeat_runner.runner.loop import RunConfig, TickFailure, run_forever, run_once
-from heartbeat_runner.runner.tick import TickResult
+from heartbeat_runner.runner.tick_result import TickResult
 from heartbeat_runner.runner.wake_endpoint import check_wake_token
 from heartbeat_runner.sensing.config import LoadedConfig, load_config
 from heartbeat_runner.sensing.sources.registry import source_for
@@ -368,10 +369,24 @@ def _main(argv: list[str] | None) -> int:
         return outcome_of(exc).exit_code
     except KeyboardInterrupt:
         return 130
+    except PermissionError as exc:  # a file or folder the user running this may not read or write: say which
+        message = f"{exc.strerror or 'permission denied'}: {exc.filename} ({_who_runs()} may not use it)"
+        if args.json:
+            emit_json({"error": message})
+        print(f"error: {message}", file=sys.stderr)
+        return outcome_of(exc).exit_code
     except Exception as exc:  # noqa: BLE001 - an engine or library failure: show it whole, nothing was half-done
         print("error: the command failed unexpectedly:", file=sys.stderr)
         traceback.print_exc()
         return outcome_of(exc).exit_code
+
+
+def _who_runs() -> str:
+    """The OS user this process runs as, as an error names it (its id where the system has no name for it)."""
+    try:
+        return f"user {pwd.getpwuid(os.geteuid()).pw_name}"
+    except KeyError:
+        return f"user id {os.geteuid()}"
 
 
 def _log_format(args: argparse.Namespace, settings: Settings) -> None:
