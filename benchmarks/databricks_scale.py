@@ -41,7 +41,8 @@ from harness import config_row as row  # noqa: E402
 
 from heartbeat_runner.core.settings import JobsApiLimits  # noqa: E402
 from heartbeat_runner.jobs.databricks import DatabricksJobsBackend  # noqa: E402
-from heartbeat_runner.runner.tick import Heartbeat, TickResult  # noqa: E402
+from heartbeat_runner.runner.tick import Heartbeat  # noqa: E402
+from heartbeat_runner.runner.tick_result import TickResult  # noqa: E402
 
 ENDPOINTS = ("run-now", "runs/get", "runs/list")
 

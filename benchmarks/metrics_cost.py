@@ -20,7 +20,7 @@ import urllib.request
 from typing import Any
 
 from heartbeat_runner.core.records import SensingTarget, utcnow
-from heartbeat_runner.runner.tick import TickResult, TriggeredJob
+from heartbeat_runner.runner.tick_result import TickResult, TriggeredJob
 
 #: the source kinds the synthetic tick senses (a real lakehouse has a handful)
 KINDS = ("delta_table", "trigger_file", "jdbc", "kafka", "upstream_sensor_table")

@@ -258,7 +258,7 @@ def _lineage_cost(app, heartbeat, path: Path, pairs: int) -> dict[str, Any]:
     import os
     import statistics
 
-    from heartbeat_runner.runner.tick import TickObservers
+    from heartbeat_runner.runner.tick_result import TickObservers
 
     os.environ.update({"OPENLINEAGE__TRANSPORT__TYPE": "file", "OPENLINEAGE__TRANSPORT__LOG_FILE_PATH": str(path),
                        "OPENLINEAGE__TRANSPORT__APPEND": "true"})

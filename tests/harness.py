@@ -27,7 +27,8 @@ from heartbeat_runner.core.settings import JobsBackendKind, load_settings
 from heartbeat_runner.jobs.local import LocalJobsBackend
 from heartbeat_runner.lakehouse.store import Cond
 from heartbeat_runner.runner.app import App, open_app
-from heartbeat_runner.runner.tick import Heartbeat, TickResult
+from heartbeat_runner.runner.tick import Heartbeat
+from heartbeat_runner.runner.tick_result import TickResult
 from heartbeat_runner.sensing.config import COLUMNS, load_config
 
 HEADER = ",".join(COLUMNS)

@@ -38,7 +38,7 @@ from heartbeat_runner.interfaces.output import (
     watch,
 )
 from heartbeat_runner.runner.loop import RunConfig, run_loop
-from heartbeat_runner.runner.tick import TickResult
+from heartbeat_runner.runner.tick_result import TickResult
 
 ANSI = re.compile(r"\x1b\[")
 ANSI_SEQUENCE = re.compile(r"\x1b\[[0-9;]*m")

@@ -8,7 +8,7 @@ from harness import config_row as row
 
 from heartbeat_runner.core.records import Event, EventType, JobStatus, RefreshPath, RefreshReason, utcnow
 from heartbeat_runner.lakehouse.control_table import Appended, ControlTable, FoldKind, NoFold, Refresh, Scope
-from heartbeat_runner.runner.tick import TickResult
+from heartbeat_runner.runner.tick_result import TickResult
 from heartbeat_runner.sensing.parallel import sense_all
 
 

@@ -19,7 +19,7 @@ from heartbeat_runner.jobs.databricks import DatabricksJobsBackend
 from heartbeat_runner.lakehouse.store import Cond
 from heartbeat_runner.policies.alerts import AlertPolicies, HotState
 from heartbeat_runner.runner.alerting import AlertMonitor, fold_control_rows
-from heartbeat_runner.runner.tick import TriggeredJob
+from heartbeat_runner.runner.tick_result import TriggeredJob
 
 LIMITS = JobsApiLimits(concurrency=8, rate_per_s=10_000)
 
@@ -336,7 +336,7 @@ def test_a_run_stopped_by_a_workspace_limit_is_asked_again_after_a_back_off_show
     asked for only after a back-off, which a tick reports, ``explain`` shows and the metrics count."""
     from heartbeat_runner.core.backoff import Backoff
     from heartbeat_runner.interfaces.operations import explain
-    from heartbeat_runner.runner import tick as tick_module
+    from heartbeat_runner.runner import triggering
     from heartbeat_runner.runner.observability import count_tick
 
     job = api.add_job()
@@ -368,7 +368,7 @@ def test_a_run_stopped_by_a_workspace_limit_is_asked_again_after_a_back_off_show
     assert "workspace limit (WORKSPACE_RUN_LIMIT_EXCEEDED)" in verdict and "back-off" in verdict
 
     api.jobs[job].refuse = None
-    monkeypatch.setattr(tick_module, "LIMIT_BACKOFF", Backoff(first_s=0.2, max_s=0.2))
+    monkeypatch.setattr(triggering, "LIMIT_BACKOFF", Backoff(first_s=0.2, max_s=0.2))
     time.sleep(0.3)
     again = heartbeat.tick()
     assert again.triggered_job_ids == [str(job)] and again.runs_deferred == []

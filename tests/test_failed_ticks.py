@@ -21,7 +21,7 @@ from heartbeat_runner.core.errors import TransientError
 from heartbeat_runner.core.records import RunStart, TickStatus, utcnow
 from heartbeat_runner.interfaces import cli
 from heartbeat_runner.runner.loop import LoopHooks, RunConfig, failed_tick_summary, record_failed_tick, run_loop
-from heartbeat_runner.runner.tick import TickResult
+from heartbeat_runner.runner.tick_result import TickResult
 
 INJECTED = "tick failed (unexpected): InjectedFault: injected failure at after_sensing"
 

@@ -460,7 +460,7 @@ def test_a_stop_signal_during_a_tick_stops_the_loop_even_when_its_memory_asks_fo
     from heartbeat_runner.interfaces import cli
     from heartbeat_runner.runner.loop import LoopHooks, RunConfig, run_loop
     from heartbeat_runner.runner.memory import RestartRequested
-    from heartbeat_runner.runner.tick import TickResult
+    from heartbeat_runner.runner.tick_result import TickResult
 
     ticks = []
 

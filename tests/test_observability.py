@@ -29,7 +29,7 @@ from heartbeat_runner.core.logs import TICK_RUN_ID, JsonFormatter, in_context
 from heartbeat_runner.core.metrics import CONTENT_TYPE, TABLE_END, TABLE_START, Metrics, metrics_table, use_metrics
 from heartbeat_runner.core.records import SensingTarget, utcnow
 from heartbeat_runner.runner.observability import count_tick
-from heartbeat_runner.runner.tick import TickResult
+from heartbeat_runner.runner.tick_result import TickResult
 from heartbeat_runner.sensing.parallel import SensingOutcome
 from heartbeat_runner.sensing.sources.base import SenseResult
 

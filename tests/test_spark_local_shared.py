@@ -25,7 +25,7 @@ from heartbeat_runner.core.settings import load_settings
 from heartbeat_runner.engines import made_by, spark_share
 from heartbeat_runner.lakehouse.dbt_invoke import merge_stage_dir
 from heartbeat_runner.lakehouse.store import Cond
-from heartbeat_runner.runner.tick import COUNT_FIGURES
+from heartbeat_runner.runner.tick_result import COUNT_FIGURES
 
 #: a Spark test here is a few ticks of a JVM, each up to a minute or more on 2 loaded cores
 pytestmark = pytest.mark.timeout(1800)

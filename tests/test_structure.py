@@ -8,6 +8,7 @@ and the folders below it, never one above.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "heartbeat_runner"
@@ -136,3 +137,30 @@ def test_every_fault_point_is_in_the_one_registry_and_used():
     from heartbeat_runner.core.faults import FaultPoint
 
     assert fault_points_used() == {p.value for p in FaultPoint}
+
+
+# -- the tick: its order in one short module, its mechanisms each guarded ---------------------------------
+
+ARCHITECTURE = PACKAGE.parent / "docs" / "architecture.md"
+
+
+def test_the_tick_module_holds_the_order_and_its_steps_live_in_their_own_modules():
+    """runner/tick.py is the order of the steps (at most 400 lines, as issue 54 asks); each step is a module of
+    its own that does not import the order back."""
+    tick = PACKAGE / "runner" / "tick.py"
+    assert len(tick.read_text().splitlines()) <= 400
+    for step in ("sensing_step", "triggering", "reconciliation", "tick_report", "tick_parts", "tick_result"):
+        text = (PACKAGE / "runner" / f"{step}.py").read_text()
+        assert "heartbeat_runner.runner.tick import" not in text, step
+
+
+def test_every_test_the_architecture_names_as_a_guard_exists():
+    """docs/architecture.md's table of what a change to the tick must respect names real tests."""
+    section = ARCHITECTURE.read_text().split("## Changing the tick", 1)[1].split("\n## ", 1)[0]
+    named = re.findall(r"`(tests/[\w/]+\.py)(?:::(\w+))?`", section)
+    assert len(named) >= 10
+    for path, name in named:
+        source = PACKAGE.parent / path
+        assert source.is_file(), path
+        if name:
+            assert re.search(rf"^def {name}\(", source.read_text(), re.M), f"{path}::{name}"

@@ -29,7 +29,7 @@ from services import kafka_broker  # noqa: F401 (fixture)
 from heartbeat_runner.core.records import utcnow
 from heartbeat_runner.interfaces import cli
 from heartbeat_runner.runner.loop import RunConfig, run_loop
-from heartbeat_runner.runner.tick import TickResult
+from heartbeat_runner.runner.tick_result import TickResult
 from heartbeat_runner.runner.wake_endpoint import make_wake_server
 from heartbeat_runner.runner.wakeups import POLL, TickScope, WakeSignal
 from heartbeat_runner.sensing.watch import FolderWatch

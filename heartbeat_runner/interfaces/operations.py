@@ -27,7 +27,7 @@ from heartbeat_runner.policies.trigger_shaping import Candidate, Decisions, Trig
 from heartbeat_runner.runner.alerting import IdleSensing, Liveness, runner_liveness
 from heartbeat_runner.runner.app import App
 from heartbeat_runner.runner.lease import Lease
-from heartbeat_runner.runner.tick import CONTROL_REFRESHES
+from heartbeat_runner.runner.tick_result import CONTROL_REFRESHES
 from heartbeat_runner.sensing.sources.base import dump_cursor
 
 CURSOR_HISTORY_VIEW = "heartbeat_cursor_history"

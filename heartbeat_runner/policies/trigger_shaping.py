@@ -18,7 +18,7 @@ Opt-in: a file without ``trigger:`` and ``pools:`` changes nothing (the tick doe
 the holds need). Durations use the project's one grammar (core/durations.py).
 
 Where the rule lives: a clearly documented Python step (``hold_decisions``), applied by the triggering step
-(runner/tick.py) to the rows of ``jobs_ready_to_trigger``, not a SQL view, because (1) a cron gate needs the
+(runner/triggering.py) to the rows of ``jobs_ready_to_trigger``, not a SQL view, because (1) a cron gate needs the
 cron's fire times, which Spark SQL cannot compute; (2) a pool's places go to the highest priorities among the
 jobs no *other* hold keeps back, so the pool rule must run after the cron gate, in the same step; (3) the
 holds compare times with the runner's clock (an injected ``now``), which a test can set, and which a view

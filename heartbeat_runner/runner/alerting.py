@@ -52,7 +52,7 @@ from heartbeat_runner.policies.alerts import (
 )
 from heartbeat_runner.runner.alert_delivery import Outbox, alert_outbox
 from heartbeat_runner.runner.observability import count_open_alerts
-from heartbeat_runner.runner.tick import TickObserver, TickResult
+from heartbeat_runner.runner.tick_result import TickObserver, TickResult
 from heartbeat_runner.senders.send import AlertAction, Attempt, Notice
 
 log = logging.getLogger(__name__)

@@ -19,7 +19,8 @@ from heartbeat_runner.lakehouse.control_table import ControlTable
 from heartbeat_runner.lakehouse.dbt_invoke import DbtProject
 from heartbeat_runner.lakehouse.maintenance import Maintenance
 from heartbeat_runner.lakehouse.store import CONTROL, SENSOR_CONFIG, SENSOR_STATE, TABLE_COLUMNS, TableStore
-from heartbeat_runner.runner.tick import Heartbeat, TickObserver, TickObservers
+from heartbeat_runner.runner.tick import Heartbeat
+from heartbeat_runner.runner.tick_result import TickObserver, TickObservers
 from heartbeat_runner.sensing.config import LoadedConfig
 from heartbeat_runner.sensing.sources.base import LineageNaming, SenseContext
 
@@ -112,8 +113,10 @@ class App:
             secrets=self.secrets(),
         )
 
-    def heartbeat(self, progress: Callable[[str], None] | None = None,
-                  backend: JobsBackend | None = None) -> Heartbeat:
+    def heartbeat(self, progress: Callable[[str], None] | None = None, backend: JobsBackend | None = None,
+                  before_trigger: Callable[[], None] | None = None) -> Heartbeat:
+        """The runner's ticks, with its alert and lineage observers; ``before_trigger`` runs before any jobs API
+        call (a loop checks there that it still holds the lease)."""
         self.require_config()
         self.ensure_views()
         from heartbeat_runner.policies.run_policies import check_alert_destinations, load_run_policies
@@ -123,16 +126,17 @@ class App:
         policies = load_run_policies(self.settings.run_policy_file)
         check_alert_destinations(self.settings.run_policy_file, policies.alerts)  # before any tick
         jobs = backend or self.jobs_backend()
-        heartbeat = Heartbeat(self.store, self.control, jobs, self.sense_context(),
-                              progress=progress, policies=policies.retry,
-                              sequences=Sequences(self.store, policies.catch_up, policies.windows),
-                              shaping=policies.trigger,
-                              maintenance=self.maintenance(progress) if self.settings.auto_maintenance else None)
+        ctx = self.sense_context()
         alerts = AlertMonitor(self.store, self.control, jobs, policies.alerts, self.settings.lakehouse_dir,
                               ui_url=self.settings.ui_url)
-        lineage = self.lineage_monitor(heartbeat.ctx)
-        heartbeat.observer = alerts if lineage is None else TickObservers([alerts, lineage])
-        return heartbeat
+        lineage = self.lineage_monitor(ctx)
+        return Heartbeat(self.store, self.control, jobs, ctx,
+                         progress=progress, policies=policies.retry,
+                         sequences=Sequences(self.store, policies.catch_up, policies.windows),
+                         shaping=policies.trigger,
+                         maintenance=self.maintenance(progress) if self.settings.auto_maintenance else None,
+                         before_trigger=before_trigger,
+                         observer=alerts if lineage is None else TickObservers([alerts, lineage]))
 
     def lineage_monitor(self, ctx: SenseContext) -> TickObserver | None:
         """The OpenLineage monitor when OpenLineage is configured (docs/lineage.md); None (nothing, no import of

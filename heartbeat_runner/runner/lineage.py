@@ -31,7 +31,7 @@ from heartbeat_runner.lakehouse.control_table import ControlTable
 from heartbeat_runner.lakehouse.store import TableStore
 from heartbeat_runner.policies.catch_up import PARAMS_KEY
 from heartbeat_runner.runner.alert_delivery import Outbox
-from heartbeat_runner.runner.tick import TickObserver, TickResult
+from heartbeat_runner.runner.tick_result import TickObserver, TickResult
 from heartbeat_runner.senders.lineage import ConsumedInput, LineageKind, LineageRecord, LineageSender
 from heartbeat_runner.senders.send import Attempt
 from heartbeat_runner.sensing.sources.base import LineageDataset, LineageNaming

@@ -52,7 +52,8 @@ from heartbeat_runner.runner.memory import (
     restart_process,
 )
 from heartbeat_runner.runner.observability import count_outcome, count_tick
-from heartbeat_runner.runner.tick import CONTROL_REFRESHES, Heartbeat, TickResult
+from heartbeat_runner.runner.tick import Heartbeat
+from heartbeat_runner.runner.tick_result import CONTROL_REFRESHES, TickResult
 from heartbeat_runner.runner.wakeups import POLL, SourceWatches, TickScope, WakeSignal
 
 log = logging.getLogger(__name__)
@@ -66,7 +67,7 @@ EXIT_PROJECT_CHANGED = 5
 #: After failed ticks the loop waits interval x 2^(failures-1), at least this long and at most MAX_BACKOFF_S.
 MIN_BACKOFF_S = 1.0
 MAX_BACKOFF_S = 300.0
-#: a loop whose tick held a job polls this long after the hold's end (runner/tick.py, TickResult.release_at)
+#: a loop whose tick held a job polls this long after the hold's end (runner/tick_result.py, TickResult.release_at)
 HOLD_SLACK_S = 0.05
 
 
@@ -273,8 +274,7 @@ def _under_lease(settings: Settings, config: RunConfig, view: TickView, body: Ca
 def _heartbeat(app: App, lease: Lease, view: TickView) -> Iterator[Heartbeat]:
     """The heartbeat of this process: it shows its steps in ``view`` and renews the lease before any jobs API
     call; closed after (it writes the summary of a pending streak of idle ticks)."""
-    heartbeat = app.heartbeat(progress=view.progress)
-    heartbeat.before_trigger = lease.renew
+    heartbeat = app.heartbeat(progress=view.progress, before_trigger=lease.renew)
     try:
         yield heartbeat
     finally:

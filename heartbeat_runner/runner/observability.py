@@ -15,7 +15,7 @@ from heartbeat_runner.core.metrics import SKIPPED, metrics
 from heartbeat_runner.core.records import TickStatus
 from heartbeat_runner.policies.alerts import AlertKind
 from heartbeat_runner.policies.trigger_shaping import HoldKind
-from heartbeat_runner.runner.tick import COUNT_FIGURES, TickResult
+from heartbeat_runner.runner.tick_result import COUNT_FIGURES, TickResult
 
 
 def count_tick(result: TickResult, backend: str) -> None:

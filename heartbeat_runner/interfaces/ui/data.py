@@ -31,7 +31,7 @@ from heartbeat_runner.jobs.base import JobsBackend, RunOutput
 from heartbeat_runner.lakehouse.store import EVENTS, EXPLANATION_VIEW, Cond, TableStore
 from heartbeat_runner.policies.trigger_shaping import TriggerShaping
 from heartbeat_runner.runner.alerting import idle_sensing, list_alerts
-from heartbeat_runner.runner.tick import COUNT_FIGURES
+from heartbeat_runner.runner.tick_result import COUNT_FIGURES
 
 JOB_RUNS_VIEW = "heartbeat_job_runs"
 LATEST_RUN_VIEW = "heartbeat_job_latest_run"
