@@ -9,11 +9,17 @@ job); then one more ``run`` reconciles that job, untimed. Alternating the trees 
 machine slow both alike. ``--before`` is a checkout of another version (``git archive REV |
 tar -x -C DIR``); the dbt project is this checkout's for both, so both build the same models.
 Prints the medians beside the target; nothing is asserted.
+
+Beside each process's wall time it reads the tick's own time from ``run --json`` (``duration_s``: the tick from
+its first step to its report, without the process's start): ``no_new_data_tick`` and ``new_data_tick``, the
+figures a change inside the tick moves. The last table is after ÷ before per figure, the median of the paired
+ratios (one pair per repetition), beside the 1.1 bound issue 54 sets for a change that must not slow the tick.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -26,7 +32,9 @@ from run import REPO, Workload, _stamps, _wait_stamp  # a sibling module (the sc
 
 #: a cold tick with new data, at 1,000 sensors, on the embedded engine (issue 44)
 TARGET_NEW_DATA_S = 4.0
-FIGURES = ("version", "no_new_data", "new_data")
+FIGURES = ("version", "no_new_data", "new_data", "no_new_data_tick", "new_data_tick")
+#: after ÷ before that a change which must not slow the tick may reach (issue 54)
+RATIO_BOUND = 1.1
 
 
 def _env(tree: Path) -> dict[str, str]:
@@ -35,12 +43,23 @@ def _env(tree: Path) -> dict[str, str]:
     return env
 
 
-def _timed(argv: list[str], tree: Path) -> float:
+def _run(argv: list[str], tree: Path) -> tuple[float, str]:
+    """The process's wall seconds and its standard output."""
     began = time.monotonic()
     done = subprocess.run(argv, env=_env(tree), capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(argv)} failed:\n{done.stdout}\n{done.stderr}")
-    return round(time.monotonic() - began, 3)
+    return round(time.monotonic() - began, 3), done.stdout
+
+
+def _timed(argv: list[str], tree: Path) -> float:
+    return _run(argv, tree)[0]
+
+
+def _tick(argv: list[str], tree: Path) -> tuple[float, float]:
+    """A one-shot ``run --json``: the process's wall seconds and the tick's own (its ``duration_s``)."""
+    wall, out = _run([*argv, "--json"], tree)
+    return wall, round(float(json.loads(out)["duration_s"]), 3)
 
 
 def compare(trees: dict[str, Path], workload: Workload, repeats: int) -> dict[str, dict[str, list[float]]]:
@@ -51,10 +70,13 @@ def compare(trees: dict[str, Path], workload: Workload, repeats: int) -> dict[st
         for name, tree in trees.items():
             figures = times[name]
             figures["version"].append(_timed([sys.executable, "-m", "heartbeat_runner", "--version"], tree))
-            figures["no_new_data"].append(_timed(workload.cli("run"), tree))
-            before = len(_stamps(workload.stamp(probe.job)))
-            workload.change([probe], tag=1000 + rep * len(trees) + list(trees).index(name))
-            figures["new_data"].append(_timed(workload.cli("run"), tree))
+            for figure in ("no_new_data", "new_data"):
+                if figure == "new_data":
+                    before = len(_stamps(workload.stamp(probe.job)))
+                    workload.change([probe], tag=1000 + rep * len(trees) + list(trees).index(name))
+                wall, tick = _tick(workload.cli("run"), tree)
+                figures[figure].append(wall)
+                figures[f"{figure}_tick"].append(tick)
             _wait_stamp(workload.stamp(probe.job), after=0.0, count=before + 1)
             _timed(workload.cli("run"), tree)  # reconciles the job: the next run has nothing new
             print(f"{name} {rep + 1}/{repeats}: " + ", ".join(f"{f} {figures[f][-1]:.2f}s" for f in FIGURES),
@@ -79,6 +101,11 @@ def main() -> int:
     for name, figures in times.items():
         print(f"  {name:6}  " + "  ".join(f"{f} {statistics.median(v):.2f}s" for f, v in figures.items()))
     print(f"  target: new_data <= {TARGET_NEW_DATA_S:g}s")
+    if set(times) == {"before", "after"}:
+        print(f"\nafter / before, median of the {args.repeats} paired ratios (bound {RATIO_BOUND:g}):")
+        for figure in FIGURES:
+            ratio = statistics.median(a / b for a, b in zip(times["after"][figure], times["before"][figure]) if b)
+            print(f"  {figure:18} {ratio:.3f}  {'ok' if ratio <= RATIO_BOUND else 'OVER'}")
     return 0
 
 

@@ -163,9 +163,8 @@ class Workspace:
         for step in steps:
             if "task_key" in step:
                 wheel_task = tasks[step["task_key"]]["python_wheel_task"]
-                parameters = step.get("parameters", wheel_task["parameters"])  # another command of the wheel
                 plan_steps.append({"task": {**wheel_task, "parameters": [
-                    self.substitute(str(p)) for p in parameters] + step.get("extra", [])}})
+                    self.substitute(str(p)) for p in wheel_task["parameters"]] + step.get("extra", [])}})
             else:
                 plan_steps.append(step)
         env = {
@@ -267,14 +266,9 @@ def test_the_runner_job_seeds_ticks_and_starts_one_run_for_a_data_commit_and_non
         *sql_steps(f"OPTIMIZE {table}", f"ALTER TABLE {table} SET TBLPROPERTIES ('comment.owner' = 'sales')",
                    f"COMMENT ON TABLE {table} IS 'orders'"),
         {"task_key": "tick"},
-        # Heartbeat's own maintenance on the runtime's Spark (archive, compaction, the fold check), as a job or
-        # an operator runs it on a cluster: every statement it issues runs there
-        {"task_key": "tick", "parameters": ["maintain", "--target", "databricks", "--compact-all"]},
     ])
-    assert [s.get("exit", 0) for s in later] == [0, 0, 0, 0, 0, 0], workspace.last_output[-3000:]
+    assert [s.get("exit", 0) for s in later] == [0, 0, 0, 0, 0], workspace.last_output[-3000:]
     assert len(api.runs_of(job)) == 1, workspace.last_output[-3000:]
-    assert "archived " in workspace.last_output and "Compacted (data files)" in workspace.last_output, \
-        workspace.last_output[-3000:]
 
 
 def test_a_seed_task_whose_config_is_broken_ends_failed(workspace):
