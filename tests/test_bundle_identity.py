@@ -40,16 +40,13 @@ import pytest
 from bundle_rules import Deployer, Deployment, deploy, documented_privileges, load_bundle, workspace_files
 from harness import HEADER as CONFIG_HEADER
 from harness import config_row
+from test_bundle_rules import ALICE, CI, DOCS, OLD, REPO, SP, VARS
 
-REPO = Path(__file__).resolve().parent.parent
-DOCS = REPO / "docs" / "databricks.md"
-SP = "6a1c3e52-0000-4000-8000-00000000beef"
-VARS = {"service_principal": SP, "notification_email": "oncall@example.com"}
-ALICE = Deployer("alice.smith@example.com")
-CI = Deployer(SP, display_name="heartbeat-ci")
+#: the file name the cluster installs the package from (a wheel's: name, version, tags)
+WHEEL = "heartbeat_runner-0-py3-none-any.whl"
 
 pytestmark = [
-    pytest.mark.slow,  # three seed jobs and three ticks as processes of other users: the CI leg's
+    pytest.mark.slow,  # three seed jobs, two ticks and three installs as processes of other users: the CI leg's
     pytest.mark.skipif(os.geteuid() != 0, reason="makes OS users to stand in for workspace identities: needs root"),
 ]
 
@@ -126,7 +123,7 @@ def readers_granted(d: Deployment) -> set[str]:
 
 def wheel_of_the_checkout(out: Path) -> Path:
     """The package as a wheel holds it (a zip of ``heartbeat_runner/``): what the cluster installs."""
-    wheel = out / "heartbeat_runner-0-py3-none-any.whl"
+    wheel = out / WHEEL
     with zipfile.ZipFile(wheel, "w") as archive:
         for path in sorted((REPO / "heartbeat_runner").rglob("*")):
             if path.is_file() and "__pycache__" not in path.parts:
@@ -219,7 +216,7 @@ def run_as_jobs_identity(ws: Workspace, d: Deployment, wheel: Path | None = None
         return subprocess.run(command, env=env, cwd=home, user=identity.pw_uid, group=identity.pw_gid,
                               extra_groups=groups, capture_output=True, text=True, timeout=600)
 
-    wheel = wheel or ws.path(d.root_path + "/artifacts/.internal/heartbeat_runner-0-py3-none-any.whl")
+    wheel = wheel or ws.path(f"{d.root_path}/artifacts/.internal/{WHEEL}")
     env = cluster_env(ws, d, "heartbeat_seed", home)
     installed = as_identity([runtime_python(), "-c", "import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall("
                              "sys.argv[2])", str(wheel), str(home / "site")], env)
@@ -261,7 +258,7 @@ def test_the_principal_cannot_read_the_bundle_a_person_deployed_and_the_seed_job
     run as the service principal, which nothing grants that folder. Its owner reads it; the principal cannot
     install the wheel, and the seed job fails (exit non-zero: the run ends FAILED) naming what it could not read,
     without a traceback."""
-    d = deployed(workspace, REPO / "tests" / "fixtures" / "bundle_7fe6466", "prod", ALICE)
+    d = deployed(workspace, OLD, "prod", ALICE)
     assert d.run_as == SP and d.root_path.startswith(f"/Workspace/Users/{ALICE.user_name}/")
     owner = ensure_user(os_user(ALICE.user_name))
     config = workspace.path(d.root_path) / "files" / "seeds" / "heartbeat_sensor_config.csv"
@@ -270,8 +267,9 @@ def test_the_principal_cannot_read_the_bundle_a_person_deployed_and_the_seed_job
     ran = run_as_jobs_identity(workspace, d)
     assert ran.installed.returncode != 0 and "Permission denied" in ran.installed.stderr
     assert ran.seed is None  # the cluster cannot install the wheel: the run fails before its task
-    # with the wheel installed from elsewhere, the seed job cannot read the project either, and says so
-    ran = run_as_jobs_identity(workspace, d, wheel=wheel_of_the_checkout(workspace.root))
+    # with the wheel installed from elsewhere (the copy the deploy uploaded), the seed job cannot read the project
+    # either, and says so
+    ran = run_as_jobs_identity(workspace, d, wheel=workspace.root / WHEEL)
     assert ran.installed.returncode == 0, ran.installed.stderr
     assert ran.seed is not None and ran.seed.returncode != 0 and ran.tick is None
     said = ran.seed.stdout + ran.seed.stderr

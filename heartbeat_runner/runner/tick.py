@@ -41,7 +41,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Generic, TypeVar, cast, overload
+from typing import Any, Generic, TypeVar, cast, overload
 
 from heartbeat_runner.core.faults import FaultPoint, crash_point, fail_point
 from heartbeat_runner.core.logs import TICK_RUN_ID, in_context
@@ -117,12 +117,11 @@ class Heartbeat:
                  maintenance: Maintenance | None = None, sequences: Sequences | None = None,
                  shaping: TriggerShaping | None = None, before_trigger: Callable[[], None] | None = None,
                  observer: TickObserver | None = None):
+        given: dict[str, Any] = {"policies": policies, "shaping": shaping, "progress": progress,
+                                 "before_trigger": before_trigger}
+        # what is not given keeps TickParts' default (declared there only)
         self.parts = TickParts(store, control, backend, ctx, sequences or Sequences(store, {}),
-                               policies=policies or RetryPolicies(), shaping=shaping or TriggerShaping(),
-                               progress=progress or (lambda message: None))
-        if before_trigger is not None:
-            #: called before any jobs API call; raising stops the tick there (e.g. a lost lease)
-            self.parts.before_trigger = before_trigger
+                               **{name: value for name, value in given.items() if value is not None})
         self.sensing = Sensing(self.parts)
         self.triggering = Triggering(self.parts)
         self.reconciler = Reconciler(self.parts, self.triggering)
