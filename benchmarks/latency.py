@@ -142,7 +142,7 @@ def _stamps(path: Path) -> list[float]:
     return [float(x) for x in path.read_text().split()] if path.exists() else []
 
 
-def _wait(predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
+def wait_for(predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
     deadline = time.monotonic() + timeout_s
     while not predicate():
         if time.monotonic() > deadline:
@@ -164,7 +164,7 @@ def _start_loop(lake: Lakehouse, interval_s: float, wakeups: bool, round_no: int
     argv = lake.cli("run", "--loop", "--interval", str(interval_s), *([] if wakeups else ["--no-wakeups"]))
     with open(log, "w") as err:
         process = subprocess.Popen(argv, env=lake.env, stdout=subprocess.DEVNULL, stderr=err, text=True)
-    _wait(lambda: "tick 1 · " in log.read_text() or process.poll() is not None, 300, "the first poll")
+    wait_for(lambda: "tick 1 · " in log.read_text() or process.poll() is not None, 300, "the first poll")
     return process, log
 
 
@@ -186,11 +186,11 @@ def measure_during_run(lake: Lakehouse, interval_s: float, round_no: int) -> dic
             lake.hold(probe).touch()
             before = len(_stamps(lake.stamp(probe)))
             probe.change(100 * round_no + 2 * before)
-            _wait(lambda p=probe, b=before: started(p, b), interval_s * 3 + 60, f"{probe.job}'s first run")
+            wait_for(lambda p=probe, b=before: started(p, b), interval_s * 3 + 60, f"{probe.job}'s first run")
             probe.change(100 * round_no + 2 * before + 1)  # lands while the job runs
             time.sleep(random.uniform(0.3, 1.0))
             lake.hold(probe).unlink()
-            _wait(lambda p=probe, b=before: started(p, b + 1), interval_s * 3 + 60, f"{probe.job}'s next run")
+            wait_for(lambda p=probe, b=before: started(p, b + 1), interval_s * 3 + 60, f"{probe.job}'s next run")
             # the run this change started, and the next (which ends at once: nothing holds it)
             ended = _stamps(lake.stamp(probe).with_name(probe.job + ".end"))[before]
             found.setdefault(probe.kind, []).append(round(_stamps(lake.stamp(probe))[before + 1] - ended, 3))
@@ -213,7 +213,7 @@ def measure(lake: Lakehouse, interval_s: float, mode: str, round_no: int) -> dic
             before = len(_stamps(lake.stamp(probe)))
             probe.change(100 * round_no + before)
             changed = time.time()
-            _wait(lambda p=probe, b=before: len(_stamps(lake.stamp(p))) > b or process.poll() is not None,
+            wait_for(lambda p=probe, b=before: len(_stamps(lake.stamp(p))) > b or process.poll() is not None,
                   interval_s * 3 + 60, f"{probe.job} to start")
             if process.poll() is not None:
                 raise RuntimeError("the loop ended:\n" + log.read_text()[-3000:])
@@ -251,11 +251,15 @@ def report(results: dict[str, Any]) -> None:
     during = results["modes"].get(DURING_RUN)
     if during is not None:
         print(f"\ncommit during a run → next run, after the run's end, run --loop --interval {interval:g}, wake-ups on")
-        print(f"{'source':<14} {'p50':>7} {'p95':>7}   target")
-        for kind, figures in during.items():
-            met = "met" if figures["p50_s"] <= DURING_RUN_TARGET_P50_S else "NOT met"
-            print(f"{kind:<14} {figures['p50_s']:>6.2f}s {figures['p95_s']:>6.2f}s   "
-                  f"p50 ≤ {DURING_RUN_TARGET_P50_S:g} s: {met}")
+        print_p50_table("source", during, DURING_RUN_TARGET_P50_S)
+
+
+def print_p50_table(label: str, figures: dict[str, dict[str, Any]], target_p50_s: float) -> None:
+    """One line per name: its p50 and p95 (``figures[name]["p50_s"]``, ``["p95_s"]``) beside a p50 target."""
+    print(f"{label:<14} {'p50':>7} {'p95':>7}   target")
+    for name, figure in figures.items():
+        met = "met" if figure["p50_s"] <= target_p50_s else "NOT met"
+        print(f"{name:<14} {figure['p50_s']:>6.2f}s {figure['p95_s']:>6.2f}s   p50 ≤ {target_p50_s:g} s: {met}")
 
 
 def main(argv: list[str] | None = None) -> int:

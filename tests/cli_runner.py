@@ -9,13 +9,18 @@ logger set up as a fresh process would have them, and all put back afterwards.
 What still runs as a real process (:func:`needs_process`):
 
 - anything that injects a fault (``HEARTBEAT_CRASH_AT`` kills the process, ``HEARTBEAT_FAIL_AT`` counts per
-  process, ``HEARTBEAT_HANG_AT`` never returns), or shifts the clock or zone (``TZ``, ``FAKETIME``, ``LD_PRELOAD``);
+  process, ``HEARTBEAT_HANG_AT`` never returns), shifts the clock or zone (``TZ``, ``FAKETIME``, ``LD_PRELOAD``), or
+  has an import path of its own (``PYTHONPATH``: installed plugins are found through it);
 - loops, servers and the demo (``--loop``, ``serve``, ``ui``, ``demo``), which install signal handlers, and
   ``dbt``, which reads its own process state;
-- commands with a remote engine (``SPARK_REMOTE``, a Spark target): a Spark session is one per process;
+- commands on a Spark target (``HEARTBEAT_TARGET`` other than ``local``): a classic session is one per process.
+  (``SPARK_REMOTE`` alone is no reason: the embedded engine sets its own, so one the test's engine left in the
+  environment changes nothing for a ``local`` command, in a process or here);
 - every command of a test marked ``cli_processes`` (start-up state: caches, migrations, lineage's look-back);
-- a command run from another thread than the main one, or while a Spark session lives in this process (the
-  test's own engine, ``hb``): a command borrows the process's environment and PySpark's one session per process;
+- a command run from another thread than the main one (a command borrows the process's environment), or while
+  a classic Spark session lives in this process (PySpark keeps one per process). A Spark Connect session of the
+  test's own (``hb``'s engine) is set aside while the command runs and put back after, so the command opens its
+  own engine as a new process would and the test goes on with its own;
 - everything, with ``HEARTBEAT_TEST_CLI=process`` (the switch that runs the suite as users run the CLI).
 """
 
@@ -38,8 +43,10 @@ ALL_PROCESSES = os.environ.get("HEARTBEAT_TEST_CLI", "").strip().lower() == "pro
 #: set by the ``cli_processes`` marker (tests/conftest.py) for the test running now
 _forced = False
 
-_PROCESS_ENV = ("HEARTBEAT_CRASH_AT", "HEARTBEAT_FAIL_AT", "HEARTBEAT_HANG_AT", "FAKETIME", "LD_PRELOAD",
-                "SPARK_REMOTE")
+_PROCESS_ENV = ("HEARTBEAT_CRASH_AT", "HEARTBEAT_FAIL_AT", "HEARTBEAT_HANG_AT", "FAKETIME", "LD_PRELOAD")
+#: read once, when a process starts: a command whose value differs from this process's needs a process of its own
+#: (the zone; the import path, where plugins' entry points are found)
+_START_UP_ENV = ("TZ", "PYTHONPATH")
 _PROCESS_COMMANDS = frozenset({"serve", "ui", "demo", "dbt"})
 _PROCESS_FLAGS = frozenset({"--loop", "--target", "--metrics-port", "--wake-port"})
 
@@ -54,7 +61,8 @@ def needs_process(args: Sequence[str], env: Mapping[str, str]) -> bool:
     """Whether ``args`` under ``env`` must run as a process (module docstring: what depends on process state)."""
     if ALL_PROCESSES or _forced or not _process_is_ours():
         return True
-    if any(env.get(name) for name in _PROCESS_ENV) or env.get("TZ", os.environ.get("TZ")) != os.environ.get("TZ"):
+    if any(env.get(name) for name in _PROCESS_ENV) or any(env.get(name, os.environ.get(name)) != os.environ.get(name)
+                                                          for name in _START_UP_ENV):
         return True
     if env.get("HEARTBEAT_TARGET", "local") not in ("", "local"):
         return True
@@ -63,16 +71,35 @@ def needs_process(args: Sequence[str], env: Mapping[str, str]) -> bool:
 
 def _process_is_ours() -> bool:
     """Whether a command may borrow this process: only from its main thread (a command swaps the process's
-    environment, working folder and logging, which other threads would see), and only while no Spark session
-    lives in it (the test's own engine, ``hb``): PySpark keeps one session per process, and a command that found
-    the test's, or built a classic one beside a Connect one, would change what the test runs on."""
+    environment, working folder and logging, which other threads would see), and only while no classic Spark
+    session lives in it: PySpark keeps one per process, and a command that found it would run on the test's.
+    A Spark Connect session of the test's is no bar: :func:`_connect_sessions_set_aside` hides it while the
+    command runs (before, every command of a worker that had run an ``hb`` test was a cold process)."""
     if threading.current_thread() is not threading.main_thread():
         return False
     classic = sys.modules.get("pyspark.sql.session")
-    if classic is not None and getattr(classic.SparkSession, "_instantiatedSession", None) is not None:
-        return False
+    return classic is None or getattr(classic.SparkSession, "_instantiatedSession", None) is None
+
+
+@contextlib.contextmanager
+def _connect_sessions_set_aside() -> Iterator[None]:
+    """The process's default and active Spark Connect sessions (the test's engine) out of sight while a command
+    runs, so it opens and stops its own as a new process does; put back afterwards, whatever the command left."""
     connect = sys.modules.get("pyspark.sql.connect.session")
-    return connect is None or connect.SparkSession._get_default_session() is None  # None once stopped
+    if connect is None:
+        yield
+        return
+    sessions = connect.SparkSession
+    with sessions._lock:
+        saved_default, sessions._default_session = sessions._default_session, None
+    saved_active = getattr(sessions._active_session, "session", None)
+    sessions._active_session.session = None
+    try:
+        yield
+    finally:
+        with sessions._lock:
+            sessions._default_session = saved_default
+        sessions._active_session.session = saved_active
 
 
 #: HEARTBEAT_TEST_CLI_LOG=<file>: each command appends one JSON line there (the test, the command, whether it ran
@@ -101,7 +128,8 @@ def _in_process(args: list[str], env: Mapping[str, str], cwd: Path) -> subproces
     from heartbeat_runner.interfaces.cli import main
 
     out, err = io.StringIO(), io.StringIO()
-    with _fresh_process_state(env, cwd), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+    with _fresh_process_state(env, cwd), _connect_sessions_set_aside(), contextlib.redirect_stdout(out), \
+            contextlib.redirect_stderr(err):
         try:
             code = main(args)
         except SystemExit as exc:  # argparse's usage errors, --help, --version

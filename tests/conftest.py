@@ -28,7 +28,7 @@ from harness import ENGINES, Harness  # noqa: E402
 SPARK_AVAILABLE = bool(shutil.which("java") and shutil.which("mvn") and find_spec("delta") is not None)
 #: The switch for the test matrix (README "Development"). Unset, ``pytest`` is the fast loop for people working
 #: on the code: the embedded engine only, without the tests marked ``slow`` (crash matrices, soaks, runs of
-#: several processes). ``HEARTBEAT_TEST_MATRIX=sail`` runs every test on the embedded engine, the slow ones
+#: several processes, and scenarios of more than about 13 CPU-s: tests/README.md, "How to add a test"). ``HEARTBEAT_TEST_MATRIX=sail`` runs every test on the embedded engine, the slow ones
 #: too; ``=spark`` runs only the Spark legs (every behavioural test on Spark classic and Spark Connect, and the
 #: Spark-only tests); ``=full`` runs all of it in one process. ``.ci/run`` runs ``sail``, then ``spark`` in a
 #: process of its own (one process cannot hold a classic Spark session and later a Connect one, so the

@@ -180,6 +180,41 @@ def test_each_overdue_job_is_its_own_alert_and_a_message_names_their_shared_caus
                                        "hard source has new data since 2026-11-22 23:00 UTC, yet no run completed")
 
 
+def test_a_deadline_missed_while_a_trigger_hold_keeps_the_job_back_names_the_hold():
+    """A job whose data is all there but whose run a trigger hold keeps back (issue 57): its overdue alert, and
+    `explain`'s deadline line, name the hold as the root cause; once no hold keeps it back the words say so."""
+    from heartbeat_runner.policies.alerts import HotState, alert_policies, evaluate
+    from heartbeat_runner.runner.alerting import AlertMonitor, deadlines_since, overdue_now
+    from heartbeat_runner.runner.tick_result import JobProblem, TickResult
+
+    now = datetime(2026, 11, 23, 6, 30, tzinfo=timezone.utc)
+    policies = alert_policies({"alerts": {"default": {"job": {"deadline": "06:00"}}}})
+    hold = "held by min_interval until 2026-11-23T07:00:00+00:00: previous run started 2026-11-23T06:00:00+00:00"
+    monitor = AlertMonitor.__new__(AlertMonitor)  # only its hot state and fold: no store is read here
+    monitor.state, monitor._erring, monitor._held = HotState(), set(), set()
+    monitor.state.source("delta_table:orders").last_new_data = now - timedelta(minutes=10)
+    monitor.state.job("J1").hard_sources.add("delta_table:orders")
+
+    monitor.fold(TickResult("tick-1", now, held=[JobProblem("J1", hold)]))
+    (alert,) = evaluate(policies, monitor.state, now)
+    assert alert.summary == ("job J1 overdue since 06:00 UTC (2026-11-23 06:00 UTC): every hard source has new data "
+                             f"since 2026-11-23 00:00 UTC, but the job is {hold}")
+    monitor.fold(TickResult("tick-2", now))                      # the next tick holds it no more
+    (alert,) = evaluate(policies, monitor.state, now)
+    assert alert.summary.endswith("yet no run completed")
+
+    # `explain` reads the same from the control table, at this machine's time: a deadline an hour ago
+    due = (datetime.now(timezone.utc) - timedelta(hours=1)).strftime("%H:%M")
+    explain_policies = alert_policies({"alerts": {"default": {"job": {"deadline": due}}}})
+    rows = [{"source_key": "delta_table:orders", "trigger_job_id": "J1", "dependency_flag": "TRUE",
+             "status": "NEW_EVENT_AVAILABLE", "latest_event_fetched_timestamp": datetime.now(timezone.utc),
+             "row_created_timestamp": datetime(2026, 1, 1, tzinfo=timezone.utc)}]
+    seen = deadlines_since(explain_policies, ["J1"], {}, datetime(2026, 1, 1, tzinfo=timezone.utc))  # long seen
+    explained = overdue_now(explain_policies, rows, "J1", seen, held=hold)
+    assert explained is not None and explained.reason.endswith(f"but the job is {hold}"), explained
+    assert overdue_now(explain_policies, rows, "J1", seen).reason.endswith("yet no run completed")
+
+
 def test_email_goes_over_starttls_with_a_message_id_from_the_alert_key(tmp_path):
     with MailReceiver(tmp_path) as mail:
         destination = Destination("mail", DestinationKind.EMAIL, host="127.0.0.1", port=mail.port,
@@ -626,6 +661,7 @@ def canary_hits(home: Path, outputs: list[str]) -> list[str]:
     return hits
 
 
+@pytest.mark.slow  # over 13 CPU-s in CI's embedded leg: CI runs it, the everyday leg does not
 def test_no_secret_reaches_a_file_a_table_or_an_output(tmp_path):
     """Every destination kind, sent to and failing (refused, unreachable, SMTP login refused), with a canary in
     every secret (webhook URL path and query, routing key, SMTP user and password): `validate` and `run` refuse a
@@ -793,6 +829,7 @@ def test_an_overdue_alert_is_one_per_job_and_its_words_follow_the_cause(hb, rece
     assert Counter(p["event_action"] for p in receiver.pagerduty()) == Counter({"trigger": 3, "resolve": 3})
 
 
+@pytest.mark.slow  # over 13 CPU-s in CI's embedded leg: CI runs it, the everyday leg does not
 def test_an_open_overdue_alert_says_the_current_cause_everywhere_without_paging_again(tmp_path, receiver):
     """A real runner, one process per tick: J1's overdue alert is raised "waiting on trigger_file:drop, which
     has had no new data since never". The file arrives, the run starts, then fails: the same alert (same key)

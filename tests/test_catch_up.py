@@ -12,12 +12,15 @@ import json
 import os
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from cli_runner import run_cli
 from harness import HEADER, CliLakehouse, Harness
 from harness import config_row as row
 from services import postgres  # noqa: F401 (fixture)
@@ -167,6 +170,33 @@ def test_a_backlog_of_delta_versions_after_a_pause_runs_window_by_window_in_orde
         assert "heartbeat_catch_up" not in recorded(out, "J")[-1]
 
 
+@pytest.mark.slow  # over 13 CPU-s in CI's embedded leg: CI runs it, the everyday leg does not
+def test_a_minimum_interval_spaces_the_runs_of_a_sequence_and_each_window_still_runs_once(tmp_path):
+    """Trigger shaping (issue 57) on a catch-up sequence: each next run keeps the job's minimum interval (it is
+    held, not recorded, until the interval has passed since the run before it started) and each window runs
+    exactly once, in order."""
+    out, interval = tmp_path / "out", 3
+    policy = f'jobs: {{"J": {{catch_up: {{max_window: 2}}, trigger: {{min_interval: {interval}s}}}}}}'
+    with events_lakehouse(tmp_path, policy) as hb:
+        record_job_event(hb.app, "J", EventType.JOB_PAUSED)
+        for i in range(5):
+            hb.insert("up.events", f"({i})")
+        hb.tick()
+        record_job_event(hb.app, "J", EventType.JOB_RESUMED)
+        assert hb.tick().triggered_job_ids == ["J"]                # run 1 of 3: never ran, nothing to wait for
+        held: list[str] = []
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and (hb.app.store.next_windows_due()
+                                               or "IN_PROGRESS" in set(hb.status().values())):
+            held += [p.message for p in hb.tick().held]            # the tick that records a run's end decides
+            time.sleep(0.2)
+        assert any(h.startswith("held by min_interval until") for h in held), held
+        assert [windows(p) for p in recorded(out, "J")] == [[("version 1", "version 2")], [("version 3", "version 4")],
+                                                           [("version 5", "version 5")]]
+        starts = [e["event_ts"] for e in hb.events() if e["event_type"] in ("TRIGGER_REQUESTED", "NEXT_WINDOW_REQUESTED")]
+        assert len(starts) == 3 and all(b - a >= timedelta(seconds=interval) for a, b in zip(starts, starts[1:])), starts
+
+
 def test_a_failure_stops_the_sequence_until_the_window_succeeds(tmp_path):
     out = tmp_path / "out"
     with events_lakehouse(tmp_path, 'jobs: {"J": {catch_up: {max_window: 1}}}') as hb:
@@ -182,11 +212,9 @@ def test_a_failure_stops_the_sequence_until_the_window_succeeds(tmp_path):
         assert [json.loads(p["heartbeat_catch_up"])["run"] for p in recorded(out, "J")] == [1, 2]  # no run 3
         assert explain(hb.app.store, "J").verdict.startswith("blocked by failure")
         env = {**os.environ, "HEARTBEAT_HOME": str(hb.home), "HEARTBEAT_CONFIG": str(hb.config_path)}
-        status = subprocess.run([sys.executable, "-m", "heartbeat_runner", "status", "--wide"], capture_output=True, text=True,
-                                timeout=180, env=env)
+        status = run_cli(["status", "--wide"], env=env, cwd=hb.root, timeout=180)
         assert "Catch-up sequences" in status.stdout and "version 2" in status.stdout, status.stdout + status.stderr
-        compact = subprocess.run([sys.executable, "-m", "heartbeat_runner", "status"], capture_output=True, text=True,
-                                 timeout=180, env={**env, "COLUMNS": "80"}).stdout   # the on-call view: a line each
+        compact = run_cli(["status"], env={**env, "COLUMNS": "80"}, cwd=hb.root, timeout=180).stdout  # the on-call view
         lines = compact.splitlines()
         assert "catch-up sequences: 1" in lines and max(map(len, lines)) <= 80, compact
         (sequence,) = [line for line in lines if line.startswith("  J: run 2 of 3 failed")]

@@ -6,21 +6,24 @@ import subprocess
 import sys
 
 import pytest
+from cli_runner import run_cli
 from harness import HEADER
 from harness import config_row as row
 
 
 def cli(tmp_path, *args, check=True, env=None):
+    """``python -m heartbeat_runner *args`` on the lakehouse under ``tmp_path`` (in this process where that
+    answers as a process does: tests/cli_runner.py; a test marked ``cli_processes`` runs real ones)."""
     env = {**os.environ, **(env or {}), "HEARTBEAT_HOME": str(tmp_path / "lh"), "HEARTBEAT_TRIGGER_DIR": str(tmp_path / "triggers"),
            "HEARTBEAT_JOBS_FILE": str(tmp_path / "jobs.yml"), "HEARTBEAT_CONFIG": str(tmp_path / "cfg.csv")}
-    proc = subprocess.run([sys.executable, "-m", "heartbeat_runner", *args], env=env, capture_output=True,
-                          text=True, timeout=120, cwd=tmp_path)
+    proc = run_cli(list(args), env=env, cwd=tmp_path, timeout=120)
     if check and proc.returncode != 0:
         raise AssertionError(f"exit {proc.returncode}\nstdout:{proc.stdout}\nstderr:{proc.stderr}")
     return proc
 
 
 @pytest.mark.slow
+@pytest.mark.cli_processes  # its point: what one process recorded, the next reads
 def test_state_survives_across_processes(tmp_path):
     (tmp_path / "cfg.csv").write_text("\n".join([HEADER, row("trigger_file", "drop", "J1")]) + "\n")
     (tmp_path / "jobs.yml").write_text(f"jobs:\n  J1: [{sys.executable!r}, '-c', 'print(1)']\n")

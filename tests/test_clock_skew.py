@@ -121,6 +121,7 @@ def test_two_runners_a_minute_apart_read_each_version_in_one_run(lake):
 
 
 @pytest.mark.parametrize("skew", [90, -90])
+@pytest.mark.slow  # over 13 CPU-s in CI's embedded leg: CI runs it, the everyday leg does not
 def test_a_reset_from_a_skewed_clock_replays_once_then_reads_only_new_commits(lake, skew):
     lake.append_ids("up.events", 1)
     lake.cli("run")

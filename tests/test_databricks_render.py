@@ -187,6 +187,7 @@ def _round_nodes(rendered: dict[str, Any], number: int) -> dict[str, dict[str, A
     return {n["node"]: n for n in rendered["rounds"][number]["nodes"]}
 
 
+@pytest.mark.slow  # over 13 CPU-s in CI's embedded leg: CI runs it, the everyday leg does not
 def test_every_model_builds_both_fresh_and_incremental(rendered):
     models = [n for n in rendered["nodes"] if n.startswith("model.") and n not in rendered["ephemeral"]]
     assert models, "no models found"

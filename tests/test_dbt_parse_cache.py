@@ -13,6 +13,7 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
 from harness import HEADER, MARKER_JOB, CliLakehouse, views_built_by_dbt
 from harness import config_row as row
 
@@ -62,6 +63,7 @@ def new_data_runs_the_job(lake: CliLakehouse) -> None:
     assert lake.executions() == {"301": 1}
 
 
+@pytest.mark.slow  # over 13 CPU-s in CI's embedded leg: CI runs it, the everyday leg does not
 def test_a_new_lakehouse_starts_from_the_kept_parse_and_writes_only_its_own_tables(tmp_path, monkeypatch):
     cache = tmp_path / "parse-cache"
     monkeypatch.setenv("HEARTBEAT_DBT_PARSE_CACHE", str(cache))

@@ -142,6 +142,7 @@ def test_the_ledger_carried_from_plan_to_plan_equals_the_whole_history(seed):
 
 # -- Delta with a timestamp upstream_key -----------------------------------------------------------
 
+@pytest.mark.slow  # over 13 CPU-s in CI's embedded leg: CI runs it, the everyday leg does not
 def test_delta_hourly_windows_fire_when_final_skip_empty_ones_and_rerun_late_ones_once(tmp_path):
     out = tmp_path / "out"
     with clicks(tmp_path, 'jobs: {"H": {window: {size: 1h, lateness: 0s, late_data: rerun}}}', "09:30") as hb:
@@ -178,6 +179,7 @@ def test_delta_hourly_windows_fire_when_final_skip_empty_ones_and_rerun_late_one
         assert late_data(hb.app.store, hb.settings.run_policy_file, "H")[0]["rows"] == 2
 
 
+@pytest.mark.slow  # over 13 CPU-s in CI's embedded leg: CI runs it, the everyday leg does not
 def test_once_its_history_is_archived_a_windowed_job_reads_only_the_hot_log_and_still_corrects(tmp_path, monkeypatch):
     """Plans and late-data checks read the arrivals since the job's latest plan (the ledger it carries)
     from the hot log: with the job's history archived, its ticks read no archived event, a late row
@@ -204,6 +206,7 @@ def test_once_its_history_is_archived_a_windowed_job_reads_only_the_hot_log_and_
         assert not [key for run in recorded(out, "H") for key in run if key.startswith("_")]
 
 
+@pytest.mark.slow  # over 13 CPU-s in CI's embedded leg: CI runs it, the everyday leg does not
 def test_a_backlog_of_windows_after_a_pause_runs_each_window_once_in_order(tmp_path):
     out = tmp_path / "out"
     with clicks(tmp_path, 'jobs: {"H": {max_retries: 1, backoff_s: 0, window: {size: 1h}}}', "07:59") as hb:

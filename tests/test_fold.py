@@ -98,6 +98,7 @@ def _long_and_short_jobs(hb, **exit_codes: int) -> None:
 
 
 @ON_SPARK
+@pytest.mark.slow  # over 13 CPU-s in CI's embedded leg: CI runs it, the everyday leg does not
 def test_a_ticks_new_data_folds_into_what_a_full_build_derives_whatever_each_row_was(hb):
     """New data reaches rows in every state: never run, completed, failed, running (once and twice), already
     pending, soft rows, a source shared by several jobs, a Delta table with a version window; runs end,
@@ -377,6 +378,7 @@ def _ticks_of_a_day(lake: CliLakehouse) -> list[list[dict]]:
     return [run["control_refreshes"] for run in reversed(runs)]
 
 
+@pytest.mark.slow  # over 13 CPU-s in CI's embedded leg: CI runs it, the everyday leg does not
 def test_with_folds_off_every_refresh_builds_and_the_control_table_is_the_folded_one(tmp_path):
     """The same ticks on two lakehouses, one with HEARTBEAT_FOLDS=off: there each refresh that has work builds
     (reason folds_off), here they fold; `runs --json` shows each tick's paths; both control tables end alike."""
@@ -424,6 +426,7 @@ def _jobs_failing_on_a_flag(hb, *jobs: str) -> dict[str, object]:
     return flags
 
 
+@pytest.mark.slow  # over 13 CPU-s in CI's embedded leg: CI runs it, the everyday leg does not
 def test_random_histories_fold_into_what_the_events_derive(hb):
     """A seeded random history: each tick some of new trigger files on hard and soft sources shared by jobs, rows
     into an upstream Delta table, a job made to fail or succeed from now on, an operator's ask to run a job or to

@@ -16,6 +16,7 @@ import subprocess
 import sys
 from datetime import datetime, timezone
 
+from cli_runner import run_cli
 from harness import Harness
 from harness import config_row as row
 
@@ -28,8 +29,7 @@ from heartbeat_runner.runner.alerting import IdleSensing, idle_sensing
 def _cli_explain(hb: Harness, job_id: str) -> dict:
     env = {**os.environ, "HEARTBEAT_HOME": str(hb.home), "HEARTBEAT_CONFIG": str(hb.config_path),
            "HEARTBEAT_JOBS_FILE": str(hb.jobs_path)}
-    done = subprocess.run([sys.executable, "-m", "heartbeat_runner", "explain", "--job-id", job_id, "--json"],
-                          env=env, capture_output=True, text=True, timeout=300)
+    done = run_cli(["explain", "--job-id", job_id, "--json"], env=env, cwd=hb.root, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout)
 

@@ -184,6 +184,7 @@ def test_nothing_is_sent_or_printed_when_openlineage_is_not_configured(tmp_path,
     assert lineage_configured({}, cwd, home)
 
 
+@pytest.mark.slow  # over 13 CPU-s in CI's embedded leg: CI runs it, the everyday leg does not
 def test_a_receiver_that_is_down_then_up_gets_each_event_exactly_once(tmp_path, receiver, schema):
     lake = lineage_lake(tmp_path, receiver)
     receiver.mode = "error"                          # refuses everything (HTTP 500)

@@ -180,6 +180,7 @@ def test_a_crash_anywhere_in_maintenance_loses_nothing_and_changes_no_state(aged
     assert runs.count('"run_id"') >= 11  # every tick is still listed, hot or archived
 
 
+@pytest.mark.slow  # over 13 CPU-s in CI's embedded leg: CI runs it, the everyday leg does not
 def test_the_control_table_stays_a_few_files_however_many_ticks_fold_into_it(tmp_path):
     """Every tick folds into the control table, and each fold adds a data file; every read and fold of the
     table costs per file. Between maintenance runs, a tick compacts the control table alone once it holds more

@@ -136,6 +136,7 @@ def assert_on_call_view(text: str, width: int) -> None:
     assert name.startswith("nightly_") and name.endswith("ies") and "…" in name, named  # cut in the middle
 
 
+@pytest.mark.slow  # over 13 CPU-s in CI's embedded leg: CI runs it, the everyday leg does not
 def test_status_fits_80_columns_on_a_terminal_and_piped(lake):
     on_screen = on_a_terminal(lake, "status")
     assert_on_call_view(on_screen, 80)
@@ -358,6 +359,7 @@ def job_line(status: str, job: str) -> str:
     return next(line for line in status.splitlines() if line.startswith(job + " "))
 
 
+@pytest.mark.slow  # over 13 CPU-s in CI's embedded leg: CI runs it, the everyday leg does not
 def test_a_running_manual_run_says_so_in_status_explain_runs_and_the_page(held):
     """A run in progress whose sources have no new data since it started: every view says it is running (not
     "waiting for new data"), through a later tick too, and labels it a manual run, as a retry is labelled."""

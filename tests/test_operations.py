@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from harness import CliLakehouse, sense_and_record, wait_for
 from harness import config_row as row
 
@@ -16,6 +17,7 @@ def explained(hb, job: str):
     return explain(hb.app.store, job)
 
 
+@pytest.mark.slow  # over 13 CPU-s in CI's embedded leg: CI runs it, the everyday leg does not
 def test_explain_names_the_reason_for_each_state(hb):
     for name in ("up.a", "up.b", "up.d"):
         hb.create_table(name, "id int")
@@ -67,6 +69,7 @@ def test_explain_names_the_reason_for_each_state(hb):
     assert j2.rows[0]["row_state"] == "retired: no longer in the config, ignored"
 
 
+@pytest.mark.slow  # over 13 CPU-s in CI's embedded leg: CI runs it, the everyday leg does not
 def test_reset_replays_from_a_point_in_time_and_retriggers_the_jobs_sharing_the_source(hb):
     hb.create_table("up.t", "id int")  # version 0
     hb.jobs(J1=0, J2=0)

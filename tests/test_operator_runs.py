@@ -55,6 +55,7 @@ def statuses(lake: CliLakehouse) -> set[str]:
     return {status for (_, _, job, status, *_) in lake.control() if job == JOB}
 
 
+@pytest.mark.slow  # over 13 CPU-s in CI's embedded leg: CI runs it, the everyday leg does not
 def test_retry_reruns_the_failed_data_once_with_a_new_token_clears_on_success_and_is_then_refused(tmp_path, api):
     lake = failed_job(tmp_path, api)
     asked = lake.cli("retry", "--job-id", JOB)
@@ -133,6 +134,7 @@ def waiting_job(tmp_path, api: JobsApiServer) -> CliLakehouse:
     return lake
 
 
+@pytest.mark.slow  # over 13 CPU-s in CI's embedded leg: CI runs it, the everyday leg does not
 def test_trigger_runs_a_waiting_job_once_over_what_is_pending_and_refuses_a_running_or_failed_one(tmp_path, api):
     lake = waiting_job(tmp_path, api)
     asked = lake.cli("trigger", "--job-id", JOB, "--reason", "month-end close")

@@ -5,10 +5,12 @@ import subprocess
 import sys
 import time
 
+import pytest
 from harness import HEADER
 from harness import config_row as row
 
 
+@pytest.mark.slow  # over 13 CPU-s in CI's embedded leg: CI runs it, the everyday leg does not
 def test_plain_dbt_against_the_served_engine(tmp_path):
     from heartbeat_runner.core.settings import load_settings, package_project_dir
     from heartbeat_runner.interfaces.serve import client_environment

@@ -13,6 +13,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from cli_runner import run_cli
 
 from heartbeat_runner.core import settings as settings_module
 from heartbeat_runner.core.durations import DurationError, parse_duration, parse_seconds
@@ -247,8 +248,7 @@ def test_the_source_check_sees_reads_and_ignores_writes():
 def _cli(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
     environ = {k: v for k, v in os.environ.items() if not k.startswith("HEARTBEAT_")}
     environ.update(HEARTBEAT_HOME=str(tmp_path / "lh"), **env)
-    return subprocess.run([sys.executable, "-m", "heartbeat_runner", *args], env=environ, capture_output=True,
-                          text=True, timeout=120, cwd=tmp_path)
+    return run_cli(list(args), env=environ, cwd=tmp_path, timeout=120)
 
 
 def test_the_cli_refuses_a_bad_variable_in_one_clear_error(tmp_path):

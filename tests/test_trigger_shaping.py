@@ -124,6 +124,27 @@ def requests(hb, job):
     return [e for e in hb.events("TRIGGER_REQUESTED") if e["trigger_job_id"] == job]
 
 
+def data_after_a_run(tmp_path, trigger: str):
+    """A CLI lakehouse whose job J1 (local, leaves a marker) reads up.events under the policy ``trigger``: after
+    the baseline, one run (the first, which no interval holds) and one more commit waiting."""
+    from harness import HEADER, CliLakehouse, marker_jobs_file
+
+    config = tmp_path / "config.csv"
+    config.write_text("\n".join([HEADER, row("delta_table", "up.events", "J1")]) + "\n")
+    policies = tmp_path / "policies.yml"
+    policies.write_text(f"jobs: {{J1: {{trigger: {{{trigger}}}}}}}\n")
+    lake = CliLakehouse(tmp_path / "lakehouse", config=config, jobs_file=marker_jobs_file(tmp_path / "jobs.yml", "J1"),
+                        env={"HEARTBEAT_RUN_POLICY": str(policies)})
+    lake.home.mkdir()
+    lake.append_ids("up.events", 0)
+    lake.cli("seed")
+    lake.cli("run")  # the baseline
+    lake.append_ids("up.events", 1)
+    lake.cli("run")  # the first run starts: an interval counts from here
+    lake.append_ids("up.events", 2)
+    return lake
+
+
 def held_metrics(result) -> tuple[dict[str, float], float]:
     """What the metrics say after the loop counted ``result``: held jobs by hold kind, and the next release."""
     from heartbeat_runner.core.metrics import metrics
@@ -136,6 +157,7 @@ def held_metrics(result) -> tuple[dict[str, float], float]:
             registry.get_sample_value("heartbeat_trigger_hold_release_timestamp_seconds"))
 
 
+@pytest.mark.engines("sail", "spark-classic")
 def test_min_interval_spaces_runs_and_every_version_is_in_exactly_one_window(hb, tmp_path):
     """Commits closer than the minimum interval: the runs are spaced by it, a hold says until when, and every
     arrival is in exactly one run. The interval is three of this machine's ticks with data (3 s at least), so
@@ -217,6 +239,72 @@ def test_a_pool_of_two_never_runs_three_and_starts_the_highest_priorities_first(
     assert held_metrics(heartbeat.tick())[0]["pool"] == 0             # none held any more
     release = {e["trigger_job_id"]: json.loads(e["payload"])["_release"] for e in hb.events("TRIGGER_REQUESTED")}
     assert all(reasons == ["pool room"] for reasons in release.values()), release
+
+
+def test_a_pool_on_the_jobs_api_never_has_more_active_runs_than_its_places(hb, tmp_path):
+    """The pool on the Databricks backend (the Jobs API stand-in, the real SDK): four jobs, two places. The
+    workspace never holds more than two active runs of the pool's jobs, the highest priorities go first, and each
+    run the workspace ends (in any order) frees a place for the next priority at the tick that records the end."""
+    from databricks_jobs_server import JobsApiServer
+
+    from heartbeat_runner.jobs.databricks import DatabricksJobsBackend
+
+    priorities = {"101": 1, "102": 5, "103": 10, "104": 3}
+    hb.create_table("sales.orders", "id int")
+    hb.seed(*(row("delta_table", "sales.orders", job) for job in priorities))
+    policy = "pools: {warehouse: {max_running: 2}}\njobs:\n" + "".join(
+        f"  '{job}': {{trigger: {{pool: warehouse, priority: {p}}}}}\n" for job, p in priorities.items())
+    with JobsApiServer() as api:
+        for job in priorities:
+            api.add_job(f"job_{job}", job_id=int(job))
+        heartbeat = hb.app.heartbeat(backend=DatabricksJobsBackend(api.client()))
+        heartbeat.shaping = shaping(tmp_path, policy)
+
+        def active() -> list[str]:
+            return sorted(str(run.job_id) for run in api.runs.values() if run.fate is None)
+
+        heartbeat.tick()  # baseline
+        hb.insert("sales.orders", "(1)")
+        order = heartbeat.tick().triggered_job_ids
+        assert sorted(order) == ["102", "103"] and active() == ["102", "103"]  # the two highest priorities
+        for ends in ("102", "103", None, None):                  # the workspace ends the lower priority first
+            ending = ends or active()[0]
+            (run,) = [r for r in api.runs.values() if str(r.job_id) == ending and r.fate is None]
+            api.finish_run(run.run_id, "SUCCESS")
+            order += heartbeat.tick().triggered_job_ids
+            assert len(active()) <= 2, active()
+        assert order == ["103", "102", "104", "101"] or order == ["102", "103", "104", "101"], order
+        assert sorted(str(run.job_id) for run in api.runs.values()) == sorted(priorities)  # each ran once
+
+
+@pytest.mark.slow
+def test_one_shot_runners_killed_and_racing_after_a_hold_still_start_the_held_run_once(tmp_path):
+    """One-shot mode (a `run` process per tick), a minimum interval: data held by it, the process that releases
+    it killed right after recording the request, then two runners at once: one run of the held data, with its
+    release reason, at least the interval after the previous start; every arrival in exactly one run."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from heartbeat_runner.core.faults import CRASH_EXIT_CODE, FaultPoint
+
+    interval = 6
+    lake = data_after_a_run(tmp_path, f"min_interval: {interval}s")
+    held = json.loads(lake.cli("run", "--json").stdout)
+    assert [h["job_id"] for h in held["held"]] == ["J1"], held    # within the interval: held, nothing started
+    assert lake.executions().get("J1") == 1
+    time.sleep(interval)
+    crashed = lake.cli("run", check=False, env={"HEARTBEAT_CRASH_AT": FaultPoint.AFTER_TRIGGER_REQUESTED.value})
+    assert crashed.returncode == CRASH_EXIT_CODE, crashed.stderr[-3000:]
+    with ThreadPoolExecutor(max_workers=2) as pool:               # two runners at once after the kill
+        for done in [pool.submit(lake.cli, "run", "--wait-lease", "120") for _ in range(2)]:
+            done.result()
+    lake.wait_local_runs()
+    lake.cli("run")
+    assert lake.executions().get("J1") == 2
+    runs = lake.events("TRIGGER_REQUESTED")
+    assert len(runs) == 2 and runs[1]["event_ts"] - runs[0]["event_ts"] >= timedelta(seconds=interval), runs
+    assert json.loads(runs[1]["payload"])["_release"] == ["interval passed"]
+    consumed = [i for e in runs for i in e["consumed_event_ids"].split(",")]
+    assert sorted(consumed) == sorted(e["event_id"] for e in lake.events("NEW_DATA"))  # each arrival once
 
 
 def test_an_automatic_retry_waits_for_room_in_its_pool(hb, tmp_path):
@@ -359,21 +447,7 @@ def test_a_loop_polls_when_a_hold_ends_not_at_its_next_interval(tmp_path):
     the loop's cold start on a loaded machine (with 15 s, a loop that took longer to start found nothing held)."""
     import signal
 
-    from harness import HEADER, CliLakehouse, marker_jobs_file
-
-    config = tmp_path / "config.csv"
-    config.write_text("\n".join([HEADER, row("delta_table", "up.events", "J1")]) + "\n")
-    policies = tmp_path / "policies.yml"
-    policies.write_text("jobs: {J1: {trigger: {min_interval: 40s}}}\n")
-    lake = CliLakehouse(tmp_path / "lakehouse", config=config, jobs_file=marker_jobs_file(tmp_path / "jobs.yml", "J1"),
-                        env={"HEARTBEAT_RUN_POLICY": str(policies)})
-    lake.home.mkdir()
-    lake.append_ids("up.events", 0)
-    lake.cli("seed")
-    lake.cli("run")  # the baseline
-    lake.append_ids("up.events", 1)
-    lake.cli("run")  # the first run starts: the interval runs from here
-    lake.append_ids("up.events", 2)
+    lake = data_after_a_run(tmp_path, "min_interval: 40s")
     loop = lake.start("run", "--loop", "--interval", "600")  # its first tick finds the new data held
     try:
         deadline = time.monotonic() + 150

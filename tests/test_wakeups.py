@@ -288,6 +288,7 @@ def test_data_that_lands_while_a_job_runs_is_sensed_by_the_tick_that_records_its
     assert (row_["jobs_completed"], row_["sources_with_new_data"], row_["jobs_triggered"]) == (1, 1, 1), row_
 
 
+@pytest.mark.slow  # over 13 CPU-s in CI's embedded leg: CI runs it, the everyday leg does not
 def test_data_that_lands_while_a_job_runs_is_sensed_when_its_own_complete_ended_the_run(tmp_path):
     """As above, but J1 records its own end (``complete``, as a Databricks job's last task does) before its process
     exits: the tick its exit wakes folds that end, senses J1's folder and starts J1 again."""

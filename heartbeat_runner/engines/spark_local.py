@@ -687,12 +687,17 @@ def keep_connect_release_pool() -> None:
 
     After this the shared pool is never shut down: a release for a closed channel fails in its pool
     thread and is logged by PySpark at WARN; the pool's few threads live as long as the process.
+    A release still in flight when the engine's server stops gets a response cut short, which gRPC's
+    deserializer logs at ERROR with a traceback on stderr (seen on ``explain --json | head -1``, whose
+    command ends at once). That logger (``grpc._common``) is kept to CRITICAL: a call whose response
+    cannot be read still raises to its caller, so only fire-and-forget releases lose their line.
     Idempotent; without a Connect client installed, nothing to do."""
     try:
         from pyspark.sql.connect.client.reattach import ExecutePlanResponseReattachableIterator as Iterator
     except ImportError:
         return
     Iterator.shutdown = classmethod(_keep_pool)  # type: ignore[method-assign,assignment]
+    logging.getLogger("grpc._common").setLevel(logging.CRITICAL)
 
 
 def _keep_pool(cls: type) -> None:

@@ -56,6 +56,7 @@ from heartbeat_runner.interfaces.operations import (
     run_details,
     runner_health,
     trigger_hold,
+    trigger_holds,
     with_job_runs,
     with_runner_health,
     with_sensing_errors,
@@ -920,10 +921,12 @@ def cmd_explain(args: argparse.Namespace, app: App) -> int:
     found = explain(app.store, args.job_id, idle_sensing(settings.lakehouse_dir))
     retry = retry_outlook(app.store, load_run_policies(settings.run_policy_file).retry, args.job_id)
     late = late_data(app.store, settings.run_policy_file, args.job_id)
-    deadline = _deadline_note(app, settings, args.job_id)
+    shaping = load_run_policies(settings.run_policy_file).trigger
+    held = trigger_holds(app.store, shaping, [args.job_id]).get(args.job_id) if found.is_ready else None
+    deadline = _deadline_note(app, settings, args.job_id, held)
     asked = pending_ask(app.store, args.job_id)
     runs = latest_job_runs(app.store, args.job_id)
-    hold = trigger_hold(app.store, load_run_policies(settings.run_policy_file).trigger, args.job_id, found.is_ready)
+    hold = held or trigger_hold(app.store, shaping, args.job_id, found.is_ready)
     if args.json:
         emit_json({"job_id": found.job_id, "verdict": found.verdict, "ready": found.is_ready, "rows": found.rows,
                    "automatic_retry": retry, "late_data": late, "deadline": deadline, "asked": asked,
@@ -1064,13 +1067,14 @@ def _alert_parsers(sub: argparse._SubParsersAction, common: argparse.ArgumentPar
                    help="is a runner ticking? exit 0 yes, 2 no; raises/resolves 'runner not ticking' (for cron)")
 
 
-def _deadline_note(app: App, settings: Settings, job_id: str) -> str | None:
-    """The job's missed deadline and its root cause, when its alert policy sets one."""
+def _deadline_note(app: App, settings: Settings, job_id: str, held: str | None) -> str | None:
+    """The job's missed deadline and its root cause, when its alert policy sets one (``held``: the trigger hold
+    that keeps the job back now, named as the cause when its data is all there)."""
     from heartbeat_runner.runner.alerting import overdue_now
 
     policies = load_run_policies(settings.run_policy_file).alerts
     overdue = (overdue_now(policies, app.store.control_rows(), job_id, app.store.deadlines_seen(),
-                           app.store.sensing_failures()) if policies.enabled else None)
+                           app.store.sensing_failures(), held=held) if policies.enabled else None)
     return None if overdue is None else f"overdue since {overdue.deadline} ({overdue.due:%Y-%m-%d %H:%M} UTC): " \
                                         f"{overdue.reason}"
 

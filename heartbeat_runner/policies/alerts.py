@@ -435,6 +435,9 @@ class JobFacts:
     #: runner: a deadline is checked from its first occurrence after the later of the two (None: no bound)
     added_at: datetime | None = None
     deadline_since: datetime | None = None
+    #: the trigger hold that kept the job back at the latest tick (its ``Hold.describe()`` line), None when none
+    #: did: a deadline missed while a hold keeps a ready job waiting names the hold as its root cause
+    held: str | None = None
 
 
 @dataclass
@@ -594,6 +597,8 @@ def _overdue_reason(job: JobFacts, start: datetime) -> str:
         return f"run {job.run_id or '?'} running since {_when(job.running_since)}"
     if job.failed_run is not None:
         return f"run {job.failed_run} failed: {job.failure or 'no message'}"
+    if job.held is not None:
+        return f"every hard source has new data since {_when(start)}, but the job is {job.held}"
     return f"every hard source has new data since {_when(start)}, yet no run completed"
 
 

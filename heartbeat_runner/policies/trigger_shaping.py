@@ -339,8 +339,15 @@ class Decisions:
     held: dict[str, Hold] = field(default_factory=dict)
 
 
-def _time_hold(policy: TriggerPolicy, c: Candidate, now: datetime) -> tuple[Hold | None, list[ReleaseReason]]:
-    """The first time hold of ``c`` (minimum interval, quiet period, cron gate), or the reasons they allow it."""
+#: a cron gate's latest and next fire time around the tick's ``now`` (the same for every job it gates), by the
+#: gate's text and zone (``str(cron)``: each job's policy holds its own parsed copy)
+FireTimes = Mapping[str, tuple[datetime | None, datetime | None]]
+
+
+def _time_hold(policy: TriggerPolicy, c: Candidate, now: datetime,
+               fires: FireTimes) -> tuple[Hold | None, list[ReleaseReason]]:
+    """The first time hold of ``c`` (minimum interval, quiet period, cron gate), or the reasons they allow it.
+    ``fires``: each cron gate's fire times around ``now``."""
     reasons: list[ReleaseReason] = []
     if c.operator:
         return None, [ReleaseReason.OPERATOR]
@@ -365,10 +372,9 @@ def _time_hold(policy: TriggerPolicy, c: Candidate, now: datetime) -> tuple[Hold
                         f"{policy.quiet_for_s:g}s" + (f", max_wait {policy.max_wait_s:g}s" if cap else "")), reasons
         reasons.append(ReleaseReason.QUIET if now >= quiet_until else ReleaseReason.MAX_WAIT)
     if policy.at is not None:
-        fired = policy.at.latest(now)
+        fired, upcoming = fires[str(policy.at)]
         since = c.last_start or c.added_at
         if fired is None or (since is not None and fired <= since):
-            upcoming = policy.at.next(now)
             return Hold(c.job_id, HoldKind.AT, upcoming,
                         f"no fire time of '{policy.at}' since " + (since.isoformat(timespec='seconds')
                                                                  if since else "ever")), reasons
@@ -385,15 +391,21 @@ def hold_decisions(shaping: TriggerShaping, candidates: Sequence[Candidate], run
     start (or since it was added), and its pool has room. An operator's run skips the first three; an automatic
     retry keeps the minimum interval and the pool. A pool's
     room goes to the candidates no time hold keeps back, highest priority first, then oldest waiting data,
-    then job id. A candidate without a policy is released with no reason (the tick leaves it as it was)."""
+    then job id. A candidate without a policy is released with no reason (the tick leaves it as it was).
+
+    Cost: one pass over the candidates and a sort per pool; each cron gate's fire times are found once per call,
+    not once per job (benchmarks/trigger_shaping.py: 10,000 jobs against a 50 ms target)."""
     decisions = Decisions()
     by_pool: dict[str, list[tuple[Candidate, TriggerPolicy, list[ReleaseReason]]]] = {}
+    crons = {str(policy.at): policy.at for policy in shaping.jobs.values() if policy.at is not None}
+    fires = {text: (cron.latest(now), cron.next(now)) for text, cron in crons.items()}
+    default = shaping.for_job("*")
     for c in candidates:
-        policy = shaping.for_job(c.job_id)
+        policy = shaping.jobs.get(c.job_id, default)  # shaping.for_job, its default looked up once
         if policy is None:
             decisions.released[c.job_id] = ()
             continue
-        hold, reasons = _time_hold(policy, c, now)
+        hold, reasons = _time_hold(policy, c, now, fires)
         if hold is not None:
             decisions.held[c.job_id] = hold
         elif policy.pool is None:
@@ -411,13 +423,11 @@ def hold_decisions(shaping: TriggerShaping, candidates: Sequence[Candidate], run
             busy = sorted(in_pool.get(pool, []))
             room = shaping.pools[pool] - len(busy)
             waiting.sort(key=lambda w: (-w[1].priority, w[0].first_arrival or far, w[0].job_id))
+            ahead = [w[0].job_id for w in waiting[:max(room, 0)]]
+            full = f"pool {pool} full ({shaping.pools[pool]} running at most): running {', '.join(busy + ahead) or 'none'}"
             for rank, (c, _, reasons) in enumerate(waiting):
                 if rank < room:
                     decisions.released[c.job_id] = (*reasons, ReleaseReason.POOL_ROOM)
                 else:
-                    ahead = [w[0].job_id for w in waiting[:max(room, 0)]]
-                    decisions.held[c.job_id] = Hold(
-                        c.job_id, HoldKind.POOL, None,
-                        f"pool {pool} full ({shaping.pools[pool]} running at most): running "
-                        f"{', '.join(busy + ahead) or 'none'}")
+                    decisions.held[c.job_id] = Hold(c.job_id, HoldKind.POOL, None, full)
     return decisions

@@ -129,6 +129,7 @@ class AlertMonitor(TickObserver):
     open: dict[str, OpenAlert] = field(default_factory=dict)  # by identity
     _loaded_at: float | None = None
     _erring: set[str] = field(default_factory=set)  # jobs whose last tick had a trigger error
+    _held: set[str] = field(default_factory=set)  # jobs a trigger hold kept back at the last tick
     _last_tick: float | None = None
     #: the interval between this process's last two polls (a tick a wake-up started measures none)
     _interval: float | None = None
@@ -223,6 +224,7 @@ class AlertMonitor(TickObserver):
         for job_id, message in erring.items():
             job = self.state.job(job_id)
             job.trigger_error_since, job.trigger_error = job.trigger_error_since or now, message
+        self._fold_holds(result)
         for triggered in result.triggered:
             job = self.state.job(triggered.job_id)
             job.running_since, job.run_id = now, triggered.run_id
@@ -232,6 +234,15 @@ class AlertMonitor(TickObserver):
             job.running_since, job.failed_run, job.failed_at = None, None, None
         if result.failed:
             self._fold_failures(result)
+
+    def _fold_holds(self, result: TickResult) -> None:
+        """Which jobs a trigger hold kept back at this tick, and by what; the others are held by nothing."""
+        held = {p.job_id: p.message for p in result.held}
+        for job_id in self._held - set(held):
+            self.state.job(job_id).held = None
+        self._held = set(held)
+        for job_id, line in held.items():
+            self.state.job(job_id).held = line
 
     def _fold_failures(self, result: TickResult) -> None:
         """The failed runs of a tick: their error (the FAILED event) and output link (the jobs backend)."""
@@ -508,12 +519,16 @@ def fold_control_rows(state: HotState, rows: list[dict], *, times: bool) -> HotS
 
 
 def overdue_now(policies: AlertPolicies, control_rows: list[dict], job_id: str,
-                seen: dict[str, dict[str, str]], sensing_failures: Iterable[dict] = ()) -> Overdue | None:
+                seen: dict[str, dict[str, str]], sensing_failures: Iterable[dict] = (), *,
+                held: str | None = None) -> Overdue | None:
     """The job's missed deadline and its cause as the control table tells it now (``explain``), or None.
     A deadline no runner has seen yet counts from now, as the runner will count it (nothing is written).
-    ``sensing_failures`` (the store's): a failing source is named as failing, as the verdict does."""
+    ``sensing_failures`` (the store's): a failing source is named as failing, as the verdict does; ``held``: the
+    trigger hold keeping the job back now, named as the runner's alert names it."""
     state = fold_control_rows(HotState(), control_rows, times=True)
     fold_sensing_failures(state, sensing_failures)
+    if job_id in state.jobs:
+        state.jobs[job_id].held = held
     now = utcnow()
     _apply_deadlines(state, deadlines_since(policies, [job_id], seen, now))
     return next((o for o in overdue_jobs(policies, state, now) if o.job_id == job_id), None)

@@ -103,7 +103,8 @@ class Reconciler:
                                           idempotency_token=retry.idempotency_token,
                                           payload=json.dumps(retry.parameters, sort_keys=True),
                                           message=_retry_message(row, ask)))
-        # the next run of a sequence goes into the same commit as the success before it
+        # the next run of a sequence goes into the same commit as the success before it, unless a hold keeps it
+        next_runs = self._shaped_next_runs(next_runs, jobs, result)
         events.extend(step.event for step in next_runs)
         return FollowUps(events, retries, next_runs)
 
@@ -114,11 +115,23 @@ class Reconciler:
         shaped = [item for item in due if self.parts.shaping.for_job(item[0].trigger_job_id) is not None]
         if not shaped:
             return due
-        ended = set(result.completed) | set(result.failed)  # runs that ended this tick free their places
-        running = sorted({row.trigger_job_id for row in jobs.in_progress} - ended | set(result.triggered_job_ids))
         decisions = self.triggering.holds([Candidate(row.trigger_job_id, operator=ask is not None, follow_up=ask is None)
-                                 for row, ask, _ in shaped], running, result)
+                                           for row, ask, _ in shaped], _running_after(jobs, result), result)
         return [item for item in due if item[0].trigger_job_id not in decisions.held]
+
+    def _shaped_next_runs(self, next_runs: list[NextRun], jobs: TrackedJobs, result: TickResult) -> list[NextRun]:
+        """The next runs of sequences (bounded catch-up, event-time windows) that the trigger holds allow: like an
+        automatic retry, a next run keeps the minimum interval and the pool. A held one is not recorded now;
+        its sequence stays due in heartbeat_job_sequences (its latest run succeeded, runs are left), so the
+        next tick reads the due sequences again and decides it anew, with the same token whenever it goes."""
+        shaped = [step for step in next_runs if self.parts.shaping.for_job(step.request.job_id) is not None]
+        if not shaped:
+            return next_runs
+        decisions = self.triggering.holds([Candidate(step.request.job_id, follow_up=True) for step in shaped],
+                                          _running_after(jobs, result), result)
+        if decisions.held:
+            self.parts.empty.found(SEQUENCES, empty=False)  # read the due sequences again next tick
+        return [step for step in next_runs if step.request.job_id not in decisions.held]
 
     def request_follow_ups(self, result: TickResult, budget: ApiBudget, follow_ups: FollowUps) -> None:
         """Record what reconciliation found in one commit, then call the jobs API for the retries and next runs
@@ -275,3 +288,10 @@ def _timing_payload(status: RunStatus) -> str | None:
     """A run end event's payload: the run's own start, end and queue time (None when the backend knows none)."""
     timing = status.timing()
     return json.dumps(timing) if timing else None
+
+
+def _running_after(jobs: TrackedJobs, result: TickResult) -> list[str]:
+    """The jobs running once this tick's reconciliation is recorded: a run that ended this tick frees its place
+    in a pool, a run this tick started takes one."""
+    ended = set(result.completed) | set(result.failed)
+    return sorted({row.trigger_job_id for row in jobs.in_progress} - ended | set(result.triggered_job_ids))
