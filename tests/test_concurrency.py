@@ -106,6 +106,32 @@ def test_a_file_lease_is_exclusive_until_it_expires_then_taken_over(tmp_path):
     assert first.holder() is None
 
 
+def test_a_waiting_runner_asks_again_so_a_holder_that_missed_the_ask_still_lets_go(tmp_path):
+    """A loop lets the lease go after its tick when the row says another runner waits. A holder can miss that
+    (it re-took the lease between its yield and the waiter's next look; or it keeps a row it read before the ask
+    reached its engine, while the table's version stays). Seen in CI: the second of two loops waited three
+    minutes. So a waiter asks again every ASK_AGAIN_S seconds of its own clock, a new commit each time."""
+    from heartbeat_runner.runner.lease import ASK_AGAIN_S
+
+    clock = FakeClock()
+    path = tmp_path / "locks" / "tick.lease"
+    holder, waiter = (Lease(path, ttl_s=600, owner=name, clock=clock) for name in ("holder", "waiter"))
+    holder.acquire()
+    with pytest.raises(LeaseHeld):
+        waiter.acquire(wait_s=0.05, poll_s=0.01)
+    asked = holder.records.read()
+    assert asked is not None and asked.wanted_by == "waiter"
+    with pytest.raises(LeaseHeld):
+        waiter.acquire(wait_s=0.05, poll_s=0.01)             # soon after: the ask stands, no new commit
+    assert holder.records.read() == asked
+    clock.now += ASK_AGAIN_S
+    with pytest.raises(LeaseHeld):
+        waiter.acquire(wait_s=0.05, poll_s=0.01)             # still waiting: asked again
+    again = holder.records.read()
+    assert again is not None and again.wanted_by == "waiter" and again.wanted_at == asked.wanted_at + ASK_AGAIN_S
+    assert holder.yield_if_wanted() and waiter.try_acquire() is None  # the holder sees it and lets go
+
+
 def test_lease_of_a_crashed_process_on_this_machine_is_taken_over_at_once(tmp_path):
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     path = tmp_path / "tick.lease"

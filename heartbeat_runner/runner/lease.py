@@ -55,6 +55,11 @@ DEFAULT_TTL_S = 600.0
 TICK_LEASE = "tick"
 #: How often a claim whose row changed under it reads and tries again before reporting the holder.
 CLAIM_ATTEMPTS = 3
+#: Seconds after which a waiting runner asks again (a new ``wanted_at``, so a new commit): a holder that missed
+#: the ask (it re-took the lease between its yield and the waiter's next look, or read the row before the ask
+#: reached its engine and keeps that row while the table's version stays) sees it at its next tick. Seen in CI:
+#: two loops, one clock 60 s ahead, the second waited three minutes. Compared on the waiter's own clock only.
+ASK_AGAIN_S = 5.0
 
 
 class LeaseHeld(ConflictError):
@@ -190,7 +195,8 @@ class Lease:
     def acquire(self, wait_s: float = 0.0, poll_s: float = 0.25, stop: Callable[[], bool] = lambda: False) -> None:
         """Take the lease, waiting up to ``wait_s`` seconds for its holder; raise LeaseHeld.
 
-        While waiting, the row says so (``wanted_by``): a loop holding it lets go after its tick. The wait
+        While waiting, the row says so (``wanted_by``, asked again every ``ASK_AGAIN_S``): a loop holding it
+        lets go after its tick. The wait
         ends early, as LeaseHeld, once ``stop()`` says the process was asked to stop (a loop's SIGINT or
         SIGTERM): a runner waiting up to ``--wait-lease`` for another's long tick still stops at once."""
         deadline = time.monotonic() + wait_s
@@ -200,7 +206,7 @@ class Lease:
                 return
             if time.monotonic() >= deadline or stop():
                 raise LeaseHeld(holder)
-            if holder.wanted_by != self.owner:
+            if holder.wanted_by != self.owner or self.clock() - holder.wanted_at >= ASK_AGAIN_S:
                 self._ask(holder)
             time.sleep(poll_s)
 
