@@ -71,14 +71,17 @@ def needs_process(args: Sequence[str], env: Mapping[str, str]) -> bool:
 
 def _process_is_ours() -> bool:
     """Whether a command may borrow this process: only from its main thread (a command swaps the process's
-    environment, working folder and logging, which other threads would see), and only while no classic Spark
-    session lives in it: PySpark keeps one per process, and a command that found it would run on the test's.
-    A Spark Connect session of the test's is no bar: :func:`_connect_sessions_set_aside` hides it while the
-    command runs (before, every command of a worker that had run an ``hb`` test was a cold process)."""
+    environment, working folder and logging, which other threads would see), and only while no Spark session
+    lives in it (the test's own engine, ``hb``). Setting a test's Connect session aside for the command
+    (:func:`_connect_sessions_set_aside`) passed CI's embedded leg, but the README's command then hung once in
+    an engine test of a worker that had done so: until that is understood, such commands stay processes."""
     if threading.current_thread() is not threading.main_thread():
         return False
     classic = sys.modules.get("pyspark.sql.session")
-    return classic is None or getattr(classic.SparkSession, "_instantiatedSession", None) is None
+    if classic is not None and getattr(classic.SparkSession, "_instantiatedSession", None) is not None:
+        return False
+    connect = sys.modules.get("pyspark.sql.connect.session")
+    return connect is None or connect.SparkSession._get_default_session() is None  # None once stopped
 
 
 @contextlib.contextmanager

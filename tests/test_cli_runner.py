@@ -77,32 +77,6 @@ def test_what_depends_on_process_state_runs_as_a_process(args, env):
 
 
 @pytest.mark.skipif(cli_runner.ALL_PROCESSES, reason="HEARTBEAT_TEST_CLI=process runs every command as a process")
-def test_a_command_beside_the_tests_own_engine_runs_here_on_its_own_and_leaves_the_tests_engine_as_it_was(hb):
-    """A test that holds an embedded engine (``hb``: a Spark Connect session, SPARK_REMOTE in the environment)
-    still runs its one-shot commands in its process: the command opens its own engine, answers as a process
-    does, and the test's session is its default again afterwards and still answers."""
-    import json
-
-    from pyspark.sql.connect.session import SparkSession as ConnectSession
-
-    hb.create_table("sales.orders", "id int")
-    hb.seed(row("delta_table", "sales.orders", "J1"))
-    hb.tick()
-    mine = ConnectSession._get_default_session()
-    assert mine is not None and os.environ.get("SPARK_REMOTE")
-    env = {**os.environ, **hb.settings.lakehouse_env(), "HEARTBEAT_HOME": str(hb.home),
-           "HEARTBEAT_CONFIG": str(hb.config_path), "HEARTBEAT_JOBS_FILE": str(hb.jobs_path)}
-    assert not cli_runner.needs_process(["status", "--json"], env)
-    here, process = _both(["status", "--json"], env, hb.root)
-    assert here.returncode == process.returncode == 0, (here.stderr, process.stderr)
-    assert [(r["trigger_job_id"], r["status"]) for r in json.loads(here.stdout)] == \
-        [(r["trigger_job_id"], r["status"]) for r in json.loads(process.stdout)] == [("J1", None)]
-    assert ConnectSession._get_default_session() is mine         # the test's engine is the default again
-    hb.insert("sales.orders", "(1)")
-    assert [s.outcome.value for s in hb.tick().sensed] == ["NEW_DATA"]  # ...and still answers
-
-
-@pytest.mark.skipif(cli_runner.ALL_PROCESSES, reason="HEARTBEAT_TEST_CLI=process runs every command as a process")
 def test_plain_one_shot_commands_run_in_process_unless_switched():
     assert not cli_runner.needs_process(["status", "--json"], _plain_env())
     cli_runner.force_processes(True)
