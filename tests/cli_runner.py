@@ -18,9 +18,7 @@ What still runs as a real process (:func:`needs_process`):
   environment changes nothing for a ``local`` command, in a process or here);
 - every command of a test marked ``cli_processes`` (start-up state: caches, migrations, lineage's look-back);
 - a command run from another thread than the main one (a command borrows the process's environment), or while
-  a classic Spark session lives in this process (PySpark keeps one per process). A Spark Connect session of the
-  test's own (``hb``'s engine) is set aside while the command runs and put back after, so the command opens its
-  own engine as a new process would and the test goes on with its own;
+  a Spark session lives in this process (the test's own engine, ``hb``): PySpark keeps one session per process;
 - everything, with ``HEARTBEAT_TEST_CLI=process`` (the switch that runs the suite as users run the CLI).
 """
 
@@ -72,9 +70,9 @@ def needs_process(args: Sequence[str], env: Mapping[str, str]) -> bool:
 def _process_is_ours() -> bool:
     """Whether a command may borrow this process: only from its main thread (a command swaps the process's
     environment, working folder and logging, which other threads would see), and only while no Spark session
-    lives in it (the test's own engine, ``hb``). Setting a test's Connect session aside for the command
-    (:func:`_connect_sessions_set_aside`) passed CI's embedded leg, but the README's command then hung once in
-    an engine test of a worker that had done so: until that is understood, such commands stay processes."""
+    lives in it (the test's own engine, ``hb``). Setting a test's Connect session aside for the command passed
+    CI's embedded leg, but the README's command then hung once in an engine test of a worker that had done so:
+    until that is understood, such commands stay processes (issue 52's closing note)."""
     if threading.current_thread() is not threading.main_thread():
         return False
     classic = sys.modules.get("pyspark.sql.session")
@@ -82,27 +80,6 @@ def _process_is_ours() -> bool:
         return False
     connect = sys.modules.get("pyspark.sql.connect.session")
     return connect is None or connect.SparkSession._get_default_session() is None  # None once stopped
-
-
-@contextlib.contextmanager
-def _connect_sessions_set_aside() -> Iterator[None]:
-    """The process's default and active Spark Connect sessions (the test's engine) out of sight while a command
-    runs, so it opens and stops its own as a new process does; put back afterwards, whatever the command left."""
-    connect = sys.modules.get("pyspark.sql.connect.session")
-    if connect is None:
-        yield
-        return
-    sessions = connect.SparkSession
-    with sessions._lock:
-        saved_default, sessions._default_session = sessions._default_session, None
-    saved_active = getattr(sessions._active_session, "session", None)
-    sessions._active_session.session = None
-    try:
-        yield
-    finally:
-        with sessions._lock:
-            sessions._default_session = saved_default
-        sessions._active_session.session = saved_active
 
 
 #: HEARTBEAT_TEST_CLI_LOG=<file>: each command appends one JSON line there (the test, the command, whether it ran
@@ -131,8 +108,7 @@ def _in_process(args: list[str], env: Mapping[str, str], cwd: Path) -> subproces
     from heartbeat_runner.interfaces.cli import main
 
     out, err = io.StringIO(), io.StringIO()
-    with _fresh_process_state(env, cwd), _connect_sessions_set_aside(), contextlib.redirect_stdout(out), \
-            contextlib.redirect_stderr(err):
+    with _fresh_process_state(env, cwd), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
             code = main(args)
         except SystemExit as exc:  # argparse's usage errors, --help, --version

@@ -120,7 +120,8 @@ class Reconciler:
         return [item for item in due if item[0].trigger_job_id not in decisions.held]
 
     def _shaped_next_runs(self, next_runs: list[NextRun], jobs: TrackedJobs, result: TickResult) -> list[NextRun]:
-        """The next runs of sequences (bounded catch-up, event-time windows) that the trigger holds allow: like an
+        """The next runs of bounded catch-up sequences that the trigger holds allow (event-time windows are planned
+        apart, in the triggering step, and not held): like an
         automatic retry, a next run keeps the minimum interval and the pool. A held one is not recorded now;
         its sequence stays due in heartbeat_job_sequences (its latest run succeeded, runs are left), so the
         next tick reads the due sequences again and decides it anew, with the same token whenever it goes."""
