@@ -88,13 +88,22 @@ def both_ticking(lake: CliLakehouse, loops: list) -> None:
     """Until each loop has held the tick lease (the lease row names its holder's pid; a loop lets go after its
     tick when another wants it), or AssertionError after 180 s."""
     seen: set[int] = set()
+    rows: list[tuple] = []  # the lease rows seen, in order (what the loops did, when they do not both tick)
 
     def all_seen() -> bool:
-        seen.update(row["pid"] for row in lake.table("heartbeat_lease"))
+        for lease_row in lake.table("heartbeat_lease"):
+            seen.add(lease_row["pid"])
+            shown = (round(time.time(), 1), *(lease_row[key] for key in ("pid", "owner", "wanted_by", "wanted_at")))
+            if not rows or rows[-1][1:] != shown[1:]:
+                rows.append(shown)
         assert all(loop.poll() is None for loop in loops), f"a loop ended: exits {[loop.poll() for loop in loops]}"
         return {loop.pid for loop in loops} <= seen
 
-    wait_for(all_seen, 180, "both loops to tick")
+    try:
+        wait_for(all_seen, 180, "both loops to tick")
+    except AssertionError as exc:
+        said = [stop(loop)[-3000:] for loop in loops]
+        raise AssertionError(f"{exc}: loops {[loop.pid for loop in loops]}, lease rows {rows[-40:]}, said {said}") from exc
 
 
 @pytest.mark.slow

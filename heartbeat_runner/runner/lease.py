@@ -20,6 +20,10 @@ Invariants:
 - A runner that waits for the lease writes its name into the row (``wanted_by``); a loop lets go between
   two ticks when someone asked (:meth:`Lease.yield_if_wanted`), so ``seed`` and ``reset`` get in as they
   did when the loop gave the lease up after every tick. A one-shot tick, ``seed`` and ``reset`` release it.
+- A loop that let go leaves the free lease to the runner it let go for, up to ``HANDOFF_S`` seconds of its own
+  monotonic clock (:class:`Handoff`): a loop whose ticks outlast its interval would otherwise take it back
+  before the waiter's next look, tick after tick, and the waiter would wait forever. No clock of another
+  machine is compared: the handoff ends when the row names another holder or the time is up.
 
 What it protects: the events a tick appends and the control table it rebuilds between sensing and
 triggering; ``seed``, ``reset``, ``maintain`` and ``rebuild`` take it too. Exactly-once does not rest on it
@@ -37,7 +41,7 @@ import socket
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
@@ -46,7 +50,7 @@ from heartbeat_runner.core.files import replace_whole
 from heartbeat_runner.core.metrics import metrics
 from heartbeat_runner.lakehouse.store import FREE_LEASE, LeaseInfo, TableStore
 
-__all__ = ["DEFAULT_TTL_S", "TICK_LEASE", "FileLeaseRecords", "Lease", "LeaseHeld", "LeaseInfo", "LeaseLost",
+__all__ = ["DEFAULT_TTL_S", "TICK_LEASE", "FileLeaseRecords", "Handoff", "Lease", "LeaseHeld", "LeaseInfo", "LeaseLost",
            "TableLeaseRecords", "tick_lease"]
 
 #: Seconds a lease lasts unless renewed (longer than any tick should take).
@@ -60,14 +64,32 @@ CLAIM_ATTEMPTS = 3
 #: reached its engine and keeps that row while the table's version stays) sees it at its next tick. Seen in CI:
 #: two loops, one clock 60 s ahead, the second waited three minutes. Compared on the waiter's own clock only.
 ASK_AGAIN_S = 5.0
+#: Seconds a loop that let the lease go leaves it free for the runner it let go for (a waiter polls every
+#: 0.25 s; a loaded machine's engine can take seconds to read and commit). A waiter that gave up costs one
+#: handoff: the free row no longer names it, so the loop is not asked again.
+HANDOFF_S = 10.0
+
+
+@dataclass(frozen=True)
+class Handoff:
+    """The lease given up to ``waiter`` between two ticks: this runner leaves the free row alone until
+    ``until`` (its own ``time.monotonic()``)."""
+
+    waiter: str
+    until: float
+
+    def keeps(self, row: LeaseInfo, now: float) -> bool:
+        """Whether the free ``row`` is still kept for the waiter at ``now`` (False once anyone holds it)."""
+        return not row.owner and now < self.until
 
 
 class LeaseHeld(ConflictError):
-    """Another runner holds the lease."""
+    """Another runner holds the lease (or it is free, left to the runner named ``wanted_by`` by a handoff)."""
 
     def __init__(self, holder: LeaseInfo):
         self.holder = holder
-        super().__init__(f"another runner holds the tick lease: {holder.describe()}")
+        super().__init__(f"another runner holds the tick lease: {holder.describe()}" if holder.owner else
+                         f"the tick lease is left free for {holder.wanted_by}, which asked for it")
 
 
 class LeaseLost(ConflictError):
@@ -154,7 +176,7 @@ class Lease:
     store), or of a file on this machine (``where`` a path)."""
 
     def __init__(self, where: TableStore | Path, *, name: str = TICK_LEASE, ttl_s: float = DEFAULT_TTL_S,
-                 owner: str | None = None, clock: Callable[[], float] = time.time):
+                 owner: str | None = None, clock: Callable[[], float] = time.time, handoff_s: float = HANDOFF_S):
         self.records: LeaseRecords = (FileLeaseRecords(where) if isinstance(where, Path)
                                       else TableLeaseRecords(where, name))
         self.name = name
@@ -162,6 +184,9 @@ class Lease:
         self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.host, self.pid = socket.gethostname(), os.getpid()
         self.clock = clock
+        self.handoff_s = handoff_s
+        #: set while the free lease is left to the runner this one let go for (yield_if_wanted)
+        self._handoff: Handoff | None = None
 
     def holder(self) -> LeaseInfo | None:
         """The current, unexpired holder (possibly us), if any."""
@@ -171,9 +196,14 @@ class Lease:
     def try_acquire(self) -> LeaseInfo | None:
         """Take or renew the lease. Returns None on success, else the holder.
 
-        No commit when it is ours with more than half its lifetime left."""
+        No commit when it is ours with more than half its lifetime left. While a handoff keeps the free row for
+        the runner this one let go for, the free row naming that runner (``wanted_by``) is the holder."""
         for _ in range(CLAIM_ATTEMPTS):
             current = self._read()
+            if self._handoff is not None:
+                if self._handoff.keeps(current, time.monotonic()):
+                    return self._holding(False, replace(current, wanted_by=self._handoff.waiter))
+                self._handoff = None
             now = self.clock()
             if current.owner == self.owner and current.expires_at - now > self.ttl_s / 2:
                 return self._holding(True)
@@ -206,8 +236,8 @@ class Lease:
                 return
             if time.monotonic() >= deadline or stop():
                 raise LeaseHeld(holder)
-            if holder.wanted_by != self.owner or self.clock() - holder.wanted_at >= ASK_AGAIN_S:
-                self._ask(holder)
+            if holder.owner and (holder.wanted_by != self.owner or self.clock() - holder.wanted_at >= ASK_AGAIN_S):
+                self._ask(holder)  # (a free row kept for another by a handoff has nobody to ask)
             time.sleep(poll_s)
 
     def renew(self) -> None:
@@ -230,13 +260,14 @@ class Lease:
             self._holding(False)
 
     def yield_if_wanted(self) -> bool:
-        """Between two ticks of a loop: give the lease up if another runner waits for it (True), else keep
-        it without a commit (False)."""
+        """Between two ticks of a loop: give the lease up if another runner waits for it (True), and leave it
+        to that runner for up to ``handoff_s`` seconds; else keep it without a commit (False)."""
         current = self._read()
         wanted = current.wanted_by not in ("", self.owner) and self.clock() - current.wanted_at < self.ttl_s
         if current.owner == self.owner and wanted:
             self.records.swap(current, FREE_LEASE)
             self._holding(False)
+            self._handoff = Handoff(current.wanted_by, time.monotonic() + self.handoff_s)
             return True
         return False
 
