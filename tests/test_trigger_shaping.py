@@ -420,7 +420,9 @@ def test_explain_says_which_hold_applies_and_until_when_and_an_operator_skips_it
     hb.insert("sales.orders", "(2)")
     (held,) = heartbeat.tick().held
     start = requests(hb, "J1")[0]["event_ts"]
-    said = trigger_hold(hb.app.store, policy, "J1", is_ready=True)
+    outlook = trigger_hold(hb.app.store, policy, "J1", is_ready=True)
+    assert outlook is not None and outlook.held
+    said = outlook.text
     assert said == held.message
     assert said.startswith(f"held by min_interval until {(start + timedelta(hours=1)).isoformat(timespec='seconds')}")
     (job,) = overview(hb.app.store, shaping=policy)               # what `status` and the page show of J1
@@ -432,6 +434,9 @@ def test_explain_says_which_hold_applies_and_until_when_and_an_operator_skips_it
     assert status.returncode == 0 and "held by min_interval until" in status.stdout, status.stdout + status.stderr
     rows = json.loads(run_cli(["status", "--json"], env=env, cwd=hb.root).stdout)
     assert {row["trigger_hold"] for row in rows if row["trigger_job_id"] == "J1"} == {said}
+    explained = run_cli(["explain", "--job-id", "J1"], env=env, cwd=hb.root)
+    assert f"trigger: {said}" in explained.stdout, explained.stdout + explained.stderr
+    assert json.loads(run_cli(["explain", "--job-id", "J1", "--json"], env=env, cwd=hb.root).stdout)["trigger_hold"] == said
     assert "J1" in {r["trigger_job_id"] for r in hb.app.store.read("heartbeat_trigger_policies")}
     ask_trigger(hb.app, "J1", by="ops")                            # an operator's trigger skips the interval
     assert heartbeat.tick().triggered_job_ids == ["J1"]

@@ -56,7 +56,6 @@ from heartbeat_runner.interfaces.operations import (
     run_details,
     runner_health,
     trigger_hold,
-    trigger_holds,
     with_job_runs,
     with_runner_health,
     with_sensing_errors,
@@ -919,14 +918,14 @@ def cmd_runs(args: argparse.Namespace, app: App) -> int:
 def cmd_explain(args: argparse.Namespace, app: App) -> int:
     settings = app.settings
     found = explain(app.store, args.job_id, idle_sensing(settings.lakehouse_dir))
-    retry = retry_outlook(app.store, load_run_policies(settings.run_policy_file).retry, args.job_id)
+    policies = load_run_policies(settings.run_policy_file)
+    retry = retry_outlook(app.store, policies.retry, args.job_id)
     late = late_data(app.store, settings.run_policy_file, args.job_id)
-    shaping = load_run_policies(settings.run_policy_file).trigger
-    held = trigger_holds(app.store, shaping, [args.job_id]).get(args.job_id) if found.is_ready else None
-    deadline = _deadline_note(app, settings, args.job_id, held)
+    outlook = trigger_hold(app.store, policies.trigger, args.job_id, found.is_ready)
+    deadline = _deadline_note(app, settings, args.job_id, outlook.text if outlook and outlook.held else None)
     asked = pending_ask(app.store, args.job_id)
     runs = latest_job_runs(app.store, args.job_id)
-    hold = held or trigger_hold(app.store, shaping, args.job_id, found.is_ready)
+    hold = outlook.text if outlook else None
     if args.json:
         emit_json({"job_id": found.job_id, "verdict": found.verdict, "ready": found.is_ready, "rows": found.rows,
                    "automatic_retry": retry, "late_data": late, "deadline": deadline, "asked": asked,

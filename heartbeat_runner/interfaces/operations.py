@@ -116,21 +116,30 @@ def explain(store: TableStore, job_id: str, idle: IdleSensing | None = None) -> 
     return Explanation(job_id, verdict, bool(rows[0]["is_ready"]), rows)
 
 
+@dataclass(frozen=True)
+class HoldLine:
+    """What the trigger holds say of one job now (``explain``'s ``trigger:`` line): ``text``, and whether a hold
+    keeps the job back (``held``: the text names the hold and until when)."""
+
+    text: str
+    held: bool = False
+
+
 def trigger_hold(store: TableStore, shaping: TriggerShaping, job_id: str, is_ready: bool,
-                 now: datetime | None = None) -> str | None:
+                 now: datetime | None = None) -> HoldLine | None:
     """What the trigger holds (policies/trigger_shaping.py) say of ``job_id`` now: which hold keeps it back and
     until when, or that every hold allows it; None when it has no trigger policy. For a job that is not ready
-    (no data to run on), the policy alone. The same rule the tick applies, to the same facts."""
+    (no data to run on), the policy alone. The same rule the tick applies, to the same facts, read once."""
     policy = shaping.for_job(job_id)
     if policy is None:
         return None
     if not is_ready:
-        return "trigger policy applies once it is ready"
+        return HoldLine("trigger policy applies once it is ready")
     decisions = _hold_decisions(store, shaping, [job_id], now)
     if job_id in decisions.held:
-        return decisions.held[job_id].describe()
+        return HoldLine(decisions.held[job_id].describe(), held=True)
     reasons = ", ".join(reason.value for reason in decisions.released.get(job_id, ()))
-    return "no hold: starts at the next tick" + (f" ({reasons})" if reasons else "")
+    return HoldLine("no hold: starts at the next tick" + (f" ({reasons})" if reasons else ""))
 
 
 def trigger_holds(store: TableStore, shaping: TriggerShaping, ready_job_ids: Iterable[str],

@@ -112,27 +112,28 @@ class Reconciler:
                         result: TickResult) -> list[tuple[ControlRow, RetryAsk | None, TriggerRequest]]:
         """The retries due now that the trigger holds allow: an operator's ``retry`` counts against the pool
         only, an automatic one keeps the minimum interval too; a held retry is decided again next tick."""
-        shaped = [item for item in due if self.parts.shaping.for_job(item[0].trigger_job_id) is not None]
-        if not shaped:
-            return due
-        decisions = self.triggering.holds([Candidate(row.trigger_job_id, operator=ask is not None, follow_up=ask is None)
-                                           for row, ask, _ in shaped], _running_after(jobs, result), result)
-        return [item for item in due if item[0].trigger_job_id not in decisions.held]
+        held = self._held([Candidate(row.trigger_job_id, operator=ask is not None, follow_up=ask is None)
+                           for row, ask, _ in due], jobs, result)
+        return [item for item in due if item[0].trigger_job_id not in held]
 
     def _shaped_next_runs(self, next_runs: list[NextRun], jobs: TrackedJobs, result: TickResult) -> list[NextRun]:
-        """The next runs of bounded catch-up sequences that the trigger holds allow (event-time windows are planned
-        apart, in the triggering step, and not held): like an
-        automatic retry, a next run keeps the minimum interval and the pool. A held one is not recorded now;
-        its sequence stays due in heartbeat_job_sequences (its latest run succeeded, runs are left), so the
-        next tick reads the due sequences again and decides it anew, with the same token whenever it goes."""
-        shaped = [step for step in next_runs if self.parts.shaping.for_job(step.request.job_id) is not None]
-        if not shaped:
-            return next_runs
-        decisions = self.triggering.holds([Candidate(step.request.job_id, follow_up=True) for step in shaped],
-                                          _running_after(jobs, result), result)
-        if decisions.held:
+        """The next runs of bounded catch-up sequences that the trigger holds allow (event-time windows are
+        planned apart, in the triggering step, and not held): like an automatic retry, a next run keeps the
+        minimum interval and the pool. A held one is not recorded now; its sequence stays due in
+        heartbeat_job_sequences (its latest run succeeded, runs are left), so the next tick reads the due
+        sequences again and decides it anew, with the same token whenever it goes."""
+        held = self._held([Candidate(step.request.job_id, follow_up=True) for step in next_runs], jobs, result)
+        if held:
             self.parts.empty.found(SEQUENCES, empty=False)  # read the due sequences again next tick
-        return [step for step in next_runs if step.request.job_id not in decisions.held]
+        return [step for step in next_runs if step.request.job_id not in held]
+
+    def _held(self, candidates: list[Candidate], jobs: TrackedJobs, result: TickResult) -> frozenset[str]:
+        """The jobs among ``candidates`` that a trigger hold (minimum interval, quiet period, cron gate, pool)
+        keeps back this tick; none asked when no candidate's job is shaped."""
+        shaped = [candidate for candidate in candidates if self.parts.shaping.for_job(candidate.job_id) is not None]
+        if not shaped:
+            return frozenset()
+        return frozenset(self.triggering.holds(shaped, _running_after(jobs, result), result).held)
 
     def request_follow_ups(self, result: TickResult, budget: ApiBudget, follow_ups: FollowUps) -> None:
         """Record what reconciliation found in one commit, then call the jobs API for the retries and next runs
