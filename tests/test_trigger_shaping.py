@@ -424,6 +424,9 @@ def test_explain_says_which_hold_applies_and_until_when_and_an_operator_skips_it
     assert outlook is not None and outlook.held
     said = outlook.text
     assert said == held.message
+    later = trigger_hold(hb.app.store, policy, "J1", is_ready=True, now=start + timedelta(hours=2))
+    assert later is not None and not later.held, later                # the same facts an interval on: no hold
+    assert later.text == f"no hold: starts at the next tick ({ReleaseReason.INTERVAL_PASSED.value})", later
     assert said.startswith(f"held by min_interval until {(start + timedelta(hours=1)).isoformat(timespec='seconds')}")
     (job,) = overview(hb.app.store, shaping=policy)               # what `status` and the page show of J1
     assert job.phase is JobPhase.READY and job.verdict == f"{overview(hb.app.store)[0].verdict}; {said}"
