@@ -185,6 +185,23 @@ def test_new_data_recorded_beside_another_processs_commit_is_derived_not_folded(
     assert_as_derived(hb)
 
 
+def _a_loops_heartbeat_hurries_while_a_wake_up_waits(hb) -> None:
+    """The heartbeat a loop with wake-ups builds hurries exactly while a wake-up waits to be taken."""
+    from types import SimpleNamespace
+
+    from heartbeat_runner.runner.lease import tick_lease
+    from heartbeat_runner.runner.loop import _heartbeat
+    from heartbeat_runner.runner.wakeups import WakeSignal
+
+    wakes = WakeSignal()
+    with _heartbeat(hb.app, tick_lease(hb.app.store), SimpleNamespace(progress=lambda _: None), wakes) as loops:
+        assert not loops.hurry()
+        wakes.wake("trigger_file:a")
+        assert loops.hurry()
+        wakes.take()
+        assert not loops.hurry()
+
+
 def test_a_hurried_tick_leaves_the_sensor_state_to_the_next_which_catches_up(hb, monkeypatch):
     """A loop's wake-up during a tick makes it hurry (Heartbeat.hurry): it triggers and folds as ever, but leaves
     the sensor state table's merge to the next tick, which brings it to exactly what a build derives. Ticks
@@ -194,6 +211,7 @@ def test_a_hurried_tick_leaves_the_sensor_state_to_the_next_which_catches_up(hb,
     hb.jobs(J1=0)
     hb.seed(row("trigger_file", "a", "J1"))
     hb.tick()  # the first tick of a process never hurries: it has not caught up yet
+    _a_loops_heartbeat_hurries_while_a_wake_up_waits(hb)
     before = sensor_state(hb)
     hb.heartbeat.hurry = lambda: True
     hb.drop_trigger_file("a", "1.done")

@@ -271,10 +271,12 @@ def _under_lease(settings: Settings, config: RunConfig, view: TickView, body: Ca
 
 
 @contextlib.contextmanager
-def _heartbeat(app: App, lease: Lease, view: TickView) -> Iterator[Heartbeat]:
+def _heartbeat(app: App, lease: Lease, view: TickView, wakes: WakeSignal | None = None) -> Iterator[Heartbeat]:
     """The heartbeat of this process: it shows its steps in ``view`` and renews the lease before any jobs API
-    call; closed after (it writes the summary of a pending streak of idle ticks)."""
-    heartbeat = app.heartbeat(progress=view.progress, before_trigger=lease.renew)
+    call, and hurries while a wake-up of ``wakes`` waits (a loop's); closed after (it writes the summary of a
+    pending streak of idle ticks)."""
+    heartbeat = app.heartbeat(progress=view.progress, before_trigger=lease.renew,
+                              hurry=wakes.pending if wakes is not None else None)
     try:
         yield heartbeat
     finally:
@@ -322,9 +324,8 @@ def _recorded(store: TableStore, tick: Callable[[RunStart, TickResult], TickResu
 
 
 def _loop_with(app: App, lease: Lease, config: RunConfig, view: LoopView, stop: StopRequest) -> int:
-    with _heartbeat(app, lease, view) as heartbeat, _wakeups(app, heartbeat, config) as (wakes, watches):
-        if wakes is not None:
-            heartbeat.hurry = wakes.pending  # a wake-up during a tick: it leaves what can wait to the next
+    wakes = WakeSignal() if config.wakeups else None  # a wake-up during a tick: it leaves what can wait to the next
+    with _heartbeat(app, lease, view, wakes) as heartbeat, _watches(app, heartbeat, wakes) as watches:
         lease.yield_if_wanted()
         app.dbt.manifest()  # parse the dbt project now, not when the first new data arrives
         heartbeat.loop_restarts = loop_restarts()
@@ -349,21 +350,20 @@ def _loop_with(app: App, lease: Lease, config: RunConfig, view: LoopView, stop: 
 
 
 @contextlib.contextmanager
-def _wakeups(app: App, heartbeat: Heartbeat,
-             config: RunConfig) -> Iterator[tuple[WakeSignal | None, SourceWatches | None]]:
-    """The loop's wake-ups when they are on: the signal, the sources' notifications, and ``POST /wake``
-    when a port is set (runner/wake_endpoint.py); all closed after the loop."""
-    if not config.wakeups:
-        yield None, None
+def _watches(app: App, heartbeat: Heartbeat, wakes: WakeSignal | None) -> Iterator[SourceWatches | None]:
+    """What raises the loop's wake-ups ``wakes`` when they are on (None: off): the sources' notifications, the
+    jobs backend's run ends, and ``POST /wake`` when a port is set (runner/wake_endpoint.py); all closed after
+    the loop."""
+    if wakes is None:
+        yield None
         return
     from heartbeat_runner.runner.wake_endpoint import wake_endpoint
 
-    wakes = WakeSignal()
     watches = SourceWatches(heartbeat.ctx, wakes)
     runs = watches.runs_of(heartbeat.backend)
     try:
         with wake_endpoint(app.settings, wakes, watches.names):
-            yield wakes, watches
+            yield watches
     finally:
         watches.close()
         if runs is not None:

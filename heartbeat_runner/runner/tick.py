@@ -116,7 +116,7 @@ class Heartbeat:
                  *, progress: Callable[[str], None] | None = None, policies: RetryPolicies | None = None,
                  maintenance: Maintenance | None = None, sequences: Sequences | None = None,
                  shaping: TriggerShaping | None = None, before_trigger: Callable[[], None] | None = None,
-                 observer: TickObserver | None = None):
+                 observer: TickObserver | None = None, hurry: Callable[[], bool] | None = None):
         given: dict[str, Any] = {"policies": policies, "shaping": shaping, "progress": progress,
                                  "before_trigger": before_trigger}
         # what is not given keeps TickParts' default (declared there only)
@@ -131,7 +131,7 @@ class Heartbeat:
         self.observer = observer or TickObserver()
         #: whether another tick is waiting (a loop's wake-up came during this one): what no trigger depends on
         #: (the sensor state table's merge, maintenance) is then left to a later tick (see _hurried)
-        self.hurry: Callable[[], bool] = lambda: False
+        self.hurry: Callable[[], bool] = hurry or (lambda: False)
         #: when a tick last did everything it could leave (monotonic; None: none yet in this process)
         self._caught_up_at: float | None = None
         #: the latest tick left the sensor state table's merge to this one (see tick(): step 3)
