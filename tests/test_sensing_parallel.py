@@ -113,20 +113,27 @@ def test_thousands_of_quick_sources_go_in_chunks_and_a_hung_one_in_a_chunk_holds
     ids = [f"q{i}" for i in range(10_000)]
     ids[5] = "hang-in-a-chunk"
     sensed: list[str] = []
+    reported_at: dict[str, float] = {}
+
+    def done(outcome) -> None:
+        sensed.append(outcome.target.sensor_id)
+        reported_at[outcome.target.sensor_id] = time.monotonic()
+
     began = time.monotonic()
     try:
-        outcomes = sense_all(targets(*ids), CTX, max_workers=2, timeout_s=1.5, source_for=lambda _: fake,
-                             on_done=lambda o: sensed.append(o.target.sensor_id))
+        outcomes = sense_all(targets(*ids), CTX, max_workers=2, timeout_s=5, source_for=lambda _: fake, on_done=done)
     finally:
         fake.release.set()
     elapsed = time.monotonic() - began
     by_id = {o.target.sensor_id: o for o in outcomes}
-    assert elapsed < 10, elapsed                         # the hung call (30 s) held nothing up past its timeout
+    assert elapsed < 20, elapsed                         # the hung call (30 s) held nothing up past its timeout
     assert [o.target.sensor_id for o in outcomes] == ids                     # input order kept
-    assert by_id["hang-in-a-chunk"].error == "timed out after 1.5s"
+    assert by_id["hang-in-a-chunk"].error == "timed out after 5s"
     assert all(by_id[i].outcome is Outcome.NEW_DATA for i in ids if i != "hang-in-a-chunk")
     assert sorted(sensed) == sorted(ids)                                     # each reported once
-    assert max(fake.finished_at[i] for i in ids if i.startswith("q")) - began < 1.4  # none waited for the hung one
+    # none waited for the hung one: every quick source, those after it in its chunk too, was sensed before its
+    # timeout ended it (an order, not a time: a loaded machine senses 10,000 sources in well under 5 s)
+    assert max(fake.finished_at[i] for i in ids if i.startswith("q")) < reported_at["hang-in-a-chunk"]
     assert fake.most_running <= 2
 
 
