@@ -118,7 +118,7 @@ when matched then update set
 {#
   Folding the ends of runs into the control table, as one MERGE the runner runs itself.
 
-  `ends` is a relation the runner fills with the COMPLETED and FAILED events of one commit, one per job:
+  `ends` is a relation the runner fills with the run ends (heartbeat_run_end_types) of one commit, one per job:
   trigger_job_id, event_type, event_ts, message, payload (a run's own end time as `run_ended_at`). The
   runner folds them only in a span it can fold (lakehouse/control_table.py, Appended), onto the rows as
   the folds before it left them. Such an event is its job's latest lifecycle event; the new inputs of the
@@ -128,7 +128,7 @@ when matched then update set
   - what is pending stays as it was (data that arrived during the run), and the first of it, read from
     the events table for the rows that have any;
   - the run's start is its request's, as built (the row was IN_PROGRESS); the base a retry re-runs too:
-    a FAILED event is one more failure since it;
+    a FAILED or REFUSED event is one more unsuccessful end since it;
   - no refusal of a request since the event (it is the latest commit).
 
   The run's tokens, its sequence and what is pending stay as they were.
@@ -165,7 +165,7 @@ when matched then update set
   job_end_timestamp = {{ heartbeat_job_end_ts(status, 'folded.event_type',
                                               heartbeat_lifecycle_end_ts(heartbeat_run_ended_at('folded.payload'), 'folded.event_ts')) }},
   consecutive_failures = {{ heartbeat_consecutive_failures(
-    'folded.consecutive_failures', "case when folded.event_type = 'FAILED' then array(folded.event_ts) end",
+    'folded.consecutive_failures', "case when folded.event_type in ('FAILED', 'REFUSED') then array(folded.event_ts) end",
     'folded.base_requested_ts') }},
   last_error = {{ heartbeat_last_error('folded.event_type', 'folded.message', 'folded.event_ts',
                                        'cast(null as timestamp)', 'cast(null as string)') }},

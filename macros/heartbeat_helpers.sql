@@ -107,6 +107,21 @@
 {%- endmacro %}
 
 {#
+  The event types that end a job's run in its lifecycle: a success (COMPLETED), a failure (FAILED), and a
+  refusal (REFUSED: the jobs service would not run it, e.g. the job is disabled or over its budget policy;
+  the run never executed). A refusal blocks the job as a failure does, but only an operator's retry asks
+  again: no automatic retry. It counts in consecutive_failures, so each retry gets a token of its own.
+#}
+{% macro heartbeat_run_end_types() -%}
+  'COMPLETED', 'FAILED', 'REFUSED'
+{%- endmacro %}
+
+{# The row statuses that block a job until a successful run or an operator clears them: FAILED, REFUSED. #}
+{% macro heartbeat_blocked_statuses() -%}
+  'FAILED', 'REFUSED'
+{%- endmacro %}
+
+{#
   Per idempotency token (a relation): when the jobs API last refused the request
   (refused_ts, its latest TRIGGER_ERROR), whether a run started for it (started) and
   that run's id, and when the jobs service skipped that run (skipped_ts, RUN_SKIPPED).
@@ -127,15 +142,15 @@
 
 {#
   Whether event `e` counts in its job's lifecycle, given `o`, the outcome of its token
-  (heartbeat_request_outcomes, left joined): trigger requests of every kind, COMPLETED,
-  FAILED, RESET. A request the jobs API refused (a TRIGGER_ERROR with its token after it)
+  (heartbeat_request_outcomes, left joined): trigger requests of every kind, the run ends
+  (heartbeat_run_end_types), RESET. A request the jobs API refused (a TRIGGER_ERROR with its token after it)
   never happened, unless an attempt with the same token did start a run (the job was fixed
   and the retry of the same request went through). A request whose run the jobs service
   skipped (a RUN_SKIPPED with its token: the run never executed) never happened either: the
   data it consumed is pending again, and the runner asks again with a new token.
 #}
 {% macro heartbeat_in_lifecycle(e, o) -%}
-  ({{ e }}.event_type in ({{ heartbeat_request_types() }}, 'COMPLETED', 'FAILED', 'RESET')
+  ({{ e }}.event_type in ({{ heartbeat_request_types() }}, {{ heartbeat_run_end_types() }}, 'RESET')
    and not coalesce({{ e }}.event_type in ({{ heartbeat_request_types() }})
                     and (({{ o }}.refused_ts > {{ e }}.event_ts and not {{ o }}.started)
                          or {{ o }}.skipped_ts > {{ e }}.event_ts), false))
@@ -184,6 +199,7 @@
     when job_state <> 'UNPAUSED' then 'paused'
     when status = 'IN_PROGRESS' then 'in progress'
     when status = 'FAILED' then 'failed, waits for a successful run'
+    when status = 'REFUSED' then 'refused by the jobs service, waits for a retry'
     {# a job with an event-time window policy keeps sensing: its watermarks must move #}
     when status = 'NEW_EVENT_AVAILABLE' and not ({{ windowed }}) then 'new data waiting to trigger'
   end

@@ -26,6 +26,8 @@
   NEW_DATA events of its source are pending for it: the job's lifecycle first, then the row's own data.
     IN_PROGRESS          the latest lifecycle event is an effective trigger request
     FAILED               it is a failure (blocks the job until a successful run is recorded)
+    REFUSED              it is a refusal: the jobs service would not run the job (blocks it until an
+                         operator's retry, or a successful run, is recorded)
     NEW_EVENT_AVAILABLE  data is pending (sensed after the job last consumed it)
     COMPLETED            it is a success
     NULL                 nothing happened yet (new row) or the job was reset
@@ -33,6 +35,7 @@
 {% macro heartbeat_row_status(lifecycle_event, pending_events) -%}
 case
     when {{ lifecycle_event }} in ({{ heartbeat_request_types() }}) then 'IN_PROGRESS'
+    when {{ lifecycle_event }} = 'REFUSED' then 'REFUSED'
     when {{ lifecycle_event }} = 'FAILED' then 'FAILED'
     when {{ pending_events }} > 0 then 'NEW_EVENT_AVAILABLE'
     when {{ lifecycle_event }} = 'COMPLETED' then 'COMPLETED'
@@ -53,7 +56,7 @@ case
 
 {# When the row's run started (its job's latest request), for a row that has a run: running or ended. #}
 {% macro heartbeat_job_start_ts(status, last_trigger_ts) -%}
-case when {{ status }} in ('IN_PROGRESS', 'COMPLETED', 'FAILED') then {{ last_trigger_ts }} end
+case when {{ status }} in ('IN_PROGRESS', {{ heartbeat_run_end_types() }}) then {{ last_trigger_ts }} end
 {%- endmacro %}
 
 {#
@@ -63,7 +66,8 @@ case when {{ status }} in ('IN_PROGRESS', 'COMPLETED', 'FAILED') then {{ last_tr
 #}
 {% macro heartbeat_job_end_ts(status, last_lifecycle_event, lifecycle_end_ts) -%}
 case
-    when {{ status }} in ('COMPLETED', 'FAILED') and {{ last_lifecycle_event }} in ('COMPLETED', 'FAILED')
+    when {{ status }} in ({{ heartbeat_run_end_types() }})
+         and {{ last_lifecycle_event }} in ({{ heartbeat_run_end_types() }})
       then {{ lifecycle_end_ts }}
   end
 {%- endmacro %}
@@ -77,7 +81,7 @@ case
 coalesce({{ run_ended_at }}, {{ event_ts }})
 {%- endmacro %}
 
-{# The run end a COMPLETED or FAILED event's payload carries (NULL where the backend does not know). #}
+{# The run end a run's end event's payload carries (NULL where the backend does not know). #}
 {% macro heartbeat_run_ended_at(payload) -%}
 cast(get_json_object({{ payload }}, '$.run_ended_at') as timestamp)
 {%- endmacro %}
@@ -112,12 +116,13 @@ cast({{ counted }} + size(filter(coalesce({{ failed_ts }}, array()), failed -> f
 {%- endmacro %}
 
 {#
-  A row's last error: its job's failure message while the job is FAILED, else the jobs API's latest refusal
+  A row's last error: its job's failure or refusal message while the job is FAILED or REFUSED, else the jobs
+  API's latest refusal
   of a request (TRIGGER_ERROR) when it came after the latest lifecycle event; NULL otherwise.
 #}
 {% macro heartbeat_last_error(lifecycle_event, lifecycle_message, lifecycle_ts, trigger_error_ts, trigger_error_message) -%}
 case
-    when {{ lifecycle_event }} = 'FAILED' then {{ lifecycle_message }}
+    when {{ lifecycle_event }} in ('FAILED', 'REFUSED') then {{ lifecycle_message }}
     when {{ trigger_error_ts }} > coalesce({{ lifecycle_ts }}, timestamp '1900-01-01') then {{ trigger_error_message }}
   end
 {%- endmacro %}
@@ -139,11 +144,11 @@ get_json_object({{ payload }}, '$.heartbeat_windows')
   What a built row keeps of its times only inside its status columns (the invariants above), for a fold
   that needs them again. Each is right where the rule that reads it reads it, NULL where the row cannot say:
   - the latest lifecycle event's time: the status change of a row whose status is its lifecycle's
-    (IN_PROGRESS, FAILED, COMPLETED);
+    (IN_PROGRESS, COMPLETED, FAILED, REFUSED);
   - the first pending event's time: the status change of a row waiting for data (NEW_EVENT_AVAILABLE).
 #}
 {% macro heartbeat_built_lifecycle_ts(row) -%}
-case when {{ row }}.status in ('IN_PROGRESS', 'COMPLETED', 'FAILED') then {{ row }}.status_change_timestamp end
+case when {{ row }}.status in ('IN_PROGRESS', {{ heartbeat_run_end_types() }}) then {{ row }}.status_change_timestamp end
 {%- endmacro %}
 
 {% macro heartbeat_built_first_pending_ts(row) -%}

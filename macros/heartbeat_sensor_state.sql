@@ -35,7 +35,7 @@ rows_by_source as (
     {# what another product can follow this source by: the object it reads and its descriptions #}
     sort_array(array_distinct(concat(collect_set(sensor_id), collect_set(asset_description)))) as assets,
     sum(case when status = 'NEW_EVENT_AVAILABLE' then 1 else 0 end) as waiting_rows,
-    sum(case when status in ('IN_PROGRESS', 'FAILED') then 1 else 0 end) as running_rows,
+    sum(case when status in ('IN_PROGRESS', {{ heartbeat_blocked_statuses() }}) then 1 else 0 end) as running_rows,
     sum(case when status = 'COMPLETED' then 1 else 0 end) as completed_rows,
     max(status_change_timestamp) as status_change_timestamp,
     max(latest_event_fetched_timestamp) as latest_event_fetched_timestamp

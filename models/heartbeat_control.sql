@@ -10,6 +10,8 @@
     IN_PROGRESS          the job's latest lifecycle event is an effective trigger request
     FAILED               the job's latest lifecycle event is a failure (blocks the job
                          until a successful run is recorded)
+    REFUSED              the jobs service refused to run the job (it never executed; blocks
+                         the job until an operator's retry or a successful run is recorded)
     NEW_EVENT_AVAILABLE  new data was sensed for this row's source after the job last
                          consumed it (its latest trigger, reset, or the row's creation)
     COMPLETED            the job's latest lifecycle event is a success
@@ -95,7 +97,7 @@ jobs as (
   select
     trigger_job_id,
     {#
-      the latest lifecycle event: the job's status; a COMPLETED or FAILED event also carries when the run
+      the latest lifecycle event: the job's status; a run's end event also carries when the run
       itself ended, as the jobs backend recorded it (payload run_ended_at: a local process's exit, the
       jobs service's end time), NULL where the backend does not know
     #}
@@ -113,7 +115,8 @@ jobs as (
     #}
     max_by(named_struct('event_ts', event_ts, 'idempotency_token', idempotency_token, 'payload', payload), recency)
       filter (where in_lifecycle and event_type in ('TRIGGER_REQUESTED', 'NEXT_WINDOW_REQUESTED')) as base,
-    collect_list(event_ts) filter (where in_lifecycle and event_type = 'FAILED') as failed_ts,
+    {# every unsuccessful end counts (a refusal too): a retry's token is new per end, never a refused run's #}
+    collect_list(event_ts) filter (where in_lifecycle and event_type in ('FAILED', 'REFUSED')) as failed_ts,
     max_by(named_struct('event_ts', event_ts, 'message', message), recency)
       filter (where event_type = 'TRIGGER_ERROR') as trigger_error,
     max_by(event_type, recency) filter (where overrides) as state_override

@@ -8,7 +8,7 @@
     - newer than the safety margin (var heartbeat_archive_margin_minutes, default 10);
     - the latest CONFIG_LOADED;
     - of a job, from the job's keep-from point on: the earlier of its latest *settled*
-      lifecycle event (COMPLETED, FAILED, RESET, or a request the jobs API answered
+      lifecycle event (COMPLETED, FAILED, REFUSED, RESET, or a request the jobs API answered
       with a run) and its latest settled (else latest) TRIGGER_REQUESTED. A request
       without an answer can still be voided by a TRIGGER_ERROR, which brings the
       earlier state back; settled events never change, so what is older is dead;
@@ -42,7 +42,7 @@ job_events as (
 
 settled as (
   select * from job_events
-  where event_type in ('COMPLETED', 'FAILED', 'RESET')
+  where event_type in ({{ heartbeat_run_end_types() }}, 'RESET')
      or (event_type in ({{ heartbeat_request_types() }}) and answered)
 ),
 
@@ -116,7 +116,8 @@ where e.event_ts >= m.since
    or (e.trigger_job_id is not null and (k.keep_ts is null or e.event_ts >= k.keep_ts))
    or (u.from_ts is not null and e.event_ts > u.from_ts)
    or e.event_type not in ('CONFIG_LOADED', 'NEW_DATA', 'CURSOR', 'RESET', 'TRIGGER_REQUESTED', 'RETRY_REQUESTED',
-                           'NEXT_WINDOW_REQUESTED', 'WINDOW_SKIPPED', 'TRIGGERED', 'TRIGGER_ERROR', 'COMPLETED', 'FAILED', 'JOB_PAUSED', 'JOB_RESUMED')
+                           'NEXT_WINDOW_REQUESTED', 'WINDOW_SKIPPED', 'TRIGGERED', 'TRIGGER_ERROR', {{ heartbeat_run_end_types() }}, 'JOB_PAUSED',
+                           'JOB_RESUMED')
 
 union
 

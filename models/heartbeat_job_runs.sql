@@ -40,7 +40,7 @@ answers as (
   group by trigger_job_id, idempotency_token
 ),
 
-{# the first COMPLETED or FAILED event of each run id ends it #}
+{# the first end event of each run id (heartbeat_run_end_types) ends it #}
 endings as (
   select * from (
     select
@@ -55,7 +55,7 @@ endings as (
       get_json_object(payload, '$.via') as recorded_via,
       row_number() over (partition by trigger_job_id, job_run_id order by event_ts) as nth
     from job_events
-    where event_type in ('COMPLETED', 'FAILED') and job_run_id is not null
+    where event_type in ({{ heartbeat_run_end_types() }}) and job_run_id is not null
   ) ranked
   where nth = 1
 )
@@ -91,7 +91,7 @@ select
   d.queued_s,
   coalesce(d.message, a.trigger_error) as message,
   case
-    when d.outcome = 'FAILED' then coalesce(d.failure_reason, d.message)
+    when d.outcome in ('FAILED', 'REFUSED') then coalesce(d.failure_reason, d.message)
     when d.outcome is null then a.trigger_error
   end as failure_reason,
   case when d.outcome = 'FAILED' then d.output_tail end as output_tail,

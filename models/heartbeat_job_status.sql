@@ -1,6 +1,6 @@
 {#
   One row per job and status over its active control rows: what reconciliation needs
-  about a job that is IN_PROGRESS (its run id and request tokens) or FAILED (its
+  about a job that is IN_PROGRESS (its run id and request tokens) or FAILED / REFUSED (its
   consecutive failures and when the last run ended). The runner reads it with the
   status bound as a parameter.
 #}

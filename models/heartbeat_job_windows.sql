@@ -102,9 +102,9 @@ select
   w.*,
   w.next_window_start_s + w.size_s as next_window_end_s,
   coalesce(w.watermark_s >= w.next_window_start_s + w.size_s, false) as next_window_final,
-  j.rows_in_progress = 0 and j.rows_failed = 0 and j.rows_paused = 0 and not j.next_window_due as is_free,
+  j.rows_in_progress = 0 and j.rows_failed = 0 and j.rows_refused = 0 and j.rows_paused = 0 and not j.next_window_due as is_free,
   coalesce(w.watermark_s >= w.next_window_start_s + w.size_s, false)
-    and j.rows_in_progress = 0 and j.rows_failed = 0 and j.rows_paused = 0 and not j.next_window_due
+    and j.rows_in_progress = 0 and j.rows_failed = 0 and j.rows_refused = 0 and j.rows_paused = 0 and not j.next_window_due
     as windows_due
 from windows w
 join {{ ref('heartbeat_job_rollup') }} j on j.trigger_job_id = w.trigger_job_id

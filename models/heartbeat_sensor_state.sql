@@ -4,7 +4,7 @@
   senses, with the cursor it reached.
 
     ACQUIRED_NEW_DATA   new data was sensed and some job fed by it has not finished
-                        processing it (NEW_EVENT_AVAILABLE, IN_PROGRESS or FAILED)
+                        processing it (NEW_EVENT_AVAILABLE, IN_PROGRESS, FAILED or REFUSED)
     PROCESSED_NEW_DATA  every job fed by it completed after the data arrived, and nothing
                         new was sensed since: a job running again on other sources' data
                         (this one a soft dependency) leaves it processed

@@ -34,7 +34,7 @@ asks as (
 blocked as (
   select distinct trigger_job_id
   from {{ ref('heartbeat_job_status') }}
-  where status in ('IN_PROGRESS', 'FAILED')
+  where status in ('IN_PROGRESS', {{ heartbeat_blocked_statuses() }})
 )
 
 select a.trigger_job_id, a.asked_ts, a.ask_event_id, a.payload, a.asks

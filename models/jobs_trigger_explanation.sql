@@ -43,6 +43,7 @@ rows_explained as (
       when c.job_state = 'PAUSED' then 'paused'
       when c.status = 'IN_PROGRESS' then 'job running'
       when c.status = 'FAILED' then 'job failed'
+      when c.status = 'REFUSED' then 'run refused by the jobs service'
       when c.status = 'NEW_EVENT_AVAILABLE' then concat('new data (', cast(c.pending_events as string), ' event(s))')
       when r.outcome = 'ERROR' then concat('sensing failed: ', r.error)
       when c.is_hard then concat('no new data yet', coalesce(concat(' (warning: ', r.error, ')'), ''))
@@ -102,6 +103,8 @@ verdicts as (
                     '): not triggered again until it finishes')
       when j.rows_failed > 0
         then concat('blocked by failure: ', coalesce(r.failure, 'the last run failed'), '; waits for a successful run')
+      when j.rows_refused > 0
+        then concat('blocked: ', coalesce(r.failure, 'the jobs service refused the last run'))
       when j.next_window_due
         then concat('catch-up: run ', cast(s.run as string), ' of ', cast(s.runs as string),
                     ' succeeded; run ', cast(s.run + 1 as string), ' is requested at the next tick')

@@ -379,38 +379,58 @@ def test_a_run_stopped_by_a_workspace_limit_is_asked_again_after_a_back_off_show
 
 @pytest.mark.parametrize("code", ["DISABLED", "BUDGET_POLICY_LIMIT_EXCEEDED"])
 def test_a_refused_run_is_a_terminal_non_run_with_an_alert_never_asked_again(beat, api, code):
-    """DISABLED / BUDGET_POLICY_LIMIT_EXCEEDED: the job is blocked with words that say it never ran (and the
-    JOB_FAILED alert), its data is not asked for again tick after tick, and an operator's retry asks once."""
-    from heartbeat_runner.interfaces.operations import ask_retry
+    """DISABLED / BUDGET_POLICY_LIMIT_EXCEEDED: the job is REFUSED (its own status and event, with words that say
+    it never ran, and the JOB_REFUSED alert); its data is not asked for again tick after tick, not even by a retry
+    policy; an operator's retry asks once, with a token of its own each time (a second refusal, then a retry
+    that runs)."""
+    from heartbeat_runner.interfaces.operations import ask_retry, explain
+    from heartbeat_runner.interfaces.ui.data import JobPhase, overview
     from heartbeat_runner.policies.alerts import _job_alerts
+    from heartbeat_runner.policies.retry import RetryPolicies, RetryPolicy
 
     job = api.add_job()
     api.jobs[job].refuse = code
     beat.seed(row("delta_table", "sales.orders", str(job)))
     heartbeat = heartbeat_for(beat, api)
+    heartbeat.policies = RetryPolicies(jobs={str(job): RetryPolicy(max_retries=5, backoff_s=0)})  # retries at once
     heartbeat.tick()
     new_data_then_tick(beat, heartbeat, 2)
     refused = heartbeat.tick()
-    assert refused.failed == [str(job)] and refused.runs_skipped == []
+    assert refused.failed == [str(job)] and refused.refused == [str(job)] and refused.runs_skipped == []
     assert refused.not_executed[(code, "refused")] == 1
     (control,) = beat.rows(str(job))
-    assert control["status"] == "FAILED" and control["last_error"].startswith("refused by the jobs service")
+    assert control["status"] == "REFUSED" and control["last_error"].startswith("refused by the jobs service")
+    assert "fold" in {refresh["path"] for refresh in refused.refresh_paths()}, refused.refresh_paths()
+    beat.app.control.refresh(force=True)  # the refusal as folded is what a build from all the events derives
+    assert [{k: v for k, v in r.items() if k != "updated_at"} for r in beat.rows(str(job))] == [
+        {k: v for k, v in control.items() if k != "updated_at"}]
     assert code in control["last_error"]
-    (event,) = beat.events("FAILED")
-    assert json.loads(event["payload"])["refused"] == code
+    (event,) = beat.events("REFUSED")
+    assert json.loads(event["payload"])["refused"] == code and beat.events("FAILED") == []
+    assert explain(beat.app.store, str(job)).verdict.startswith("blocked: refused by the jobs service")
+    assert [j.phase for j in overview(beat.app.store)] == [JobPhase.REFUSED]
     monitor = AlertMonitor(beat.app.store, beat.app.control, heartbeat.backend, AlertPolicies(), beat.root)
     monitor.fold(refused)
     (alert,) = [a for a in _job_alerts(AlertPolicies(), monitor.state, datetime.now(timezone.utc))
-                if a.kind.value == "JOB_FAILED"]
+                if a.kind.value in ("JOB_FAILED", "JOB_REFUSED")]
+    assert alert.kind.value == "JOB_REFUSED"
     assert "refused by the jobs service, never executed" in alert.summary and code in alert.summary
+    loaded = fold_control_rows(HotState(), beat.rows(str(job)), times=True)  # how a new process's monitor starts
+    assert [a.kind.value for a in _job_alerts(AlertPolicies(), loaded, datetime.now(timezone.utc))] == ["JOB_REFUSED"]
 
-    for value in (3, 4):  # new data, ticks: never asked again by itself
+    for value in (3, 4):  # new data, ticks: never asked again by itself, the retry policy notwithstanding
         assert new_data_then_tick(beat, heartbeat, value).triggered == []
     assert len(api.runs_of(job)) == 1
 
+    ask_retry(beat.app, str(job), by="test")  # asked before the cause is fixed: refused again
+    assert heartbeat.tick().triggered_job_ids == [str(job)]
+    assert heartbeat.tick().refused == [str(job)]
     api.jobs[job].refuse = None  # the operator enabled the job, then asks for a retry
     ask_retry(beat.app, str(job), by="test")
-    assert heartbeat.tick().triggered_job_ids == [str(job)] and len(api.runs_of(job)) == 2
+    assert heartbeat.tick().triggered_job_ids == [str(job)]
+    runs = api.runs_of(job)
+    assert len(runs) == 3 and len({r.token for r in runs}) == 3  # each ask its own token: never a refused run back
+    assert [r["status"] for r in beat.rows(str(job))] == ["IN_PROGRESS"]
 
 
 @pytest.mark.parametrize("choice, failed", [(None, False), ("failed", True), (("etl",), True), (("load",), False)])

@@ -27,6 +27,7 @@ class EventType(str, enum.Enum):
     RUN_SKIPPED = "RUN_SKIPPED"      # the jobs service skipped the run (never executed); the request is void
     COMPLETED = "COMPLETED"
     FAILED = "FAILED"
+    REFUSED = "REFUSED"              # the jobs service refused to run the job (disabled, budget policy): never ran
     RESET = "RESET"                  # operator re-processing (job) or moved-back cursor (source)
     JOB_PAUSED = "JOB_PAUSED"
     JOB_RESUMED = "JOB_RESUMED"
@@ -45,6 +46,8 @@ class JobStatus(str, enum.Enum):
     IN_PROGRESS = "IN_PROGRESS"
     COMPLETED = "COMPLETED"
     FAILED = "FAILED"
+    #: the jobs service refused to run the job (it never executed): blocked until an operator's retry
+    REFUSED = "REFUSED"
 
 
 class SensorStatus(str, enum.Enum):

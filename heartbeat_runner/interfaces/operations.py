@@ -240,16 +240,17 @@ def record_job_event(app: App, job_id: str, kind: EventType, *, by: str | None =
 
 def ask_retry(app: App, job_id: str, *, by: str | None = None, via: str = "cli", reason: str | None = None) -> Event:
     """Ask the next tick to re-run failed job ``job_id`` over the data its failed run had, with a new
-    token (see heartbeat_retry_asks). Only a FAILED job that Heartbeat triggered can be retried; any
-    other job is refused with nothing recorded. Asking twice before the tick still makes one retry."""
+    token (see heartbeat_retry_asks). Only a FAILED or REFUSED job that Heartbeat triggered can be retried;
+    any other job is refused with nothing recorded. Asking twice before the tick still makes one retry."""
     app.require_config()
     rows = app.store.control_rows(job_id)
     if not rows:
         raise unknown_job(job_id)
-    failed = [r for r in app.store.jobs_with_status(JobStatus.FAILED) if r.trigger_job_id == job_id]
+    failed = [r for r in app.store.jobs_with_status(JobStatus.FAILED, JobStatus.REFUSED) if r.trigger_job_id == job_id]
     if not failed:
         status = ", ".join(sorted({str(r["status"] or "no status yet") for r in rows}))
-        raise InvalidInputError(f"job {job_id} has not failed (status: {status}); only a FAILED job can be retried")
+        raise InvalidInputError(f"job {job_id} has not failed (status: {status}); only a FAILED or REFUSED job "
+                                "can be retried")
     if failed[0].base_idempotency_token is None:
         raise InvalidInputError(f"job {job_id} failed without a run Heartbeat triggered, so there is no run to "
                                 "repeat; use `complete --job-id` once it ran, or `reset`")
@@ -274,6 +275,9 @@ def ask_trigger(app: App, job_id: str, *, by: str | None = None, via: str = "cli
     if JobStatus.FAILED.value in statuses:
         raise InvalidInputError(f"job {job_id} has failed: `retry --job-id {job_id}` re-runs it over the data "
                                 "its failed run had")
+    if JobStatus.REFUSED.value in statuses:
+        raise InvalidInputError(f"the jobs service refused job {job_id}'s last run: once the cause is fixed, "
+                                f"`retry --job-id {job_id}` runs it over the data that run had")
     if job_id in load_run_policies(app.settings.run_policy_file).windows:
         raise InvalidInputError(f"job {job_id} runs once per final event-time window (its run policy); "
                                 "it cannot be run by hand")

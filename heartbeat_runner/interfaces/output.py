@@ -49,7 +49,7 @@ STATE_COLUMNS = frozenset({"status", "job_state", "outcome", "last_outcome"})
 WHOLE_COLUMNS = STATE_COLUMNS | {"source_key", "row_state", "dependency_flag", "dependency", "run"}
 STATE_STYLES = {
     JobStatus.COMPLETED.value: "green", TickStatus.OK.value: "green",
-    JobStatus.FAILED.value: "bold red", Outcome.ERROR.value: "bold red", TickStatus.INCOMPLETE.value: "red",
+    JobStatus.FAILED.value: "bold red", JobStatus.REFUSED.value: "bold red", Outcome.ERROR.value: "bold red", TickStatus.INCOMPLETE.value: "red",
     JobStatus.IN_PROGRESS.value: "cyan",
     JobStatus.NEW_EVENT_AVAILABLE.value: "yellow", Outcome.NEW_DATA.value: "yellow",
     JobState.PAUSED.value: "dim", Outcome.SKIPPED.value: "dim", Outcome.NO_NEW_DATA.value: "dim",

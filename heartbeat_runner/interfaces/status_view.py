@@ -37,6 +37,7 @@ class Attention(str, enum.Enum):
     """A job's status in the on-call view, in the order the view lists them (most urgent first)."""
 
     FAILED = "failed"
+    REFUSED = "refused"
     TRIGGER_ERROR = "trigger error"
     SENSING_ERROR = "sensing error"
     OVERDUE = "overdue"
@@ -47,10 +48,11 @@ class Attention(str, enum.Enum):
     IDLE = "idle"
 
 
-STYLES = {Attention.FAILED: "bold red", Attention.TRIGGER_ERROR: "bold red", Attention.SENSING_ERROR: "red",
+STYLES = {Attention.FAILED: "bold red", Attention.REFUSED: "bold red", Attention.TRIGGER_ERROR: "bold red", Attention.SENSING_ERROR: "red",
           Attention.OVERDUE: "yellow", Attention.RUNNING: "cyan", Attention.READY: "green",
           Attention.WAITING: "yellow", Attention.PAUSED: "dim", Attention.IDLE: "dim"}
-_BY_PHASE = {JobPhase.FAILED: Attention.FAILED, JobPhase.TRIGGER_ERROR: Attention.TRIGGER_ERROR,
+_BY_PHASE = {JobPhase.FAILED: Attention.FAILED, JobPhase.REFUSED: Attention.REFUSED,
+             JobPhase.TRIGGER_ERROR: Attention.TRIGGER_ERROR,
              JobPhase.SENSING_ERROR: Attention.SENSING_ERROR, JobPhase.RUNNING: Attention.RUNNING,
              JobPhase.READY: Attention.READY, JobPhase.WAITING: Attention.WAITING,
              JobPhase.PAUSED: Attention.PAUSED, JobPhase.IDLE: Attention.IDLE}
@@ -114,8 +116,8 @@ def _sequence_state(row: dict, run: int) -> str:
     if row.get("next_run_due"):
         return f"done, run {run + 1} due next tick"
     event = row.get("last_lifecycle_event")
-    if event == EventType.FAILED.value:
-        return "failed"
+    if event in (EventType.FAILED.value, EventType.REFUSED.value):
+        return str(event).lower()
     if event in (EventType.TRIGGER_REQUESTED.value, EventType.NEXT_WINDOW_REQUESTED.value,
                  EventType.RETRY_REQUESTED.value):
         return "running"
@@ -163,7 +165,7 @@ def _line(job: JobSummary, overdue: set[str]) -> JobLine:
         attention = Attention.OVERDUE
     verdict = job.verdict
     run = job.last_run
-    if attention is Attention.FAILED and run is not None and run.failure_reason:
+    if attention in (Attention.FAILED, Attention.REFUSED) and run is not None and run.failure_reason:
         verdict = f"{run.failure_reason} (run {run.job_run_id}; `explain` for more)"
     if job.phase in (JobPhase.RUNNING, JobPhase.FAILED) and run is not None and (kind := run_kind(run)):
         verdict = f"{kind}: {verdict}"

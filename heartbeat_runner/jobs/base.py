@@ -31,7 +31,7 @@ class RunOutcome(str, enum.Enum):
     the job's maximum concurrent runs were reached): its request is asked again, with a new token (after a
     back-off when ``RunStatus.backoff``: a workspace limit). REFUSED: the jobs service will not run the job
     at all (the job is disabled, a budget policy's limit is reached): a terminal non-run, never asked again
-    by itself (the job is blocked as by a failure, with an alert, until an operator acts)."""
+    by itself (the job is REFUSED, blocked with a JOB_REFUSED alert until an operator's retry)."""
 
     PENDING = "PENDING"
     RUNNING = "RUNNING"
@@ -50,7 +50,7 @@ class RunOutcome(str, enum.Enum):
 LIMIT_BACKOFF = Backoff(first_s=30.0, max_s=1800.0)
 #: The payload keys of a RUN_SKIPPED event: the run's termination code, and whether its data waits for a back-off.
 SKIP_CODE_KEY, SKIP_BACKOFF_KEY = "termination_code", "backoff"
-#: How a refused run's FAILED event message begins (``RunOutcome.REFUSED``): a non-run, not a failure of the job.
+#: How a refused run's REFUSED event message begins (``RunOutcome.REFUSED``): a non-run, not a failure of the job.
 REFUSED_PREFIX = "refused by the jobs service, never executed"
 
 

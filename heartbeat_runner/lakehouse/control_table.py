@@ -60,7 +60,7 @@ class Scope(Enum):
 
 #: what a tick's sensing appends, and what a run's end
 _SENSED = {EventType.NEW_DATA, EventType.CURSOR}
-_ENDED = {EventType.COMPLETED, EventType.FAILED}
+_ENDED = {EventType.COMPLETED, EventType.FAILED, EventType.REFUSED}
 
 
 class FoldKind(Enum):
@@ -68,7 +68,7 @@ class FoldKind(Enum):
 
     NEW_DATA = "heartbeat_fold_new_data"   # the sensing append: NEW_DATA (and CURSOR) events
     REQUESTS = "heartbeat_fold_requests"   # trigger requests, with the runs their answers started
-    ENDS = "heartbeat_fold_ends"           # runs that ended: COMPLETED / FAILED
+    ENDS = "heartbeat_fold_ends"           # runs that ended: COMPLETED / FAILED / REFUSED
 
     @property
     def macro(self) -> str:
@@ -196,7 +196,7 @@ class Appended:
       control row);
     - TRIGGER_REQUESTED events, one per job, none of a job already requested in the span;
     - the TRIGGERED answers to requests of the span (folded with them);
-    - COMPLETED / FAILED events, one per job (runs that ended, or a failed job's successful run).
+    - COMPLETED / FAILED / REFUSED events, one per job (runs that ended, or a failed job's successful run).
 
     Anything else (a refusal, a skipped run, a retry, the next run of a sequence, a skipped window, a config
     load, another process's event) asks for the full build; ``unfoldable`` keeps what the first such commit

@@ -534,9 +534,10 @@ class TableStore:
         rows = self.read(READY_ROWS_VIEW, order_by=["trigger_job_id", "sensor_source", "sensor_id"])
         return [ReadyRow(**r) for r in rows]
 
-    def jobs_with_status(self, status: JobStatus) -> list[ControlRow]:
-        """One row per job whose active rows are in ``status``."""
-        return self.jobs_by_status(status)[status]
+    def jobs_with_status(self, *statuses: JobStatus) -> list[ControlRow]:
+        """One row per job and status whose active rows are in one of ``statuses`` (by job id)."""
+        found = self.jobs_by_status(*statuses)
+        return sorted((row for status in statuses for row in found[status]), key=lambda row: row.trigger_job_id)
 
     def jobs_by_status(self, *statuses: JobStatus) -> dict[JobStatus, list[ControlRow]]:
         """For each of ``statuses``, one row per job whose active rows are in it: one query for all."""
@@ -673,10 +674,10 @@ class TableStore:
         return {(row["trigger_job_id"], str(row["job_run_id"])) for row in found}
 
     def lineage_backlog(self, since: datetime) -> list[dict]:
-        """The run events (TRIGGERED, COMPLETED, FAILED) and LINEAGE_SENT records since ``since``: what lineage
-        looks back at when it starts."""
+        """The run events (TRIGGERED, COMPLETED, FAILED, REFUSED) and LINEAGE_SENT records since ``since``: what
+        lineage looks back at when it starts."""
         kinds = [EventType.TRIGGERED.value, EventType.COMPLETED.value, EventType.FAILED.value,
-                 EventType.LINEAGE_SENT.value]
+                 EventType.REFUSED.value, EventType.LINEAGE_SENT.value]
         return self.read(EVENTS, Cond("event_type", kinds, "in"), Cond("event_ts", since, ">="),
                          columns=["event_type", "trigger_job_id", "job_run_id", "idempotency_token", "event_ts",
                                   "message", "payload"])

@@ -46,6 +46,7 @@ from heartbeat_runner.senders.destinations import (
 
 class AlertKind(str, enum.Enum):
     JOB_FAILED = "JOB_FAILED"
+    JOB_REFUSED = "JOB_REFUSED"  # the jobs service refused to run the job (disabled, budget policy): it never ran
     TRIGGER_ERROR = "TRIGGER_ERROR"
     SENSING_ERROR = "SENSING_ERROR"
     RUN_TOO_LONG = "RUN_TOO_LONG"
@@ -63,7 +64,8 @@ class Severity(str, enum.Enum):
     INFO = "info"
 
 
-SEVERITY = {AlertKind.JOB_FAILED: Severity.ERROR, AlertKind.TRIGGER_ERROR: Severity.ERROR,
+SEVERITY = {AlertKind.JOB_FAILED: Severity.ERROR, AlertKind.JOB_REFUSED: Severity.ERROR,
+            AlertKind.TRIGGER_ERROR: Severity.ERROR,
             AlertKind.SENSING_ERROR: Severity.WARNING, AlertKind.RUN_TOO_LONG: Severity.WARNING,
             AlertKind.SOURCE_LATE: Severity.WARNING, AlertKind.JOB_OVERDUE: Severity.ERROR,
             AlertKind.RUNNER_NOT_TICKING: Severity.CRITICAL}
@@ -428,6 +430,8 @@ class JobFacts:
     failed_run: str | None = None
     failed_at: datetime | None = None
     failure: str | None = None
+    #: the failed run was refused by the jobs service (it never executed): a JOB_REFUSED alert, not JOB_FAILED
+    refused: bool = False
     output_link: str | None = None
     trigger_error_since: datetime | None = None
     trigger_error: str | None = None
@@ -514,8 +518,9 @@ def _job_alerts(policies: AlertPolicies, state: HotState, now: datetime) -> Iter
     for job in state.jobs.values():
         policy = policies.for_job(job.job_id)
         if policy.failed and job.failed_run is not None and job.failed_at is not None:
-            yield Alert(AlertKind.JOB_FAILED, f"job {job.job_id}",
-                        f"job {job.job_id}: run {job.failed_run} failed: {job.failure or 'no message'}",
+            kind, verb = (AlertKind.JOB_REFUSED, "was refused") if job.refused else (AlertKind.JOB_FAILED, "failed")
+            yield Alert(kind, f"job {job.job_id}",
+                        f"job {job.job_id}: run {job.failed_run} {verb}: {job.failure or 'no message'}",
                         job.failed_at, period=job.failed_run, jobs=(job.job_id,), link=job.output_link)
         after = policy.trigger_error_after
         if after is not None and job.trigger_error_since is not None and now - job.trigger_error_since >= after:

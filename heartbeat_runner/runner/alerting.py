@@ -245,12 +245,15 @@ class AlertMonitor(TickObserver):
             self.state.job(job_id).held = line
 
     def _fold_failures(self, result: TickResult) -> None:
-        """The failed runs of a tick: their error (the FAILED event) and output link (the jobs backend)."""
+        """The failed and refused runs of a tick: their error (the FAILED or REFUSED event) and output link (the
+        jobs backend)."""
         events = {e["trigger_job_id"]: e for e in self.store.read(
-            EVENTS, Cond("run_id", result.run_id), Cond("event_type", EventType.FAILED.value),
+            EVENTS, Cond("run_id", result.run_id),
+            Cond("event_type", [EventType.FAILED.value, EventType.REFUSED.value], "in"),
             columns=["trigger_job_id", "job_run_id", "message"])}
         for job_id in result.failed:
             job, event = self.state.job(job_id), events.get(job_id, {})
+            job.refused = job_id in result.refused
             job.failed_run = event.get("job_run_id") or job.run_id or "?"
             job.failed_at, job.running_since = result.ended_at.get(job_id, result.snapshot_ts), None
             job.failure, job.output_link = event.get("message"), self._output_link(job_id, job.failed_run)
@@ -299,7 +302,8 @@ class AlertMonitor(TickObserver):
                   if r.get("status") == JobStatus.NEW_EVENT_AVAILABLE.value and r.get("last_error")}
         if not erring:
             return
-        ends = [EventType.TRIGGERED.value, EventType.COMPLETED.value, EventType.FAILED.value, EventType.RESET.value]
+        ends = [EventType.TRIGGERED.value, EventType.COMPLETED.value, EventType.FAILED.value,
+                EventType.REFUSED.value, EventType.RESET.value]
         events = self.store.read(EVENTS, Cond("trigger_job_id", sorted(erring), "in"),
                                  Cond("event_type", [EventType.TRIGGER_ERROR.value, *ends], "in"),
                                  columns=["trigger_job_id", "event_type", "event_ts"])
@@ -557,7 +561,8 @@ def _seed_times(job: JobFacts, source: SourceFacts, row: dict) -> None:
         job.running_since, job.run_id = row.get("job_start_timestamp"), row.get("job_run_id")
     elif status == JobStatus.COMPLETED.value:
         job.last_completed = row.get("job_end_timestamp")
-    elif status == JobStatus.FAILED.value:
+    elif status in (JobStatus.FAILED.value, JobStatus.REFUSED.value):
+        job.refused = status == JobStatus.REFUSED.value
         job.failed_run = row.get("job_run_id") or "?"
         job.failed_at = row.get("job_end_timestamp") or row.get("status_change_timestamp")
         job.failure = row.get("last_error")

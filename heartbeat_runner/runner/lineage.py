@@ -51,7 +51,7 @@ CLOSE_FLUSH_S = 10.0
 #: the outbox's one channel
 CHANNEL = "openlineage"
 _KINDS = {EventType.TRIGGERED: LineageKind.START, EventType.COMPLETED: LineageKind.COMPLETE,
-          EventType.FAILED: LineageKind.FAIL}
+          EventType.FAILED: LineageKind.FAIL, EventType.REFUSED: LineageKind.FAIL}  # a refused run ends unsuccessful
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,8 @@ Invariants:
   before the jobs API is called for those requests (their tokens derive from recorded events: a crash between
   the commit and the call replays the same tokens);
 - a run the jobs service skipped voids its request (its data is asked for again with a new token, after a
-  back-off for a workspace limit); a refused run is a terminal non-run that blocks the job as a failure;
+  back-off for a workspace limit); a refused run is a terminal non-run (REFUSED: its own event and status) that
+  blocks the job until an operator's retry, never retried by the job's policy;
 - one failure gets at most one retry, decided by the job's policy or an operator's ``retry``, and the trigger
   holds decide retries as they decide first runs.
 """
@@ -21,7 +22,7 @@ from datetime import timedelta
 
 from heartbeat_runner.core.errors import JobsBackendError
 from heartbeat_runner.core.faults import FaultPoint, crash_point
-from heartbeat_runner.core.records import Event, EventType, utcnow
+from heartbeat_runner.core.records import Event, EventType, JobStatus, utcnow
 from heartbeat_runner.jobs.base import (
     REFUSED_PREFIX,
     SKIP_BACKOFF_KEY,
@@ -183,9 +184,12 @@ class Reconciler:
 
     def _retry_request(self, row: ControlRow, ask: RetryAsk | None) -> TriggerRequest | None:
         """The retry of a failed job due now (same data, new token): asked for by an operator, or due by
-        the job's policy. Both derive the token from the failures so far, so a crash between recording
-        the retry and calling the API replays the same token, and one failure gets at most one retry."""
+        the job's policy (never for a REFUSED job: the jobs service would refuse it again until someone fixes
+        the cause). Both derive the token from the failures so far, so a crash between recording the retry and
+        calling the API replays the same token, and one failure gets at most one retry."""
         if row.base_idempotency_token is None or row.job_end_timestamp is None:
+            return None
+        if ask is None and row.status is JobStatus.REFUSED:
             return None
         if ask is None:
             policy = self.parts.policies.for_job(row.trigger_job_id)
@@ -231,17 +235,18 @@ class Reconciler:
                                 idempotency_token=row.last_idempotency_token, message=status.message,
                                 payload=json.dumps(payload))]
         if status.outcome is RunOutcome.REFUSED:
-            # a terminal non-run: the job is blocked as by a failure (JOB_FAILED alert, FAILED status) and never
-            # asked again by itself; its own words say it never ran and what to do
+            # a terminal non-run: the job is REFUSED (its own status, a JOB_REFUSED alert), blocked until an
+            # operator's retry and never retried by its policy; its own words say it never ran and what to do
             code = status.code or "REFUSED"
             refusal = (f"{REFUSED_PREFIX} ({status.message}); the job waits until the cause is fixed in the "
                        "workspace, then `retry`")
             log.warning("job %s: run %s %s", row.trigger_job_id, run_id, refusal)
-            result.failed.append(row.trigger_job_id)
+            result.failed.append(row.trigger_job_id)  # it ended without success...
+            result.refused.append(row.trigger_job_id)  # ...as a refusal
             result.not_executed[(code, "refused")] += 1
             if status.end_time is not None:
                 result.ended_at[row.trigger_job_id] = status.end_time
-            return [tick_event(result, EventType.FAILED, row.trigger_job_id, job_run_id=run_id, message=refusal,
+            return [tick_event(result, EventType.REFUSED, row.trigger_job_id, job_run_id=run_id, message=refusal,
                                 payload=json.dumps({**status.timing(), "refused": code}))]
         success = status.outcome is RunOutcome.SUCCESS
         message: str | None = status.message

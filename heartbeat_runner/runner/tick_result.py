@@ -27,7 +27,7 @@ BACKEND_MEMORY = "jobs_backend_memory"
 #: the key of a run summary's figures that lists the tick's control table refreshes (Refresh.as_dict, in order)
 CONTROL_REFRESHES = "control_refreshes"
 #: the events that start or end a run of a job (TickResult.run_events)
-RUN_EVENT_TYPES = (EventType.TRIGGERED, EventType.COMPLETED, EventType.FAILED)
+RUN_EVENT_TYPES = (EventType.TRIGGERED, EventType.COMPLETED, EventType.FAILED, EventType.REFUSED)
 #: figures of a run summary's stage_timings that are counts, not seconds of a stage
 COUNT_FIGURES = ("idle_ticks", "sql_parses", "mean_sql_parses", "engine_recycles", "engine_wakes", "loop_restarts")
 
@@ -67,7 +67,10 @@ class TickResult:
     skipped: list[SkippedSource] = field(default_factory=list)
     triggered: list[TriggeredJob] = field(default_factory=list)
     completed: list[str] = field(default_factory=list)
+    #: runs that ended without success: failures, and refusals (also in ``refused``)
     failed: list[str] = field(default_factory=list)
+    #: runs the jobs service refused to execute (a disabled job, a budget policy): REFUSED, never retried by policy
+    refused: list[str] = field(default_factory=list)
     #: job id -> when its run in ``completed`` or ``failed`` ended, as its jobs backend recorded it (absent where
     #: the backend does not know): what the control table's job_end_timestamp says, so the alert monitor of a
     #: loop holds the same times as one that a new process loads from the table
@@ -165,7 +168,7 @@ class TickResult:
             "sensed": [s.as_dict() for s in self.sensed],
             "skipped": [{"source_key": s.source_key, "reason": s.reason} for s in self.skipped],
             "triggered": [t.as_dict() for t in self.triggered],
-            "completed": self.completed, "failed": self.failed,
+            "completed": self.completed, "failed": self.failed, "refused": self.refused,
             "trigger_errors": [p.as_dict() for p in self.trigger_errors],
             "retried": self.retried, "manual": self.manual,
             "overdue": [p.as_dict("message") for p in self.overdue],

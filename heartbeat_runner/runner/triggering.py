@@ -56,6 +56,7 @@ class TrackedJobs:
     built in between, so one read serves both)."""
 
     in_progress: list[ControlRow]
+    #: the blocked jobs: FAILED, and REFUSED (the jobs service would not run them: retried only when asked)
     failed: list[ControlRow]
     #: recorded requests that never got a run id (a crash, an unknown outcome, the API budget), in job order:
     #: resumed with the same token, so no second run
@@ -249,14 +250,15 @@ class Triggering:
     def tracked_jobs(self) -> TrackedJobs:
         """The jobs in progress and the failed ones, and the recorded requests among them that never got a run
         id (their parameters in one query)."""
-        jobs = self.parts.store.jobs_by_status(JobStatus.IN_PROGRESS, JobStatus.FAILED)
+        jobs = self.parts.store.jobs_by_status(JobStatus.IN_PROGRESS, JobStatus.FAILED, JobStatus.REFUSED)
         in_progress = jobs[JobStatus.IN_PROGRESS]
         unanswered = [(row, token) for row in in_progress
                       if row.job_run_id is None and (token := row.last_idempotency_token)]
         payloads = self.parts.store.trigger_payloads([token for _, token in unanswered])
         resumed = [TriggerRequest(row.trigger_job_id, row.trigger_job_name, token, payloads.get(token, {}))
                    for row, token in unanswered]
-        return TrackedJobs(in_progress, jobs[JobStatus.FAILED], resumed)
+        blocked = sorted(jobs[JobStatus.FAILED] + jobs[JobStatus.REFUSED], key=lambda row: row.trigger_job_id)
+        return TrackedJobs(in_progress, blocked, resumed)
 
     def _requested_event(self, result: TickResult, request: TriggerRequest, payload: dict[str, Any],
                          consumed_event_ids: str | None = None, message: str | None = None) -> Event:

@@ -49,6 +49,7 @@ class JobPhase(str, enum.Enum):
     PAUSED = "PAUSED"          # a row is paused
     RUNNING = "RUNNING"        # a run is in progress (or requested)
     FAILED = "FAILED"          # the last run failed: blocked until a successful run
+    REFUSED = "REFUSED"        # the jobs service refused the last run (it never ran): blocked until a retry
     TRIGGER_ERROR = "TRIGGER_ERROR"  # the jobs API refused the latest request: asked again each tick (same token)
     SENSING_ERROR = "SENSING_ERROR"  # a hard dependency's source fails sensing: the job cannot get ready
     READY = "READY"            # every hard dependency has new data: triggers at the next tick
@@ -170,6 +171,8 @@ def job_phase(rows: Iterable[dict]) -> JobPhase:
         return JobPhase.RUNNING
     if JobStatus.FAILED in statuses:
         return JobPhase.FAILED
+    if JobStatus.REFUSED in statuses:
+        return JobPhase.REFUSED
     if any(r["last_error"] and r["status"] == JobStatus.NEW_EVENT_AVAILABLE for r in rows):
         return JobPhase.TRIGGER_ERROR
     if any(r["sensing_error"] and r["dependency"] == "hard" for r in rows):

@@ -12,24 +12,24 @@ const state = { meta: null, timer: null, notice: null, path: null, filter: { pha
 //: rows of the overview drawn at once: 5,000 jobs stay one page of DOM, whatever the refresh
 const PAGE_SIZE = 100;
 //: the phases that need someone, first when the overview sorts by attention (then PHASES' order)
-const ATTENTION = ["FAILED", "TRIGGER_ERROR", "SENSING_ERROR"];
+const ATTENTION = ["FAILED", "REFUSED", "TRIGGER_ERROR", "SENSING_ERROR"];
 //: fills of the graph's nodes; the error states differ in hue AND carry a mark of their own (ICONS)
 const COLORS = {
-  RUNNING: "#1c7ed6", FAILED: "#c92a2a", READY: "#f08c00", WAITING: "#fab005", IDLE: "#adb5bd",
+  RUNNING: "#1c7ed6", FAILED: "#c92a2a", REFUSED: "#c92a2a", READY: "#f08c00", WAITING: "#fab005", IDLE: "#adb5bd",
   PAUSED: "#868e96", ERROR: "#7048e8", NEW_DATA: "#f08c00", QUIET: "#dee2e6", TRIGGER_ERROR: "#5c3d10",
   SENSING_ERROR: "#7048e8", OVERDUE: "#0b7285",
 };
 //: the mark of each error state, beside its colour (the same marks as the badges' in app.css)
-const ICONS = { FAILED: "✖", TRIGGER_ERROR: "⚠", SENSING_ERROR: "◆", ERROR: "◆", OVERDUE: "◷" };
+const ICONS = { FAILED: "✖", REFUSED: "⊘", TRIGGER_ERROR: "⚠", SENSING_ERROR: "◆", ERROR: "◆", OVERDUE: "◷" };
 //: the words of the tab title's counts
-const TITLE_COUNTS = [["FAILED", "failed"], ["TRIGGER_ERROR", "trigger error"], ["SENSING_ERROR", "sensing error"],
+const TITLE_COUNTS = [["FAILED", "failed"], ["REFUSED", "refused"], ["TRIGGER_ERROR", "trigger error"], ["SENSING_ERROR", "sensing error"],
   ["OVERDUE", "overdue"]];
 const STAGE_COLORS = ["#1c7ed6", "#f08c00", "#2f9e44", "#ae3ec9", "#e03131", "#0ca678", "#868e96", "#fab005", "#d6336c"];
 //: how many lines of a failed run's output the failure box shows
 const TAIL_LINES = 20;
 //: a notice of an action that starts no run (pause, resume, complete, reset) goes after this long
 const NOTICE_MS = 30000;
-const ENDED = ["COMPLETED", "FAILED", "TRIGGER_ERROR"];
+const ENDED = ["COMPLETED", "FAILED", "REFUSED", "TRIGGER_ERROR"];
 
 const esc = (v) => String(v ?? "").replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
 //: a name that may break after its separators (a long source name wraps instead of widening the page)
@@ -86,7 +86,7 @@ function runDuration(r) {
   return (r.duration_s == null ? '<span class="muted">unknown</span>' : secs(r.duration_s)) + queued;
 }
 // Why a run failed: the reason the server derived (failure_reason), else the run's own message.
-const failureReason = (r) => (r && (r.outcome === "FAILED" || r.outcome === "TRIGGER_ERROR") ? r.failure_reason || r.message || "" : "");
+const failureReason = (r) => (r && ["FAILED", "REFUSED", "TRIGGER_ERROR"].includes(r.outcome) ? r.failure_reason || r.message || "" : "");
 // What kind of run it was: a retry, a manual run (who asked and why: beside it, or with ``brief`` in its
 // title), a catch-up step.
 function runKind(r, brief = false) {
@@ -464,7 +464,7 @@ const outputUrl = (jobId, runId) => `/api/jobs/${encodeURIComponent(jobId)}/runs
 
 function runRow(job, r) {
   const reason = failureReason(r);
-  return `<tr class="${r.outcome === "FAILED" || r.outcome === "TRIGGER_ERROR" ? "failed-run" : ""}">
+  return `<tr class="${["FAILED", "REFUSED", "TRIGGER_ERROR"].includes(r.outcome) ? "failed-run" : ""}">
     <td>${esc(r.job_run_id ?? "-")} ${runKind(r)}</td><td>${badge(r.outcome)}</td>
     <td>${when(r.requested_at)}</td><td>${runDuration(r)}</td><td class="windows">${windowsText(r.windows)}</td>
     <td>${reason ? `<span class="reason">${esc(reason)}</span>` : esc(r.message ?? "")}</td>
@@ -510,13 +510,13 @@ function forgetNotice(job) {
 // its output (output_tail; else fetched from the run's output).
 function failureBox(job) {
   const run = job.runs[0];
-  if (!run || !["FAILED", "TRIGGER_ERROR"].includes(run.outcome) || !["FAILED", "TRIGGER_ERROR"].includes(job.phase)) return "";
+  if (!run || !["FAILED", "REFUSED", "TRIGGER_ERROR"].includes(run.outcome) || !["FAILED", "REFUSED", "TRIGGER_ERROR"].includes(job.phase)) return "";
   const fetched = run.job_run_id ? state.outputs[`${job.job_id}/${run.job_run_id}`] : null;
   const lines = run.output_tail?.length ? run.output_tail : fetched?.text != null ? fetched.text.replace(/\n+$/, "").split("\n").slice(-TAIL_LINES) : null;
   const tail = lines ? `<pre class="tail" id="failure-tail">${esc(lines.join("\n"))}</pre>`
     : fetched?.error ? `<p class="muted">${esc(fetched.error)}</p>` : run.job_run_id ? `<p class="muted">reading the run's output…</p>` : "";
   return `<section class="failure" id="failure-box" aria-label="Why the last run failed">
-    <h3><span aria-hidden="true">${ICONS[run.outcome] || ICONS.FAILED}</span> Run ${esc(run.job_run_id ?? "request")} ${run.outcome === "FAILED" ? "failed" : "was refused"}${run.ended_at ? ` at ${when(run.ended_at)}` : ""}</h3>
+    <h3><span aria-hidden="true">${ICONS[run.outcome] || ICONS.FAILED}</span> Run ${esc(run.job_run_id ?? "request")} ${{ FAILED: "failed", REFUSED: "was refused by the jobs service (it never ran)" }[run.outcome] || "was refused"}${run.ended_at ? ` at ${when(run.ended_at)}` : ""}</h3>
     <p class="reason" id="failure-reason">${esc(failureReason(run) || "no reason recorded")}</p>
     ${tail}
     ${run.job_run_id ? `<button type="button" data-output="${esc(run.job_run_id)}" aria-controls="run-log">show the whole output</button>` : ""}</section>`;
@@ -583,8 +583,8 @@ function actionsBar(job) {
   const paused = job.phase === "PAUSED";
   return `<div class="actions" id="actions">
     ${paused ? `<button data-action="resume">Resume…</button>` : `<button data-action="pause">Pause…</button>`}
-    ${job.phase === "FAILED" ? `<button data-action="retry">Retry…</button>` : ""}
-    ${job.phase !== "FAILED" && job.phase !== "RUNNING" ? `<button data-action="trigger">Run now…</button>` : ""}
+    ${["FAILED", "REFUSED"].includes(job.phase) ? `<button data-action="retry">Retry…</button>` : ""}
+    ${!["FAILED", "REFUSED", "RUNNING"].includes(job.phase) ? `<button data-action="trigger">Run now…</button>` : ""}
     <button data-action="complete">Mark run complete…</button>
     <button data-action="reset">Reset…</button></div>`;
 }
