@@ -50,6 +50,11 @@ class JobStatus(str, enum.Enum):
     REFUSED = "REFUSED"
 
 
+#: The statuses that block a job until a successful run or an operator clears them (the SQL's
+#: heartbeat_blocked_statuses): a failure, and a refusal (retried only when an operator asks).
+BLOCKED_STATUSES = (JobStatus.FAILED, JobStatus.REFUSED)
+
+
 class SensorStatus(str, enum.Enum):
     """A source's status in ``heartbeat_sensor_state``, the table other products follow (NULL there: none
     of its jobs has a status, e.g. they were reset). See models/heartbeat_sensor_state.sql."""

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import overload
 
 from heartbeat_runner.core.errors import ConfigError, ConflictError, InvalidInputError, NotFoundError
-from heartbeat_runner.core.records import Event, EventType, JobStatus, Outcome, utcnow
+from heartbeat_runner.core.records import BLOCKED_STATUSES, Event, EventType, JobStatus, Outcome, utcnow
 from heartbeat_runner.core.settings import Settings, Target
 from heartbeat_runner.jobs.base import LIMIT_BACKOFF, SKIP_BACKOFF_KEY, SKIP_CODE_KEY
 from heartbeat_runner.lakehouse.store import CONTROL, EXPLANATION_VIEW, Cond, TableStore
@@ -246,7 +246,7 @@ def ask_retry(app: App, job_id: str, *, by: str | None = None, via: str = "cli",
     rows = app.store.control_rows(job_id)
     if not rows:
         raise unknown_job(job_id)
-    failed = [r for r in app.store.jobs_with_status(JobStatus.FAILED, JobStatus.REFUSED) if r.trigger_job_id == job_id]
+    failed = [r for r in app.store.jobs_with_status(*BLOCKED_STATUSES) if r.trigger_job_id == job_id]
     if not failed:
         status = ", ".join(sorted({str(r["status"] or "no status yet") for r in rows}))
         raise InvalidInputError(f"job {job_id} has not failed (status: {status}); only a FAILED or REFUSED job "

@@ -48,8 +48,8 @@ class Attention(str, enum.Enum):
     IDLE = "idle"
 
 
-STYLES = {Attention.FAILED: "bold red", Attention.REFUSED: "bold red", Attention.TRIGGER_ERROR: "bold red", Attention.SENSING_ERROR: "red",
-          Attention.OVERDUE: "yellow", Attention.RUNNING: "cyan", Attention.READY: "green",
+STYLES = {Attention.FAILED: "bold red", Attention.REFUSED: "bold red", Attention.TRIGGER_ERROR: "bold red",
+          Attention.SENSING_ERROR: "red", Attention.OVERDUE: "yellow", Attention.RUNNING: "cyan", Attention.READY: "green",
           Attention.WAITING: "yellow", Attention.PAUSED: "dim", Attention.IDLE: "dim"}
 _BY_PHASE = {JobPhase.FAILED: Attention.FAILED, JobPhase.REFUSED: Attention.REFUSED,
              JobPhase.TRIGGER_ERROR: Attention.TRIGGER_ERROR,

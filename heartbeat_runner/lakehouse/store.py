@@ -163,6 +163,11 @@ class ControlRow:
     status_change_timestamp: datetime | None
 
 
+def in_job_order(found: dict[JobStatus, list[ControlRow]], statuses: Iterable[JobStatus]) -> list[ControlRow]:
+    """The rows of ``found`` (TableStore.jobs_by_status) in ``statuses``, as one list in job id order."""
+    return sorted((row for status in statuses for row in found[status]), key=lambda row: row.trigger_job_id)
+
+
 @dataclass(frozen=True)
 class RetryAsk:
     """An operator's ask to re-run a failed job, waiting for the next tick (heartbeat_retry_asks)."""
@@ -536,8 +541,7 @@ class TableStore:
 
     def jobs_with_status(self, *statuses: JobStatus) -> list[ControlRow]:
         """One row per job and status whose active rows are in one of ``statuses`` (by job id)."""
-        found = self.jobs_by_status(*statuses)
-        return sorted((row for status in statuses for row in found[status]), key=lambda row: row.trigger_job_id)
+        return in_job_order(self.jobs_by_status(*statuses), statuses)
 
     def jobs_by_status(self, *statuses: JobStatus) -> dict[JobStatus, list[ControlRow]]:
         """For each of ``statuses``, one row per job whose active rows are in it: one query for all."""

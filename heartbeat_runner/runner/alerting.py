@@ -33,7 +33,16 @@ from urllib.parse import quote
 
 from heartbeat_runner.core.faults import FaultPoint, crash_point
 from heartbeat_runner.core.files import replace_whole
-from heartbeat_runner.core.records import Event, EventType, JobStatus, Outcome, alert_event_id, as_utc, utcnow
+from heartbeat_runner.core.records import (
+    BLOCKED_STATUSES,
+    Event,
+    EventType,
+    JobStatus,
+    Outcome,
+    alert_event_id,
+    as_utc,
+    utcnow,
+)
 from heartbeat_runner.jobs.base import JobsBackend
 from heartbeat_runner.lakehouse.control_table import ControlTable
 from heartbeat_runner.lakehouse.store import EVENTS, RUNS, Cond, TableStore
@@ -561,7 +570,7 @@ def _seed_times(job: JobFacts, source: SourceFacts, row: dict) -> None:
         job.running_since, job.run_id = row.get("job_start_timestamp"), row.get("job_run_id")
     elif status == JobStatus.COMPLETED.value:
         job.last_completed = row.get("job_end_timestamp")
-    elif status in (JobStatus.FAILED.value, JobStatus.REFUSED.value):
+    elif status in BLOCKED_STATUSES:
         job.refused = status == JobStatus.REFUSED.value
         job.failed_run = row.get("job_run_id") or "?"
         job.failed_at = row.get("job_end_timestamp") or row.get("status_change_timestamp")

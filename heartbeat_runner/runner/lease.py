@@ -50,8 +50,8 @@ from heartbeat_runner.core.files import replace_whole
 from heartbeat_runner.core.metrics import metrics
 from heartbeat_runner.lakehouse.store import FREE_LEASE, LeaseInfo, TableStore
 
-__all__ = ["DEFAULT_TTL_S", "TICK_LEASE", "FileLeaseRecords", "Handoff", "Lease", "LeaseHeld", "LeaseInfo", "LeaseLost",
-           "TableLeaseRecords", "tick_lease"]
+__all__ = ["DEFAULT_TTL_S", "TICK_LEASE", "FileLeaseRecords", "Handoff", "Lease", "LeaseHeld", "LeaseInfo",
+           "LeaseLost", "TableLeaseRecords", "tick_lease"]
 
 #: Seconds a lease lasts unless renewed (longer than any tick should take).
 DEFAULT_TTL_S = 600.0
@@ -60,9 +60,9 @@ TICK_LEASE = "tick"
 #: How often a claim whose row changed under it reads and tries again before reporting the holder.
 CLAIM_ATTEMPTS = 3
 #: Seconds after which a waiting runner asks again (a new ``wanted_at``, so a new commit): a holder that missed
-#: the ask (it re-took the lease between its yield and the waiter's next look, or read the row before the ask
-#: reached its engine and keeps that row while the table's version stays) sees it at its next tick. Seen in CI:
-#: two loops, one clock 60 s ahead, the second waited three minutes. Compared on the waiter's own clock only.
+#: the ask (it read the row before the ask reached its engine and keeps that row while the table's version
+#: stays; or a third runner took the lease during a handoff) sees it at its next tick. Compared on the waiter's
+#: own clock only. (A holder re-taking the lease before the waiter's next look is what the handoff prevents.)
 ASK_AGAIN_S = 5.0
 #: Seconds a loop that let the lease go leaves it free for the runner it let go for (a waiter polls every
 #: 0.25 s; a loaded machine's engine can take seconds to read and commit). A waiter that gave up costs one
@@ -226,9 +226,9 @@ class Lease:
         """Take the lease, waiting up to ``wait_s`` seconds for its holder; raise LeaseHeld.
 
         While waiting, the row says so (``wanted_by``, asked again every ``ASK_AGAIN_S``): a loop holding it
-        lets go after its tick. The wait
-        ends early, as LeaseHeld, once ``stop()`` says the process was asked to stop (a loop's SIGINT or
-        SIGTERM): a runner waiting up to ``--wait-lease`` for another's long tick still stops at once."""
+        lets go after its tick, and leaves it to us (Handoff). The wait ends early, as LeaseHeld, once ``stop()``
+        says the process was asked to stop (a loop's SIGINT or SIGTERM): a runner waiting up to ``--wait-lease``
+        for another's long tick still stops at once."""
         deadline = time.monotonic() + wait_s
         while True:
             holder = self.try_acquire()

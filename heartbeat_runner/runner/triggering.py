@@ -25,6 +25,7 @@ from typing import Any
 from heartbeat_runner.core.errors import SourceError
 from heartbeat_runner.core.faults import FaultPoint, crash_point
 from heartbeat_runner.core.records import (
+    BLOCKED_STATUSES,
     Event,
     EventType,
     JobStatus,
@@ -36,7 +37,7 @@ from heartbeat_runner.core.records import (
 )
 from heartbeat_runner.jobs.base import LIMIT_BACKOFF, SKIP_BACKOFF_KEY, SKIP_CODE_KEY, TriggerRequest
 from heartbeat_runner.jobs.calls import ApiBudget, call_all
-from heartbeat_runner.lakehouse.store import ControlRow, ReadyRow, TriggerAsk
+from heartbeat_runner.lakehouse.store import ControlRow, ReadyRow, TriggerAsk, in_job_order
 from heartbeat_runner.policies.event_windows import source_grains
 from heartbeat_runner.policies.trigger_shaping import RELEASE_KEY, Candidate, Decisions, ReleaseReason, hold_decisions
 from heartbeat_runner.runner.empty_reads import ASKS, SKIPS
@@ -250,15 +251,14 @@ class Triggering:
     def tracked_jobs(self) -> TrackedJobs:
         """The jobs in progress and the failed ones, and the recorded requests among them that never got a run
         id (their parameters in one query)."""
-        jobs = self.parts.store.jobs_by_status(JobStatus.IN_PROGRESS, JobStatus.FAILED, JobStatus.REFUSED)
+        jobs = self.parts.store.jobs_by_status(JobStatus.IN_PROGRESS, *BLOCKED_STATUSES)
         in_progress = jobs[JobStatus.IN_PROGRESS]
         unanswered = [(row, token) for row in in_progress
                       if row.job_run_id is None and (token := row.last_idempotency_token)]
         payloads = self.parts.store.trigger_payloads([token for _, token in unanswered])
         resumed = [TriggerRequest(row.trigger_job_id, row.trigger_job_name, token, payloads.get(token, {}))
                    for row, token in unanswered]
-        blocked = sorted(jobs[JobStatus.FAILED] + jobs[JobStatus.REFUSED], key=lambda row: row.trigger_job_id)
-        return TrackedJobs(in_progress, blocked, resumed)
+        return TrackedJobs(in_progress, in_job_order(jobs, BLOCKED_STATUSES), resumed)
 
     def _requested_event(self, result: TickResult, request: TriggerRequest, payload: dict[str, Any],
                          consumed_event_ids: str | None = None, message: str | None = None) -> Event:

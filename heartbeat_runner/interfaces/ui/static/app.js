@@ -22,14 +22,16 @@ const COLORS = {
 //: the mark of each error state, beside its colour (the same marks as the badges' in app.css)
 const ICONS = { FAILED: "✖", REFUSED: "⊘", TRIGGER_ERROR: "⚠", SENSING_ERROR: "◆", ERROR: "◆", OVERDUE: "◷" };
 //: the words of the tab title's counts
-const TITLE_COUNTS = [["FAILED", "failed"], ["REFUSED", "refused"], ["TRIGGER_ERROR", "trigger error"], ["SENSING_ERROR", "sensing error"],
-  ["OVERDUE", "overdue"]];
+const TITLE_COUNTS = [["FAILED", "failed"], ["REFUSED", "refused"], ["TRIGGER_ERROR", "trigger error"],
+  ["SENSING_ERROR", "sensing error"], ["OVERDUE", "overdue"]];
 const STAGE_COLORS = ["#1c7ed6", "#f08c00", "#2f9e44", "#ae3ec9", "#e03131", "#0ca678", "#868e96", "#fab005", "#d6336c"];
 //: how many lines of a failed run's output the failure box shows
 const TAIL_LINES = 20;
 //: a notice of an action that starts no run (pause, resume, complete, reset) goes after this long
 const NOTICE_MS = 30000;
 const ENDED = ["COMPLETED", "FAILED", "REFUSED", "TRIGGER_ERROR"];
+//: the outcomes (and phases) of a run that did not succeed: its reason is shown, its row marked
+const UNSUCCESSFUL = ["FAILED", "REFUSED", "TRIGGER_ERROR"];
 
 const esc = (v) => String(v ?? "").replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
 //: a name that may break after its separators (a long source name wraps instead of widening the page)
@@ -86,7 +88,7 @@ function runDuration(r) {
   return (r.duration_s == null ? '<span class="muted">unknown</span>' : secs(r.duration_s)) + queued;
 }
 // Why a run failed: the reason the server derived (failure_reason), else the run's own message.
-const failureReason = (r) => (r && ["FAILED", "REFUSED", "TRIGGER_ERROR"].includes(r.outcome) ? r.failure_reason || r.message || "" : "");
+const failureReason = (r) => (r && UNSUCCESSFUL.includes(r.outcome) ? r.failure_reason || r.message || "" : "");
 // What kind of run it was: a retry, a manual run (who asked and why: beside it, or with ``brief`` in its
 // title), a catch-up step.
 function runKind(r, brief = false) {
@@ -464,7 +466,7 @@ const outputUrl = (jobId, runId) => `/api/jobs/${encodeURIComponent(jobId)}/runs
 
 function runRow(job, r) {
   const reason = failureReason(r);
-  return `<tr class="${["FAILED", "REFUSED", "TRIGGER_ERROR"].includes(r.outcome) ? "failed-run" : ""}">
+  return `<tr class="${UNSUCCESSFUL.includes(r.outcome) ? "failed-run" : ""}">
     <td>${esc(r.job_run_id ?? "-")} ${runKind(r)}</td><td>${badge(r.outcome)}</td>
     <td>${when(r.requested_at)}</td><td>${runDuration(r)}</td><td class="windows">${windowsText(r.windows)}</td>
     <td>${reason ? `<span class="reason">${esc(reason)}</span>` : esc(r.message ?? "")}</td>
@@ -510,7 +512,7 @@ function forgetNotice(job) {
 // its output (output_tail; else fetched from the run's output).
 function failureBox(job) {
   const run = job.runs[0];
-  if (!run || !["FAILED", "REFUSED", "TRIGGER_ERROR"].includes(run.outcome) || !["FAILED", "REFUSED", "TRIGGER_ERROR"].includes(job.phase)) return "";
+  if (!run || !UNSUCCESSFUL.includes(run.outcome) || !UNSUCCESSFUL.includes(job.phase)) return "";
   const fetched = run.job_run_id ? state.outputs[`${job.job_id}/${run.job_run_id}`] : null;
   const lines = run.output_tail?.length ? run.output_tail : fetched?.text != null ? fetched.text.replace(/\n+$/, "").split("\n").slice(-TAIL_LINES) : null;
   const tail = lines ? `<pre class="tail" id="failure-tail">${esc(lines.join("\n"))}</pre>`
