@@ -18,7 +18,10 @@ What still runs as a real process (:func:`needs_process`):
   environment changes nothing for a ``local`` command, in a process or here);
 - every command of a test marked ``cli_processes`` (start-up state: caches, migrations, lineage's look-back);
 - a command run from another thread than the main one (a command borrows the process's environment), or while
-  a Spark session lives in this process (the test's own engine, ``hb``): PySpark keeps one session per process;
+  a classic Spark session lives in this process (PySpark keeps one per process). A Spark Connect session of the
+  test's own (``hb``'s engine, the shared ``engine``) is set aside while the command runs and put back after
+  (tests/connect_sessions.py), so the command opens its own engine as a new process would and the test goes on
+  with its own;
 - everything, with ``HEARTBEAT_TEST_CLI=process`` (the switch that runs the suite as users run the CLI).
 """
 
@@ -35,6 +38,8 @@ import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
+
+import connect_sessions
 
 #: HEARTBEAT_TEST_CLI=process: every CLI command of the tests runs as its own process
 ALL_PROCESSES = os.environ.get("HEARTBEAT_TEST_CLI", "").strip().lower() == "process"
@@ -69,17 +74,14 @@ def needs_process(args: Sequence[str], env: Mapping[str, str]) -> bool:
 
 def _process_is_ours() -> bool:
     """Whether a command may borrow this process: only from its main thread (a command swaps the process's
-    environment, working folder and logging, which other threads would see), and only while no Spark session
-    lives in it (the test's own engine, ``hb``). Setting a test's Connect session aside for the command passed
-    CI's embedded leg, but the README's command then hung once in an engine test of a worker that had done so:
-    until that is understood, such commands stay processes (issue 52's closing note)."""
+    environment, working folder and logging, which other threads would see), and only while no classic Spark
+    session lives in it: PySpark keeps one per process, and a command that found it would run on the test's.
+    A Spark Connect session of the test's is no bar: it is set aside while the command runs (before, every
+    command of a worker that had used an engine of its own was a cold process)."""
     if threading.current_thread() is not threading.main_thread():
         return False
     classic = sys.modules.get("pyspark.sql.session")
-    if classic is not None and getattr(classic.SparkSession, "_instantiatedSession", None) is not None:
-        return False
-    connect = sys.modules.get("pyspark.sql.connect.session")
-    return connect is None or connect.SparkSession._get_default_session() is None  # None once stopped
+    return classic is None or getattr(classic.SparkSession, "_instantiatedSession", None) is None
 
 
 #: HEARTBEAT_TEST_CLI_LOG=<file>: each command appends one JSON line there (the test, the command, whether it ran
@@ -108,7 +110,8 @@ def _in_process(args: list[str], env: Mapping[str, str], cwd: Path) -> subproces
     from heartbeat_runner.interfaces.cli import main
 
     out, err = io.StringIO(), io.StringIO()
-    with _fresh_process_state(env, cwd), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+    with _fresh_process_state(env, cwd), connect_sessions.set_aside(), contextlib.redirect_stdout(out), \
+            contextlib.redirect_stderr(err):
         try:
             code = main(args)
         except SystemExit as exc:  # argparse's usage errors, --help, --version

@@ -154,6 +154,22 @@ def _fresh_hybrid_clock():
 
 
 @pytest.fixture(autouse=True)
+def _no_dead_connect_session_left_current():
+    """A test leaves no Spark Connect session current whose server is gone (tests/connect_sessions.py: a later
+    test's first column function would retry against it for minutes). One that does fails here, naming it, and
+    the session is taken out of its slot so the worker's next tests do not hang on it."""
+    import connect_sessions
+
+    yield
+    dead = connect_sessions.dead_current()
+    if dead:
+        connect_sessions.forget(dead)
+        pytest.fail("the test left a Spark Connect session current whose server is gone ("
+                    f"{', '.join(map(connect_sessions.describe, dead))}): stop the session before its server, or "
+                    "make it inside connect_sessions.set_aside()", pytrace=False)
+
+
+@pytest.fixture(autouse=True)
 def _cli_processes(request):
     """A test marked ``cli_processes`` runs every CLI command as a real process (tests/cli_runner.py)."""
     import cli_runner
@@ -217,3 +233,4 @@ def restore_signals():
     faulthandler.cancel_dump_traceback_later()
     for sig, handler in saved.items():
         signal.signal(sig, handler)
+

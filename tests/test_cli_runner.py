@@ -11,6 +11,7 @@ import os
 import sys
 
 import cli_runner
+import connect_sessions
 import pytest
 from harness import HEADER
 from harness import config_row as row
@@ -74,6 +75,54 @@ def test_what_depends_on_process_state_runs_as_a_process(args, env):
     """Crashes, per-process fault counts, loops, servers, remote engines and an import path of the command's own
     (where plugins are found) never run inside the test."""
     assert cli_runner.needs_process(args, _plain_env(**env))
+
+
+@pytest.mark.skipif(cli_runner.ALL_PROCESSES, reason="HEARTBEAT_TEST_CLI=process runs every command as a process")
+def test_a_command_beside_the_tests_own_engine_runs_here_on_its_own_and_leaves_the_tests_engine_as_it_was(hb):
+    """A test that holds an embedded engine (``hb``: a Spark Connect session, SPARK_REMOTE in the environment)
+    still runs its one-shot commands in its process: the command opens its own engine, answers as a process
+    does, and the test's session is its default again afterwards and still answers."""
+    import json
+
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    hb.create_table("sales.orders", "id int")
+    hb.seed(row("delta_table", "sales.orders", "J1"))
+    hb.tick()
+    mine = ConnectSession._get_default_session()
+    assert mine is not None and os.environ.get("SPARK_REMOTE")
+    env = {**os.environ, **hb.settings.lakehouse_env(), "HEARTBEAT_HOME": str(hb.home),
+           "HEARTBEAT_CONFIG": str(hb.config_path), "HEARTBEAT_JOBS_FILE": str(hb.jobs_path)}
+    assert not cli_runner.needs_process(["status", "--json"], env)
+    here, process = _both(["status", "--json"], env, hb.root)
+    assert here.returncode == process.returncode == 0, (here.stderr, process.stderr)
+    assert [(r["trigger_job_id"], r["status"]) for r in json.loads(here.stdout)] == \
+        [(r["trigger_job_id"], r["status"]) for r in json.loads(process.stdout)] == [("J1", None)]
+    assert ConnectSession._get_default_session() is mine         # the test's engine is the default again
+    hb.insert("sales.orders", "(1)")
+    assert [s.outcome.value for s in hb.tick().sensed] == ["NEW_DATA"]  # ...and still answers
+
+
+def test_a_session_left_current_after_its_server_ended_is_found_and_taken_out():
+    """What conftest checks after every test: a Spark Connect session left as the process's current one after
+    its server ended is found (a later column function would retry against it for minutes), and forgetting
+    it empties the slots; one made inside ``set_aside`` is never current afterwards."""
+    from pyspark.sql import SparkSession
+
+    from heartbeat_runner.engines.sail_process import SailProcess
+
+    server = SailProcess.start()
+    with connect_sessions.set_aside():
+        try:
+            session = SparkSession.builder.remote(server.url).create()
+            assert session.sql("SELECT 1 AS one").collect()[0]["one"] == 1
+            assert session in connect_sessions.current() and not connect_sessions.dead_current()
+        finally:
+            server.stop()
+        assert connect_sessions.dead_current() == [session]
+        connect_sessions.forget([session])
+        assert session not in connect_sessions.current() and not connect_sessions.dead_current()
+    assert session not in connect_sessions.current()
 
 
 @pytest.mark.skipif(cli_runner.ALL_PROCESSES, reason="HEARTBEAT_TEST_CLI=process runs every command as a process")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import connect_sessions
 import pytest
 
 from heartbeat_runner.engines.engine_errors import (
@@ -136,11 +137,14 @@ def test_the_engines_session_outlives_sails_idle_timeout_unless_the_user_sets_on
 
     monkeypatch.setenv("SAIL_SPARK__SESSION_TIMEOUT_SECS", "1")
     theirs = SailProcess.start()
-    try:
-        session = SparkSession.builder.remote(theirs.url).create()
-        assert session.sql("SELECT 1 AS one").collect()[0]["one"] == 1
-        time.sleep(4)
-        with pytest.raises(Exception, match="is not running"):
-            session.sql("SELECT 2 AS two").collect()
-    finally:
-        theirs.stop()
+    # the session is the process's current one only inside: its server ends below, and a session left current
+    # after that makes later tests of this worker wait (tests/connect_sessions.py)
+    with connect_sessions.set_aside():
+        try:
+            session = SparkSession.builder.remote(theirs.url).create()
+            assert session.sql("SELECT 1 AS one").collect()[0]["one"] == 1
+            time.sleep(4)
+            with pytest.raises(Exception, match="is not running"):
+                session.sql("SELECT 2 AS two").collect()
+        finally:
+            theirs.stop()
