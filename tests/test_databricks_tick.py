@@ -384,9 +384,11 @@ def test_a_refused_run_is_a_terminal_non_run_with_an_alert_never_asked_again(bea
     policy; an operator's retry asks once, with a token of its own each time (a second refusal, then a retry
     that runs)."""
     from heartbeat_runner.interfaces.operations import ask_retry, explain
+    from heartbeat_runner.interfaces.status_view import on_call
     from heartbeat_runner.interfaces.ui.data import JobPhase, overview
     from heartbeat_runner.policies.alerts import _job_alerts
     from heartbeat_runner.policies.retry import RetryPolicies, RetryPolicy
+    from heartbeat_runner.runner.alerting import Liveness
 
     job = api.add_job()
     api.jobs[job].refuse = code
@@ -425,6 +427,9 @@ def test_a_refused_run_is_a_terminal_non_run_with_an_alert_never_asked_again(bea
     ask_retry(beat.app, str(job), by="test")  # asked before the cause is fixed: refused again
     assert heartbeat.tick().triggered_job_ids == [str(job)]
     assert heartbeat.tick().refused == [str(job)]
+    health = Liveness(healthy=True, message="ticking", age_s=0.0, limit_s=60.0)
+    (line,) = on_call(overview(beat.app.store), [], health, []).jobs  # status says the refused run was the retry
+    assert line.attention.value == "refused" and line.verdict.startswith("retry: ") and "refused" in line.verdict, line
     api.jobs[job].refuse = None  # the operator enabled the job, then asks for a retry
     ask_retry(beat.app, str(job), by="test")
     assert heartbeat.tick().triggered_job_ids == [str(job)]

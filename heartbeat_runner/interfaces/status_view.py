@@ -159,6 +159,10 @@ def _jobs_of(alert: dict) -> list[str]:
     return [str(j) for j in jobs or []]
 
 
+#: phases a job is in because of its last run: its verdict says how that run came about (a retry, a manual run)
+_PHASES_OF_A_RUN = frozenset({JobPhase.RUNNING, JobPhase.FAILED, JobPhase.REFUSED})
+
+
 def _line(job: JobSummary, overdue: set[str]) -> JobLine:
     attention = _BY_PHASE[job.phase]
     if job.job_id in overdue and order_of(attention) > order_of(Attention.OVERDUE):
@@ -167,7 +171,7 @@ def _line(job: JobSummary, overdue: set[str]) -> JobLine:
     run = job.last_run
     if attention in (Attention.FAILED, Attention.REFUSED) and run is not None and run.failure_reason:
         verdict = f"{run.failure_reason} (run {run.job_run_id}; `explain` for more)"
-    if job.phase in (JobPhase.RUNNING, JobPhase.FAILED) and run is not None and (kind := run_kind(run)):
+    if job.phase in _PHASES_OF_A_RUN and run is not None and (kind := run_kind(run)):
         verdict = f"{kind}: {verdict}"
     return JobLine(job.job_id, job.job_name or "", attention, job.since, verdict)
 
