@@ -148,3 +148,23 @@ def test_the_engines_session_outlives_sails_idle_timeout_unless_the_user_sets_on
                 session.sql("SELECT 2 AS two").collect()
         finally:
             theirs.stop()
+
+
+def test_grpcs_lines_for_a_response_cut_short_show_only_at_debug(caplog):
+    """gRPC logs a response it could not read (a release still in flight when a server stops) at ERROR with a
+    traceback. The everyday output leaves those lines out (a caller whose own call failed gets the error
+    raised), and a debug log level shows them, at DEBUG, so the cause of a failed read can be found."""
+    import logging
+
+    from heartbeat_runner.engines.spark_local import DemoteToDebug, keep_connect_release_pool
+
+    keep_connect_release_pool()
+    keep_connect_release_pool()  # idempotent: one filter
+    grpc_log = logging.getLogger("grpc._common")
+    assert sum(isinstance(f, DemoteToDebug) for f in grpc_log.filters) == 1
+    with caplog.at_level(logging.WARNING):
+        grpc_log.error("Exception deserializing response!")
+    assert caplog.records == []
+    with caplog.at_level(logging.DEBUG):
+        grpc_log.error("Exception deserializing response!")
+    assert [(r.levelname, r.getMessage()) for r in caplog.records] == [("DEBUG", "Exception deserializing response!")]

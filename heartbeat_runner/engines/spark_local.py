@@ -689,15 +689,27 @@ def keep_connect_release_pool() -> None:
     thread and is logged by PySpark at WARN; the pool's few threads live as long as the process.
     A release still in flight when the engine's server stops gets a response cut short, which gRPC's
     deserializer logs at ERROR with a traceback on stderr (seen on ``explain --json | head -1``, whose
-    command ends at once). That logger (``grpc._common``) is kept to CRITICAL: a call whose response
-    cannot be read still raises to its caller, so only fire-and-forget releases lose their line.
-    Idempotent; without a Connect client installed, nothing to do."""
+    command ends at once). That logger's (``grpc._common``) records are demoted to DEBUG: a call whose
+    response cannot be read still raises to its caller, so the everyday output loses only the lines of
+    fire-and-forget releases, and ``--log-level debug`` (or a test's captured log) still shows why a
+    response could not be read. Idempotent; without a Connect client installed, nothing to do."""
     try:
         from pyspark.sql.connect.client.reattach import ExecutePlanResponseReattachableIterator as Iterator
     except ImportError:
         return
     Iterator.shutdown = classmethod(_keep_pool)  # type: ignore[method-assign,assignment]
-    logging.getLogger("grpc._common").setLevel(logging.CRITICAL)
+    grpc_log = logging.getLogger("grpc._common")
+    if not any(isinstance(f, DemoteToDebug) for f in grpc_log.filters):
+        grpc_log.addFilter(DemoteToDebug())
+
+
+class DemoteToDebug(logging.Filter):
+    """A logger's records at DEBUG, whatever level they were made at, and only where its logger is enabled for
+    DEBUG (a handler checks its own level only: the root's usually has none). See keep_connect_release_pool."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.levelno, record.levelname = logging.DEBUG, logging.getLevelName(logging.DEBUG)
+        return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
 
 
 def _keep_pool(cls: type) -> None:
