@@ -96,15 +96,18 @@ windows as (
   left join marks m on m.trigger_job_id = p.trigger_job_id
   left join planned pl on pl.trigger_job_id = p.trigger_job_id
   left join first_data f on f.trigger_job_id = p.trigger_job_id
+),
+
+judged as (
+  select
+    w.*,
+    w.next_window_start_s + w.size_s as next_window_end_s,
+    coalesce(w.watermark_s >= w.next_window_start_s + w.size_s, false) as next_window_final,
+    j.rows_in_progress = 0 and j.rows_failed = 0 and j.rows_refused = 0 and j.rows_paused = 0
+      and not j.next_window_due as is_free
+  from windows w
+  join {{ ref('heartbeat_job_rollup') }} j on j.trigger_job_id = w.trigger_job_id
 )
 
-select
-  w.*,
-  w.next_window_start_s + w.size_s as next_window_end_s,
-  coalesce(w.watermark_s >= w.next_window_start_s + w.size_s, false) as next_window_final,
-  j.rows_in_progress = 0 and j.rows_failed = 0 and j.rows_refused = 0 and j.rows_paused = 0 and not j.next_window_due as is_free,
-  coalesce(w.watermark_s >= w.next_window_start_s + w.size_s, false)
-    and j.rows_in_progress = 0 and j.rows_failed = 0 and j.rows_refused = 0 and j.rows_paused = 0 and not j.next_window_due
-    as windows_due
-from windows w
-join {{ ref('heartbeat_job_rollup') }} j on j.trigger_job_id = w.trigger_job_id
+select d.*, d.next_window_final and d.is_free as windows_due
+from judged d

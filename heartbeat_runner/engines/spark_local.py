@@ -691,7 +691,7 @@ def keep_connect_release_pool() -> None:
     deserializer logs at ERROR with a traceback on stderr (seen on ``explain --json | head -1``, whose
     command ends at once). That logger's (``grpc._common``) records are demoted to DEBUG: a call whose
     response cannot be read still raises to its caller, so the everyday output loses only the lines of
-    fire-and-forget releases, and ``--log-level debug`` (or a test's captured log) still shows why a
+    fire-and-forget releases, and ``--log-level debug`` (or a test run at the DEBUG log level) shows why a
     response could not be read. Idempotent; without a Connect client installed, nothing to do."""
     try:
         from pyspark.sql.connect.client.reattach import ExecutePlanResponseReattachableIterator as Iterator
