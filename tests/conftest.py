@@ -233,4 +233,3 @@ def restore_signals():
     faulthandler.cancel_dump_traceback_later()
     for sig, handler in saved.items():
         signal.signal(sig, handler)
-

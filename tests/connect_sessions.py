@@ -38,11 +38,16 @@ def current() -> list[Any]:
     return found
 
 
+def _address(session: Any) -> tuple[str, int]:
+    """The host and port of the session's server."""
+    builder = session.client._builder
+    return builder.host, int(builder._port)
+
+
 def _answers(session: Any) -> bool:
     """Whether the session's server still accepts a connection (a TCP connect: no RPC, so nothing retries)."""
-    builder = session.client._builder
     try:
-        socket.create_connection((builder.host, int(builder._port)), timeout=2).close()
+        socket.create_connection(_address(session), timeout=2).close()
     except OSError:
         return False
     return True
@@ -67,8 +72,9 @@ def forget(sessions: list[Any]) -> None:
 
 
 def describe(session: Any) -> str:
-    builder = session.client._builder
-    return f"sc://{builder.host}:{builder._port}"
+    """The session's server as a Spark Connect address (``sc://host:port``)."""
+    host, port = _address(session)
+    return f"sc://{host}:{port}"
 
 
 @contextlib.contextmanager
