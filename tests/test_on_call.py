@@ -192,18 +192,21 @@ def test_with_columns_set_no_read_command_prints_a_longer_line(lake):
     assert "ERROR: ledger balance mismatch" in explained                # folded, not cut
 
 
-READ_COMMANDS = ["status", "status --wide", "status --json", "status --watch 0.2 --watch-count 3", "runs", "runs --json",
-                 f"explain --job-id {FAILING}", "alerts", "alerts --all", "check", "validate", "--help"]
+#: read commands through a real ``| head -1``: those test_cli_output's closed pipe does not run (``--wide``, ``--all``,
+#: ``--watch``, whose later frames meet the pipe head closed), and one it does, on this lake's failing job. The
+#: others print their few lines in one write that ``head`` reads whole: the closed pipe is the harder case for them
+READ_COMMANDS = ["status --wide", "status --watch 0.2 --watch-count 3", f"explain --job-id {FAILING}", "alerts --all"]
 
 
-@pytest.mark.slow  # twelve real shell pipelines
-def test_every_read_command_piped_into_head_ends_quietly(lake):
-    """`… | head -1` through a real shell pipe: exit status 0, no traceback, the first line shown."""
+@pytest.mark.slow  # four real shell pipelines
+def test_read_commands_piped_into_head_end_quietly_and_show_their_first_line(lake):
+    """`… | head -1` through a real shell pipe: exit status 0, no traceback, the first line shown (every printing
+    command meets a pipe closed before its first write in test_cli_output)."""
     command = " ".join(lake.command())
     for args in READ_COMMANDS:
         proc = subprocess.run(["bash", "-o", "pipefail", "-c", f"{command} {args} | head -1"], env=lake.env,
                               capture_output=True, text=True, timeout=300, cwd=lake.home.parent)
-        assert proc.returncode in (0, 2) if args == "check" else proc.returncode == 0, (args, proc.stderr)
+        assert proc.returncode == 0, (args, proc.stderr)
         assert "Traceback" not in proc.stderr and "failed unexpectedly" not in proc.stderr, (args, proc.stderr)
         assert len(proc.stdout.splitlines()) == 1, (args, proc.stdout)
 
