@@ -17,6 +17,7 @@ from harness import config_row as row
 
 from heartbeat_runner.core.records import Event, EventType, utcnow
 from heartbeat_runner.core.settings import MaintenancePolicy
+from heartbeat_runner.engines.delta_log import latest_version
 from heartbeat_runner.interfaces.operations import plan_reset
 from heartbeat_runner.lakehouse.maintenance import Maintenance
 
@@ -44,15 +45,12 @@ def assert_hot_equals_full(hb: Harness, step: str) -> None:
     assert hot == full, f"after {step}: the hot log and the whole history disagree"
 
 
-def committed(hb: Harness) -> dict[str, int]:
+def committed(hb: Harness) -> dict[str, int | None]:
     """Each Heartbeat table's latest commit (the newest entry of its ``_delta_log``), the lease's aside: what a
     comparison reads. A step that commits to none of them (new upstream data not yet sensed, a wait for jobs,
     an archive that moved nothing) leaves both sides of the last comparison as they were."""
-    latest = {}
-    for log in (hb.home / "warehouse" / "heartbeat").glob("*/_delta_log"):
-        if log.parent.name != "heartbeat_lease":
-            latest[log.parent.name] = max((int(f.stem) for f in log.glob("*.json") if f.stem.isdigit()), default=-1)
-    return latest
+    tables = (log.parent for log in (hb.home / "warehouse" / "heartbeat").glob("*/_delta_log"))
+    return {table.name: latest_version(table) for table in tables if table.name != "heartbeat_lease"}
 
 
 def config_rows(extra: bool) -> list[str]:
