@@ -170,6 +170,22 @@ def _no_dead_connect_session_left_current():
 
 
 @pytest.fixture(autouse=True)
+def _no_delivery_thread_left_running():
+    """A test leaves no alert or lineage delivery thread running: one left retrying a refused destination logs
+    into the output of the worker's later tests (an in-process command's stderr among them). The harness stops
+    the threads of the runners it made; a test that builds a runner itself closes it."""
+    import threading
+
+    from heartbeat_runner.runner.alert_delivery import ALERT_THREAD, LINEAGE_THREAD
+
+    yield
+    left = [t.name for t in threading.enumerate() if t.name in (ALERT_THREAD, LINEAGE_THREAD) and t.is_alive()]
+    if left:
+        pytest.fail(f"the test left delivery threads running ({', '.join(left)}): close the runner "
+                    "(Heartbeat.close) or its outbox", pytrace=False)
+
+
+@pytest.fixture(autouse=True)
 def _cli_processes(request):
     """A test marked ``cli_processes`` runs every CLI command as a real process (tests/cli_runner.py)."""
     import cli_runner

@@ -26,9 +26,11 @@ from heartbeat_runner.core.records import utcnow
 from heartbeat_runner.core.settings import JobsBackendKind, load_settings
 from heartbeat_runner.jobs.local import LocalJobsBackend
 from heartbeat_runner.lakehouse.store import Cond
+from heartbeat_runner.runner.alerting import AlertMonitor
 from heartbeat_runner.runner.app import App, open_app
+from heartbeat_runner.runner.lineage import LineageMonitor
 from heartbeat_runner.runner.tick import Heartbeat
-from heartbeat_runner.runner.tick_result import TickResult
+from heartbeat_runner.runner.tick_result import TickObservers, TickResult
 from heartbeat_runner.sensing.config import COLUMNS, load_config
 
 HEADER = ",".join(COLUMNS)
@@ -107,11 +109,13 @@ class Harness:
         self._stack = ExitStack()
         self.app: App | None = None
         self._heartbeat: Heartbeat | None = None
+        self._runners: list[Heartbeat] = []
 
     # -- lifecycle ----------------------------------------------------------------------------
 
     def __enter__(self) -> Harness:
         self.app = self._stack.enter_context(open_app(self.settings))
+        self._stack.callback(self._stop_deliveries)
         if self.engine_kind != "sail":
             self._schemas.add(self.settings.schema)
             self._stack.callback(self._drop_schemas)
@@ -181,7 +185,20 @@ class Harness:
         if self._heartbeat is None:
             backend = LocalJobsBackend(self.jobs_path, self.home / "jobs", self.home, self.settings.lakehouse_env())
             self._heartbeat = self.app.heartbeat(backend=backend)
+            self._runners.append(self._heartbeat)
         return self._heartbeat
+
+    def _stop_deliveries(self) -> None:
+        """Stop the alert and lineage delivery threads of every runner this harness made, as their process's exit
+        would (what still waits is neither sent nor recorded). A thread left retrying a refused destination would
+        log into the output of the worker's later tests (conftest's _no_delivery_thread_left_running)."""
+        for runner in self._runners:
+            observers = runner.observer.observers if isinstance(runner.observer, TickObservers) else [runner.observer]
+            for observer in observers:
+                outbox = observer.outbox if isinstance(observer, (AlertMonitor, LineageMonitor)) else None
+                if outbox is not None:
+                    outbox.close()
+        self._runners.clear()
 
     def new_runner(self) -> Heartbeat:
         """A runner started afresh on this lakehouse, as a new process is: what it copies to tables once (window

@@ -93,6 +93,11 @@ def alert_outbox(destinations: Iterable[Destination], *, group_interval_s: float
                   timeout_s=timeout_s)
 
 
+#: the delivery threads' names (one per outbox; tests check none outlives its runner)
+ALERT_THREAD = "heartbeat-alerts"
+LINEAGE_THREAD = "heartbeat-lineage"
+
+
 @dataclass
 class _Queue(Generic[T]):
     """One channel's waiting items and when it may be sent to next."""
@@ -112,7 +117,7 @@ class Outbox(Generic[T]):
 
     def __init__(self, channels: Iterable[Channel[T]], *, group_interval_s: float,
                  timeout_s: float = DEFAULT_TIMEOUT_S, backoff_base_s: float = BACKOFF_BASE_S,
-                 backoff_max_s: float = BACKOFF_MAX_S, thread_name: str = "heartbeat-alerts"):
+                 backoff_max_s: float = BACKOFF_MAX_S, thread_name: str = ALERT_THREAD):
         self._queues: dict[str, _Queue[T]] = {c.name: _Queue(c) for c in channels}
         self.thread_name = thread_name
         self.group_interval_s = group_interval_s

@@ -30,7 +30,7 @@ from heartbeat_runner.core.records import Event, EventType, alert_event_id, as_u
 from heartbeat_runner.lakehouse.control_table import ControlTable
 from heartbeat_runner.lakehouse.store import TableStore
 from heartbeat_runner.policies.catch_up import PARAMS_KEY
-from heartbeat_runner.runner.alert_delivery import Outbox
+from heartbeat_runner.runner.alert_delivery import LINEAGE_THREAD, Outbox
 from heartbeat_runner.runner.tick_result import TickObserver, TickResult
 from heartbeat_runner.senders.lineage import ConsumedInput, LineageKind, LineageRecord, LineageSender
 from heartbeat_runner.senders.send import Attempt
@@ -300,6 +300,6 @@ def lineage_monitor(store: TableStore, control: ControlTable, naming: LineageNam
                     backend: str | None) -> LineageMonitor:
     """A monitor with its outbox over the client's configured transport (call only when lineage is configured)."""
     outbox: Outbox[LineageRecord] = Outbox([LineageChannel(LineageSender())], group_interval_s=0.0,
-                                           thread_name="heartbeat-lineage")
+                                           thread_name=LINEAGE_THREAD)
     return LineageMonitor(store, control, outbox, naming, job_namespace=job_namespace, backend=backend)
 
