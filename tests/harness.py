@@ -115,6 +115,7 @@ class Harness:
 
     def __enter__(self) -> Harness:
         self.app = self._stack.enter_context(open_app(self.settings))
+        self._track_runners(self.app)
         self._stack.callback(self._stop_deliveries)
         if self.engine_kind != "sail":
             self._schemas.add(self.settings.schema)
@@ -185,8 +186,18 @@ class Harness:
         if self._heartbeat is None:
             backend = LocalJobsBackend(self.jobs_path, self.home / "jobs", self.home, self.settings.lakehouse_env())
             self._heartbeat = self.app.heartbeat(backend=backend)
-            self._runners.append(self._heartbeat)
         return self._heartbeat
+
+    def _track_runners(self, app: App) -> None:
+        """Keep every runner ``app.heartbeat`` makes (the harness's and those a test asks the app for itself)."""
+        make = app.heartbeat
+
+        def made(*args, **kwargs) -> Heartbeat:
+            runner = make(*args, **kwargs)
+            self._runners.append(runner)
+            return runner
+
+        app.heartbeat = made  # type: ignore[method-assign]
 
     def _stop_deliveries(self) -> None:
         """Stop the alert and lineage delivery threads of every runner this harness made, as their process's exit
