@@ -266,6 +266,9 @@ def test_the_runner_job_seeds_ticks_and_starts_one_run_for_a_data_commit_and_non
     assert all(s.get("ok", True) for s in ticks), ticks
     (run,) = api.runs_of(job)
     assert run.result == "SUCCESS", workspace.last_output[-3000:]
+    # spark_catalog is a Hive metastore catalog: found without a failing query, so no ERROR from Spark each run
+    assert "TABLE_OR_VIEW_NOT_FOUND" not in workspace.last_output, workspace.last_output[-3000:]
+    assert "catalog look of spark_catalog failed" not in workspace.last_output  # nor a warning (INFO says it)
 
 
 def test_a_seed_task_whose_config_is_broken_ends_failed(workspace):

@@ -230,3 +230,38 @@ def test_a_look_at_more_tables_than_a_batch_asks_in_batches_and_answers_for_ever
     looks = batched.session.looks()
     assert len(looks) == 3
     assert sorted(len([k for k in args if k.startswith("t")]) for _, args in looks) == [1, 3, 3]
+
+
+def test_a_catalog_without_information_schema_is_found_without_a_failing_query(spark, tmp_path, caplog):
+    """A Hive metastore catalog (Databricks' ``hive_metastore``, a plain Spark catalog) has no information_schema.
+    A look at it was a query that failed, and Spark logged that failure as an ERROR before Heartbeat fell back:
+    a scheduled one-shot tick, a new process each run, logged an ERROR and a warning at every run. The engine
+    now asks the catalog whether the schema exists, sends no query at it, says so once at INFO, senses the
+    tables from their history, and asks again at the back-off's end, when the look works once the schema is
+    there."""
+    from heartbeat_runner.core.metrics import metrics
+
+    catalog_says(spark, "managed", altered="yesterday")
+    targets = [target("managed", version_of(spark, "managed"), datetime.now(timezone.utc))]
+    failed = {kind: metrics().registry.get_sample_value("heartbeat_catalog_look_failures_total", {"kind": kind})
+              for kind in ("terminal", "transient")}
+    spark.sql("DROP SCHEMA information_schema CASCADE")
+    try:
+        engine = remote_engine(spark, tmp_path)
+        with caplog.at_level(logging.INFO):
+            assert ruled_out(engine, targets, tmp_path) == set()  # sensed from its history
+            assert ruled_out(engine, targets, tmp_path) == set()  # backing off: not asked again
+        assert engine.session.looks() == [], "no query was sent at the missing information_schema"
+        said = [r for r in caplog.records if "information_schema" in r.getMessage()]
+        assert [(r.levelno, r.getMessage().split(":")[0]) for r in said] == [
+            (logging.INFO, f"{CATALOG} has no information_schema (a Hive metastore or a plain Spark catalog)")]
+        assert {kind: metrics().registry.get_sample_value("heartbeat_catalog_look_failures_total", {"kind": kind})
+                for kind in failed} == failed, "an absent schema is not a failed look"
+    finally:
+        spark.sql("CREATE SCHEMA IF NOT EXISTS information_schema")
+        spark.sql("CREATE TABLE IF NOT EXISTS information_schema.tables (table_catalog STRING, table_schema STRING, "
+                  "table_name STRING, table_type STRING, last_altered TIMESTAMP) USING delta")
+    catalog_says(spark, "managed", altered="yesterday")
+    engine._look_failures[CATALOG] = (0, time.monotonic())  # the back-off is over
+    assert ruled_out(engine, targets, tmp_path) == {"managed"}  # asked again: the look is there, and used
+    assert len(engine.session.looks()) == 1 and CATALOG not in engine._look_failures

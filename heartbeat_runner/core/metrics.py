@@ -86,8 +86,9 @@ class Metrics:
                                       ["backend"], registry=r)
         self.catalog_look_failures = Counter(
             "heartbeat_catalog_look_failures", "Catalog looks (information_schema.tables) that failed, by kind: "
-            "transient (asked again after a back-off) or terminal (the catalog has none; asked again after the "
-            "longest back-off); their tables are sensed from their history meanwhile", ["kind"], registry=r)
+            "transient (asked again after a back-off) or terminal (the look's query found no information_schema; "
+            "asked again after the longest back-off; a catalog found beforehand to have none, a Hive metastore, is "
+            "not counted: one INFO line says so); their tables are sensed from their history meanwhile", ["kind"], registry=r)
         self.runs_not_executed = Counter(
             "heartbeat_job_runs_not_executed", "Runs the jobs service ended without executing them, by termination "
             "code and fate: skipped (asked again next tick), limited (asked again after a back-off), refused (a "

@@ -196,6 +196,15 @@ class TableOps:
     #: history rows read by this adapter's queries (table_version, data_changed_between): the benchmark's figure
     history_rows: int = 0
 
+    def has_catalog_look(self, spark: SparkSession, catalog: str) -> bool:
+        """Whether ``catalog`` has an ``information_schema`` for the catalog look, asked of the catalog without a
+        failing query: a query against a missing one makes Spark log an ERROR line before it raises, so a
+        scheduled one-shot tick on a Hive metastore catalog would log one at every run. True where the engine
+        has no catalog look (tables_altered answers None there)."""
+        if self.local_files or self.manages_locations:
+            return True
+        return bool(spark.catalog.databaseExists(f"{validate_identifier(catalog, 'catalog')}.information_schema"))
+
     def tables_altered(self, spark: SparkSession, catalog: str,
                        tables: Sequence[tuple[str, str]]) -> dict[tuple[str, str], CatalogEntry] | None:
         """``(schema, table) -> CatalogEntry`` of those of ``tables`` (lower-case ``(schema, table)`` pairs) that
@@ -526,6 +535,8 @@ class Engine:
     _disk: dict[str, Path] = field(default_factory=dict, repr=False)
     #: catalog -> (failed looks in a row, monotonic time before which it is not asked again): see catalog_look
     _look_failures: dict[str, tuple[int, float]] = field(default_factory=dict, repr=False)
+    #: catalogs found to have an information_schema (TableOps.has_catalog_look): not asked again this process
+    _look_found: set[str] = field(default_factory=set, repr=False)
     #: tables whose ``last_altered`` was found lagging their history (see delta_table): sensed from their history
     #: for the rest of the process, logged once
     catalog_lagging: set[str] = field(default_factory=set, repr=False)
@@ -834,7 +845,9 @@ class Engine:
 
         A failing look (CatalogLookError) is logged as a warning, counted (``heartbeat_catalog_look_failures``)
         and asked again after a back-off (``CATALOG_LOOK_BACKOFF``); meanwhile the catalog answers for none of its
-        tables. Never switched off for the process: the first look that works again is used."""
+        tables. Never switched off for the process: the first look that works again is used. A catalog without an
+        information_schema (a Hive metastore) is found without a failing query (TableOps.has_catalog_look) and
+        backed off the same way, with an INFO line instead of a warning: nothing failed."""
         by_catalog: dict[str, dict[tuple[str, str], str]] = {}
         for name in names:
             if not is_table_name(name):
@@ -850,6 +863,8 @@ class Engine:
             failures, not_before = self._look_failures.get(catalog, (0, 0.0))
             if now < not_before:
                 continue  # backing off: its tables are sensed from their history this tick
+            if not self._catalog_has_look(catalog, len(wanted), now):
+                continue
             try:
                 found = self._look_in_batches(catalog, sorted(wanted))
             except CatalogLookError as exc:
@@ -868,6 +883,28 @@ class Engine:
                 self._look_failures.pop(catalog, None)
             out.update({name: entry for key, name in wanted.items() if (entry := found.get(key)) is not None})
         return out
+
+    def _catalog_has_look(self, catalog: str, tables: int, now: float) -> bool:
+        """Whether to look in ``catalog`` now: asked of the catalog once per process while it has an
+        information_schema, and at each back-off's end while it has none (then its ``tables`` are sensed from
+        their history until the next, with one INFO line). A question that fails answers yes: the look's own
+        query then fails and is classified and backed off as any failing look is."""
+        if catalog in self._look_found:
+            return True
+        try:
+            found = self.ops.has_catalog_look(self.spark, catalog)
+        except Exception as exc:  # noqa: BLE001 - the look itself raises the classified error, the cause kept
+            log.debug("asking whether %s has an information_schema failed: %s", catalog, first_line(exc))
+            return True
+        if found:
+            self._look_found.add(catalog)
+            if not self._look_failures.get(catalog, (0, 0.0))[0]:
+                self._look_failures.pop(catalog, None)  # it had none when last asked
+            return True
+        self._look_failures[catalog] = (0, now + CATALOG_LOOK_BACKOFF.max_s)
+        log.info("%s has no information_schema (a Hive metastore or a plain Spark catalog): its %d table(s) are "
+                 "sensed from their history; asked again in %.0f s", catalog, tables, CATALOG_LOOK_BACKOFF.max_s)
+        return False
 
     def _look_in_batches(self, catalog: str, tables: list[tuple[str, str]]) -> dict[tuple[str, str], CatalogEntry] | None:
         """``ops.tables_altered`` for ``tables``, CATALOG_LOOK_BATCH names per query (a statement binding
