@@ -100,6 +100,50 @@ def test_a_run_an_older_version_marked_launched_without_a_process_is_failed_and_
     assert not marker.exists()
 
 
+def test_runs_the_retired_python_launcher_started_still_reconcile_as_the_shell_launchers_do(tmp_path):
+    """The Python launcher (``python -m heartbeat_runner.jobs.local_launcher``) is retired; a runner upgraded
+    while runs an older one started are in flight still reads them from the files that launcher left: its
+    ``launched``/``pid`` marker and its ``result.json``. Ended: SUCCESS, or FAILED with the exit code a shell
+    reports (it recorded -9 for a job killed by SIGKILL: now 137, as the shell launcher's runs say). In flight:
+    RUNNING while its process lives (a real process with the old launcher's command line), which ``cancel_run``
+    recognises as a job run and stops; then FAILED without an exit code."""
+    backend, _ = _backend(tmp_path)
+    runs = tmp_path / "state" / "runs"
+
+    def left_by_python_launcher(run_id: str, pid: int, result: dict | None) -> None:
+        run_dir = runs / run_id
+        run_dir.mkdir(parents=True)
+        (run_dir / "meta.json").write_text(json.dumps({"job_id": "J", "token": run_id, "parameters": {},
+                                                       "started_at": "2026-11-01T10:00:00+00:00", "pid": pid}))
+        (run_dir / "launched").write_text(str(pid))
+        (run_dir / "pid").write_text(str(pid))
+        if result is not None:
+            (run_dir / "result.json").write_text(json.dumps({"started_at": "2026-11-01T10:00:01+00:00",
+                                                             "ended_at": "2026-11-01T10:05:01+00:00", **result}))
+
+    left_by_python_launcher("old-ok", 2 ** 22 + 1, {"exit_code": 0})
+    left_by_python_launcher("old-killed", 2 ** 22 + 2, {"exit_code": -9})
+    ok, killed = backend.run_status("J", "old-ok"), backend.run_status("J", "old-killed")
+    assert ok.outcome is RunOutcome.SUCCESS and (ok.end_time - ok.start_time).total_seconds() == 300
+    assert killed.outcome is RunOutcome.FAILED and (killed.message or "").startswith("exit code 137")
+
+    old_launcher = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)",
+                                     "heartbeat_runner.jobs.local_launcher", str(runs / "old-live"), "--", "etl"],
+                                    start_new_session=True)
+    try:
+        left_by_python_launcher("old-live", old_launcher.pid, None)
+        assert is_job_run(old_launcher.pid)
+        assert backend.run_status("J", "old-live").outcome is RunOutcome.RUNNING
+        backend.cancel_run("J", "old-live")
+        assert old_launcher.wait(timeout=30) == -15  # SIGTERM to its process group
+        status = backend.run_status("J", "old-live")
+        assert status.outcome is RunOutcome.FAILED and "without reporting an exit code" in (status.message or "")
+    finally:
+        if old_launcher.poll() is None:
+            old_launcher.kill()
+            old_launcher.wait()
+
+
 def test_a_command_that_cannot_start_is_a_trigger_error_and_the_next_call_tries_again(tmp_path):
     jobs = tmp_path / "jobs.yml"
     jobs.write_text(f"jobs:\n  J:\n    command: [{sys.executable!r}, '-c', 'pass']\n    cwd: {str(tmp_path / 'gone')!r}\n")

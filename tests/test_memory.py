@@ -27,7 +27,7 @@ from harness import config_row as row
 
 from heartbeat_runner.core.processes import pid_alive, process_command, process_tree, tree_rss_bytes
 from heartbeat_runner.core.settings import load_settings
-from heartbeat_runner.jobs.local import is_job_run
+from heartbeat_runner.jobs.local import LAUNCH_SCRIPT, is_job_run
 from heartbeat_runner.runner.app import open_app
 
 MIB = 1024 * 1024
@@ -406,8 +406,8 @@ def test_the_loops_ceiling_leaves_out_the_local_job_runs_it_started(tmp_path):
     from heartbeat_runner.runner.memory import MemoryCeiling
 
     hold = "import time; block = bytearray(200 * 1024 * 1024); print('held', flush=True); time.sleep(60)"
-    job = subprocess.Popen([sys.executable, "-m", "heartbeat_runner.jobs.local_launcher", str(tmp_path), "--",
-                            sys.executable, "-c", hold], stdout=subprocess.PIPE, text=True)
+    job = subprocess.Popen(["/bin/sh", str(LAUNCH_SCRIPT), str(tmp_path), "--", sys.executable, "-c", hold],
+                           stdout=subprocess.PIPE, text=True)
     try:
         assert job.stdout.readline().strip() == "held"
         whole = tree_rss_bytes() / MIB

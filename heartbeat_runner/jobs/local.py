@@ -56,11 +56,11 @@ from heartbeat_runner.sensing.watch import FolderWatch
 OUTPUT_TAIL_BYTES = 64 * 1024
 #: the one key a run's end wakes the loop with (no source: the tick it starts senses nothing)
 _RUN_ENDED = frozenset({"run ended"})
-#: the module each local job run starts as (it records the command's exit code)
 #: the launcher each run is started through: a POSIX shell script (a shell starts in about a millisecond, a Python
 #: interpreter in tens: a busy tick launching hundreds of jobs is not held up by them)
 LAUNCH_SCRIPT = Path(__file__).with_name("local_launch.sh")
-#: what a launcher's command line holds: the script, or the Python launcher older runners started
+#: what a launcher's command line holds: the script, or the Python launcher (retired) that older runners started;
+#: its runs left the same files, read the same way (tests/test_local_backend.py)
 LAUNCHER_MARKS = (LAUNCH_SCRIPT.name.encode(), b"heartbeat_runner.jobs.local_launcher")
 
 
@@ -167,7 +167,7 @@ class LocalJobsBackend(JobsBackend):
         started = _parse_ts(meta.get("started_at"))
         result = _read_json(run_dir / "result.json")
         if result is not None:
-            code = int(result["exit_code"])
+            code = shell_exit_code(int(result["exit_code"]))
             tail = () if code == 0 else self._output_tail(run_dir)
             reason = failure_reason(tail)
             where = f"exit code {code}; output in {run_dir / 'output.log'}"
@@ -291,6 +291,12 @@ class LocalJobsBackend(JobsBackend):
         except OSError as exc:  # it certainly did not start: the next call tries again
             raise JobsBackendError(f"could not start job {job.job_id} ({shlex.join(job.command)}): {exc}") from exc
         _write_json(run_dir / "meta.json", {**meta, "pid": process.pid})
+
+
+def shell_exit_code(code: int) -> int:
+    """A run's exit code as a shell reports it: a command killed by signal N is 128+N. The retired Python
+    launcher recorded -N there (``subprocess.call``); a run it started reads as the launcher's runs do."""
+    return 128 - code if code < 0 else code
 
 
 def is_job_run(pid: int) -> bool:

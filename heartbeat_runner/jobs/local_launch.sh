@@ -2,7 +2,7 @@
 #
 # Started detached by the local jobs backend (jobs/local.py), one per run. A POSIX shell starts in about a
 # millisecond where a Python interpreter takes tens: a busy tick launching hundreds of jobs is not held up.
-# The same contract as local_launcher.py (kept for runs an older runner started):
+# The contract (the retired Python launcher, local_launcher.py, kept it too: runs it started read the same):
 #   1. claim the run: ``launched`` appears whole (written aside, then hard-linked: ``ln`` fails when it
 #      exists), holding this shell's pid; a second launcher of the same run exits 0 without running anything;
 #   2. run the command; its exit code is the launcher's;
