@@ -69,11 +69,17 @@ def spark(spark_dir, tmp_path_factory):
     for name in TABLES:
         session.sql(f"CREATE OR REPLACE TABLE {SCHEMA}.{name} (id INT) USING delta")
         session.sql(f"INSERT INTO {SCHEMA}.{name} VALUES (1)")
-    session.sql("CREATE SCHEMA IF NOT EXISTS information_schema")
-    session.sql("CREATE OR REPLACE TABLE information_schema.tables (table_catalog STRING, table_schema STRING, "
-                "table_name STRING, table_type STRING, last_altered TIMESTAMP) USING delta")
+    keep_information_schema(session)
     yield session
     local.close()
+
+
+def keep_information_schema(spark: Any) -> None:
+    """Unity Catalog's ``information_schema.tables`` as the tests keep it: an empty Delta table (catalog_says
+    writes its rows)."""
+    spark.sql("CREATE SCHEMA IF NOT EXISTS information_schema")
+    spark.sql("CREATE OR REPLACE TABLE information_schema.tables (table_catalog STRING, table_schema STRING, "
+              "table_name STRING, table_type STRING, last_altered TIMESTAMP) USING delta")
 
 
 def catalog_says(spark: Any, name: str, *, table_type: str = "MANAGED", altered: str = "now") -> None:
@@ -258,9 +264,7 @@ def test_a_catalog_without_information_schema_is_found_without_a_failing_query(s
         assert {kind: metrics().registry.get_sample_value("heartbeat_catalog_look_failures_total", {"kind": kind})
                 for kind in failed} == failed, "an absent schema is not a failed look"
     finally:
-        spark.sql("CREATE SCHEMA IF NOT EXISTS information_schema")
-        spark.sql("CREATE TABLE IF NOT EXISTS information_schema.tables (table_catalog STRING, table_schema STRING, "
-                  "table_name STRING, table_type STRING, last_altered TIMESTAMP) USING delta")
+        keep_information_schema(spark)  # as the module's other tests expect it
     catalog_says(spark, "managed", altered="yesterday")
     engine._look_failures[CATALOG] = (0, time.monotonic())  # the back-off is over
     assert ruled_out(engine, targets, tmp_path) == {"managed"}  # asked again: the look is there, and used
