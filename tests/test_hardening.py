@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from harness import HEADER, CliLakehouse, marker_jobs_file, stop_loop, wait_for
+from harness import HEADER, CliLakehouse, _live_descendants, marker_jobs_file, stop_loop, wait_for
 from harness import config_row as row
 
 from heartbeat_runner.core.errors import ConfigError
@@ -199,6 +199,44 @@ def test_a_stop_signal_to_the_loop_or_its_whole_process_group_stops_it_cleanly_a
         assert stopped.engine_children and not stopped.left_behind, (what, stopped)
 
 
+@pytest.mark.slow
+def test_ctrl_c_at_any_moment_of_a_loops_start_ends_it_without_a_traceback(lake):
+    """Ctrl-C to the process group of ``run --loop`` while it starts (importing, opening the engine, taking
+    the lease, its first tick): the process ends with 0 ("stopped after"), 130 or by the signal, never prints
+    a traceback, and leaves no child behind. Before, a Ctrl-C in its first second or so (the imports, before
+    any command could handle it) printed Python's KeyboardInterrupt traceback."""
+    for delay in (0.2, 0.6, 1.2, 2.5, 4.0):  # points spread over a start (when each lands varies by machine)
+        loop = subprocess.Popen(lake.command("run", "--loop", "--interval", "0.5"), env=lake.env, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=lake.home.parent,
+                                start_new_session=True)
+        try:
+            time.sleep(delay)
+            children = _live_descendants(loop.pid) if loop.poll() is None else {}
+            os.killpg(loop.pid, signal.SIGINT)
+            out, err = loop.communicate(timeout=120)
+        finally:
+            if loop.poll() is None:
+                os.killpg(loop.pid, signal.SIGKILL)
+                loop.wait()
+        # (-SIGINT: the signal came before the interpreter handles it, and ended it silently, as any program)
+        assert loop.returncode in (0, 130, -signal.SIGINT), (delay, loop.returncode, err[-3000:])
+        assert "Traceback" not in err and "KeyboardInterrupt" not in err, (delay, err[-3000:])
+        wait_for(lambda started=children: not _live_descendants_of(started), 10,
+                 f"the children of a loop stopped at {delay} s")
+
+
+def _live_descendants_of(children: dict[int, str]) -> list[int]:
+    """The pids of ``children`` that still run (not ended, not a zombie)."""
+    import psutil
+
+    def running(pid: int) -> bool:
+        try:
+            return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
+    return [pid for pid in children if running(pid)]
+
+
 @pytest.mark.spark
 @pytest.mark.timeout(1800)
 def test_ctrl_c_to_the_process_group_of_a_loop_on_spark_classic_stops_it_cleanly(tmp_path):
@@ -226,12 +264,19 @@ def _lines_of(process: subprocess.Popen) -> list[str]:
     return lines
 
 
+def _says_it_waits(lines: list[str], holder: subprocess.Popen) -> bool:
+    """A line of ``lines`` says the runner waits up to 600 s for the lease that the process ``holder`` holds."""
+    return any("waiting up to 600 s" in line and f":{holder.pid}:" in line for line in list(lines))
+
+
 @pytest.mark.slow
 def test_a_loop_waiting_for_the_lease_stops_at_once_on_a_stop_signal(lake, tmp_path):
     """``--wait-lease 600`` waits for another runner's tick, not for a stop: a loop that waits for the lease,
-    between its ticks (it held the lease before) or before its first, exits 0 within seconds of SIGTERM to its
-    process group while the holder's tick goes on (paused mid-tick). Before, it waited out the holder's tick:
-    in CI, more than 120 s on Spark classic."""
+    between its ticks (it held the lease before) or before its first, says whom it waits for (the holder's
+    host and pid) and exits 0 within seconds of SIGTERM to its process group while the holder's tick goes on
+    (paused mid-tick). Before, it waited out the holder's tick: in CI, more than 120 s on Spark classic.
+    (SIGTERM is sent once the line is out: before its handler is installed, a starting process ends as
+    any Python program does, by the signal.)"""
     def loop(*extra: str, env: dict[str, str] | None = None) -> subprocess.Popen:
         return subprocess.Popen(lake.command("run", "--loop", "--interval", "0.3", "--wait-lease", "600", *extra),
                                 env={**lake.env, **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -248,7 +293,10 @@ def test_a_loop_waiting_for_the_lease_stops_at_once_on_a_stop_signal(lake, tmp_p
         wait_for(lambda: marker.exists() or holder.poll() is not None, 120, "the second loop to hold the lease")
         waiting = loop()  # waits from its start
         waiting_err = _lines_of(waiting)
-        time.sleep(3)  # both are in their wait now (the holder is paused for as long as the marker exists)
+        for process, err in ((ticking, ticking_err), (waiting, waiting_err)):
+            # each says whom it waits for, and for how long (the holder is paused while the marker exists)
+            wait_for(lambda lines=err, runner=process: _says_it_waits(lines, holder) or runner.poll() is not None,
+                     120, "a loop to wait")
         assert ticking.poll() is None and waiting.poll() is None, ("".join(ticking_err), "".join(waiting_err))
         began = time.monotonic()
         for process in (ticking, waiting):

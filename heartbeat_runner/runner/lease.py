@@ -222,20 +222,26 @@ class Lease:
                 return self._holding(False, after)  # another runner's commit went first
         return self._holding(False, after)
 
-    def acquire(self, wait_s: float = 0.0, poll_s: float = 0.25, stop: Callable[[], bool] = lambda: False) -> None:
+    def acquire(self, wait_s: float = 0.0, poll_s: float = 0.25, stop: Callable[[], bool] = lambda: False,
+                waiting: Callable[[LeaseInfo], None] = lambda holder: None) -> None:
         """Take the lease, waiting up to ``wait_s`` seconds for its holder; raise LeaseHeld.
 
         While waiting, the row says so (``wanted_by``, asked again every ``ASK_AGAIN_S``): a loop holding it
-        lets go after its tick, and leaves it to us (Handoff). The wait ends early, as LeaseHeld, once ``stop()``
-        says the process was asked to stop (a loop's SIGINT or SIGTERM): a runner waiting up to ``--wait-lease``
-        for another's long tick still stops at once."""
+        lets go after its tick, and leaves it to us (Handoff). ``waiting(holder)`` is called once, when the wait
+        begins (never when the lease is had at once or not waited for), so the process can say what it waits
+        for. The wait ends early, as LeaseHeld, once ``stop()`` says the process was asked to stop (a loop's
+        SIGINT or SIGTERM): a runner waiting up to ``--wait-lease`` for another's long tick still stops at once."""
         deadline = time.monotonic() + wait_s
+        said = False
         while True:
             holder = self.try_acquire()
             if holder is None:
                 return
             if time.monotonic() >= deadline or stop():
                 raise LeaseHeld(holder)
+            if not said:
+                waiting(holder)
+                said = True
             if holder.owner and (holder.wanted_by != self.owner or self.clock() - holder.wanted_at >= ASK_AGAIN_S):
                 self._ask(holder)  # (a free row kept for another by a handoff has nobody to ask)
             time.sleep(poll_s)
@@ -281,10 +287,11 @@ class Lease:
             self.release()
 
     @contextlib.contextmanager
-    def ticking(self, wait_s: float = 0.0, stop: Callable[[], bool] = lambda: False) -> Iterator[Lease]:
+    def ticking(self, wait_s: float = 0.0, stop: Callable[[], bool] = lambda: False,
+                waiting: Callable[[LeaseInfo], None] = lambda holder: None) -> Iterator[Lease]:
         """One tick of a loop: hold the lease for the block and keep it after, unless someone waits for it
-        (``stop``: as :meth:`acquire`'s)."""
-        self.acquire(wait_s, stop=stop)
+        (``stop`` and ``waiting``: as :meth:`acquire`'s)."""
+        self.acquire(wait_s, stop=stop, waiting=waiting)
         try:
             yield self
         finally:

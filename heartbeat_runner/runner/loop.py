@@ -43,7 +43,7 @@ from heartbeat_runner.engines.engine_errors import engine_failures
 from heartbeat_runner.lakehouse.store import TableStore
 from heartbeat_runner.policies.run_policies import runnable_policies
 from heartbeat_runner.runner.app import App, open_app
-from heartbeat_runner.runner.lease import Lease, LeaseHeld, tick_lease
+from heartbeat_runner.runner.lease import Lease, LeaseHeld, LeaseInfo, tick_lease
 from heartbeat_runner.runner.memory import (
     EngineRecycler,
     MemoryCeiling,
@@ -260,7 +260,7 @@ def _under_lease(settings: Settings, config: RunConfig, view: TickView, body: Ca
     with open_app(settings) as app:
         lease = tick_lease(app.store)
         try:
-            lease.acquire(config.lease_wait_s, stop=stop)
+            lease.acquire(config.lease_wait_s, stop=stop, waiting=_says_waiting(view, config))
         except LeaseHeld as exc:
             view.skipped(exc)
             return 0
@@ -377,11 +377,16 @@ def _leased_tick(lease: Lease, heartbeat: Heartbeat, start: RunStart, scope: Tic
     (skipped, shown) when another runner holds it, past the wait or once ``stop()`` says the loop stops.
     It fills ``done`` when given."""
     try:
-        with lease.ticking(config.lease_wait_s, stop=stop):
+        with lease.ticking(config.lease_wait_s, stop=stop, waiting=_says_waiting(view, config)):
             return _counted(heartbeat, start, scope, done)
     except LeaseHeld as exc:
         view.skipped(exc)
         return None
+
+
+def _says_waiting(view: TickView, config: RunConfig) -> Callable[[LeaseInfo], None]:
+    """What a runner shows as it begins to wait for the lease (``--wait-lease``): whom it waits for, how long."""
+    return lambda holder: view.progress(f"{LeaseHeld(holder)}; waiting up to {config.lease_wait_s:g} s for it")
 
 
 def _release(lease: Lease) -> None:
