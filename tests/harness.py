@@ -461,7 +461,19 @@ class LoopStop:
     left_behind: list[str]
 
 
-def _live_descendants(pid: int) -> dict[int, str]:
+def still_running(pids) -> list[int]:
+    """The pids of ``pids`` that still run: a process that ended, even if not yet reaped (a zombie), does not."""
+    import psutil
+
+    def running(pid: int) -> bool:
+        try:
+            return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
+    return [pid for pid in pids if running(pid)]
+
+
+def live_descendants(pid: int) -> dict[int, str]:
     """The command lines of ``pid``'s descendants that still run, by pid. A child that ended and is not yet
     reaped (a zombie) or that went between the listing and the read is not one: it holds nothing."""
     import psutil
@@ -498,7 +510,7 @@ def stop_loop(lake: CliLakehouse, sig: int, *, to_group: bool, mid_tick: bool, m
             wait_for(lambda: any(line.startswith("tick 1 ") for line in err) or loop.poll() is not None,
                      start_timeout, "the first tick to finish")
         assert loop.poll() is None, "".join(err)
-        children = _live_descendants(loop.pid)
+        children = live_descendants(loop.pid)
         began = time.monotonic()
         if to_group:
             os.killpg(loop.pid, sig)
@@ -516,16 +528,11 @@ def stop_loop(lake: CliLakehouse, sig: int, *, to_group: bool, mid_tick: bool, m
     for reader in readers:
         reader.join(timeout=10)
 
-    def running(pid: int) -> bool:
-        try:
-            return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-        except psutil.NoSuchProcess:
-            return False
     # the engine is stopped and reaped before the runner exits; helpers (multiprocessing's resource tracker)
     # end when they see the runner's pipe close: a moment after it
     with contextlib.suppress(AssertionError):
-        wait_for(lambda: not any(running(pid) for pid in children), 5, "the runner's children to end")
-    left = [f"{pid} {children[pid]}" for pid in children if running(pid)]
+        wait_for(lambda: not still_running(children), 5, "the runner's children to end")
+    left = [f"{pid} {children[pid]}" for pid in still_running(children)]
     for pid in children:
         with contextlib.suppress(psutil.NoSuchProcess):
             psutil.Process(pid).kill()

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from harness import HEADER, CliLakehouse, _live_descendants, marker_jobs_file, stop_loop, wait_for
+from harness import HEADER, CliLakehouse, live_descendants, marker_jobs_file, still_running, stop_loop, wait_for
 from harness import config_row as row
 
 from heartbeat_runner.core.errors import ConfigError
@@ -211,7 +211,7 @@ def test_ctrl_c_at_any_moment_of_a_loops_start_ends_it_without_a_traceback(lake)
                                 start_new_session=True)
         try:
             time.sleep(delay)
-            children = _live_descendants(loop.pid) if loop.poll() is None else {}
+            children = live_descendants(loop.pid) if loop.poll() is None else {}
             os.killpg(loop.pid, signal.SIGINT)
             out, err = loop.communicate(timeout=120)
         finally:
@@ -221,20 +221,8 @@ def test_ctrl_c_at_any_moment_of_a_loops_start_ends_it_without_a_traceback(lake)
         # (-SIGINT: the signal came before the interpreter handles it, and ended it silently, as any program)
         assert loop.returncode in (0, 130, -signal.SIGINT), (delay, loop.returncode, err[-3000:])
         assert "Traceback" not in err and "KeyboardInterrupt" not in err, (delay, err[-3000:])
-        wait_for(lambda started=children: not _live_descendants_of(started), 10,
+        wait_for(lambda started=children: not still_running(started), 10,
                  f"the children of a loop stopped at {delay} s")
-
-
-def _live_descendants_of(children: dict[int, str]) -> list[int]:
-    """The pids of ``children`` that still run (not ended, not a zombie)."""
-    import psutil
-
-    def running(pid: int) -> bool:
-        try:
-            return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-        except psutil.NoSuchProcess:
-            return False
-    return [pid for pid in children if running(pid)]
 
 
 @pytest.mark.spark
