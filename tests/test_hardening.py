@@ -203,16 +203,19 @@ def test_a_stop_signal_to_the_loop_or_its_whole_process_group_stops_it_cleanly_a
 def test_a_stop_signal_at_any_moment_of_a_loops_start_ends_it_without_a_traceback(lake):
     """Ctrl-C (SIGINT) or SIGTERM to the process group of ``run --loop`` while it starts (loading, opening the
     engine, taking the lease, its first tick) ends it: with 0 ("stopped after"), 130 after Ctrl-C, or by the
-    signal; never a traceback, no child left behind. Before, a Ctrl-C in its first second or so (loading,
-    before any command could handle it) printed Python's KeyboardInterrupt traceback, and one that a library
-    swallowed while being imported left the loop running (CI: still ticking 120 s after the Ctrl-C)."""
+    signal; never a traceback, no child left behind. So does the ``heartbeat`` console script (pip's wrapper).
+    Before, a Ctrl-C in its first second or so (loading, before any command could handle it) printed Python's
+    KeyboardInterrupt traceback, and one that a library swallowed while being imported left the loop running
+    (CI: still ticking 120 s after the Ctrl-C)."""
     ends = {signal.SIGINT: (0, 130, -signal.SIGINT), signal.SIGTERM: (0, -signal.SIGTERM)}
+    module = lake.command("run", "--loop", "--interval", "0.5")
+    script = [str(Path(sys.executable).with_name("heartbeat")), *module[3:]]
     # points spread over a start (when each lands varies with the machine's load), most of them in the loading
-    for sig, delay in [(signal.SIGINT, d) for d in (0.1, 0.2, 0.3, 0.45, 0.6, 0.8, 1.2, 2.5, 4.0)] + \
-                      [(signal.SIGTERM, d) for d in (0.3, 0.8)]:
-        loop = subprocess.Popen(lake.command("run", "--loop", "--interval", "0.5"), env=lake.env, text=True,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=lake.home.parent,
-                                start_new_session=True)
+    for command, sig, delay in [(module, signal.SIGINT, d) for d in (0.1, 0.2, 0.3, 0.45, 0.6, 0.8, 1.2, 2.5, 4.0)] + \
+                               [(module, signal.SIGTERM, d) for d in (0.3, 0.8)] + \
+                               [(script, signal.SIGINT, 0.4), (script, signal.SIGTERM, 0.4)]:
+        loop = subprocess.Popen(command, env=lake.env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                cwd=lake.home.parent, start_new_session=True)
         try:
             time.sleep(delay)
             children = live_descendants(loop.pid) if loop.poll() is None else {}
@@ -222,7 +225,7 @@ def test_a_stop_signal_at_any_moment_of_a_loops_start_ends_it_without_a_tracebac
             if loop.poll() is None:
                 os.killpg(loop.pid, signal.SIGKILL)
                 loop.wait()
-        what = f"{sig.name} at {delay} s"
+        what = f"{sig.name} at {delay} s to {Path(command[0]).name}"
         assert loop.returncode in ends[sig], (what, loop.returncode, err[-3000:])
         assert "Traceback" not in err and "KeyboardInterrupt" not in err, (what, err[-3000:])
         wait_for(lambda started=children: not still_running(started), 10, f"the children of a loop stopped: {what}")

@@ -311,21 +311,6 @@ def main(argv: list[str] | None = None) -> int:
     return code
 
 
-def script() -> None:
-    """The ``heartbeat`` console script and wheel-task entry point: run the command of ``sys.argv``, and end
-    with ``SystemExit(code)`` when the command failed.
-
-    Invariant: a failed command is an exception, never a returned value. A Databricks ``python_wheel_task``
-    calls the entry point and ignores what it returns: only an exception or a non-zero ``SystemExit`` fails
-    the task (and fires its failure notifications). Success returns normally, so a runtime that treats any
-    ``SystemExit`` as a failure still sees a good run as one. In-process callers use ``main(argv)``, which
-    returns the code.
-    """
-    code = main()
-    if code:
-        raise SystemExit(code)
-
-
 def _discard_stdout() -> None:
     """Point stdout at devnull, so the interpreter's own flush at exit finds no closed pipe."""
     devnull = os.open(os.devnull, os.O_WRONLY)
