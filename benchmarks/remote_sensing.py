@@ -38,13 +38,13 @@ CATALOG = "spark_catalog"
 class Catalog:
     """Unity Catalog's bookkeeping of the benchmark's tables: ``information_schema.tables`` as a Delta table."""
 
-    def __init__(self, spark, names: list[str]):
+    def __init__(self, spark, names: list[str], schema: str = SCHEMA):
         self.spark = spark
         spark.sql("CREATE SCHEMA IF NOT EXISTS information_schema")
         spark.sql("CREATE TABLE IF NOT EXISTS information_schema.tables (table_catalog STRING, table_schema STRING, "
                   "table_name STRING, table_type STRING, last_altered TIMESTAMP) USING delta")
         made = datetime.now(timezone.utc) - timedelta(days=1)  # steady state: the tables were made long ago
-        spark.createDataFrame([(CATALOG, SCHEMA, n, "MANAGED", made) for n in names],
+        spark.createDataFrame([(CATALOG, schema, n, "MANAGED", made) for n in names],
                               "table_catalog string, table_schema string, table_name string, table_type string, "
                               "last_altered timestamp"
                               ).write.format("delta").mode("overwrite").saveAsTable("information_schema.tables")

@@ -307,14 +307,25 @@ def _add_history(app, heartbeat, total_events: int) -> dict[str, Any]:
     rows = app.store.read(CONTROL, columns=["source_key", "sensor_source", "sensor_id", "trigger_job_id"])
     sources = sorted({(r["source_key"], r["sensor_source"], r["sensor_id"]) for r in rows})
     jobs = sorted({r["trigger_job_id"] for r in rows})
-    location = str(app.engine.own_location(EVENTS))
+    location = app.engine.own_location(EVENTS)  # None where only the engine writes the table (local Spark)
+    before = app.store.count(EVENTS)
     written, chunk = 0, 1_000_000
     while written < total_events:
         size = min(chunk, total_events - written)
-        write_deltalake(location, pa.Table.from_pylist(_history_rows(written, size, sources, jobs),
-                                                       schema=_event_schema(Event.columns())), mode="append")
+        rows = pa.Table.from_pylist(_history_rows(written, size, sources, jobs), schema=_event_schema(Event.columns()))
+        if location is not None:
+            write_deltalake(str(location), rows, mode="append")
+        else:
+            from pyspark.sql.pandas.types import to_arrow_schema
+
+            table = app.store.name(EVENTS)
+            schema = to_arrow_schema(app.engine.spark.table(table).schema)
+            app.engine.spark.createDataFrame(rows.select(schema.names).cast(schema)).write.insertInto(table)
         written += size
         print(f"  history: {written:,} of {total_events:,} events written", file=sys.stderr, flush=True)
+    if app.store.count(EVENTS) < before + total_events:
+        raise RuntimeError(f"the history did not reach {app.store.name(EVENTS)}: {app.store.count(EVENTS):,} events "
+                           f"after writing {total_events:,} to {before:,}")
     generated_s = time.monotonic() - began
     began = time.monotonic()
     heartbeat.refresh_models()  # the old runner's last build, over the whole log
