@@ -286,12 +286,15 @@ def test_one_shot_runners_killed_and_racing_after_a_hold_still_start_the_held_ru
 
     from heartbeat_runner.core.faults import CRASH_EXIT_CODE, FaultPoint
 
-    interval = 6
+    # long enough that the next one-shot run comes within it on a loaded machine (CI: a 6 s interval had passed
+    # by the time the second process ticked, 5 s of tick); waited for from the first run's end, not guessed
+    interval = 15
     lake = data_after_a_run(tmp_path, f"min_interval: {interval}s")
+    first_ended = time.monotonic()  # the first run started before this
     held = json.loads(lake.cli("run", "--json").stdout)
     assert [h["job_id"] for h in held["held"]] == ["J1"], held    # within the interval: held, nothing started
     assert lake.executions().get("J1") == 1
-    time.sleep(interval)
+    time.sleep(max(0.0, first_ended + interval - time.monotonic()))
     crashed = lake.cli("run", check=False, env={"HEARTBEAT_CRASH_AT": FaultPoint.AFTER_TRIGGER_REQUESTED.value})
     assert crashed.returncode == CRASH_EXIT_CODE, crashed.stderr[-3000:]
     with ThreadPoolExecutor(max_workers=2) as pool:               # two runners at once after the kill
