@@ -63,7 +63,7 @@ def measure(engine: str, n: int, repeats: int, root: Path, status_samples: int =
                 cluster.keep_catalog(workload)
             forget_the_setup(app.engine.spark)
             registered = time.monotonic() - started
-        server_heap = ServerHeap.of_child_jvm() if not app.engine.is_local and heap_of(app.engine.spark) is None else None
+        server_heap = ServerHeap.of_child_jvm() if not app.engine.is_local and _jvm_of(app.engine.spark) is None else None
         loading = time.monotonic()
         app.load_config(load_config(workload.config))
         loaded = time.monotonic() - loading
@@ -134,7 +134,7 @@ def forget_the_setup(spark) -> None:
     10,000 sources, enough to keep a 2g driver collecting all through the first tick (docs/engines.md, "The driver
     heap"). A runner that starts on an existing metastore holds none, so the benchmark's setup leaves none
     behind, and the heap's peaks are counted from here (Spark classic: py4j)."""
-    jvm = getattr(spark, "_jvm", None)
+    jvm = _jvm_of(spark)
     if jvm is None:
         return
     jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()
@@ -143,11 +143,16 @@ def forget_the_setup(spark) -> None:
         pool.resetPeakUsage()
 
 
+def _jvm_of(spark) -> Any:
+    """The py4j view of this process's own JVM: a classic session's; None for a Spark Connect client or Sail."""
+    return getattr(spark, "_jvm", None)
+
+
 def heap_of(spark) -> str | None:
     """The classic Spark driver's heap: the old generation's peak since the start (what outlived collections, MiB)
     over the heap's maximum (``-Xmx``), read through py4j; None where this process has no JVM of its own (Sail, a
     Spark Connect client: ServerHeap samples the server's)."""
-    jvm = getattr(spark, "_jvm", None)
+    jvm = _jvm_of(spark)
     if jvm is None:
         return None
     management = jvm.java.lang.management.ManagementFactory
@@ -254,7 +259,7 @@ class ScanCounter:
 
     @classmethod
     def of(cls, spark) -> ScanCounter | None:
-        return cls(spark) if getattr(spark, "_jvm", None) is not None else None
+        return cls(spark) if _jvm_of(spark) is not None else None
 
     def describe(self, statement: str) -> None:
         self._context.setJobDescription(statement_label(statement))

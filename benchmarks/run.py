@@ -308,6 +308,11 @@ def _add_history(app, heartbeat, total_events: int) -> dict[str, Any]:
     sources = sorted({(r["source_key"], r["sensor_source"], r["sensor_id"]) for r in rows})
     jobs = sorted({r["trigger_job_id"] for r in rows})
     location = app.engine.own_location(EVENTS)  # None where only the engine writes the table (local Spark)
+    table = app.store.name(EVENTS)
+    if location is None:
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        spark_schema = to_arrow_schema(app.engine.spark.table(table).schema)
     before = app.store.count(EVENTS)
     written, chunk = 0, 1_000_000
     while written < total_events:
@@ -316,16 +321,13 @@ def _add_history(app, heartbeat, total_events: int) -> dict[str, Any]:
         if location is not None:
             write_deltalake(str(location), rows, mode="append")
         else:
-            from pyspark.sql.pandas.types import to_arrow_schema
-
-            table = app.store.name(EVENTS)
-            schema = to_arrow_schema(app.engine.spark.table(table).schema)
-            app.engine.spark.createDataFrame(rows.select(schema.names).cast(schema)).write.insertInto(table)
+            app.engine.spark.createDataFrame(rows.select(spark_schema.names).cast(spark_schema)).write.insertInto(table)
         written += size
         print(f"  history: {written:,} of {total_events:,} events written", file=sys.stderr, flush=True)
-    if app.store.count(EVENTS) < before + total_events:
-        raise RuntimeError(f"the history did not reach {app.store.name(EVENTS)}: {app.store.count(EVENTS):,} events "
-                           f"after writing {total_events:,} to {before:,}")
+    after = app.store.count(EVENTS)
+    if after < before + total_events:
+        raise RuntimeError(f"the history did not reach {table}: {after:,} events after writing {total_events:,} "
+                           f"to {before:,}")
     generated_s = time.monotonic() - began
     began = time.monotonic()
     heartbeat.refresh_models()  # the old runner's last build, over the whole log

@@ -20,18 +20,21 @@ BENCHMARKS = ROOT / "benchmarks"
 SOURCES = 1000
 
 
-def _jobs_all_of_whose_hard_sources_changed(changed: set[int]) -> set[str]:
-    """The jobs a busy tick must start: those whose every hard source got data (soft ones never start a job)."""
+def _first_busy_tick(root: Path) -> tuple[set[int], set[str]]:
+    """The benchmark's first busy tick: the sources it changes (``Workload.busy_set(0)``) and the jobs it must
+    start, those whose every hard source got data (soft ones never start a job)."""
     sys.path.insert(0, str(BENCHMARKS))
     try:
-        import run as workload
+        import run as bench
     finally:
         sys.path.remove(str(BENCHMARKS))
+    workload = bench.Workload(root, SOURCES)
+    changed = {sensor.index for sensor in workload.busy_set(0)}
     hard: dict[str, set[int]] = {}
-    for sensor in workload._sensors(SOURCES):
+    for sensor in workload.sensors:
         if sensor.hard:
             hard.setdefault(sensor.job, set()).add(sensor.index)
-    return {job for job, indexes in hard.items() if indexes <= changed}
+    return changed, {job for job, indexes in hard.items() if indexes <= changed}
 
 
 @pytest.mark.spark
@@ -53,8 +56,7 @@ def test_a_thousand_sources_tick_on_spark_classic_with_a_1g_driver(tmp_path):
 
     assert (first["sensed"], first["errors"]) == (SOURCES, 0), first
     assert (steady["sensed"], steady["errors"], steady["new_data"], steady["triggered"]) == (SOURCES, 0, 0, 0), steady
-    changed = {i for i in range(SOURCES) if i % 10 == 0}  # the benchmark's first busy tenth
-    expected = _jobs_all_of_whose_hard_sources_changed(changed)
+    changed, expected = _first_busy_tick(tmp_path)
     assert (busy["errors"], busy["new_data"]) == (0, len(changed)), busy
     assert busy["triggered"] == len(expected), busy
     ran = {stamp.name: len(stamp.read_text().split()) for stamp in (tmp_path / "stamps").iterdir()}
