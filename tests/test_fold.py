@@ -5,6 +5,7 @@ read must be exactly what a build from all the events gives: each folded table i
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import time
@@ -186,7 +187,8 @@ def test_new_data_recorded_beside_another_processs_commit_is_derived_not_folded(
 
 
 def _a_loops_heartbeat_hurries_while_a_wake_up_waits(hb) -> None:
-    """The heartbeat a loop with wake-ups builds hurries exactly while a wake-up waits to be taken."""
+    """The heartbeat a loop with wake-ups builds hurries exactly while a wake-up waits to be taken, and never with
+    HEARTBEAT_HURRY=off."""
     from types import SimpleNamespace
 
     from heartbeat_runner.runner.lease import tick_lease
@@ -200,6 +202,14 @@ def _a_loops_heartbeat_hurries_while_a_wake_up_waits(hb) -> None:
         assert loops.hurry()
         wakes.take()
         assert not loops.hurry()
+    # HEARTBEAT_HURRY=off: the same loop never hurries, wake-up or not (what benchmarks/ab.py --hurry compares)
+    settings, hb.app.settings = hb.app.settings, dataclasses.replace(hb.app.settings, hurry=False)
+    try:
+        with _heartbeat(hb.app, tick_lease(hb.app.store), SimpleNamespace(progress=lambda _: None), wakes) as loops:
+            wakes.wake("trigger_file:a")
+            assert not loops.hurry()
+    finally:
+        hb.app.settings = settings
 
 
 def test_a_hurried_tick_leaves_the_sensor_state_to_the_next_which_catches_up(hb, monkeypatch):

@@ -273,10 +273,10 @@ def _under_lease(settings: Settings, config: RunConfig, view: TickView, body: Ca
 @contextlib.contextmanager
 def _heartbeat(app: App, lease: Lease, view: TickView, wakes: WakeSignal | None = None) -> Iterator[Heartbeat]:
     """The heartbeat of this process: it shows its steps in ``view`` and renews the lease before any jobs API
-    call, and hurries while a wake-up of ``wakes`` waits (a loop's); closed after (it writes the summary of a
+    call, and hurries while a wake-up of ``wakes`` waits (a loop's, unless HEARTBEAT_HURRY=off); closed after (it writes the summary of a
     pending streak of idle ticks)."""
-    heartbeat = app.heartbeat(progress=view.progress, before_trigger=lease.renew,
-                              hurry=wakes.pending if wakes is not None else None)
+    hurry = wakes.pending if wakes is not None and app.settings.hurry else None
+    heartbeat = app.heartbeat(progress=view.progress, before_trigger=lease.renew, hurry=hurry)
     try:
         yield heartbeat
     finally:
