@@ -7,7 +7,16 @@ from __future__ import annotations
 from harness import config_row as row
 
 from heartbeat_runner.core.records import Event, EventType, JobStatus, RefreshPath, RefreshReason, utcnow
-from heartbeat_runner.lakehouse.control_table import Appended, ControlTable, FoldKind, NoFold, Refresh, Scope
+from heartbeat_runner.lakehouse.control_table import (
+    Appended,
+    ControlTable,
+    FoldKind,
+    NoFold,
+    OwnCommits,
+    Refresh,
+    Scope,
+)
+from heartbeat_runner.runner.empty_reads import ASKS, EmptyReads
 from heartbeat_runner.runner.tick_result import TickResult
 from heartbeat_runner.sensing.parallel import sense_all
 
@@ -77,8 +86,8 @@ def _request(run_id: str, job: str, kind: EventType = EventType.TRIGGER_REQUESTE
                  idempotency_token=f"token-{job}", job_run_id="7" if kind is EventType.TRIGGERED else None)
 
 
-def _kinds(span: Appended, version: int) -> list[FoldKind] | None:
-    folds = span.folds(version)
+def _kinds(span: Appended, *, only_own: bool = True) -> list[FoldKind] | None:
+    folds = span.folds(only_own=only_own)
     return None if folds is None else [step.kind for step in folds]
 
 
@@ -86,10 +95,10 @@ def test_only_one_runs_own_requests_and_their_answers_fold():
     span = Appended(base_version=10)
     span.add([_request("r1", "J1"), _request("r1", "J2")])
     span.add([_request("r1", "J1", EventType.TRIGGERED)])
-    folds = span.folds(12)
+    folds = span.folds(only_own=True)
     assert folds is not None and [s.kind for s in folds] == [FoldKind.REQUESTS]
     assert {(row[0], row[4]) for row in folds[0].fold_rows()} == {("J1", "7"), ("J2", None)}  # job, its run
-    assert span.folds(13) is None  # another process committed meanwhile
+    assert span.folds(only_own=False) is None  # another process committed meanwhile
 
     for other in (_request("r2", "J3"),                                      # another run's request
                   _request("r1", "J1"),                                      # a second request of one job
@@ -100,9 +109,9 @@ def test_only_one_runs_own_requests_and_their_answers_fold():
         span = Appended(base_version=10)
         span.add([_request("r1", "J1"), _request("r1", "J2")])
         span.add([other])
-        assert span.folds(12) is None, other
+        assert span.folds(only_own=True) is None, other
 
-    assert _kinds(Appended(base_version=10), 10) == []  # nothing appended: nothing to fold
+    assert _kinds(Appended(base_version=10)) == []  # nothing appended: nothing to fold
 
 
 def _sensed(run_id: str, key: str, kind: EventType = EventType.NEW_DATA) -> Event:
@@ -119,10 +128,10 @@ def test_a_ticks_own_commits_fold_in_order_and_anything_else_derives():
     span.add([_request("r1", "J1")])
     span.add([_request("r1", "J1", EventType.TRIGGERED)])
     span.add([_ended("r1", "J2"), _ended("r1", "J3", EventType.FAILED)])
-    folds = span.folds(14)
+    folds = span.folds(only_own=True)
     assert folds is not None and [s.kind for s in folds] == [FoldKind.NEW_DATA, FoldKind.REQUESTS, FoldKind.ENDS]
     assert [row[0] for row in folds[0].fold_rows()] == ["a", "b"]  # a CURSOR changes no control row
-    assert span.folds(15) is None  # another process committed meanwhile
+    assert span.folds(only_own=False) is None  # another process committed meanwhile
 
     for commit in ([_sensed("r1", "a"), _sensed("r2", "b")],  # two runs' events
                    [_sensed("r1", "a"), _sensed("r1", "a")],  # two of one source
@@ -133,7 +142,7 @@ def test_a_ticks_own_commits_fold_in_order_and_anything_else_derives():
                                               trigger_job_id="J2", idempotency_token="t")]):  # a retry
         span = Appended(base_version=10)
         span.add(commit)
-        assert span.folds(11) is None, commit
+        assert span.folds(only_own=True) is None, commit
 
 
 def _path(refresh: Refresh) -> tuple[RefreshPath, RefreshReason | None]:
@@ -150,8 +159,11 @@ def test_a_refresh_says_its_path_and_why_it_built_rather_than_folded(hb):
     assert _path(control.refresh(force=True)) == (RefreshPath.BUILD, RefreshReason.FORCED)
     assert _path(control.refresh()) == (RefreshPath.NONE, None)
 
+    reads = EmptyReads(control.own)  # a read only another process can fill, found empty now
+    reads.found(ASKS, empty=True)
     control.append([_sensed("r1", "trigger_file|a", EventType.CURSOR)])  # a tick's own sensing append
     assert _path(control.refresh()) == (RefreshPath.FOLD, None)
+    assert reads.still_empty(ASKS)  # the same record: only the runner's own commit came since
 
     control.append([_config_loaded()])
     built = control.refresh()
@@ -159,8 +171,10 @@ def test_a_refresh_says_its_path_and_why_it_built_rather_than_folded(hb):
     assert built.why.detail == EventType.CONFIG_LOADED.value
     assert built.as_dict() == {"path": "build", "reason": "not_foldable", "detail": "CONFIG_LOADED"}
 
+    reads.found(ASKS, empty=True)
     store.append_events([_config_loaded()])  # another writer (a CLI command) beside this object's span
     assert _path(control.refresh()) == (RefreshPath.BUILD, RefreshReason.OTHER_COMMITS)
+    assert not reads.still_empty(ASKS)  # ... which both the fold and the empty read see, from one record
 
     other = ControlTable(store, dbt)  # another process: its first refresh finds the events moved
     store.append_events([_config_loaded()])
@@ -181,7 +195,7 @@ def test_a_span_that_cannot_fold_keeps_the_commit_that_stopped_it():
         span = Appended(base_version=10)
         for commit in commits:
             span.add(commit)
-        plan = span.plan(10 + len(commits))
+        plan = span.plan(only_own=True)
         return plan.detail if isinstance(plan, NoFold) and plan.reason is RefreshReason.NOT_FOLDABLE else None
 
     retry = Event(event_type=EventType.RETRY_REQUESTED, run_id="r1", snapshot_ts=utcnow(), trigger_job_id="J2",
@@ -195,4 +209,27 @@ def test_a_span_that_cannot_fold_keeps_the_commit_that_stopped_it():
     assert first_refusal([_sensed("r1", "a")]) is None
     span = Appended(base_version=10)
     span.add([_sensed("r1", "a")])
-    assert span.plan(12) == NoFold(RefreshReason.OTHER_COMMITS)
+    assert span.plan(only_own=False) == NoFold(RefreshReason.OTHER_COMMITS)
+
+
+def test_the_one_record_of_own_commits_checks_them_at_each_read_of_the_version():
+    """OwnCommits: commits are counted as they are made and checked at the next read of the events version; one
+    commit of anybody else (or a version not read) makes everything known before it unknown, for the folds and
+    the empty reads alike. No clock is read."""
+    own = OwnCommits()
+    reads = EmptyReads(own)
+    reads.found(ASKS, empty=True)
+    assert not reads.still_empty(ASKS)  # no version read yet: nothing is known
+    assert not own.read(10)  # the first read: nothing to check
+    reads.found(ASKS, empty=True)
+    own.committed()
+    own.committed()
+    assert own.position == 12 and reads.still_empty(ASKS)
+    assert own.read(12) and reads.still_empty(ASKS)  # exactly our two commits came
+    own.committed()
+    assert not own.read(14)  # ours and one of another process (or ours, committed twice)
+    assert not reads.still_empty(ASKS) and own.since == 14
+    reads.found(ASKS, empty=True)
+    assert own.read(14) and reads.still_empty(ASKS)
+    reads.found(ASKS, empty=False)
+    assert not reads.still_empty(ASKS)

@@ -10,7 +10,9 @@ table. :class:`ControlTable` is the one object that
   ``built_events_version.control`` for the control table alone). Nothing else reads or writes it;
 - builds through the dbt project (:class:`DbtProject`) when the events moved since the marker, and folds a
   tick's own commits (its new data, its trigger requests, the runs that ended) in rather than deriving every
-  row again when it can (:class:`Appended`), merging the sensor state table for what they changed.
+  row again when it can (:class:`Appended`), merging the sensor state table for what they changed;
+- keeps the one record of which commits of the events table are this process's own (:class:`OwnCommits`):
+  the folds and the reads only another process can fill (runner/empty_reads.py) both ask it.
 
 Invariants:
 
@@ -184,13 +186,55 @@ class StateChanges:
 
 
 @dataclass
+class OwnCommits:
+    """Which commits of the events table this process made (through :meth:`ControlTable.append`): the one record
+    that whatever skips work "because only our own commits came since" asks. The folds do (:class:`Appended`:
+    a span folds only when nobody else committed), and so do the reads only another process can fill
+    (runner/empty_reads.py: an operator's asks stay unread while the runner alone commits).
+
+    ``base`` is the events version read at the latest refresh and ``commits`` the commits made here since it;
+    ``since`` the earliest version from which every commit up to ``base`` is known to be this process's own.
+
+    Invariant: ``since`` is set exactly when ``base`` is, and ``since <= base``. A refresh that reads a version
+    other than ``base + commits`` (another process committed, or an append retried after an unclear failure
+    committed twice) moves ``since`` to that version: whatever was known before it may have changed. Commits
+    made after the latest read are counted, not yet checked: the next read checks them. No clock is compared.
+    """
+
+    base: int | None = None
+    commits: int = 0
+    since: int | None = None
+
+    def read(self, version: int) -> bool:
+        """The events version read now (a refresh); True when every commit since the previous read was ours."""
+        own = self.base is not None and version == self.base + self.commits
+        self.since = self.since if own else version
+        self.base, self.commits = version, 0
+        return own
+
+    def committed(self) -> None:
+        """This process made one commit of the events table."""
+        self.commits += 1
+
+    @property
+    def position(self) -> int | None:
+        """The version the events table is at if every commit since the latest read was ours (None: never read)."""
+        return None if self.base is None else self.base + self.commits
+
+    def only_own_after(self, position: int) -> bool:
+        """Whether every commit after ``position`` (a :attr:`position` taken earlier) up to the latest read was
+        ours. Commits after that read are checked by the next one."""
+        return self.since is not None and self.since <= position
+
+
+@dataclass
 class Appended:
     """The commits made through :meth:`ControlTable.append` since the latest refresh, and whether the next
     refresh may fold them into the control table, commit by commit (macros/heartbeat_folds.sql), rather than
     derive every row again.
 
-    Invariant: foldable (``steps`` not None) only while every commit since is one run's, nobody else committed
-    (the events version is the base plus these commits), and each commit is one of
+    Invariant: foldable (``steps`` not None) only while every commit since is one run's, and each commit is one
+    of
 
     - the sensing append: NEW_DATA and CURSOR events, at most one NEW_DATA per source (CURSOR events change no
       control row);
@@ -200,12 +244,13 @@ class Appended:
 
     Anything else (a refusal, a skipped run, a retry, the next run of a sequence, a skipped window, a config
     load, another process's event) asks for the full build; ``unfoldable`` keeps what the first such commit
-    held (set exactly when ``steps`` is None).
+    held (set exactly when ``steps`` is None). Whether anybody else committed meanwhile is not the span's to know:
+    :class:`OwnCommits` says it, to :meth:`plan`.
     """
 
+    #: the events version the span starts at: the one the control table must have been built at to fold it
     base_version: int
     run_id: str | None = None
-    commits: int = 0
     #: the folds of the commits so far, in order (None: not foldable)
     steps: list[FoldStep] | None = field(default_factory=list)
     #: what made the span not foldable: the event types of the commit, and why when they fold otherwise
@@ -213,7 +258,6 @@ class Appended:
 
     def add(self, events: list[Event]) -> None:
         """Record one commit of ``events`` (not empty)."""
-        self.commits += 1
         if self.steps is None:
             return
         runs = {e.run_id for e in events}
@@ -257,18 +301,19 @@ class Appended:
                 return
             step.requests[token] = replace(step.requests[token], job_run_id=event.job_run_id)
 
-    def plan(self, events_version: int) -> list[FoldStep] | NoFold:
-        """The folds that bring a control table built at the span's base to ``events_version``, or why none do
-        (NOT_FOLDABLE: a commit of the span cannot fold; OTHER_COMMITS: the events moved by more than the span)."""
+    def plan(self, *, only_own: bool) -> list[FoldStep] | NoFold:
+        """The folds that bring a control table built at the span's base to the events version read now, or why
+        none do (NOT_FOLDABLE: a commit of the span cannot fold; OTHER_COMMITS: not ``only_own``, i.e. another
+        process committed too, as :meth:`OwnCommits.read` found)."""
         if self.steps is None:
             return NoFold(RefreshReason.NOT_FOLDABLE, self.unfoldable)
-        if events_version != self.base_version + self.commits:
+        if not only_own:
             return NoFold(RefreshReason.OTHER_COMMITS)
         return self.steps
 
-    def folds(self, events_version: int) -> list[FoldStep] | None:
+    def folds(self, *, only_own: bool) -> list[FoldStep] | None:
         """:meth:`plan`'s folds, or None when the span does not fold."""
-        plan = self.plan(events_version)
+        plan = self.plan(only_own=only_own)
         return None if isinstance(plan, NoFold) else plan
 
 
@@ -325,6 +370,8 @@ class ControlTable:
         self.store = store
         self.dbt = dbt
         self.folding = folding
+        #: which commits of the events table are this process's own (the one record: :class:`OwnCommits`)
+        self.own = OwnCommits()
         #: this object's commits since its latest refresh (None: none since, or no refresh yet)
         self._appended: Appended | None = None
         #: what the sensor state table lacks of the control table's folds (None: not known, the whole table)
@@ -359,7 +406,10 @@ class ControlTable:
         """One atomic commit of ``events`` the control table derives from (the tables are not current after
         it, until the next :meth:`refresh`)."""
         events = self.store.append_events(events)
-        if events and self._appended is not None:
+        if not events:
+            return
+        self.own.committed()
+        if self._appended is not None:
             self._appended.add(events)
 
     def append_beside(self, events: list[Event]) -> None:
@@ -399,6 +449,7 @@ class ControlTable:
         path the control table took and, for a build, why no fold (from what is known here: no query).
         """
         version = self.events_version()
+        only_own = self.own.read(version)
         appended, self._appended = self._appended, Appended(version)
         if not force and self.built_version(Scope.FULL) == version:
             self._unmerged = StateChanges()
@@ -408,7 +459,7 @@ class ControlTable:
             return Refresh(version, built=False)
         crash_point(FaultPoint.DURING_DBT_BUILD)
         self.dbt.migrate_once()  # a fold or merge writes columns an older Heartbeat's tables may lack
-        plan = NoFold(RefreshReason.FORCED) if force else None if control_current else self._plan(appended, version)
+        plan = NoFold(RefreshReason.FORCED) if force else None if control_current else self._plan(appended, only_own)
         folds = None if plan is None or isinstance(plan, NoFold) else plan
         if folds is not None:
             for step in folds:
@@ -430,17 +481,17 @@ class ControlTable:
             self._unmerged = StateChanges()
         return _refreshed(version, plan)
 
-    def _plan(self, appended: Appended | None, version: int) -> list[FoldStep] | NoFold:
-        """The folds that bring the control table to ``version``, or why it is built instead: folds are on, this
-        object refreshed before (a span), and the table is the one built at the span's base; the span says the rest
-        (:meth:`Appended.plan`)."""
+    def _plan(self, appended: Appended | None, only_own: bool) -> list[FoldStep] | NoFold:
+        """The folds that bring the control table to the events version read now, or why it is built instead:
+        folds are on, this object refreshed before (a span), and the table is the one built at the span's base;
+        the span says the rest, told whether only its own commits came since (:meth:`Appended.plan`)."""
         if not self.folding:
             return NoFold(RefreshReason.FOLDS_OFF)
         if appended is None:
             return NoFold(RefreshReason.FIRST_REFRESH)
         if self.built_version(Scope.CONTROL) != appended.base_version:
             return NoFold(RefreshReason.MOVED)
-        return appended.plan(version)
+        return appended.plan(only_own=only_own)
 
     def _fold(self, step: FoldStep) -> None:
         """One MERGE of ``step``'s rows, given to its macro as the temporary view FOLD_RELATION (none: nothing)."""

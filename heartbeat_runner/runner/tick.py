@@ -270,7 +270,6 @@ class Heartbeat:
         engines); a tick whose events table is gone fails here, even when idle ticks read nothing else, so
         the loop sees its lakehouse is unusable. ``into``: the tick whose refreshes this one joins."""
         refreshed = self.control.refresh(force=force, control_only=control_only)
-        self.parts.empty.seen(refreshed.version)
         if into is not None:
             into.refreshes.append(refreshed)
         return refreshed

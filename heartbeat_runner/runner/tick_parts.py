@@ -32,7 +32,7 @@ class TickParts:
     """The collaborators of a tick's steps.
 
     Invariant: every event a step records goes through :meth:`append`, one commit per call, so the control
-    table (which folds the runner's own commits) and the empty reads carried across commits see every one."""
+    table keeps the one record of the runner's own commits (what the folds and the empty reads ask)."""
 
     store: TableStore
     control: ControlTable
@@ -46,22 +46,22 @@ class TickParts:
     progress: Callable[[str], None] = lambda message: None
     #: called before any jobs API call; raising stops the tick there (a loop checks it still holds the lease)
     before_trigger: Callable[[], None] = _nothing
-    #: reads found empty that only other processes' commits can fill (the asks, sequences moved on, skips)
-    empty: EmptyReads = field(default_factory=EmptyReads)
+    #: reads found empty that only other processes' commits can fill (the asks, sequences moved on, skips), kept
+    #: against the control table's record of the runner's own commits
+    empty: EmptyReads = field(init=False)
 
     #: the runner's settings (the store's, unless a caller gives the tick others)
     settings: Settings = field(init=False)
 
     def __post_init__(self) -> None:
         self.settings = self.store.engine.settings
+        self.empty = EmptyReads(self.control.own)
 
     def append(self, result: TickResult, events: list[Event]) -> None:
-        """One commit of ``events`` through the control table, counted in ``result``; the empty reads carried over
-        it when this process made the only commit."""
+        """One commit of ``events`` through the control table (which records it as the runner's own), counted in
+        ``result``."""
         self.control.append(events)
         result.events_written += len(events)
         result.run_events += [e for e in events if e.event_type in RUN_EVENT_TYPES]
-        if events:
-            self.empty.committed(self.store.events_version() if self.empty.carrying else None)
         if any(e.event_type is EventType.RUN_SKIPPED for e in events):
             self.empty.found(SKIPS, empty=False)
