@@ -9,6 +9,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -176,6 +178,95 @@ def test_simultaneous_claims_from_two_engines_leave_exactly_one_holder(stores, s
         winner = leases[won.index(True)]
         assert stores[1].lease_row("tick").owner == winner.owner
         winner.release()
+
+
+@pytest.fixture(params=["table", "file"])
+def kept_in(request, stores, store, tmp_path) -> Callable[[int], TableStore | Path]:
+    """Where the contract's leases are kept, by runner: the lakehouse's table (runners 0 and 1 on two engines, as
+    two runners have; the row free), or a file on this machine (local Apache Spark's: TableOps.lease_in_files)."""
+    if request.param == "table":
+        return lambda runner: stores[runner % 2]
+    path = tmp_path / "locks" / "tick.lease"
+    return lambda runner: path
+
+
+def _count_swaps(lease: Lease) -> list[LeaseInfo]:
+    """The rows ``lease`` writes from now on (its records' compare-and-swap, which still writes)."""
+    written: list[LeaseInfo] = []
+    swap = lease.records.swap
+
+    def counted(seen: LeaseInfo, new: LeaseInfo) -> None:
+        written.append(new)
+        swap(seen, new)
+
+    lease.records.swap = counted  # type: ignore[method-assign]
+    return written
+
+
+def test_both_kinds_of_lease_keep_one_contract(kept_in):
+    """One contract, run against both implementations of the tick lease (the lakehouse table's row, and the file
+    local Apache Spark keeps): a held block releases; an expired lease is taken over and its old holder learns it
+    lost it; the holder writes a renewal only past half its lifetime; a crashed process's lease on this machine
+    is taken at once; a write from a stale read is dropped; of claims made together exactly one wins."""
+    clock = FakeClock()
+
+    def lease(runner: int, owner: str) -> Lease:
+        return as_other_machine(Lease(kept_in(runner), ttl_s=60, owner=owner, clock=clock))
+
+    with lease(0, "one-shot").held():
+        assert lease(1, "reader").holder().owner == "one-shot"
+    assert lease(1, "reader").holder() is None
+
+    first, second = lease(0, "first"), lease(1, "second")
+    first.acquire()
+    with pytest.raises(LeaseHeld, match="first"):
+        second.acquire()
+    clock.now += 59
+    assert second.try_acquire() is not None  # not expired yet
+    clock.now += 2  # the first runner hung: its lease expired
+    second.acquire()
+    with pytest.raises(LeaseLost, match="second"):
+        first.renew()
+    first.release()  # not its lease any more: a no-op
+    assert first.holder().owner == "second"
+    second.release()
+
+    holder = lease(0, "holder")
+    holder.acquire()
+    taken, written = holder.holder(), _count_swaps(holder)
+    clock.now += 20
+    holder.renew()
+    holder.acquire()  # the next tick of a loop that kept it
+    assert written == [] and holder.holder() == taken  # more than half left: nothing written
+    clock.now += 15  # 25 s left of 60
+    holder.renew()
+    renewed = holder.holder()
+    assert len(written) == 1 and renewed.expires_at == pytest.approx(clock.now + 60)
+    assert renewed.acquired_at == taken.acquired_at
+    holder.release()
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    crashed = Lease(kept_in(0), ttl_s=3600, owner="crashed", clock=clock)
+    crashed.pid = int(dead.stdout)  # a process of this machine that is gone
+    crashed.acquire()
+    taker = Lease(kept_in(1), ttl_s=60, owner="taker", clock=clock)
+    taker.acquire()  # far from expiry, but its holder is gone
+    assert taker.holder().owner == "taker"
+    taker.release()
+
+    records = lease(0, "records").records  # the compare-and-swap itself: a write from a stale read is dropped
+    seen = records.read() or FREE_LEASE
+    records.swap(seen, replace(FREE_LEASE, owner="a", expires_at=clock.now + 60))
+    records.swap(seen, replace(FREE_LEASE, owner="b", expires_at=clock.now + 60))
+    assert lease(1, "reader").holder().owner == "a"
+    records.swap(records.read(), FREE_LEASE)
+
+    for round_ in range(3):
+        claims = [lease(runner, f"runner-{runner}-{round_}") for runner in (0, 1)]
+        won = _claim_together(claims)
+        assert won.count(True) == 1, won
+        assert lease(1, "reader").holder().owner == claims[won.index(True)].owner
+        claims[won.index(True)].release()
 
 
 @pytest.fixture

@@ -1,17 +1,21 @@
 """The tick lease: at most one runner ticks a lakehouse at a time, on any machine; a dead one blocks nobody for long.
 
 The lease lives in the lakehouse itself: a row of Heartbeat's table ``heartbeat_lease`` (one per lease
-name, ``tick``) with its owner (host:pid:random), host, pid, when it was taken and when it expires.
-Every engine uses it, so runners on two machines (two clusters, a laptop through Databricks Connect, a
-re-deploy running old and new side by side) exclude each other as two processes of one machine do.
+name, ``tick``) with its owner (host:pid:random), host, pid, when it was taken and when it expires. So
+runners on two machines (two clusters, a laptop through Databricks Connect, a re-deploy running old and new
+side by side) exclude each other as two processes of one machine do. One engine keeps it elsewhere: local
+Apache Spark, whose tables are on this machine and whose commits are slow, keeps the same record in a file
+beside them (``<lakehouse>/locks/tick.lease``, under an ``flock``: :class:`FileLeaseRecords`;
+``TableOps.lease_in_files``). Both keep one contract (:class:`LeaseRecords`; one test runs it against each).
 
 Invariants:
 
-- The row changes only by a compare-and-swap MERGE (``TableStore.swap_lease``): it writes only when the
-  row still has the owner and expiry the writer read. Two runners that read the same row and both try
-  to take it make two Delta commits on one file; Delta's optimistic concurrency lets one through, the
-  other's commit conflicts and, run again, no longer matches. Every change is read back, so a runner
-  holds the lease only when the committed row names it.
+- The row changes only by a compare-and-swap (the table's MERGE, ``TableStore.swap_lease``; the file's
+  rewrite under its lock): it writes only when the row still has the owner and expiry the writer read.
+  Two runners that read the same row and both try to take it make two Delta commits on one file; Delta's
+  optimistic concurrency lets one through, the other's commit conflicts and, run again, no longer matches
+  (in the file, the lock orders them and the second no longer matches). Every change is read back, so a
+  runner holds the lease only when the committed row names it.
 - A runner takes the lease when the row is free, already its own, expired (its holder hung or died on
   another machine), or held by a process of this machine that no longer exists (it crashed: taken at once).
 - Renewing writes only when less than half the lifetime is left; while the holder keeps it, taking it
