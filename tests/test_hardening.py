@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from harness import HEADER, CliLakehouse, live_descendants, marker_jobs_file, still_running, stop_loop, wait_for
@@ -236,6 +237,37 @@ def test_a_stop_signal_at_any_moment_of_a_loops_start_ends_it_without_a_tracebac
         wait_for(lambda started=children: not still_running(started), 10, f"the children of a loop stopped: {what}")
 
 
+def test_a_ctrl_c_swallowed_before_the_loop_handles_signals_still_stops_the_loop(restore_signals, monkeypatch):
+    """Python's Ctrl-C raises KeyboardInterrupt wherever the main thread is; inside a finalizer the interpreter
+    swallows it ("Exception ignored in ..."), and a loop Ctrl-C'd at its start ran on (CI: still ticking two
+    minutes later). After loading, the program notes a Ctrl-C before raising it (core/early_stop.py), and a
+    loop's stop handling, once installed, takes a noted one as received: the loop stops. Taken once."""
+    from heartbeat_runner.core import early_stop
+    from heartbeat_runner.core.stopping import StopRequest
+
+    swallowed: list[BaseException | None] = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda unraisable: swallowed.append(unraisable.exc_value))
+
+    class Finalized:
+        def __del__(self) -> None:
+            os.kill(os.getpid(), signal.SIGINT)  # Python runs the handler here, inside the finalizer
+            time.sleep(0.5)
+
+    signal.signal(signal.SIGINT, early_stop.note_then_interrupt)  # as interfaces/entry.py leaves it after loading
+    Finalized()  # collected at once: its finalizer runs, and the KeyboardInterrupt raised in it is swallowed
+    assert len(swallowed) == 1 and isinstance(swallowed[0], KeyboardInterrupt)
+    stop = StopRequest(grace_s=60).install()  # the loop's, later in its start
+    assert stop.is_set(), "the Ctrl-C swallowed before the loop handled signals was lost"
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # a second Ctrl-C ends it at once
+    assert not StopRequest(grace_s=60).install().is_set()  # adopted once
+    # the program's own hook leaves such a KeyboardInterrupt unprinted (it was noted), and reports anything else
+    printed: list[object] = []
+    monkeypatch.setattr(sys, "__unraisablehook__", printed.append)
+    for exc in (KeyboardInterrupt(), ValueError("a finalizer's own failure")):
+        early_stop.unraisable(SimpleNamespace(exc_value=exc))
+    assert [u.exc_value for u in printed] == [exc]
+
+
 #: what CPython prints (exit 1) when a signal stops its own start, while it imports ``site``: before any code of
 #: the program can run, so before any handler of ours can exist (seen under load with Ctrl-C at 0.1 s)
 _BEFORE_THE_PROGRAM = "Fatal Python error: init_import_site"
@@ -259,7 +291,8 @@ def _output_or_what_held_it(loop: subprocess.Popen, what: str, timeout_s: float 
             held = f"the loop ended with {loop.returncode}, but its group's processes keep its output open: {group}"
         os.killpg(loop.pid, signal.SIGKILL)
         _, err = loop.communicate()
-        pytest.fail(f"{what}: not ended after {timeout_s:.0f} s: {held}\nstderr:\n{err[-6000:]}")
+        shown = err if len(err) <= 9000 else f"{err[:3000]}\n[...]\n{err[-6000:]}"  # its start, and its end
+        pytest.fail(f"{what}: not ended after {timeout_s:.0f} s: {held}\nstderr:\n{shown}")
 
 
 def _group_of(pid: int) -> int | None:

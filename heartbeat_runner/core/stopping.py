@@ -26,11 +26,11 @@ import threading
 import time
 from types import FrameType
 
+from heartbeat_runner.core.early_stop import STOP_SIGNALS, adopt
 from heartbeat_runner.core.settings import read_environment
 
 #: Longest delay between a signal and a waiter noticing it.
 POLL_S = 0.1
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 class StopRequest:
@@ -44,11 +44,15 @@ class StopRequest:
         self._grace_s = read_environment().shutdown_grace if grace_s is None else grace_s
 
     def install(self) -> StopRequest:
-        """Handle SIGINT / SIGTERM (and dump stacks on SIGUSR1); a no-op off the main thread."""
+        """Handle SIGINT / SIGTERM (and dump stacks on SIGUSR1); a no-op off the main thread. A stop signal the
+        program noted before (core/early_stop.py: one whose KeyboardInterrupt was swallowed while it started)
+        counts as received now."""
         if threading.current_thread() is threading.main_thread():
             for sig in STOP_SIGNALS:
                 signal.signal(sig, self._on_signal)
             dump_stacks_on_request()
+            if adopt():
+                self._on_signal(signal.SIGINT, None)
         return self
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
