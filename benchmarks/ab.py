@@ -6,9 +6,9 @@
     python benchmarks/ab.py --hurry [--pairs 5]
 
 Each version is a tree of its own: ``--before`` and ``--after`` name git commits (``git archive`` writes each to
-a temporary folder); ``WORKTREE`` (the default after) is a copy of this checkout as it is at the start. Every benchmark runs as that
-tree's own script, in a process whose ``PYTHONPATH`` puts the tree's ``heartbeat_runner`` (and with it its dbt
-project) first, so each side measures its own code with the same installed libraries. A pair is one run of each
+a temporary folder); ``WORKTREE`` (the default after) is a copy of this checkout as it is at the start. Every
+benchmark runs as that tree's own script, in a process whose ``PYTHONPATH`` puts the tree's ``heartbeat_runner``
+(and with it its dbt project) first, so each side measures its own code with the same installed libraries. A pair is one run of each
 side; pairs alternate which side goes first (A B, B A, ...), so a machine that slows down or warms up over the
 run weighs on both sides alike. The verdict per figure is the median over pairs of after/before, beside the
 issue's bound (≤ 1.1): a ratio of two runs made minutes apart on one machine, never an absolute time.
@@ -149,9 +149,10 @@ def run_pairs(before: Side, after: Side, chosen: list[Benchmark], pairs: int, wo
                 started = time.monotonic()
                 stem = work / f"{pair}-{bench.name}-{side.name}"
                 results = side.run(bench.script, bench.args(side), stem.with_suffix(".json"), stem.with_suffix(".log"))
-                figures[side.name].update(bench.figures(results))
+                found = bench.figures(results)
+                figures[side.name].update(found)
                 print(f"pair {pair + 1}/{pairs} {bench.name:9} {side.name:6} {time.monotonic() - started:6.0f} s: "
-                      + ", ".join(f"{k} {v:.3f}" for k, v in bench.figures(results).items()), flush=True)
+                      + ", ".join(f"{k} {v:.3f}" for k, v in found.items()), flush=True)
         measured.append(figures)
     return {"pairs": measured}
 

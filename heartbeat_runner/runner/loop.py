@@ -273,8 +273,8 @@ def _under_lease(settings: Settings, config: RunConfig, view: TickView, body: Ca
 @contextlib.contextmanager
 def _heartbeat(app: App, lease: Lease, view: TickView, wakes: WakeSignal | None = None) -> Iterator[Heartbeat]:
     """The heartbeat of this process: it shows its steps in ``view`` and renews the lease before any jobs API
-    call, and hurries while a wake-up of ``wakes`` waits (a loop's, unless HEARTBEAT_HURRY=off); closed after (it writes the summary of a
-    pending streak of idle ticks)."""
+    call, and hurries while a wake-up of ``wakes`` waits (a loop's, unless HEARTBEAT_HURRY=off); closed after (it
+    writes the summary of a pending streak of idle ticks)."""
     hurry = wakes.pending if wakes is not None and app.settings.hurry else None
     heartbeat = app.heartbeat(progress=view.progress, before_trigger=lease.renew, hurry=hurry)
     try:
