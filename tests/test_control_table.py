@@ -4,6 +4,7 @@ the tables do not derive from keep them current; only one run's own requests and
 
 from __future__ import annotations
 
+from harness import Harness
 from harness import config_row as row
 
 from heartbeat_runner.core.records import Event, EventType, JobStatus, RefreshPath, RefreshReason, utcnow
@@ -68,17 +69,56 @@ def test_a_build_a_crash_cut_short_before_its_mark_is_done_again(hb):
     assert restarted.refresh().built
 
 
-def test_writes_the_tables_do_not_derive_from_keep_them_current(hb):
+def _alert_event() -> Event:
+    """An event the control table does not derive from (a lineage delivery record)."""
+    return Event(event_type=EventType.LINEAGE_SENT, run_id="test", snapshot_ts=utcnow(), message="START")
+
+
+def test_writes_the_tables_do_not_derive_from_keep_them_current(tmp_path):
+    """An alert record and a maintenance run (its archive's delete, its compaction) keep the tables current,
+    and a refresh after them has nothing to do."""
+    with Harness(tmp_path, HEARTBEAT_ARCHIVE_MARGIN_MINUTES="0") as hb:
+        hb.jobs(J1=0)
+        hb.seed(row("trigger_file", "a", "J1"))
+        hb.tick()  # the baseline
+        for name in ("1.done", "2.done"):
+            hb.drop_trigger_file("a", name)
+            hb.tick()
+            hb.wait_for_jobs()
+        hb.tick()
+        control = hb.app.control
+        control.refresh()
+        before = hb.app.store.events_version()
+        control.append_beside([_alert_event()])
+        assert hb.app.store.events_version() == before + 1 and control.is_current()
+        maintained = hb.heartbeat.run_maintenance()
+        assert maintained.archived_events > 0 and hb.app.store.events_version() > before + 1
+        assert control.is_current() and control.refresh().built is False
+
+
+def test_another_processs_commit_during_a_write_beside_is_derived_by_the_next_refresh(hb):
+    """The lineage test's CI failure: a job's own `complete` committed while the runner recorded a lineage
+    delivery; the marker moved over it, so the next refresh did nothing, the row stayed IN_PROGRESS, the tick
+    recorded the run's end a second time and its COMPLETE event went out twice. Now a marker moves only over the
+    write's own commits: another process's commit meanwhile (here an operator's `pause`) is derived next."""
+    from heartbeat_runner.interfaces.operations import record_job_event
+
     hb.jobs(J1=0)
     hb.seed(row("trigger_file", "a", "J1"))
     control = hb.app.control
     control.refresh()
-    before = hb.app.store.events_version()
-    with control.keeping_current():
-        hb.app.store.append_events([_config_loaded()])
-    control.append_beside([_config_loaded()])
-    assert hb.app.store.events_version() == before + 2
-    assert control.is_current() and control.refresh().built is False
+    with control.keeping_current(commits=1):
+        record_job_event(hb.app, "J1", EventType.JOB_PAUSED)  # another process, between the write's reads
+        hb.app.store.append_events([_alert_event()])
+    assert not control.is_current()
+    assert control.refresh().built
+    assert {r["job_state"] for r in hb.app.store.control_rows("J1")} == {"PAUSED"}
+
+    with control.keeping_current():  # a maintenance run's write: its history shows the other commit
+        record_job_event(hb.app, "J1", EventType.JOB_RESUMED)
+    assert not control.is_current()
+    assert control.refresh().built
+    assert {r["job_state"] for r in hb.app.store.control_rows("J1")} == {"UNPAUSED"}
 
 
 def _request(run_id: str, job: str, kind: EventType = EventType.TRIGGER_REQUESTED) -> Event:

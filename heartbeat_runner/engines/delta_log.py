@@ -97,6 +97,22 @@ def added_data_between(table_dir: Path, after_version: int, up_to_version: int) 
     return False
 
 
+def operations_between(table_dir: Path, after_version: int, up_to_version: int) -> list[str] | None:
+    """The operation of each commit in (after_version, up_to_version], in order (``commitInfo.operation``; "" for
+    a commit that names none); None when a commit file was already cleaned up."""
+    log_dir = Path(table_dir) / "_delta_log"
+    operations = []
+    for version in range(after_version + 1, up_to_version + 1):
+        try:
+            text = (log_dir / f"{version:020d}.json").read_text()
+        except FileNotFoundError:
+            return None
+        actions = (json.loads(line) for line in text.splitlines() if line.strip())
+        info: dict = next((action["commitInfo"] for action in actions if "commitInfo" in action), {})
+        operations.append(str(info.get("operation") or ""))
+    return operations
+
+
 def max_added_value(table_dir: Path, after_version: int, up_to_version: int, column: str) -> tuple[str | None, bool]:
     """The greatest ``maxValues[column]`` of the files that commits in (after_version, up_to_version] added, as the
     log's statistics write it (text; a timestamp to the millisecond), and whether every such file had one. False

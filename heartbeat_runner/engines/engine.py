@@ -166,27 +166,31 @@ class TableOps:
 
     def data_changed_between(self, spark: SparkSession, name: str, after: int, up_to: int) -> bool:
         """Whether a commit after version ``after`` up to ``up_to`` changed data, from the table's history (one
-        query): any operation outside delta_log.NO_DATA_OPERATIONS does; a range the history no longer holds
-        whole counts as changed (the safe answer).
+        query, :meth:`operations_between`): any operation outside delta_log.NO_DATA_OPERATIONS does; a range the
+        history no longer holds whole counts as changed (the safe answer)."""
+        operations = self.operations_between(spark, name, after, up_to)
+        return operations is None or any(op not in delta_log.NO_DATA_OPERATIONS for op in operations)
+
+    def operations_between(self, spark: SparkSession, name: str, after: int, up_to: int) -> list[str] | None:
+        """The operations of the commits after version ``after`` up to ``up_to``, from the table's history (one
+        query); None when the history no longer holds the range whole.
 
         Invariant: the read is bounded by the versions asked for: ``DESCRIBE HISTORY ... LIMIT`` the range plus
         ``HISTORY_SLACK`` (commits made since ``up_to`` was read), never the table's whole history (30 days of a
-        streaming table's commits); a range over ``HISTORY_MAX_ROWS`` versions is not read and counts as changed."""
+        streaming table's commits); a range over ``HISTORY_MAX_ROWS`` versions is not read (None)."""
         from pyspark.sql import functions as F
 
         wanted = int(up_to) - int(after)
         if wanted <= 0:
-            return False
+            return []
         if wanted > HISTORY_MAX_ROWS:
-            return True
+            return None
         # LIMIT takes no parameter marker: an int, built here, never text from outside
         rows = (spark.sql(f"DESCRIBE HISTORY {name} LIMIT {wanted + HISTORY_SLACK:d}")
                 .where((F.col("version") > int(after)) & (F.col("version") <= int(up_to)))
                 .select("operation").collect())
         self.count_history_rows(wanted + HISTORY_SLACK)
-        if len(rows) < wanted:
-            return True
-        return any(row["operation"] not in delta_log.NO_DATA_OPERATIONS for row in rows)
+        return [str(row["operation"]) for row in rows] if len(rows) >= wanted else None
 
     def count_history_rows(self, rows: int) -> None:
         """Add to ``history_rows``: history rows asked for (an upper bound of what the engine read)."""
@@ -836,6 +840,14 @@ class Engine:
         """Whether a commit of ``name`` after version ``after`` up to ``up_to`` changed data (its history; the
         engine's adapter, see TableOps.data_changed_between)."""
         return self.ops.data_changed_between(self.spark, name, after, up_to)
+
+    def operations_between(self, name: str, after: int, up_to: int) -> list[str] | None:
+        """The operations of the commits of ``name`` after version ``after`` up to ``up_to`` (None: not all of
+        them are known any more): from its ``_delta_log`` where that is on this machine, else its history."""
+        folder = self.delta_log_dir(name)
+        if folder is not None:
+            return delta_log.operations_between(folder, after, up_to)
+        return self.ops.operations_between(self.spark, name, after, up_to)
 
     def catalog_look(self, names: Sequence[str]) -> dict[str, CatalogEntry] | None:
         """For each of ``names`` (``catalog.schema.table``, or ``schema.table`` in Heartbeat's catalog) that its

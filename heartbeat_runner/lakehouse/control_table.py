@@ -39,7 +39,7 @@ from heartbeat_runner.core.errors import NotFoundError
 from heartbeat_runner.core.faults import FaultPoint, crash_point
 from heartbeat_runner.core.records import Event, EventType, RefreshPath, RefreshReason
 from heartbeat_runner.lakehouse.dbt_invoke import DbtProject
-from heartbeat_runner.lakehouse.maintenance import Maintenance, MaintenanceResult
+from heartbeat_runner.lakehouse.maintenance import MAINTENANCE_OPERATIONS, Maintenance, MaintenanceResult
 from heartbeat_runner.lakehouse.store import EVENTS, TableStore, retry_lost_commits
 
 log = logging.getLogger(__name__)
@@ -301,6 +301,10 @@ class Appended:
                 return
             step.requests[token] = replace(step.requests[token], job_run_id=event.job_run_id)
 
+    def empty_at(self, version: int) -> bool:
+        """Whether nothing was appended through the span yet and it starts at ``version``."""
+        return self.base_version == version and self.run_id is None and self.steps == []
+
     def plan(self, *, only_own: bool) -> list[FoldStep] | NoFold:
         """The folds that bring a control table built at the span's base to the events version read now, or why
         none do (NOT_FOLDABLE: a commit of the span cannot fold; OTHER_COMMITS: not ``only_own``, i.e. another
@@ -413,21 +417,45 @@ class ControlTable:
             self._appended.add(events)
 
     def append_beside(self, events: list[Event]) -> None:
-        """One commit of events the control table does not derive from (alert events): it stays current."""
-        if events:
-            with self.keeping_current():
-                self.store.append_events(events)
+        """One commit of events the control table does not derive from (alert events): it stays current, unless
+        another process committed meanwhile (:meth:`keeping_current`)."""
+        if not events:
+            return
+        with self.keeping_current(commits=1):
+            appended = self.store.append_events(events)
+        if appended:
+            self.own.committed()
 
     @contextlib.contextmanager
-    def keeping_current(self) -> Iterator[None]:
+    def keeping_current(self, *, commits: int | None = None) -> Iterator[None]:
         """For writes that change the events table's version but not what the tables derive from it
-        (maintenance, alert events): each marker that was current before is current after."""
+        (maintenance, alert events): each marker that was current before is current after, when every commit
+        in between was the write's own.
+
+        ``commits``: how many commits the write makes (an append: one), so the versions alone say it; None (a
+        maintenance run, which cannot say) has the table's history say it: every commit in between is one a
+        maintenance run makes (maintenance.MAINTENANCE_OPERATIONS), none an append.
+
+        Invariant: a marker never moves over another process's commit (a job's own `complete`, an operator's
+        `pause`, made while this write ran): it stays behind it, so the next refresh derives that commit."""
         before = self.store.events_version()
         current = [scope for scope in Scope if before is not None and self.built_version(scope) == before]
         yield
         after = self.store.events_version()
+        if not current or before is None or after is None or not self._only_ours(before, after, commits):
+            return
         for scope in current:
             self._mark(after, scope)
+        if self._appended is not None and self._appended.empty_at(before):
+            self._appended = Appended(after)  # nothing of this span was appended yet: it starts here
+
+    def _only_ours(self, before: int, after: int, commits: int | None) -> bool:
+        """Whether the commits of the events table after ``before`` up to ``after`` were a write's own
+        (:meth:`keeping_current`)."""
+        if commits is not None:
+            return after - before == commits
+        operations = self.store.engine.operations_between(self.store.name(EVENTS), before, after)
+        return operations is not None and set(operations) <= MAINTENANCE_OPERATIONS
 
     # -- building ------------------------------------------------------------------------------------
 

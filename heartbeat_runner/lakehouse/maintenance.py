@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING
 from heartbeat_runner.core.faults import ARCHIVE_STEPS, FaultPoint, crash_point
 from heartbeat_runner.core.records import utcnow
 from heartbeat_runner.core.settings import MaintenancePolicy
+from heartbeat_runner.engines import delta_log
 from heartbeat_runner.lakehouse.store import (
     ARCHIVE_KEYS,
     CONTROL,
@@ -56,6 +57,9 @@ if TYPE_CHECKING:  # pragma: no cover
 
 log = logging.getLogger(__name__)
 
+#: the operations a maintenance run commits to the events table (compaction, vacuum, the archive's delete): what
+#: ControlTable.keeping_current lets a marker move over; an append is never one
+MAINTENANCE_OPERATIONS = delta_log.NO_DATA_OPERATIONS | {"DELETE"}
 #: the control table is compacted alone (Maintenance.compact_control) past this many data files
 CONTROL_MAX_FILES = 8
 
