@@ -480,21 +480,3 @@ def test_a_stop_signal_during_a_tick_stops_the_loop_even_when_its_memory_asks_fo
     code = run_loop(tick, RunConfig(interval_s=1, lease_wait_s=0.0), cli._LoopStatus(args),
                     LoopHooks(after_tick=past_the_ceiling))
     assert code == 0 and len(ticks) == 1
-
-
-def test_a_recycle_that_comes_due_while_a_wake_up_waits_waits_for_its_tick(tmp_path, lakehouses):
-    """A recycle takes about a second; a wake-up waiting when one comes due goes first (EngineRecycler.hurry),
-    for RECYCLE_DEFERRALS uses at most, after which the engine is recycled even while wake-ups keep coming."""
-    from heartbeat_runner.runner.memory import RECYCLE_DEFERRALS, EngineRecycler
-
-    lake = lakehouses(tmp_path, delta=1, files=1)
-    settings = load_settings(lakehouse_dir=str(lake.home), env=lake.env)
-    with open_app(settings) as app:
-        app.ensure_views()
-        waiting = [True]
-        recycler = EngineRecycler(app, dataclasses.replace(settings.memory, engine_recycle_ticks=1), hurry=lambda: waiting[0])
-        assert [recycler.after_use() for _ in range(RECYCLE_DEFERRALS)] == [None] * RECYCLE_DEFERRALS
-        assert app.engine.recycles == 0  # each use, a wake-up waited
-        assert recycler.after_use() is not None and app.engine.recycles == 1  # waited long enough
-        waiting[0] = False
-        assert recycler.after_use() is not None and app.engine.recycles == 2  # nothing waits: at once

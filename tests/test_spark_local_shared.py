@@ -158,7 +158,7 @@ def _follow(spark, table: Path) -> None:
     table_ids = {json.loads(line)["metaData"]["id"] for c in commits for line in c.read_text().splitlines()
                  if line.strip() and "metaData" in json.loads(line)}
     assert len(table_ids) == 1, f"the table was replaced: ids {table_ids}"
-    # the demo's ticks rebuild the table three to five times (a hurried tick leaves the rebuild to the next one):
+    # the demo's ticks rebuild the table three to five times:
     # two rebuilds after the first give the follower something to follow
     assert len(versions) >= 3, f"fewer than two rebuilds after the first: versions {versions}"
 

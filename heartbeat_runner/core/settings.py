@@ -187,9 +187,6 @@ class Settings:
     #: a refresh folds a tick's own commits into the control table when it can (HEARTBEAT_FOLDS=off: dbt
     #: derives every row of each refresh that has work; lakehouse/control_table.py)
     folds: bool
-    #: a loop's tick leaves the sensor state merge, maintenance and a due engine recycle to the next tick while a
-    #: wake-up waits (HEARTBEAT_HURRY=off: every tick does all of it; runner/tick.py, Heartbeat.hurry)
-    hurry: bool
     #: events younger than this always stay in the hot log (a margin for clocks of other writers)
     archive_margin_minutes: float
     #: bounds of the jobs API calls of one tick
@@ -606,11 +603,6 @@ class HeartbeatEnvironment(BaseSettings):
         "`off`: dbt derives every row at each refresh that has work (slower; the same table). `runs --json` "
         "and `heartbeat_control_refresh_total` show which path each refresh took "
         "([docs/observability.md](docs/observability.md))", shown="`on`")
-    hurry: Flag = _var(
-        "HEARTBEAT_HURRY", True,
-        "while a wake-up waits, a loop's tick leaves the sensor state table's merge, maintenance and a due engine "
-        "recycle to the next tick (at most 10 s in a row); `off`: every tick does all of it (for measuring what "
-        "the hurry gains: `benchmarks/ab.py --hurry`)", shown="`on`")
     maintenance_max_files: Annotated[int, _Accepts("a whole number")] = _var(
         "HEARTBEAT_MAINTENANCE_MAX_FILES", 32,
         "maintenance is due once one of Heartbeat's tables references more data files than this", ge=1)
@@ -840,7 +832,6 @@ def settings_from(env: HeartbeatEnvironment) -> Settings:
             report_keep_hours=env.report_keep_hours, archive_retention_days=env.archive_retention_days),
         auto_maintenance=env.maintenance,
         folds=env.folds,
-        hurry=env.hurry,
         archive_margin_minutes=env.archive_margin_minutes,
         jobs_api=jobs_api_limits(env),
         memory=MemoryPolicy(

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import Enum
@@ -559,14 +559,13 @@ class ControlTable:
 
     # -- checking the folds ---------------------------------------------------------------------------
 
-    def run_maintenance(self, maintenance: Maintenance, *, compact_all: bool = False,
-                        interrupt: Callable[[], bool] = lambda: False) -> MaintenanceResult:
-        """A maintenance run (which leaves what the tables derive unchanged, so they stay current), then, when it
-        went through and this process folded since the last check, :meth:`check_folds`: the rows it repaired are
-        in the result. (A process that never folded has tables dbt derived: nothing to compare.)"""
+    def run_maintenance(self, maintenance: Maintenance, *, compact_all: bool = False) -> MaintenanceResult:
+        """A maintenance run (which leaves what the tables derive unchanged, so they stay current), then, when
+        this process folded since the last check, :meth:`check_folds`: the rows it repaired are in the result.
+        (A process that never folded has tables dbt derived: nothing to compare.)"""
         with self.keeping_current():
-            result = maintenance.run(compact_all=compact_all, interrupt=interrupt)
-        if not result.interrupted and self._folded_unchecked:
+            result = maintenance.run(compact_all=compact_all)
+        if self._folded_unchecked:
             result.repaired_rows.extend(self.check_folds())
         return result
 

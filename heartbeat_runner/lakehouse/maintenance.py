@@ -64,10 +64,6 @@ MAINTENANCE_OPERATIONS = delta_log.NO_DATA_OPERATIONS | {"DELETE"}
 CONTROL_MAX_FILES = 8
 
 
-class _Interrupted(Exception):
-    """A maintenance run was asked to stop before its next step (``Maintenance.run(interrupt=…)``)."""
-
-
 class MaintenanceDue(Enum):
     """What :meth:`Maintenance.due` found due."""
 
@@ -86,9 +82,6 @@ class MaintenanceResult:
     deleted_by_retention: int = 0
     compacted: dict[str, tuple[int, int]] = field(default_factory=dict)  # table -> (files before, after)
     duration_s: float = 0.0
-    #: the run stopped between two of its steps when asked to (``Maintenance.run(interrupt=…)``); what it
-    #: left is found due again later
-    interrupted: bool = False
     #: control rows whose folded state differed from their derivation, rebuilt (ControlTable.check_folds), as
     #: (sensor_source, sensor_id, trigger_job_id)
     repaired_rows: list[tuple[str, str, str]] = field(default_factory=list)
@@ -99,7 +92,7 @@ class MaintenanceResult:
                 "archived_report_rows": self.archived_report_rows,
                 "deleted_by_retention": self.deleted_by_retention,
                 "compacted": {t: {"files_before": b, "files_after": a} for t, (b, a) in self.compacted.items()},
-                "duration_s": round(self.duration_s, 3), "interrupted": self.interrupted}
+                "duration_s": round(self.duration_s, 3)}
 
 
 class Maintenance:
@@ -143,39 +136,22 @@ class Maintenance:
 
     # -- what -----------------------------------------------------------------------------------
 
-    def run(self, *, compact_all: bool = False, interrupt: Callable[[], bool] = lambda: False) -> MaintenanceResult:
+    def run(self, *, compact_all: bool = False) -> MaintenanceResult:
         """Archive, expire (only under a retention setting), then compact and vacuum. Never touches
-        the control table's content: what it derives from the hot log is the same before and after.
-
-        ``interrupt`` is asked between steps (each archive move, each table's compaction, the vacuums): when
-        it answers True the run stops there (``interrupted``). Every step is whole, so a stopped run leaves
-        nothing half done; what it did not reach is due again at a later check (the vacuums wait for the next
-        run)."""
+        the control table's content: what it derives from the hot log is the same before and after."""
         began = time.monotonic()
         result = MaintenanceResult()
-        try:
-            self._next_step(interrupt, "archiving events the control table no longer needs")
-            result.archived_events = self.archive_events()
-            self._next_step(interrupt, "archiving old run summaries and report rows")
-            result.archived_runs = self._archive_runs()
-            self._next_step(interrupt)
-            result.archived_report_rows = self._archive_report()
-            if self.policy.archive_retention_days is not None:
-                self._next_step(interrupt)
-                result.deleted_by_retention = self.expire_archives(self.policy.archive_retention_days)
-            self._next_step(interrupt, "compacting and vacuuming tables")
-            self._compact_tables(compact_all, interrupt, result.compacted)
-        except _Interrupted:
-            result.interrupted = True
+        self.progress("archiving events the control table no longer needs")
+        result.archived_events = self.archive_events()
+        self.progress("archiving old run summaries and report rows")
+        result.archived_runs = self._archive_runs()
+        result.archived_report_rows = self._archive_report()
+        if self.policy.archive_retention_days is not None:
+            result.deleted_by_retention = self.expire_archives(self.policy.archive_retention_days)
+        self.progress("compacting and vacuuming tables")
+        self._compact_tables(compact_all, result.compacted)
         result.duration_s = time.monotonic() - began
         return result
-
-    def _next_step(self, interrupt: Callable[[], bool], message: str | None = None) -> None:
-        """Before a step of a run: stop the run (:class:`_Interrupted`) if ``interrupt`` says so."""
-        if interrupt():
-            raise _Interrupted
-        if message:
-            self.progress(message)
 
     def archive_events(self) -> int:
         """Move the hot log's dead events (not in heartbeat_events_live) to the archive: copy, then delete."""
@@ -234,18 +210,16 @@ class Maintenance:
                    for archive, column in ((EVENTS_ARCHIVE, "event_ts"), (RUNS_ARCHIVE, "snapshot_ts"),
                                            (RUN_REPORT_ARCHIVE, "snapshot_ts")))
 
-    def _compact_tables(self, force: bool, interrupt: Callable[[], bool], done: dict[str, tuple[int, int]]) -> None:
+    def _compact_tables(self, force: bool, done: dict[str, tuple[int, int]]) -> None:
         """Compact each of Heartbeat's tables with too many files (every one when ``force``), then vacuum them
-        all, the dbt-built ones too (each build rewrites those, leaving unreferenced files). ``interrupt`` is
-        asked before each compaction and before the vacuums; what is compacted goes into ``done`` as it goes."""
+        all, the dbt-built ones too (each build rewrites those, leaving unreferenced files); what is compacted
+        goes into ``done`` as it goes."""
         for table in OWN_TABLES:
             name = self.store.name(table)
             before = self.engine.file_count(name)
             if not force and before <= self.policy.compact_min_files:
                 continue
-            self._next_step(interrupt)
             done[table] = self._compact(table, before)
-        self._next_step(interrupt)
         for table in (*OWN_TABLES, *REBUILT_TABLES):
             if self.store.exists(table):
                 self.engine.vacuum(self.store.name(table), retention_hours=self.policy.vacuum_retention_hours)

@@ -114,11 +114,9 @@ class App:
         )
 
     def heartbeat(self, progress: Callable[[str], None] | None = None, backend: JobsBackend | None = None,
-                  before_trigger: Callable[[], None] | None = None,
-                  hurry: Callable[[], bool] | None = None) -> Heartbeat:
+                  before_trigger: Callable[[], None] | None = None) -> Heartbeat:
         """The runner's ticks, with its alert and lineage observers; ``before_trigger`` runs before any jobs API
-        call (a loop checks there that it still holds the lease); ``hurry`` says another tick waits (a loop's
-        wake-up: Heartbeat.hurry)."""
+        call (a loop checks there that it still holds the lease)."""
         self.require_config()
         self.ensure_views()
         from heartbeat_runner.policies.run_policies import check_alert_destinations, load_run_policies
@@ -137,7 +135,7 @@ class App:
                          sequences=Sequences(self.store, policies.catch_up, policies.windows),
                          shaping=policies.trigger,
                          maintenance=self.maintenance(progress) if self.settings.auto_maintenance else None,
-                         before_trigger=before_trigger, hurry=hurry,
+                         before_trigger=before_trigger,
                          observer=alerts if lineage is None else TickObservers([alerts, lineage]))
 
     def lineage_monitor(self, ctx: SenseContext) -> TickObserver | None:

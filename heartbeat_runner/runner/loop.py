@@ -271,12 +271,10 @@ def _under_lease(settings: Settings, config: RunConfig, view: TickView, body: Ca
 
 
 @contextlib.contextmanager
-def _heartbeat(app: App, lease: Lease, view: TickView, wakes: WakeSignal | None = None) -> Iterator[Heartbeat]:
+def _heartbeat(app: App, lease: Lease, view: TickView) -> Iterator[Heartbeat]:
     """The heartbeat of this process: it shows its steps in ``view`` and renews the lease before any jobs API
-    call, and hurries while a wake-up of ``wakes`` waits (a loop's, unless HEARTBEAT_HURRY=off); closed after (it
-    writes the summary of a pending streak of idle ticks)."""
-    hurry = wakes.pending if wakes is not None and app.settings.hurry else None
-    heartbeat = app.heartbeat(progress=view.progress, before_trigger=lease.renew, hurry=hurry)
+    call; closed after (it writes the summary of a pending streak of idle ticks)."""
+    heartbeat = app.heartbeat(progress=view.progress, before_trigger=lease.renew)
     try:
         yield heartbeat
     finally:
@@ -324,14 +322,14 @@ def _recorded(store: TableStore, tick: Callable[[RunStart, TickResult], TickResu
 
 
 def _loop_with(app: App, lease: Lease, config: RunConfig, view: LoopView, stop: StopRequest) -> int:
-    wakes = WakeSignal() if config.wakeups else None  # a wake-up during a tick: it leaves what can wait to the next
-    with _heartbeat(app, lease, view, wakes) as heartbeat, _watches(app, heartbeat, wakes) as watches:
+    wakes = WakeSignal() if config.wakeups else None
+    with _heartbeat(app, lease, view) as heartbeat, _watches(app, heartbeat, wakes) as watches:
         lease.yield_if_wanted()
         app.dbt.manifest()  # parse the dbt project now, not when the first new data arrives
         heartbeat.loop_restarts = loop_restarts()
         #: the running tick's result as it fills (by run id): what a tick that raises had done, for its row
         running: dict[str, TickResult] = {}
-        hooks = LoopHooks(lakehouse_problem=app.lakehouse_problem, after_tick=memory_guard(app, heartbeat.hurry),
+        hooks = LoopHooks(lakehouse_problem=app.lakehouse_problem, after_tick=memory_guard(app),
                           record_failure=lambda start, exc, took_s: record_failed_tick(
                               app.store, start, exc, took_s, running.pop(start.run_id, None)),
                           project_changed=project_guard(app))
@@ -421,11 +419,10 @@ def project_guard(app: App) -> Callable[[], str | None]:
     return changed
 
 
-def memory_guard(app: App, hurry: Callable[[], bool] = lambda: False) -> Callable[[], None]:
-    """What the loop does after each tick: recycle the embedded engine when due (unless ``hurry`` says a tick
-    waits: EngineRecycler), and raise RestartRequested once the process tree holds more than
-    HEARTBEAT_MAX_RSS_MB."""
-    recycler = EngineRecycler(app, app.settings.memory, hurry=hurry)
+def memory_guard(app: App) -> Callable[[], None]:
+    """What the loop does after each tick: recycle the embedded engine when due (EngineRecycler), and raise
+    RestartRequested once the process tree holds more than HEARTBEAT_MAX_RSS_MB."""
+    recycler = EngineRecycler(app, app.settings.memory)
     ceiling = MemoryCeiling(app.settings.memory.max_rss_mb, user_set=app.settings.memory.max_rss_set)
 
     def after_tick() -> None:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from heartbeat_runner.core.errors import HeartbeatError
@@ -43,8 +42,6 @@ def loop_restarts() -> int:
 
 #: a bound left at its default is at least this many times what a fresh process holds after its first tick
 WORKLOAD_HEADROOM = 1.5
-#: a recycle that came due waits this many uses at most while wake-ups keep a tick waiting (EngineRecycler.hurry)
-RECYCLE_DEFERRALS = 10
 
 
 @dataclass
@@ -87,10 +84,6 @@ class EngineRecycler:
     app: App
     policy: MemoryPolicy
     uses: int = 0
-    #: whether a tick is waiting (a loop's wake-up): a recycle due then waits, for RECYCLE_DEFERRALS uses at most
-    hurry: Callable[[], bool] = lambda: False
-    #: uses since a recycle came due that it waited for a tick (0: none waiting)
-    deferred: int = 0
     bound: WorkloadBound = field(init=False)
 
     def __post_init__(self) -> None:
@@ -127,11 +120,8 @@ class EngineRecycler:
         reason = self.due()
         if reason is None:
             return None
-        if self.deferred < RECYCLE_DEFERRALS and self.hurry():
-            self.deferred += 1  # a wake-up waits: its tick first, the restart after (about a second)
-            return None
         took = self.app.recycle_engine()
-        self.uses, self.deferred = 0, 0
+        self.uses = 0
         log.info("embedded engine recycled (%s) in %.2f s", reason, took)
         return took
 

@@ -67,11 +67,6 @@ from heartbeat_runner.sensing.sources.base import SenseContext
 
 log = logging.getLogger(__name__)
 
-#: how long ticks may hurry (Heartbeat.hurry) before one does everything again, in seconds: the most the sensor
-#: state table lags the control table, and maintenance waits, while wake-ups keep coming
-HURRY_MAX_S = 10.0
-
-
 _T = TypeVar("_T")
 
 
@@ -98,10 +93,9 @@ class _Part(Generic[_T]):
 class Heartbeat:
     """Runs ticks against one store, control table (which builds through the dbt project) and jobs backend.
 
-    What it keeps from tick to tick is the runner's, not a tick's: when a tick last did everything it could leave
-    (the hurry's bound) and whether the sensor state table waits for the next tick; each step keeps its own
-    (sensing: the failing and skipped sources; triggering: whether the policies were copied; reconciliation:
-    the backend's memory handed over; the report: the idle streak)."""
+    It keeps nothing of one tick for the next: each step keeps what is its own (sensing: the failing and skipped
+    sources; triggering: whether the policies were copied; reconciliation: the backend's memory handed over; the
+    report: the idle streak), and every tick leaves the control and sensor state tables current."""
 
     store = _Part[TableStore]()
     control = _Part[ControlTable]()
@@ -116,7 +110,7 @@ class Heartbeat:
                  *, progress: Callable[[str], None] | None = None, policies: RetryPolicies | None = None,
                  maintenance: Maintenance | None = None, sequences: Sequences | None = None,
                  shaping: TriggerShaping | None = None, before_trigger: Callable[[], None] | None = None,
-                 observer: TickObserver | None = None, hurry: Callable[[], bool] | None = None):
+                 observer: TickObserver | None = None):
         given: dict[str, Any] = {"policies": policies, "shaping": shaping, "progress": progress,
                                  "before_trigger": before_trigger}
         # what is not given keeps TickParts' default (declared there only)
@@ -129,13 +123,6 @@ class Heartbeat:
         self.maintenance = maintenance
         #: watches each tick's result after its report (alerts, lineage)
         self.observer = observer or TickObserver()
-        #: whether another tick is waiting (a loop's wake-up came during this one): what no trigger depends on
-        #: (the sensor state table's merge, maintenance) is then left to a later tick (see _hurried)
-        self.hurry: Callable[[], bool] = hurry or (lambda: False)
-        #: when a tick last did everything it could leave (monotonic; None: none yet in this process)
-        self._caught_up_at: float | None = None
-        #: the latest tick left the sensor state table's merge to this one (see tick(): step 3)
-        self._state_waits = False
 
     @property
     def loop_restarts(self) -> int:
@@ -162,16 +149,12 @@ class Heartbeat:
         1. before sensing: which rows are eligible (paused, in progress, failed) is read from it, so other
            processes' commits (a config load, ``complete``, ``reset``, another runner) and a tick that
            crashed between its append and its build must be in it; in a loop nobody else writes to, the
-           previous tick's last build is current and this one costs a version read. After a tick that
-           hurried, the control table only: the sensor state table it left waits for step 3;
+           previous tick's last build is current and this one costs a version read;
         2. after the new-data events, control table only: the ready view must see them to trigger; it folds
            the tick's new data in when nothing else was recorded since the first;
         3. before the report: what triggering and reconciliation recorded, with the sensor state table
            (what other products follow), so ``status``, the page and the next tick read current state; it
-           folds the tick's own requests and the runs that ended when that is all it recorded. When another
-           tick is waiting (``hurry``), the sensor state table is left to it: no trigger reads that table,
-           and its merge is the costliest step after triggering (maintenance waits too). Ticks hurry for at
-           most HURRY_MAX_S in a row; then one merges whatever waits, as the next unhurried tick does.
+           folds the tick's own requests and the runs that ended when that is all it recorded.
         """
         start = start or RunStart.now()
         result = result or TickResult(run_id=start.run_id, snapshot_ts=start.snapshot_ts, scope=scope)
@@ -187,7 +170,7 @@ class Heartbeat:
 
         self.triggering.prepare_windows()
         with stage(timings, "models"):
-            self.refresh_models(control_only=self._state_waits, into=result)  # what a hurried tick left: at step 3
+            self.refresh_models(into=result)
         with stage(timings, "sensing"):
             self.sensing.sense(result)
         crash_point(FaultPoint.AFTER_SENSING)
@@ -221,11 +204,7 @@ class Heartbeat:
         with stage(timings, "alerts"):
             self.observer.observe(result)
         if self.maintenance is not None and not result.is_idle:
-            result.maintenance_deferred = self._hurried()
-            if not result.maintenance_deferred:
-                self._maintain(result)
-        if not (result.sensor_state_deferred or result.maintenance_deferred):
-            self._caught_up_at = time.monotonic()
+            self._maintain(result)
         result.duration_s = time.monotonic() - began
         log.info("tick %s: sensed %d source(s), %d with new data, %d error(s); triggered %d, completed %d, failed %d "
                  "(%.2f s)", result.status.value, len(result.sensed), result.sources_with_new_data,
@@ -241,17 +220,14 @@ class Heartbeat:
             due = self.maintenance.due()
             if due is MaintenanceDue.RUN:
                 self.parts.progress("maintenance: archiving and compacting Heartbeat's tables")
-                # a wake-up that comes meanwhile stops it between two steps: the rest waits for a later tick
-                result.maintenance = self.run_maintenance(interrupt=self._hurried)
-                result.maintenance_deferred = result.maintenance.interrupted
+                result.maintenance = self.run_maintenance()
             elif due is MaintenanceDue.CONTROL:
                 result.maintenance = MaintenanceResult(compacted={CONTROL: self.maintenance.compact_control()})
 
-    def run_maintenance(self, interrupt: Callable[[], bool] = lambda: False) -> MaintenanceResult:
-        """Archive and compact (stopping between two steps when ``interrupt`` says so); the control table does
-        not change, so it stays current."""
+    def run_maintenance(self) -> MaintenanceResult:
+        """Archive and compact; the control table does not change, so it stays current."""
         assert self.maintenance is not None
-        return self.control.run_maintenance(self.maintenance, interrupt=interrupt)
+        return self.control.run_maintenance(self.maintenance)
 
     def close(self) -> None:
         """Write the summary of a pending idle streak (call when the runner stops)."""
@@ -275,19 +251,11 @@ class Heartbeat:
         return refreshed
 
     def _refresh_recorded(self, result: TickResult, ends: Refresh | None = None) -> None:
-        """Step 3 of :meth:`tick`: the control table, and the sensor state table unless the tick hurries. ``ends``:
-        the refresh after reconciliation (:meth:`_after_ends`); when nothing was recorded since, its folds are
-        the tick's last."""
-        result.sensor_state_deferred = self._state_waits = self._hurried()
-        refreshed = self.refresh_models(control_only=result.sensor_state_deferred, into=result)
+        """Step 3 of :meth:`tick`: the control and sensor state tables. ``ends``: the refresh after reconciliation
+        (:meth:`_after_ends`); when nothing was recorded since, its folds are the tick's last."""
+        refreshed = self.refresh_models(into=result)
         unchanged = ends is not None and ends.version == refreshed.version
         result.control_folded = refreshed.folded or (unchanged and ends is not None and ends.folded)
-
-    def _hurried(self) -> bool:
-        """Whether this tick leaves what no trigger depends on to a later one: another tick is waiting, and a
-        tick did everything less than HURRY_MAX_S ago (so a storm of wake-ups delays it by that at most)."""
-        caught_up = self._caught_up_at
-        return caught_up is not None and time.monotonic() - caught_up < HURRY_MAX_S and self.hurry()
 
     # -- step 5b: what waited for the runs that ended ------------------------------------------
 

@@ -113,10 +113,6 @@ class TickResult:
     new_data_folded: bool = False
     #: every refresh of the control table the tick made, in order: its path and, for a build, why no fold
     refreshes: list[Refresh] = field(default_factory=list)
-    #: another tick was waiting, so this one left the sensor state table's merge to it (Heartbeat.hurry)
-    sensor_state_deferred: bool = False
-    #: another tick was waiting, so this one left its maintenance, due or not, to a later tick
-    maintenance_deferred: bool = False
     maintenance: MaintenanceResult | None = None
     #: which due sources the tick sensed: every one (a poll), or those a wake-up named
     scope: TickScope = POLL

@@ -9,8 +9,8 @@ Invariants:
 
 - :class:`WakeSignal` is the one meeting point: any thread (file-system notifications, a consumer's
   long poll, ``POST /wake``) calls :meth:`WakeSignal.wake`; the loop's thread alone waits and takes.
-  Wake-ups that arrive while a tick runs, or in a burst, coalesce into one :class:`TickScope`, and make
-  the running tick hurry (it leaves the sensor state table's merge to the next: runner/tick.py);
+  Wake-ups that arrive while a tick runs, or in a burst, coalesce into one :class:`TickScope`, taken by
+  the next tick;
 - :class:`SourceWatches` (re)starts the sources' notifications (``Source.watch``) from the loop's
   thread, only when the set of due sources changed, and closes every one it started; the jobs backend's
   notifications of ended runs (``JobsBackend.watch_runs``) start a tick that senses nothing but records
@@ -94,12 +94,6 @@ class WakeSignal:
 
     def _pending(self) -> bool:
         return self._everything or self._runs or bool(self._keys)
-
-    def pending(self) -> bool:
-        """Whether a wake-up waits to be taken (a tick running now may leave what can wait to the next one:
-        Heartbeat.hurry). Thread-safe."""
-        with self._changed:
-            return self._pending()
 
     def take(self) -> TickScope | None:
         """The wake-ups so far as one scope (None: none), and forget them."""
