@@ -23,6 +23,7 @@ from heartbeat_runner.interfaces.operations import ask_trigger
 from heartbeat_runner.lakehouse.control_table import FoldKind
 from heartbeat_runner.runner.observability import count_tick
 
+
 def control_table(hb) -> list[dict]:
     """Every row of the control table, retired ones too; updated_at says when a build touched the row."""
     rows = hb.app.store.read("heartbeat_control", order_by=["trigger_job_id", "sensor_source", "sensor_id"])
@@ -180,31 +181,28 @@ def test_new_data_recorded_beside_another_processs_commit_is_derived_not_folded(
     assert_as_derived(hb)
 
 
-def test_a_loops_tick_leaves_both_tables_current_and_maintains_when_due_while_a_wake_up_waits(tmp_path):
+def test_every_tick_of_a_loops_heartbeat_leaves_both_tables_current_and_runs_due_maintenance(tmp_path):
     """No tick leaves work to the next: the hurry, which left the sensor state table's merge, maintenance and an
     engine recycle to the next tick while a wake-up waited, is gone (issue 54's paired A/B: it cut the burst
-    latency by less than the 20 % it had to show). The heartbeat a loop builds, ticking while a wake-up waits,
-    leaves after each tick the control and sensor state tables a build derives, and runs maintenance when it is
-    due, whole (what `status`, the page, followers and the next tick read is current after every tick)."""
+    latency by less than the 20 % it had to show), and the heartbeat a loop builds takes no wake-up signal. Each
+    of its ticks leaves the control and sensor state tables a build derives, and runs maintenance when it is due,
+    whole (what `status`, the page, followers and the next tick read is current after every tick)."""
     from types import SimpleNamespace
 
     from heartbeat_runner.lakehouse.control_table import Scope
     from heartbeat_runner.runner.lease import tick_lease
     from heartbeat_runner.runner.loop import _heartbeat
-    from heartbeat_runner.runner.wakeups import WakeSignal
 
     with Harness(tmp_path, HEARTBEAT_MAINTENANCE_MAX_FILES="3", HEARTBEAT_ARCHIVE_MARGIN_MINUTES="0",
                  HEARTBEAT_REPORT_KEEP_HOURS="0") as hb:
         hb.jobs(J1=0)
         hb.seed(row("trigger_file", "a", "J1"))
-        wakes = WakeSignal()
         maintained = []
         with tick_lease(hb.app.store).held() as lease, \
                 _heartbeat(hb.app, lease, SimpleNamespace(progress=lambda _: None)) as loops:
             loops.tick()  # the baseline
             for step in range(6):
                 hb.drop_trigger_file("a", f"{step}.done")
-                wakes.wake("trigger_file:a")  # a wake-up waits while the tick runs
                 result = loops.tick()
                 assert result.triggered_job_ids == ["J1"] or result.completed, step
                 assert hb.app.control.is_current(Scope.FULL), step
