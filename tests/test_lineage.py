@@ -4,6 +4,7 @@ receiver on loopback; every event received is validated against the OpenLineage 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 import threading
@@ -161,6 +162,42 @@ def test_a_run_ended_by_its_own_complete_gets_its_complete_event_from_the_next_t
         (lineage_run_id(NAMESPACE, "J3", str(completed["job_run_id"])), "COMPLETE"): 1})
 
 
+def test_a_run_whose_end_is_recorded_twice_gets_one_complete_event(tmp_path, receiver, schema, monkeypatch):
+    """A run's end can be recorded twice: its job's own `complete` lands after a tick read the control table and
+    before that tick saw the job's process end, so the tick records the end again. The second end, coming after
+    the first was sent and recorded as sent, is not sent again: the monitor remembers what it recorded."""
+    from harness import Harness
+
+    from heartbeat_runner.core.records import Event, EventType, utcnow
+    from heartbeat_runner.runner.lineage import LineageMonitor
+    from heartbeat_runner.runner.tick_result import TickObservers, TickResult
+
+    monkeypatch.setenv("OPENLINEAGE_URL", receiver.url)
+    for name in [n for n in os.environ if n.startswith("OPENLINEAGE__")]:
+        monkeypatch.delenv(name)
+    # the client writes its transport into os.environ (OPENLINEAGE__TRANSPORT__...): put back as it was after
+    monkeypatch.setattr(os, "environ", os.environ.copy())
+    (tmp_path / "lake").mkdir()
+    with Harness(tmp_path / "lake") as hb:
+        hb.jobs(J1=0)
+        hb.seed(row("trigger_file", "a", "J1"))
+        hb.tick()  # the baseline
+        hb.drop_trigger_file("a", "1.done")
+        assert hb.tick().triggered_job_ids == ["J1"]
+        hb.wait_for_jobs()  # the tick that sees the run end queues its COMPLETE
+        wait_for(lambda: "COMPLETE" in {e["eventType"] for e in received(receiver, schema)}, 30, "the COMPLETE event")
+        hb.tick()  # records the COMPLETE as sent
+        (completed,) = hb.events("COMPLETED")
+        observers = hb.heartbeat.observer.observers if isinstance(hb.heartbeat.observer, TickObservers) else []
+        (monitor,) = [o for o in observers if isinstance(o, LineageMonitor)]
+        again = TickResult(run_id="again", snapshot_ts=utcnow())
+        again.run_events = [Event(event_type=EventType.COMPLETED, run_id="again", snapshot_ts=utcnow(),
+                                  trigger_job_id="J1", job_run_id=str(completed["job_run_id"]))]
+        monitor.observe(again)  # the same run's end recorded a second time
+        monitor.close()
+    assert Counter(e["eventType"] for e in received(receiver, schema)) == Counter({"START": 1, "COMPLETE": 1})
+
+
 def test_nothing_is_sent_or_printed_when_openlineage_is_not_configured(tmp_path, monkeypatch):
     for name in ("OPENLINEAGE_URL", "OPENLINEAGE_CONFIG", "OPENLINEAGE_DISABLED"):
         monkeypatch.delenv(name, raising=False)
@@ -171,7 +208,7 @@ def test_nothing_is_sent_or_printed_when_openlineage_is_not_configured(tmp_path,
     done2 = lake.cli("run")
     assert len(lake.events("TRIGGERED")) == 2 and len(lake.events("COMPLETED")) == 1
     for proc in (done, done2):                       # the client (its console fallback) was never made
-        assert "OpenLineage" not in proc.stderr and "eventType" not in proc.stdout + proc.stderr
+        assert "OpenLineage" not in proc.stderr and "eventType" not in proc.stdout + proc.stderr, proc.stderr
     assert not lake.events("LINEAGE_SENT")
     # what "configured" means: the client's own places, and its off switch
     home, cwd = tmp_path / "home", tmp_path / "cwd"

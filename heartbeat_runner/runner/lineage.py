@@ -50,6 +50,9 @@ END_LOOK_MARGIN = timedelta(minutes=10)
 CLOSE_FLUSH_S = 10.0
 #: the outbox's one channel
 CHANNEL = "openlineage"
+#: how many of the events this process recorded as sent it remembers (newest kept): a run whose end is recorded
+#: twice (its job's own `complete`, and the tick that saw its process end) gets one COMPLETE
+SENT_MEMORY = 10_000
 _KINDS = {EventType.TRIGGERED: LineageKind.START, EventType.COMPLETED: LineageKind.COMPLETE,
           EventType.FAILED: LineageKind.FAIL, EventType.REFUSED: LineageKind.FAIL}  # a refused run ends unsuccessful
 
@@ -122,6 +125,8 @@ class LineageMonitor(TickObserver):
     _open: dict[tuple[str, str], datetime] = field(default_factory=dict)
     #: the events table's version at the last look for ends recorded elsewhere (an idle tick reads nothing again)
     _seen_version: int | None = None
+    #: keys this process recorded as sent, oldest first, at most SENT_MEMORY: never queued again
+    _sent: dict[LineageKey, None] = field(default_factory=dict)
 
     def observe(self, result: TickResult) -> None:
         """Record what was sent, queue what the tick recorded (and, when due, what earlier ones left). Never raises.
@@ -194,7 +199,7 @@ class LineageMonitor(TickObserver):
 
     def _queue(self, rows: list[RunEventRow]) -> None:
         """The records of ``rows`` not queued yet, built in two reads at most, queued in order."""
-        rows = [r for r in _distinct(rows) if r.key not in self._queued]
+        rows = [r for r in _distinct(rows) if r.key not in self._queued and r.key not in self._sent]
         if not rows:
             return
         ended = [r for r in rows if r.event_type is not EventType.TRIGGERED]
@@ -250,7 +255,11 @@ class LineageMonitor(TickObserver):
         except Exception:
             self.outbox.requeue_results(attempts)
             raise
-        self._queued.difference_update(LineageKey.of(r) for r in sent)
+        keys = [LineageKey.of(r) for r in sent]
+        self._queued.difference_update(keys)
+        self._sent.update(dict.fromkeys(keys))
+        while len(self._sent) > SENT_MEMORY:
+            del self._sent[next(iter(self._sent))]  # the oldest
 
     def _unsent(self, since: datetime) -> list[RunEventRow]:
         """The run events since ``since`` without their LINEAGE_SENT, oldest first."""
