@@ -132,6 +132,10 @@ def test_runs_the_retired_python_launcher_started_still_reconcile_as_the_shell_l
                                     start_new_session=True)
     try:
         left_by_python_launcher("old-live", old_launcher.pid, None)
+        # until the child has exec'd, its command line is still this process's (CI once read it then)
+        deadline = time.monotonic() + 30
+        while not is_job_run(old_launcher.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert is_job_run(old_launcher.pid)
         assert backend.run_status("J", "old-live").outcome is RunOutcome.RUNNING
         backend.cancel_run("J", "old-live")
