@@ -100,6 +100,15 @@ def test_a_run_an_older_version_marked_launched_without_a_process_is_failed_and_
     assert not marker.exists()
 
 
+def _a_job_run_once_execd(pid: int, timeout_s: float = 30.0) -> bool:
+    """``is_job_run(pid)`` of a process just started: until it has exec'd, its command line is still the test's
+    own (CI once read it then), so it is asked again for up to ``timeout_s`` (an exited process stays False)."""
+    deadline = time.monotonic() + timeout_s
+    while not is_job_run(pid) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return is_job_run(pid)
+
+
 def test_runs_the_retired_python_launcher_started_still_reconcile_as_the_shell_launchers_do(tmp_path):
     """The Python launcher (``python -m heartbeat_runner.jobs.local_launcher``) is retired; a runner upgraded
     while runs an older one started are in flight still reads them from the files that launcher left: its
@@ -132,11 +141,7 @@ def test_runs_the_retired_python_launcher_started_still_reconcile_as_the_shell_l
                                     start_new_session=True)
     try:
         left_by_python_launcher("old-live", old_launcher.pid, None)
-        # until the child has exec'd, its command line is still this process's (CI once read it then)
-        deadline = time.monotonic() + 30
-        while not is_job_run(old_launcher.pid) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert is_job_run(old_launcher.pid)
+        assert _a_job_run_once_execd(old_launcher.pid)
         assert backend.run_status("J", "old-live").outcome is RunOutcome.RUNNING
         backend.cancel_run("J", "old-live")
         assert old_launcher.wait(timeout=30) == -15  # SIGTERM to its process group
@@ -170,7 +175,7 @@ def test_two_launchers_of_one_run_run_its_command_once_and_report_it_whole(tmp_p
     marker = tmp_path / "ran.txt"
     command = ["/bin/sh", "-c", f"sleep 0.3; echo ran >> {marker}; exit 3"]
     launchers = [subprocess.Popen(["/bin/sh", str(LAUNCH_SCRIPT), str(run_dir), "--", *command]) for _ in range(2)]
-    assert any(is_job_run(p.pid) for p in launchers)
+    assert any(_a_job_run_once_execd(p.pid, timeout_s=0.5) for p in launchers)
     codes = sorted(p.wait(30) for p in launchers)
     assert codes == [0, 3]                                   # the second launcher ran nothing, quietly
     assert marker.read_text() == "ran\n"
