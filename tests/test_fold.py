@@ -5,11 +5,13 @@ read must be exactly what a build from all the events gives: each folded table i
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
@@ -428,31 +430,21 @@ def _jobs_failing_on_a_flag(hb, *jobs: str) -> dict[str, object]:
     return flags
 
 
-def _from_a_skewed_clock(hb, skew: timedelta):
+@contextlib.contextmanager
+def _from_a_skewed_clock(hb, monkeypatch, skew: timedelta) -> Iterator[None]:
     """A context in which the harness's events are written as by a process whose clock is ``skew`` off: each
     event's times are shifted before the store stamps it after what the table holds (as that process's would)."""
-    import contextlib
-
     store = hb.app.store
     append = store.append_events
-
-    def shifted(events):
-        return append([dataclasses.replace(e, event_ts=e.event_ts + skew, snapshot_ts=e.snapshot_ts + skew)
-                       for e in events])
-
-    @contextlib.contextmanager
-    def writing():
-        store.append_events = shifted
-        try:
-            yield
-        finally:
-            del store.append_events
-    return writing()
+    with monkeypatch.context() as patch:
+        patch.setattr(store, "append_events", lambda events: append(
+            [dataclasses.replace(e, event_ts=e.event_ts + skew, snapshot_ts=e.snapshot_ts + skew) for e in events]))
+        yield
 
 
 @pytest.mark.slow  # over 13 CPU-s in CI's embedded leg: CI runs it, the everyday leg does not
 @pytest.mark.engines("sail", "spark-classic", "spark-connect")
-def test_random_histories_fold_into_what_the_events_derive(hb, engine_kind):
+def test_random_histories_fold_into_what_the_events_derive(hb, engine_kind, monkeypatch):
     """A seeded random history: each tick some of new trigger files on hard and soft sources shared by jobs, rows
     into an upstream Delta table, a job made to fail or succeed from now on, an operator's ask to run a job or to
     retry a failed one (another process's commit, from a clock two minutes ahead or behind by turns: refused asks
@@ -509,7 +501,7 @@ def test_random_histories_fold_into_what_the_events_derive(hb, engine_kind):
             ask = ask_retry if JobStatus.FAILED.value in hb.job_status(job) else ask_trigger
             skew = OTHER_WRITER_SKEW if step % 2 else -OTHER_WRITER_SKEW
             try:
-                with _from_a_skewed_clock(hb, skew):
+                with _from_a_skewed_clock(hb, monkeypatch, skew):
                     ask(hb.app, job, by="another process")
                 history.append(f"{ask.__name__} {job} ({skew.total_seconds():+.0f} s)")
             except InvalidInputError:

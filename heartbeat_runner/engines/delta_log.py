@@ -73,23 +73,27 @@ def _listed_latest_version(log_dir: Path) -> int | None:
     return best
 
 
+def _commit_actions(table_dir: Path, version: int) -> list[dict] | None:
+    """The actions of commit ``version`` of the table at ``table_dir``, in order (None: its file was already
+    cleaned up)."""
+    try:
+        text = Path(_commit_file(os.path.join(table_dir, "_delta_log"), version)).read_text()
+    except FileNotFoundError:
+        return None
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
 def added_data_between(table_dir: Path, after_version: int, up_to_version: int) -> bool:
     """Whether any commit in (after_version, up_to_version] added data files with dataChange.
 
     A commit file that was already cleaned up counts as adding data (the safe answer).
     """
-    log_dir = Path(table_dir) / "_delta_log"
     for version in range(after_version + 1, up_to_version + 1):
-        path = log_dir / f"{version:020d}.json"
-        try:
-            text = path.read_text()
-        except FileNotFoundError:
+        actions = _commit_actions(table_dir, version)
+        if actions is None:
             return True
         operation = None
-        for line in text.splitlines():
-            if not line.strip():
-                continue
-            action = json.loads(line)
+        for action in actions:
             if "commitInfo" in action:
                 operation = action["commitInfo"].get("operation")
             if action.get("add", {}).get("dataChange", False) and operation not in NO_DATA_OPERATIONS:
@@ -100,14 +104,11 @@ def added_data_between(table_dir: Path, after_version: int, up_to_version: int) 
 def operations_between(table_dir: Path, after_version: int, up_to_version: int) -> list[str] | None:
     """The operation of each commit in (after_version, up_to_version], in order (``commitInfo.operation``; "" for
     a commit that names none); None when a commit file was already cleaned up."""
-    log_dir = Path(table_dir) / "_delta_log"
     operations = []
     for version in range(after_version + 1, up_to_version + 1):
-        try:
-            text = (log_dir / f"{version:020d}.json").read_text()
-        except FileNotFoundError:
+        actions = _commit_actions(table_dir, version)
+        if actions is None:
             return None
-        actions = (json.loads(line) for line in text.splitlines() if line.strip())
         info: dict = next((action["commitInfo"] for action in actions if "commitInfo" in action), {})
         operations.append(str(info.get("operation") or ""))
     return operations
@@ -118,17 +119,12 @@ def max_added_value(table_dir: Path, after_version: int, up_to_version: int, col
     log's statistics write it (text; a timestamp to the millisecond), and whether every such file had one. False
     (not complete) when a commit file was already cleaned up or a file was written without statistics: the caller
     asks the engine instead."""
-    log_dir = Path(table_dir) / "_delta_log"
     greatest: str | None = None
     for version in range(after_version + 1, up_to_version + 1):
-        try:
-            text = (log_dir / f"{version:020d}.json").read_text()
-        except FileNotFoundError:
+        actions = _commit_actions(table_dir, version)
+        if actions is None:
             return None, False
-        for line in text.splitlines():
-            added = json.loads(line).get("add") if line.strip() else None
-            if added is None:
-                continue
+        for added in (action["add"] for action in actions if action.get("add") is not None):
             stats = json.loads(added.get("stats") or "{}")
             value = (stats.get("maxValues") or {}).get(column)
             if value is None:
