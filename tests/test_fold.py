@@ -8,10 +8,12 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import os
+import random
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 
 import pytest
@@ -20,8 +22,8 @@ from harness import config_row as row
 from prometheus_client.parser import text_string_to_metric_families
 
 from heartbeat_runner.core.metrics import use_metrics
-from heartbeat_runner.core.records import JobStatus
-from heartbeat_runner.interfaces.operations import ask_trigger
+from heartbeat_runner.core.records import Event, EventType, JobStatus, utcnow
+from heartbeat_runner.interfaces.operations import ask_trigger, record_job_event
 from heartbeat_runner.lakehouse.control_table import FoldKind
 from heartbeat_runner.runner.observability import count_tick
 
@@ -411,8 +413,8 @@ def test_with_folds_off_every_refresh_builds_and_the_control_table_is_the_folded
 
 #: the seed of test_random_histories_fold_into_what_the_events_derive (HEARTBEAT_FOLD_HISTORY_SEED explores others)
 HISTORY_SEED = 7  # its history retries a failed job that fails again, and folds every kind of commit
-#: ticks of one history by engine (each compared with a full build: ~3-5 s a tick on Sail, more on a JVM)
-HISTORY_TICKS = {"sail": 8, "spark-classic": 5, "spark-connect": 5}
+#: ticks of one history (each compared with a full build: ~3-5 s a tick on Sail)
+HISTORY_TICKS = 8
 #: how far the other writer's clock is off, ahead and behind by turns (the operators' machines)
 OTHER_WRITER_SKEW = timedelta(minutes=2)
 
@@ -443,8 +445,7 @@ def _from_a_skewed_clock(hb, monkeypatch, skew: timedelta) -> Iterator[None]:
 
 
 @pytest.mark.slow  # over 13 CPU-s in CI's embedded leg: CI runs it, the everyday leg does not
-@pytest.mark.engines("sail", "spark-classic", "spark-connect")
-def test_random_histories_fold_into_what_the_events_derive(hb, engine_kind, monkeypatch):
+def test_random_histories_fold_into_what_the_events_derive(hb, monkeypatch):
     """A seeded random history: each tick some of new trigger files on hard and soft sources shared by jobs, rows
     into an upstream Delta table, a job made to fail or succeed from now on, an operator's ask to run a job or to
     retry a failed one (another process's commit, from a clock two minutes ahead or behind by turns: refused asks
@@ -452,11 +453,9 @@ def test_random_histories_fold_into_what_the_events_derive(hb, engine_kind, monk
     events (assert_as_derived), whatever path each refresh took; the history ends once every run ended, and the
     default one folds new data, requests and ends. A failure names the seed and the history up to it. The seed
     fixes the actions; which tick records a run's end depends on how fast the job processes run, so histories of
-    one seed may differ there (the property holds for any). On every engine: it replaces the tick-by-tick fold
-    scenarios on the JVM (fewer ticks there)."""
-    import os
-    import random
-
+    one seed may differ there (the property holds for any). End to end, on Sail; on the JVM engines the same
+    property is checked at SQL level (test_random_commits_fold_into_what_the_events_derive), which replaces the
+    tick-by-tick fold scenarios there."""
     from heartbeat_runner.core.errors import InvalidInputError
     from heartbeat_runner.interfaces.operations import ask_retry
 
@@ -478,7 +477,7 @@ def test_random_histories_fold_into_what_the_events_derive(hb, engine_kind, monk
             raise AssertionError(f"seed {seed}, {when}: the folded table differs from the derived one after "
                                  f"{history}") from error
 
-    for step in range(HISTORY_TICKS[engine_kind]):
+    for step in range(HISTORY_TICKS):
         done = []
         for folder in rng.sample("abc", rng.randint(0, 3)):
             hb.drop_trigger_file(folder, f"{step}.done")
@@ -523,3 +522,196 @@ def test_random_histories_fold_into_what_the_events_derive(hb, engine_kind, monk
             compare("settling")
     # the default history folds every kind of commit (another seed may fold fewer: it then compares less)
     assert folded == set(FoldKind) if seed == HISTORY_SEED else folded, f"seed {seed}: folded {folded}: {history}"
+
+
+# -- random commits, straight into the control table ------------------------------------------------------------
+
+#: the seed of test_random_commits_fold_into_what_the_events_derive (HEARTBEAT_FOLD_COMMITS_SEED explores others)
+COMMITS_SEED = 11
+#: refreshes of one history by engine, each compared with a full build (~1.5 s a refresh on Sail, more on a JVM)
+COMMIT_ROUNDS = {"sail": 14, "spark-classic": 5, "spark-connect": 5}
+#: the writers' clocks against the runner's: a second runner, the jobs' clusters and the operators' machines
+WRITER_SKEWS = (timedelta(0), timedelta(minutes=2), -timedelta(minutes=2))
+#: the payloads a request may carry: none of a sequence, and the second of three runs of a sequence
+#: how runs end in a history: as often failed as completed, now and then refused
+END_KINDS = (EventType.COMPLETED, EventType.COMPLETED, EventType.FAILED, EventType.FAILED, EventType.REFUSED)
+REQUEST_PAYLOADS = ("{}", json.dumps({"_run": 2, "_runs": 3, "heartbeat_windows": "w1,w2,w3"}))
+
+
+@dataclasses.dataclass
+class CommitHistory:
+    """A seeded random history of commits driven straight into the control table, no tick: the runner's own
+    spans (ControlTable.append of sensing, requests, their answers and run ends, in any order the span allows)
+    between refreshes, and between spans the commits of other writers (a second runner's new data, a job's own
+    `complete`, an operator's pause or resume), each writer's clock two minutes ahead or behind or right, and the
+    jobs' own end times read from skewed clocks too. The "base state" of each span is whatever the history built
+    so far. After each refresh the control table as the folds left it must equal the derived one."""
+
+    hb: Harness
+    rng: random.Random
+    seed: int
+    monkeypatch: pytest.MonkeyPatch
+    lines: list[str] = dataclasses.field(default_factory=list)
+    folded: set[FoldKind] = dataclasses.field(default_factory=set)
+    keys: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    def start(self) -> None:
+        """Jobs J1-J4 over trigger folders a-e, hard and soft, some shared by two jobs."""
+        self.hb.seed(row("trigger_file", "a", "J1"), row("trigger_file", "b", "J1", hard="FALSE"),
+                     row("trigger_file", "b", "J2"), row("trigger_file", "c", "J2"),
+                     row("trigger_file", "c", "J3", hard="FALSE"), row("trigger_file", "d", "J3"),
+                     row("trigger_file", "e", "J4"), row("trigger_file", "a", "J4", hard="FALSE"))
+        self.hb.app.control.refresh()
+        self.keys = {r["sensor_id"]: r["source_key"] for r in self.hb.app.store.control_rows()}
+
+    def statuses(self) -> dict[str, set[str | None]]:
+        found: dict[str, set[str | None]] = {}
+        for r in self.hb.app.store.control_rows():
+            found.setdefault(r["trigger_job_id"], set()).add(r["status"])
+        return found
+
+    def clock(self) -> timedelta:
+        return self.rng.choice(WRITER_SKEWS)
+
+    # -- the runner's commits -------------------------------------------------------------------------
+
+    def sensed(self, run: str) -> list[Event]:
+        now = utcnow() + self.clock()
+        folders = self.rng.sample(sorted(self.keys), self.rng.randint(1, 3))
+        windows = [None, ("2026-12-01", "2026-12-02"), ("2026-12-02", "2026-12-03")]
+        events = []
+        for folder in folders:
+            window = self.rng.choice(windows)
+            events.append(Event(event_type=EventType.NEW_DATA, run_id=run, snapshot_ts=now, event_ts=now,
+                                source_key=self.keys[folder], sensor_source="trigger_file", sensor_id=folder,
+                                window_from=window and window[0], window_to=window and window[1]))
+        still = sorted(set(self.keys) - set(folders))
+        if still and self.rng.random() < 0.5:  # a cursor that moved without data: it changes no control row
+            events.append(Event(event_type=EventType.CURSOR, run_id=run, snapshot_ts=now, event_ts=now,
+                                source_key=self.keys[self.rng.choice(still)], sensor_source="trigger_file"))
+        self.lines.append("sensed " + "".join(sorted(folders)))
+        return events
+
+    def requests(self, run: str, jobs: list[str]) -> list[Event]:
+        now = utcnow() + self.clock()
+        self.lines.append("requested " + ",".join(jobs))
+        return [Event(event_type=EventType.TRIGGER_REQUESTED, run_id=run, snapshot_ts=now, event_ts=now,
+                      trigger_job_id=job, idempotency_token=f"{run}-{job}", payload=self.rng.choice(REQUEST_PAYLOADS))
+                for job in jobs]
+
+    def answers(self, run: str, jobs: list[str]) -> list[Event]:
+        now = utcnow() + self.clock()
+        self.lines.append("answered " + ",".join(jobs))
+        return [Event(event_type=EventType.TRIGGERED, run_id=run, snapshot_ts=now, event_ts=now, trigger_job_id=job,
+                      job_run_id=f"run-{run}-{job}", idempotency_token=f"{run}-{job}") for job in jobs]
+
+    def ends(self, run: str, jobs: list[str]) -> list[Event]:
+        now = utcnow() + self.clock()
+        events = []
+        for job in jobs:
+            kind = self.rng.choice(END_KINDS)
+            ended = now + self.clock() - timedelta(seconds=self.rng.randint(0, 90))  # the job's cluster's clock
+            payload = self.rng.choice([None, json.dumps({"run_ended_at": ended.isoformat()})])
+            events.append(Event(event_type=kind, run_id=run, snapshot_ts=now, event_ts=now, trigger_job_id=job,
+                                message=None if kind is EventType.COMPLETED else "it broke", payload=payload))
+            self.lines.append(f"{job} {kind.value.lower()}")
+        return events
+
+    def span(self, run: str) -> None:
+        """The runner's commits between two refreshes: sensing, requests of jobs not running, their answers (all,
+        some or none, a commit later), and the ends of running jobs, in a random order."""
+        statuses = self.statuses()
+        running = sorted(j for j, s in statuses.items() if JobStatus.IN_PROGRESS.value in s)
+        idle = sorted(set(statuses) - set(running))
+        commits: list[Callable[[], list[Event]]] = []
+        if self.rng.random() < 0.7:
+            commits.append(lambda: self.sensed(run))
+        if idle and self.rng.random() < 0.6:
+            asked = sorted(self.rng.sample(idle, self.rng.randint(1, len(idle))))
+            commits.append(lambda: self.requests(run, asked))
+        if running and self.rng.random() < 0.6:
+            ended = sorted(self.rng.sample(running, self.rng.randint(1, len(running))))
+            commits.append(lambda: self.ends(run, ended))
+        self.rng.shuffle(commits)
+        requested: list[str] = []
+        for commit in commits:
+            events = commit()
+            self.hb.app.control.append(events)
+            requested += [e.trigger_job_id for e in events if e.event_type is EventType.TRIGGER_REQUESTED]
+        answered = [job for job in requested if self.rng.random() < 0.8]
+        if answered:
+            self.hb.app.control.append(self.answers(run, answered))
+
+    # -- the other writers' commits -------------------------------------------------------------------
+
+    def other_writer(self) -> None:
+        """One commit of another process, from its own clock: the runner's next refresh derives it."""
+        statuses = self.statuses()
+        running = sorted(j for j, s in statuses.items() if JobStatus.IN_PROGRESS.value in s)
+        choice = self.rng.choice(["runner", "complete", "pause"] if running else ["runner", "pause"])
+        skew = self.clock()
+        with _from_a_skewed_clock(self.hb, self.monkeypatch, skew):
+            if choice == "runner":
+                self.hb.app.store.append_events(self.sensed("second-runner"))
+                self.lines[-1] = f"{self.lines[-1]} by a second runner"
+            elif choice == "complete":
+                job = self.rng.choice(running)
+                record_job_event(self.hb.app, job, EventType.COMPLETED, by="a job", message="done")
+                self.lines.append(f"{job} completes itself")
+            else:
+                job = self.rng.choice(sorted(statuses))
+                paused = self.rng.random() < 0.5
+                record_job_event(self.hb.app, job, EventType.JOB_PAUSED if paused else EventType.JOB_RESUMED)
+                self.lines.append(f"{job} {'paused' if paused else 'resumed'}")
+        self.lines[-1] += f" ({skew.total_seconds():+.0f} s)"
+
+    # -- the history ------------------------------------------------------------------------------------
+
+    def run(self, rounds: int) -> None:
+        for step in range(rounds):
+            if self.rng.random() < 0.25:
+                self.other_writer()
+            self.span(f"tick-{step}")
+            refresh = self.hb.app.control.refresh()
+            self.folded.update(refresh.folds)
+            self.lines.append(f"refresh {step}: {refresh.path.value}"
+                              + (f" {[k.name for k in refresh.folds]}" if refresh.folds else
+                                 f" ({refresh.reason.value})" if refresh.reason else ""))
+            try:
+                assert_as_derived(self.hb)
+            except AssertionError as error:
+                raise AssertionError(f"seed {self.seed}, refresh {step}: the folded table differs from the derived "
+                                     f"one after {self.lines}") from error
+
+
+def _commit_history(hb, monkeypatch, rounds: int) -> CommitHistory:
+    seed = int(os.environ.get("HEARTBEAT_FOLD_COMMITS_SEED", COMMITS_SEED))
+    history = CommitHistory(hb, random.Random(seed), seed, monkeypatch)
+    history.start()
+    history.run(rounds)
+    return history
+
+
+@pytest.mark.slow  # 14 refreshes on Sail, over 13 CPU-s: CI runs it, the everyday leg does not (5 on a JVM)
+@pytest.mark.engines("sail", "spark-classic", "spark-connect")
+def test_random_commits_fold_into_what_the_events_derive(hb, engine_kind, monkeypatch):
+    """The fold-versus-derive harness at SQL level: a seeded random history of commits driven straight into the
+    control table (CommitHistory: the runner's spans of new data, requests, answers and run ends in random orders,
+    other writers' commits between them, every writer's clock two minutes ahead, behind or right), and after
+    each refresh the folded table equals the derived one. It reaches states ticks rarely make (an end and new
+    data in one span, a request answered a commit later or never, new data for a failed job, run end times
+    before their requests). A failure names the seed and the history up to it; the default one folds every
+    kind of commit and builds after other writers."""
+    history = _commit_history(hb, monkeypatch, COMMIT_ROUNDS[engine_kind])
+    assert history.folded == set(FoldKind) or history.seed != COMMITS_SEED, history.lines
+    assert any("(other_commits)" in line for line in history.lines) or history.seed != COMMITS_SEED, history.lines
+
+
+def test_a_status_rule_changed_in_the_folds_alone_fails_the_random_commit_history(tmp_path, monkeypatch):
+    """The mutation test of the SQL-level harness: with the folds' status rule ranking pending data over a failure
+    (the model's rule unchanged), the default random history of commits fails, naming the seed and its history.
+    It fails if the harness stops reaching a state the two rules disagree on."""
+    project = _project_whose_folds_rank_new_data_over_a_failure(tmp_path)
+    with Harness(tmp_path, HEARTBEAT_PROJECT_DIR=str(project)) as hb, \
+            pytest.raises(AssertionError, match=r"seed \d+, refresh \d+: the folded table differs"):
+        _commit_history(hb, monkeypatch, COMMIT_ROUNDS["sail"])
