@@ -532,9 +532,9 @@ COMMITS_SEED = 11
 COMMIT_ROUNDS = {"sail": 14, "spark-classic": 5, "spark-connect": 5}
 #: the writers' clocks against the runner's: a second runner, the jobs' clusters and the operators' machines
 WRITER_SKEWS = (timedelta(0), timedelta(minutes=2), -timedelta(minutes=2))
-#: the payloads a request may carry: none of a sequence, and the second of three runs of a sequence
 #: how runs end in a history: as often failed as completed, now and then refused
 END_KINDS = (EventType.COMPLETED, EventType.COMPLETED, EventType.FAILED, EventType.FAILED, EventType.REFUSED)
+#: the payloads a request may carry: none of a sequence, and the second of three runs of a sequence
 REQUEST_PAYLOADS = ("{}", json.dumps({"_run": 2, "_runs": 3, "heartbeat_windows": "w1,w2,w3"}))
 
 
