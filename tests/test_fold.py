@@ -565,10 +565,15 @@ class CommitHistory:
         self.keys = {r["sensor_id"]: r["source_key"] for r in self.hb.app.store.control_rows()}
 
     def statuses(self) -> dict[str, set[str | None]]:
+        """Each job's statuses as the latest refresh left them (what the runner knows between refreshes)."""
         found: dict[str, set[str | None]] = {}
         for r in self.hb.app.store.control_rows():
             found.setdefault(r["trigger_job_id"], set()).add(r["status"])
         return found
+
+    @staticmethod
+    def running(statuses: dict[str, set[str | None]]) -> list[str]:
+        return sorted(job for job, found in statuses.items() if JobStatus.IN_PROGRESS.value in found)
 
     def clock(self) -> timedelta:
         return self.rng.choice(WRITER_SKEWS)
@@ -617,11 +622,10 @@ class CommitHistory:
             self.lines.append(f"{job} {kind.value.lower()}")
         return events
 
-    def span(self, run: str) -> None:
+    def span(self, run: str, statuses: dict[str, set[str | None]]) -> None:
         """The runner's commits between two refreshes: sensing, requests of jobs not running, their answers (all,
         some or none, a commit later), and the ends of running jobs, in a random order."""
-        statuses = self.statuses()
-        running = sorted(j for j, s in statuses.items() if JobStatus.IN_PROGRESS.value in s)
+        running = self.running(statuses)
         idle = sorted(set(statuses) - set(running))
         commits: list[Callable[[], list[Event]]] = []
         if self.rng.random() < 0.7:
@@ -644,10 +648,9 @@ class CommitHistory:
 
     # -- the other writers' commits -------------------------------------------------------------------
 
-    def other_writer(self) -> None:
+    def other_writer(self, statuses: dict[str, set[str | None]]) -> None:
         """One commit of another process, from its own clock: the runner's next refresh derives it."""
-        statuses = self.statuses()
-        running = sorted(j for j, s in statuses.items() if JobStatus.IN_PROGRESS.value in s)
+        running = self.running(statuses)
         choice = self.rng.choice(["runner", "complete", "pause"] if running else ["runner", "pause"])
         skew = self.clock()
         with _from_a_skewed_clock(self.hb, self.monkeypatch, skew):
@@ -669,9 +672,10 @@ class CommitHistory:
 
     def run(self, rounds: int) -> None:
         for step in range(rounds):
+            statuses = self.statuses()  # another writer's commit changes them only at the next refresh
             if self.rng.random() < 0.25:
-                self.other_writer()
-            self.span(f"tick-{step}")
+                self.other_writer(statuses)
+            self.span(f"tick-{step}", statuses)
             refresh = self.hb.app.control.refresh()
             self.folded.update(refresh.folds)
             self.lines.append(f"refresh {step}: {refresh.path.value}"
